@@ -1,0 +1,1 @@
+#include "vfio/interrupts.hpp"
