@@ -66,6 +66,7 @@ class DmaBuffer {
 
  private:
   friend class DmaPool;
+  void release();
   std::shared_ptr<Block> block_;
   void* data_ = nullptr;
   uint64_t iova_ = 0;

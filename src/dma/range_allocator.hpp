@@ -36,6 +36,7 @@ class RangeAllocator {
   uint64_t largest_free() const;    // saturates at UINT64_MAX
 
  private:
+  void insert_free(Range r);  // merges with touching neighbours
   std::map<uint64_t, uint64_t> free_;   // start -> last (inclusive)
   std::vector<Range> space_;            // everything ever added
 };
