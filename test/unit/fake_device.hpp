@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include <unistd.h>
+
 #include "vfio/device.hpp"
 
 namespace openib::test {
@@ -15,6 +17,17 @@ class FakeDevice : public vfio::Device {
   std::map<uint64_t, vfio::DmaMap> maps;        // live mappings by IOVA
   int map_calls = 0, unmap_calls = 0;
   bool gone = false;
+  uint32_t irq_count = 4;                       // vectors at every IRQ index
+  std::map<uint32_t, int> irq_fds;              // vector -> eventfd routed to it
+  bool irqs_disabled = false;
+
+  // What the device does to raise an interrupt: signal the routed eventfd.
+  bool fire(uint32_t vector) {
+    auto it = irq_fds.find(vector);
+    if (it == irq_fds.end() || it->second < 0) return false;
+    uint64_t one = 1;
+    return ::write(it->second, &one, sizeof one) == sizeof one;
+  }
 
   const std::string& name() const override { return name_; }
   bool alive() const override { return !gone; }
@@ -41,9 +54,22 @@ class FakeDevice : public vfio::Device {
     maps.erase(it);
     return {};
   }
-  Result<vfio::IrqInfo> irq_info(uint32_t) override { return nodev(); }
-  Result<void> set_irq_eventfds(uint32_t, uint32_t, std::span<const int>) override { return nodev(); }
-  Result<void> disable_irqs(uint32_t) override { return nodev(); }
+  Result<vfio::IrqInfo> irq_info(uint32_t index) override {
+    if (gone) return nodev();
+    return vfio::IrqInfo{index, VFIO_IRQ_INFO_EVENTFD, irq_count};
+  }
+  Result<void> set_irq_eventfds(uint32_t, uint32_t start, std::span<const int> fds) override {
+    if (gone) return nodev();
+    for (size_t i = 0; i < fds.size(); ++i) irq_fds[start + static_cast<uint32_t>(i)] = fds[i];
+    irqs_disabled = false;
+    return {};
+  }
+  Result<void> disable_irqs(uint32_t) override {
+    if (gone) return nodev();
+    irq_fds.clear();
+    irqs_disabled = true;
+    return {};
+  }
   Result<void> reset() override { return nodev(); }
 
  private:

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs every test: installs what is missing (Debian 12, as root), builds,
+# then runs
+#   1. the meson test suites of a normal build (unit, vfio-user
+#      integration, and the real-kernel VFIO test in QEMU),
+#   2. the same suites but QEMU under ASan + UBSan,
+#   3. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 30).
+# Ends with one line "N passed, N failed"; exits non-zero if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+
+bash scripts/setup.sh || exit 1
+
+passed=0
+failed=0
+failures=()
+
+# meson_suite DIR [meson test args...]: runs the tests and adds up the result.
+meson_suite() {
+  local dir=$1
+  shift
+  meson test -C "$dir" --print-errorlogs --num-processes 2 "$@"
+  local rc=$? log=$dir/meson-logs/testlog.json
+  if [[ -f $log ]]; then
+    local ok bad
+    ok=$(grep -c '"result": "OK"' "$log")
+    bad=$(grep -c -E '"result": "(FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS)"' "$log")
+    passed=$((passed + ok))
+    failed=$((failed + bad))
+    if ((bad)); then failures+=("$dir: $bad meson test(s)"); fi
+  fi
+  if ((rc)) && [[ ! -f $log ]]; then failed=$((failed + 1)); failures+=("$dir: meson test"); fi
+}
+
+step_build() {
+  local dir=$1
+  shift
+  if ! bash scripts/build.sh "$dir" "$@"; then
+    echo "test.sh: build of $dir failed" >&2
+    failed=$((failed + 1))
+    failures+=("build $dir")
+    return 1
+  fi
+}
+
+echo "== build (gcc, warnings as errors)"
+step_build build && meson_suite build
+
+echo "== ASan + UBSan"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+step_build build-asan -Db_sanitize=address,undefined -Db_lundef=false &&
+  meson_suite build-asan --no-suite qemu
+
+echo "== fuzz (${FUZZ_SECONDS}s per target)"
+if step_build build-fuzz -Dfuzz=true --native-file scripts/clang.ini; then
+  for t in build-fuzz/test/fuzz/fuzz_*; do
+    [[ -x $t && -f $t ]] || continue
+    name=$(basename "$t")
+    corpus=build-fuzz/corpus/$name
+    mkdir -p "$corpus"
+    if "$t" -max_total_time="$FUZZ_SECONDS" -print_final_stats=0 "$corpus" \
+        >"build-fuzz/$name.log" 2>&1; then
+      echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' "build-fuzz/$name.log" | tail -1))"
+      passed=$((passed + 1))
+    else
+      echo "fuzz $name: FAILED, see build-fuzz/$name.log"; tail -40 "build-fuzz/$name.log"
+      failed=$((failed + 1))
+      failures+=("fuzz $name")
+    fi
+  done
+fi
+
+echo
+for f in "${failures[@]}"; do echo "FAILED: $f"; done
+echo "$passed passed, $failed failed"
+((failed == 0))
