@@ -9,6 +9,7 @@ PKGS=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libsystemd-dev
   clang libclang-rt-14-dev
   qemu-system-x86 busybox-static cpio kmod
+  tshark
 )
 
 missing=()

@@ -1,0 +1,188 @@
+#include "sim/wire/packet.hpp"
+
+#include <cerrno>
+
+#include "sim/wire/crc.hpp"
+
+namespace openib::sim::wire {
+
+namespace {
+
+// ICRC and VCRC are stored least significant byte first (IBA 7.8.1/7.8.2,
+// the transmission order of a reflected CRC; see crc.hpp).
+std::uint32_t get_le32(std::span<const std::byte> b) {
+  return std::to_integer<std::uint32_t>(b[0]) | (std::to_integer<std::uint32_t>(b[1]) << 8) |
+         (std::to_integer<std::uint32_t>(b[2]) << 16) | (std::to_integer<std::uint32_t>(b[3]) << 24);
+}
+std::uint16_t get_le16(std::span<const std::byte> b) {
+  return static_cast<std::uint16_t>(std::to_integer<unsigned>(b[0]) |
+                                    (std::to_integer<unsigned>(b[1]) << 8));
+}
+void put_le(std::vector<std::byte>& out, std::uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xFF));
+}
+
+// Decode one extension header if `ext` asks for it, advancing `rest`.
+template <typename T, typename Decode>
+Result<void> take(std::optional<T>& slot, ExtHeaders ext, ExtHeaders which, std::size_t size,
+                  Decode decode, std::span<const std::byte>& rest) {
+  if (!(ext & which)) return ok();
+  auto r = decode(rest);
+  if (!r) return r.take_error();
+  slot = *r;
+  rest = rest.subspan(size);
+  return ok();
+}
+
+}  // namespace
+
+ExtHeaders Headers::present_ext() const {
+  ExtHeaders e = kExtNone;
+  if (rdeth) e |= kExtRdeth;
+  if (deth) e |= kExtDeth;
+  if (reth) e |= kExtReth;
+  if (atomic_eth) e |= kExtAtomicEth;
+  if (aeth) e |= kExtAeth;
+  if (atomic_ack_eth) e |= kExtAtomicAckEth;
+  if (imm_dt) e |= kExtImmDt;
+  if (ieth) e |= kExtIeth;
+  return e;
+}
+
+Result<ParsedPacket> parse_packet(std::span<const std::byte> dgram) {
+  ParsedPacket p;
+  OPENIB_TRY_ASSIGN(p.hdr.lrh, decode_lrh(dgram));
+  const Lrh& lrh = p.hdr.lrh;
+
+  // IBA 7.7.5: only IBA transport packets (LNH 2/3) are ours.
+  if (lrh.lnh == Lnh::kRaw || lrh.lnh == Lnh::kIpNonIba)
+    return err(EPROTONOSUPPORT, "raw packet (LNH {}) not supported", static_cast<int>(lrh.lnh));
+  if (lrh.lver != 0) return err(EPROTONOSUPPORT, "LRH.LVer {} (IBA 7.7.2 defines 0)", lrh.lver);
+
+  // IBA 7.7.8: PktLen counts 4-byte words from the LRH through the ICRC.
+  std::size_t pkt_bytes = std::size_t{lrh.pkt_len} * 4;
+  if (pkt_bytes + kVcrcBytes != dgram.size())
+    return err(EMSGSIZE, "LRH.PktLen {} words = {} bytes + VCRC, datagram has {}", lrh.pkt_len,
+               pkt_bytes, dgram.size());
+  bool global = lrh.lnh == Lnh::kIbaGlobal;
+  std::size_t min_bytes = kLrhBytes + (global ? kGrhBytes : 0) + kBthBytes + kIcrcBytes;
+  if (pkt_bytes < min_bytes)
+    return err(EPROTO, "packet of {} bytes shorter than its headers ({})", pkt_bytes, min_bytes);
+
+  // IBA 7.8.2: check the link CRC first, as a receiving port would.
+  p.vcrc = get_le16(dgram.subspan(pkt_bytes));
+  if (std::uint16_t v = compute_vcrc(dgram.first(pkt_bytes)); v != p.vcrc)
+    return err(EBADMSG, "bad VCRC {:#06x}, computed {:#06x}", p.vcrc, v);
+
+  auto body = dgram.first(pkt_bytes - kIcrcBytes);  // LRH .. end of pad
+  p.icrc = get_le32(dgram.subspan(pkt_bytes - kIcrcBytes, kIcrcBytes));
+  auto rest = body.subspan(kLrhBytes);
+
+  if (global) {
+    OPENIB_TRY_ASSIGN(p.hdr.grh, decode_grh(rest));
+    const Grh& g = *p.hdr.grh;
+    if (g.nxt_hdr != kGrhNxtHdrIba)  // IBA 8.3.4
+      return err(EPROTO, "GRH.NxtHdr {:#04x}, expected 0x1b", g.nxt_hdr);
+    if (g.ip_ver != kGrhIpVer) return err(EPROTO, "GRH.IPVer {}", g.ip_ver);
+    // IBA 8.3.3: PayLen counts from after the GRH through the ICRC.
+    if (std::size_t{g.pay_len} != pkt_bytes - kLrhBytes - kGrhBytes)
+      return err(EMSGSIZE, "GRH.PayLen {} disagrees with LRH.PktLen ({} bytes after GRH)",
+                 g.pay_len, pkt_bytes - kLrhBytes - kGrhBytes);
+    rest = rest.subspan(kGrhBytes);
+  }
+
+  OPENIB_TRY_ASSIGN(p.hdr.bth, decode_bth(rest));
+  const Bth& bth = p.hdr.bth;
+  rest = rest.subspan(kBthBytes);
+  if (bth.tver != 0) return err(EPROTONOSUPPORT, "BTH.TVer {} (IBA 9.2 defines 0)", bth.tver);
+  auto info = opcode_info(bth.opcode);
+  if (!info) return err(EPROTONOSUPPORT, "unsupported OpCode {:#04x}", bth.opcode);
+
+  // IBA 9.2.1 table 35 / 9.3: the OpCode fixes the extension headers and
+  // their order.
+  ExtHeaders ext = info->ext;
+  if (rest.size() < ext_headers_size(ext))
+    return err(EPROTO, "{}: {} bytes after BTH, headers need {}", info->name, rest.size(),
+               ext_headers_size(ext));
+  Headers& h = p.hdr;
+  OPENIB_TRY(take(h.rdeth, ext, kExtRdeth, kRdethBytes, decode_rdeth, rest));
+  OPENIB_TRY(take(h.deth, ext, kExtDeth, kDethBytes, decode_deth, rest));
+  OPENIB_TRY(take(h.reth, ext, kExtReth, kRethBytes, decode_reth, rest));
+  OPENIB_TRY(take(h.atomic_eth, ext, kExtAtomicEth, kAtomicEthBytes, decode_atomic_eth, rest));
+  OPENIB_TRY(take(h.aeth, ext, kExtAeth, kAethBytes, decode_aeth, rest));
+  OPENIB_TRY(take(h.atomic_ack_eth, ext, kExtAtomicAckEth, kAtomicAckEthBytes,
+                  decode_atomic_ack_eth, rest));
+  OPENIB_TRY(take(h.imm_dt, ext, kExtImmDt, kImmDtBytes, decode_imm_dt, rest));
+  OPENIB_TRY(take(h.ieth, ext, kExtIeth, kIethBytes, decode_ieth, rest));
+
+  // IBA 9.2: PadCnt bytes of pad follow the payload; packets without
+  // payload have neither.
+  if (!info->payload && !rest.empty())
+    return err(EPROTO, "{} carries {} bytes after its headers, expected none", info->name,
+               rest.size());
+  if (bth.pad_cnt > rest.size())
+    return err(EPROTO, "BTH.PadCnt {} exceeds the {} bytes of payload", bth.pad_cnt, rest.size());
+  p.payload = rest.first(rest.size() - bth.pad_cnt);
+
+  // IBA 7.8.1: end-to-end check last; a switch would skip it.
+  if (std::uint32_t c = compute_icrc(body); c != p.icrc)
+    return err(EBADMSG, "bad ICRC {:#010x}, computed {:#010x}", p.icrc, c);
+  return p;
+}
+
+Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const std::byte> payload) {
+  auto info = opcode_info(hdr.bth.opcode);
+  if (!info) return err(EINVAL, "unsupported OpCode {:#04x}", hdr.bth.opcode);
+  if (hdr.present_ext() != info->ext)
+    return err(EINVAL, "{}: extension headers {:#x} given, OpCode needs {:#x}", info->name,
+               hdr.present_ext(), info->ext);
+  if (!info->payload && !payload.empty())
+    return err(EINVAL, "{} carries no payload, {} bytes given", info->name, payload.size());
+
+  // IBA 9.2: pad the payload to a multiple of 4 bytes.
+  auto pad = static_cast<std::uint8_t>((4 - payload.size() % 4) % 4);
+  std::size_t hdr_bytes = kLrhBytes + (hdr.grh ? kGrhBytes : 0) + kBthBytes + ext_headers_size(info->ext);
+  std::size_t pkt_bytes = hdr_bytes + payload.size() + pad + kIcrcBytes;
+  if (pkt_bytes + kVcrcBytes > kMaxPacketBytes)
+    return err(EINVAL, "packet of {} bytes exceeds the 11-bit PktLen", pkt_bytes);
+
+  Lrh lrh = hdr.lrh;
+  lrh.lnh = hdr.grh ? Lnh::kIbaGlobal : Lnh::kIbaLocal;  // IBA 7.7.5
+  lrh.pkt_len = static_cast<std::uint16_t>(pkt_bytes / 4);  // IBA 7.7.8
+  Bth bth = hdr.bth;
+  bth.pad_cnt = pad;
+
+  std::vector<std::byte> out;
+  out.reserve(pkt_bytes + kVcrcBytes);
+  append_lrh(out, lrh);
+  if (hdr.grh) {
+    Grh g = *hdr.grh;
+    g.pay_len = static_cast<std::uint16_t>(pkt_bytes - kLrhBytes - kGrhBytes);  // IBA 8.3.3
+    append_grh(out, g);
+  }
+  append_bth(out, bth);
+  if (hdr.rdeth) append_rdeth(out, *hdr.rdeth);
+  if (hdr.deth) append_deth(out, *hdr.deth);
+  if (hdr.reth) append_reth(out, *hdr.reth);
+  if (hdr.atomic_eth) append_atomic_eth(out, *hdr.atomic_eth);
+  if (hdr.aeth) append_aeth(out, *hdr.aeth);
+  if (hdr.atomic_ack_eth) append_atomic_ack_eth(out, *hdr.atomic_ack_eth);
+  if (hdr.imm_dt) append_imm_dt(out, *hdr.imm_dt);
+  if (hdr.ieth) append_ieth(out, *hdr.ieth);
+  out.insert(out.end(), payload.begin(), payload.end());
+  out.insert(out.end(), pad, std::byte{0});  // IBA 9.2: pad bytes are 0
+
+  put_le(out, compute_icrc(out), 4);  // IBA 7.8.1
+  put_le(out, compute_vcrc(out), 2);  // IBA 7.8.2
+  return out;
+}
+
+void rewrite_vcrc(std::span<std::byte> dgram) {
+  if (dgram.size() < kLrhBytes + kIcrcBytes + kVcrcBytes) return;
+  std::size_t n = dgram.size() - kVcrcBytes;
+  std::uint16_t v = compute_vcrc(dgram.first(n));
+  dgram[n] = static_cast<std::byte>(v & 0xFF);
+  dgram[n + 1] = static_cast<std::byte>(v >> 8);
+}
+
+}  // namespace openib::sim::wire

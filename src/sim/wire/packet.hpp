@@ -1,0 +1,66 @@
+// Whole IBA packets as carried by simhca ports and ibfabric links: one
+// packet per UDP datagram, from the first byte of the LRH through the VCRC
+// (docs/wire.md). parse_packet() checks framing and both CRCs and returns
+// the decoded headers with a view of the payload; build_packet() is its
+// inverse and fills in every computed field.
+//
+// Error codes, so callers can count drops by kind:
+//   EPROTO           malformed: truncated header, bad field, headers or
+//                    payload not what the OpCode calls for, bad PadCnt
+//   EMSGSIZE         LRH.PktLen (or GRH.PayLen) disagrees with the datagram
+//   EPROTONOSUPPORT  raw packet (LNH 0/1), unknown OpCode, LVer/TVer != 0
+//   EBADMSG          ICRC or VCRC mismatch
+//   EINVAL           build_packet() given inconsistent headers
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "common/result.hpp"
+#include "sim/wire/headers.hpp"
+
+namespace openib::sim::wire {
+
+// Largest packet: PktLen is 11 bits of 4-byte words (IBA 7.7.8), plus VCRC.
+inline constexpr std::size_t kMaxPacketBytes = 0x7FF * 4 + kVcrcBytes;
+
+struct Headers {
+  Lrh lrh;
+  std::optional<Grh> grh;  // present iff lrh.lnh == kIbaGlobal
+  Bth bth;
+  std::optional<Rdeth> rdeth;
+  std::optional<Deth> deth;
+  std::optional<Reth> reth;
+  std::optional<AtomicEth> atomic_eth;
+  std::optional<Aeth> aeth;
+  std::optional<AtomicAckEth> atomic_ack_eth;
+  std::optional<ImmDt> imm_dt;
+  std::optional<Ieth> ieth;
+
+  ExtHeaders present_ext() const;  // which extension headers are set
+  bool operator==(const Headers&) const = default;
+};
+
+struct ParsedPacket {
+  Headers hdr;
+  std::span<const std::byte> payload;  // view into the datagram, pad excluded
+  std::uint32_t icrc = 0;
+  std::uint16_t vcrc = 0;
+};
+
+// Parse and validate one datagram (IBA 7.7, 7.8, 8.3, 9.2, 9.3).
+Result<ParsedPacket> parse_packet(std::span<const std::byte> datagram);
+
+// Build a datagram: LRH.LNH, LRH.PktLen, GRH.PayLen and BTH.PadCnt are set
+// from the headers and payload given (their values in `hdr` are ignored);
+// the extension headers set must be exactly those the OpCode calls for.
+Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const std::byte> payload);
+
+// For switches: a forwarded packet keeps its ICRC but gets a new VCRC once
+// the variant fields (LRH.VL, ...) are rewritten (IBA 7.8.2). `datagram`
+// must be at least LRH + CRCs long.
+void rewrite_vcrc(std::span<std::byte> datagram);
+
+}  // namespace openib::sim::wire
