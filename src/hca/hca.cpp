@@ -1,0 +1,361 @@
+// The HCA driver: bring-up and teardown ladders (docs/simhca.md §5.1),
+// EQ 0 and its interrupt (§9, §10), verbs over the commands of §6.
+#include "hca/hca.hpp"
+
+#include <chrono>
+
+#include "common/log.hpp"
+#include "hca/prm.hpp"
+
+namespace openib::hca {
+
+using namespace prm;
+namespace {
+constexpr uint32_t kBar0 = VFIO_PCI_BAR0_REGION_INDEX;
+
+int status_errno(uint8_t s) {
+  switch (s) {
+    case kBadResource: return ENOENT;
+    case kResourceBusy: return EBUSY;
+    case kNoResources: return ENOSPC;
+    case kBadAddress: return EFAULT;
+    case kNotSupported:
+    case kBadOpcode: return EOPNOTSUPP;
+    case kInternalError: return EIO;
+    default: return EINVAL;
+  }
+}
+
+// §9.4: every event type but the CQ ones (those go to the CQ's own EQ).
+constexpr uint64_t kEq0EventMask = (1ull << kEvCmdCompletion) | (1ull << kEvPortStateChange) |
+                                   (1ull << kEvLidChange) | (1ull << kEvQpFatal) |
+                                   (1ull << kEvQpReqErr) | (1ull << kEvQpAccessErr) |
+                                   (1ull << kEvQpLastWqeReached) | (1ull << kEvQpCommEst) |
+                                   (1ull << kEvSqDrained) | (1ull << kEvSrqLimit) |
+                                   (1ull << kEvSrqCatas) | (1ull << kEvDeviceFatal);
+}  // namespace
+
+Result<std::unique_ptr<Hca>> Hca::open(vfio::Device& dev, boost::asio::io_context& io,
+                                       HcaOptions opts) {
+  std::unique_ptr<Hca> h(new Hca(dev, io, opts));
+  if (auto r = h->bring_up(); !r) {
+    (void)h->close(true);  // undo the rungs climbed so far
+    return r.take_error();
+  }
+  return h;
+}
+
+Hca::~Hca() {
+  if (is_open()) {
+    if (auto r = close(true); !r) log::get("hca")->warn("{}: close: {}", dev_.name(), r.error().str());
+  }
+}
+
+// §5.1 bring-up order, one rung per step.
+Result<void> Hca::bring_up() {
+  // 1. Identity: the interface revision this driver speaks (§3).
+  OPENIB_TRY_ASSIGN(uint16_t vendor, dev_.config_read16(0x00));
+  OPENIB_TRY_ASSIGN(uint16_t device, dev_.config_read16(0x02));
+  if (vendor != kVendorId || device != kDeviceId)
+    return err(ENODEV, "{}: PCI {:04x}:{:04x} is not a simhca", dev_.name(), vendor, device);
+  OPENIB_TRY_ASSIGN(uint32_t rev, dev_.read32(kBar0, kInterfaceRev));
+  if (rev != kSupportedInterfaceRev)
+    return err(ENOTSUP, "{}: interface revision {}, this driver speaks {}", dev_.name(), rev,
+               kSupportedInterfaceRev);
+  OPENIB_TRY_ASSIGN(uint32_t magic, dev_.read32(kBar0, kMagic));
+  if (magic != kMagicValue) return err(ENODEV, "{}: bad MAGIC {:#x}", dev_.name(), magic);
+  OPENIB_TRY_ASSIGN(fw_rev_, dev_.read32(kBar0, kFwRev));
+  // 2. DMA memory and the command queue.
+  OPENIB_TRY_ASSIGN(pool_, dma::DmaPool::create(dev_, opts_.pool));
+  OPENIB_TRY_ASSIGN(cmd_, CommandInterface::create(dev_, *pool_, opts_.cmd));
+  // 3. INIT_HCA and QUERY_DEVICE_CAP, polled (§5.4).
+  OPENIB_TRY(command(kInitHca, {}, 0));
+  initialized_ = true;
+  OPENIB_TRY_ASSIGN(Bytes caps, command(kQueryDeviceCap, {}, 80));
+  caps_ = decode_caps(caps);
+  // 4. MSI-X vector 0 and EQ 0 (§5.1, §10), then completions by event.
+  OPENIB_TRY_ASSIGN(irqs_, vfio::InterruptSet::create(dev_, io_, VFIO_PCI_MSIX_IRQ_INDEX, 1,
+                                                      [this](uint32_t v, uint64_t) { on_interrupt(v); }));
+  OPENIB_TRY_ASSIGN(auto eq, EventQueue::create(*pool_, opts_.eq0_log_size));
+  Bytes in(32);
+  put64(in, 0x00, eq->ring_iova());
+  put64(in, 0x08, kEq0EventMask);
+  put8(in, 0x10, eq->log_size());
+  put16(in, 0x12, 0);  // MSI-X vector 0
+  put32(in, 0x14, 0);  // UAR 0, the driver's
+  OPENIB_TRY_ASSIGN(uint32_t eqn, command_u32(kCreateEq, in));
+  eq->bind(eqn, 0);
+  eq0_ = std::move(eq);
+  cmd_->use_events(&io_);
+  log::get("hca")->info("{}: simhca fw {}.{} up: {} QPs, {} CQs, {} MSI-X vectors, EQ {}", dev_.name(),
+                        fw_rev_ >> 16, fw_rev_ & 0xffff, caps_.max_qp, caps_.max_cq, caps_.num_msix,
+                        eqn);
+  return ok();
+}
+
+// The teardown ladder, the reverse of bring_up().
+Result<void> Hca::close(bool force) {
+  Result<void> first;
+  auto note = [&](Result<void> r) {
+    if (!r && first) first = std::move(r);
+  };
+  if (cmd_) cmd_->use_events(nullptr);  // from here completions are polled
+  // DESTROY_EQ is RESOURCE_BUSY while CQs still use EQ 0; TEARDOWN_HCA
+  // below then decides (graceful: EBUSY; force: everything goes).
+  if (eq0_ && cmd_ && dev_.alive()) {
+    auto r = command(kDestroyEq, encode_u32(eq0_->eqn()), 0);
+    if (!r && last_status_ != kResourceBusy) note(r.take_error());
+  }
+  irqs_.reset();  // disables MSI-X on a live device
+  if (initialized_ && cmd_ && dev_.alive()) {
+    auto r = command(kTeardownHca, encode_u32(force ? 1 : 0), 0);
+    if (!r && last_status_ == kResourceBusy && r.error().code == EBUSY) {
+      const uint32_t left = last_syndrome_;
+      auto forced = command(kTeardownHca, encode_u32(1), 0);
+      if (!forced) note(forced.take_error());
+      else note(err(EBUSY, "{}: {} objects still alive at teardown; destroyed by force", dev_.name(), left));
+    } else if (!r) {
+      note(r.take_error());
+    }
+  }
+  initialized_ = false;
+  if (cmd_ && dev_.alive()) note(cmd_->disable());
+  eq0_.reset();
+  cmd_.reset();
+  pool_.reset();
+  if (!dev_.alive() && first) return err(ENODEV, "{}: device gone during teardown", dev_.name());
+  return first;
+}
+
+// EQ 0's interrupt (§9.3): consume, dispatch, re-arm.
+void Hca::on_interrupt(uint32_t) {
+  if (!eq0_) return;
+  for (const EventEntry& e : eq0_->poll()) {
+    if (e.type == kEvCmdCompletion) {
+      if (cmd_) cmd_->on_completion_event(get32(e.data, 0));
+      continue;
+    }
+    events_.push_back(e);
+    if (on_event_) on_event_(e);
+  }
+  if (dev_.alive()) {
+    if (auto r = eq0_->arm(dev_); !r) log::get("hca")->warn("{}: arming EQ 0: {}", dev_.name(), r.error().str());
+  }
+}
+
+bool Hca::wait_event(uint8_t type, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    for (const EventEntry& e : events_)
+      if (e.type == type) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (io_.stopped()) io_.restart();
+    io_.run_one_for(std::chrono::milliseconds(10));
+  }
+}
+
+Result<Bytes> Hca::command(uint16_t opcode, std::span<const std::byte> in, size_t out_len) {
+  if (!cmd_) return err(ENODEV, "{}: HCA is closed", dev_.name());
+  OPENIB_TRY_ASSIGN(CommandResult r, cmd_->exec(opcode, in, out_len));
+  last_status_ = r.status;
+  last_syndrome_ = r.syndrome;
+  if (!r.ok())
+    return err(status_errno(r.status), "{}: command {:#06x}: {} (syndrome {:#x})", dev_.name(), opcode,
+               status_name(r.status), r.syndrome);
+  return std::move(r.output);
+}
+
+Result<uint32_t> Hca::command_u32(uint16_t opcode, std::span<const std::byte> in) {
+  OPENIB_TRY_ASSIGN(Bytes out, command(opcode, in, 4));
+  return get32(out, 0);
+}
+
+// ---- verbs --------------------------------------------------------------------
+
+Result<void> Hca::nop() {
+  OPENIB_TRY(command(kNop, {}, 0));
+  return ok();
+}
+
+Result<DeviceCaps> Hca::query_device() {
+  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryDeviceCap, {}, 80));
+  return decode_caps(out);
+}
+
+Result<PortAttr> Hca::query_port(uint8_t port) {
+  Bytes in(4);
+  put8(in, 0, port);
+  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryPort, in, 48));
+  return decode_port(out);
+}
+
+Result<void> Hca::set_port(uint8_t port, const PortSetup& s) {
+  OPENIB_TRY(command(kSetPort, encode_set_port(port, s), 0));
+  return ok();
+}
+
+Result<uint32_t> Hca::alloc_pd() { return command_u32(kAllocPd, {}); }
+Result<void> Hca::dealloc_pd(uint32_t pdn) {
+  OPENIB_TRY(command(kDeallocPd, encode_u32(pdn), 0));
+  return ok();
+}
+Result<uint32_t> Hca::alloc_uar() { return command_u32(kAllocUar, {}); }
+Result<void> Hca::dealloc_uar(uint32_t uar) {
+  OPENIB_TRY(command(kDeallocUar, encode_u32(uar), 0));
+  return ok();
+}
+
+Result<EqContext> Hca::query_eq(uint32_t eqn) {
+  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryEq, encode_u32(eqn), 40));
+  return decode_eq_context(out);
+}
+
+// §6.5 CREATE_CQ: ring of 64-byte CQEs and an 8-byte doorbell record.
+Result<Cq> Hca::create_cq(uint8_t log_size, std::optional<uint32_t> eqn, uint32_t uar) {
+  Cq cq;
+  OPENIB_TRY_ASSIGN(cq.ring, pool_->alloc((size_t{1} << log_size) * kCqeSize, 64));
+  OPENIB_TRY_ASSIGN(cq.dbr, pool_->alloc(8, 8));
+  Bytes in(32);
+  put64(in, 0x00, cq.ring.iova());
+  put64(in, 0x08, cq.dbr.iova());
+  put8(in, 0x10, log_size);
+  put32(in, 0x14, eqn.value_or(eq0()));
+  put32(in, 0x18, uar);
+  OPENIB_TRY_ASSIGN(cq.cqn, command_u32(kCreateCq, in));
+  cq.log_size = log_size;
+  cq.uar = uar;
+  return cq;
+}
+
+Result<void> Hca::destroy_cq(Cq& cq) {
+  OPENIB_TRY(command(kDestroyCq, encode_u32(cq.cqn), 0));
+  cq = Cq{};
+  return ok();
+}
+
+Result<CqContext> Hca::query_cq(uint32_t cqn) {
+  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryCq, encode_u32(cqn), 48));
+  return decode_cq_context(out);
+}
+
+// §4 CQ_ARM: 23:0 CQN, 25:24 command, 29:28 sequence, 63:32 consumer.
+Result<void> Hca::arm_cq(Cq& cq, bool solicited_only, uint32_t consumer) {
+  cq.arm_sn = (cq.arm_sn + 1) & 3;  // §7.3: must change between arms
+  const uint64_t v = (uint64_t{consumer} << 32) | (uint64_t{cq.arm_sn} << 28) |
+                     (uint64_t{solicited_only ? 2u : 1u} << 24) | (cq.cqn & 0xffffff);
+  return dev_.write64(VFIO_PCI_BAR2_REGION_INDEX, cq.uar * kUarPageSize + kUarCqArm, v);
+}
+
+// §6.9 CREATE_SRQ
+Result<Srq> Hca::create_srq(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint32_t limit,
+                            uint32_t uar) {
+  Srq s;
+  OPENIB_TRY_ASSIGN(s.ring, pool_->alloc((size_t{1} << log_size) << log_stride, 64));
+  OPENIB_TRY_ASSIGN(s.dbr, pool_->alloc(8, 8));
+  Bytes in(32);
+  put64(in, 0x00, s.ring.iova());
+  put64(in, 0x08, s.dbr.iova());
+  put8(in, 0x10, log_size);
+  put8(in, 0x11, log_stride);
+  put32(in, 0x14, pdn);
+  put32(in, 0x18, limit);
+  put32(in, 0x1c, uar);
+  OPENIB_TRY_ASSIGN(s.srqn, command_u32(kCreateSrq, in));
+  return s;
+}
+
+Result<void> Hca::destroy_srq(Srq& s) {
+  OPENIB_TRY(command(kDestroySrq, encode_u32(s.srqn), 0));
+  s = Srq{};
+  return ok();
+}
+
+Result<SrqContext> Hca::query_srq(uint32_t srqn) {
+  OPENIB_TRY_ASSIGN(Bytes out, command(kQuerySrq, encode_u32(srqn), 40));
+  return decode_srq_context(out);
+}
+
+Result<void> Hca::arm_srq(uint32_t srqn, uint32_t limit) {
+  OPENIB_TRY(command(kArmSrq, encode_u32x2(srqn, limit), 0));
+  return ok();
+}
+
+// §6.10 CREATE_QP: the driver allocates the rings and doorbell record.
+Result<Qp> Hca::create_qp(const QpInit& init) {
+  Qp qp;
+  qp.type = init.type;
+  OPENIB_TRY_ASSIGN(qp.sq, pool_->alloc((size_t{1} << init.log_sq_size) << init.log_sq_stride, 64));
+  if (!init.srqn) {
+    OPENIB_TRY_ASSIGN(qp.rq, pool_->alloc((size_t{1} << init.log_rq_size) << init.log_rq_stride, 64));
+  }
+  OPENIB_TRY_ASSIGN(qp.dbr, pool_->alloc(8, 8));
+  QpCreateParams p;
+  p.type = init.type;
+  p.port = init.port;
+  p.sig_all = init.sig_all;
+  p.pdn = init.pdn;
+  p.send_cqn = init.send_cqn;
+  p.recv_cqn = init.recv_cqn;
+  p.uar = init.uar;
+  p.srqn = init.srqn;
+  p.sq_iova = qp.sq.iova();
+  p.rq_iova = qp.rq.valid() ? qp.rq.iova() : 0;
+  p.dbr_iova = qp.dbr.iova();
+  p.log_sq_size = init.log_sq_size;
+  p.log_sq_stride = init.log_sq_stride;
+  p.log_rq_size = init.log_rq_size;
+  p.log_rq_stride = init.log_rq_stride;
+  OPENIB_TRY_ASSIGN(qp.qpn, command_u32(kCreateQp, encode_create_qp(p)));
+  return qp;
+}
+
+Result<void> Hca::modify_qp(uint32_t qpn, uint32_t mask, const QpAttr& a) {
+  OPENIB_TRY(command(kModifyQp, encode_modify_qp(qpn, mask, a), 0));
+  return ok();
+}
+
+Result<QpInfo> Hca::query_qp(uint32_t qpn) {
+  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryQp, encode_u32(qpn), 128));
+  std::span<const std::byte> o(out);
+  return QpInfo{decode_qp_attr(o.first(64)), decode_create_qp(o.subspan(64))};
+}
+
+Result<void> Hca::destroy_qp(Qp& qp) {
+  OPENIB_TRY(command(kDestroyQp, encode_u32(qp.qpn), 0));
+  qp = Qp{};
+  return ok();
+}
+
+Result<Mkey> Hca::create_mkey(const MkeyParams& p) {
+  OPENIB_TRY_ASSIGN(Bytes out, command(kCreateMkey, encode_create_mkey(p), 8));
+  return Mkey{get32(out, 0), get32(out, 4)};
+}
+
+Result<void> Hca::destroy_mkey(uint32_t lkey) {
+  OPENIB_TRY(command(kDestroyMkey, encode_u32(lkey), 0));
+  return ok();
+}
+
+Result<MkeyContext> Hca::query_mkey(uint32_t lkey) {
+  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryMkey, encode_u32(lkey), 40));
+  return decode_mkey_context(out);
+}
+
+Result<uint32_t> Hca::create_ah(uint32_t pdn, const AddressVector& av) {
+  Bytes in(40);
+  put32(in, 0x00, pdn);
+  encode_av(std::span<std::byte>(in).subspan(8), av);
+  return command_u32(kCreateAh, in);
+}
+
+Result<void> Hca::destroy_ah(uint32_t ahn) {
+  OPENIB_TRY(command(kDestroyAh, encode_u32(ahn), 0));
+  return ok();
+}
+
+Result<std::pair<uint32_t, AddressVector>> Hca::query_ah(uint32_t ahn) {
+  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryAh, encode_u32(ahn), 40));
+  return std::pair<uint32_t, AddressVector>{get32(out, 0), decode_av(std::span<const std::byte>(out).subspan(8))};
+}
+
+}  // namespace openib::hca

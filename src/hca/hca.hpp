@@ -1,0 +1,182 @@
+// The HCA driver (docs/simhca.md): the bring-up ladder and its reverse
+// teardown (§5.1), EQ 0 on MSI-X vector 0 (§9, §10), and thin verbs-level
+// calls over the command interface (§6). Works on any vfio::Device whose
+// function is a simhca (1234:1b1e, interface revision 1).
+//
+// Single-threaded, like the rest of ibd's control plane: every call runs on
+// the thread that runs `io`, and must not be made from inside an io handler
+// (a command waits by running `io`).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "common/result.hpp"
+#include "dma/dma_pool.hpp"
+#include "hca/command_interface.hpp"
+#include "hca/event_queue.hpp"
+#include "hca/verbs.hpp"
+#include "vfio/device.hpp"
+#include "vfio/interrupts.hpp"
+
+namespace openib::hca {
+
+struct HcaOptions {
+  CommandOptions cmd;
+  uint8_t eq0_log_size = 7;  // 128 events
+  dma::PoolOptions pool;
+};
+
+// A CQ and the host memory it owns (§6.5): ring and doorbell record.
+struct Cq {
+  uint32_t cqn = 0;
+  uint8_t log_size = 0;
+  uint32_t uar = 0;
+  uint32_t arm_sn = 0;
+  dma::DmaBuffer ring, dbr;
+};
+
+// An SRQ and its memory (§6.9).
+struct Srq {
+  uint32_t srqn = 0;
+  dma::DmaBuffer ring, dbr;
+};
+
+struct QpInit {
+  QpType type = QpType::kRc;
+  uint8_t port = 0;  // SMI/GSI only
+  uint32_t pdn = 0, send_cqn = 0, recv_cqn = 0, uar = 0;
+  std::optional<uint32_t> srqn;
+  bool sig_all = false;
+  uint8_t log_sq_size = 4, log_sq_stride = 6, log_rq_size = 4, log_rq_stride = 5;
+};
+
+// A QP and its memory (§6.10): send ring, receive ring, doorbell record.
+struct Qp {
+  uint32_t qpn = 0;
+  QpType type = QpType::kRc;
+  dma::DmaBuffer sq, rq, dbr;
+};
+
+struct QpInfo {
+  QpAttr attr;
+  QpCreateParams init;
+};
+
+struct Mkey {
+  uint32_t lkey = 0, rkey = 0;
+};
+
+class Hca {
+ public:
+  using EventHandler = std::function<void(const EventEntry&)>;
+
+  // The bring-up ladder (§5.1): identity and interface revision, DMA pool,
+  // command queue, INIT_HCA, QUERY_DEVICE_CAP, MSI-X vector 0, EQ 0, event
+  // mode. A failing step undoes the ones before it.
+  static Result<std::unique_ptr<Hca>> open(vfio::Device& dev, boost::asio::io_context& io,
+                                           HcaOptions opts = {});
+  // Runs close(true) if close() was not called.
+  ~Hca();
+  Hca(const Hca&) = delete;
+  Hca& operator=(const Hca&) = delete;
+
+  // The teardown ladder, in reverse: DESTROY_EQ of EQ 0 (polled), MSI-X
+  // off, TEARDOWN_HCA, command queue off, memory freed. With force false,
+  // objects still alive make TEARDOWN_HCA refuse; the device is then torn
+  // down by force anyway and EBUSY returned. Every step is attempted; on a
+  // vanished device the local resources are still freed. Idempotent.
+  Result<void> close(bool force = false);
+  bool is_open() const { return cmd_ != nullptr; }
+
+  const DeviceCaps& caps() const { return caps_; }
+  uint32_t fw_rev() const { return fw_rev_; }
+  vfio::Device& device() { return dev_; }
+  dma::DmaPool& pool() { return *pool_; }
+  CommandInterface& commands() { return *cmd_; }
+  uint32_t eq0() const { return eq0_ ? eq0_->eqn() : 0; }
+  uint64_t interrupts_seen() const { return irqs_ ? irqs_->total(0) : 0; }
+
+  // Asynchronous events (§9.4) other than command completions: recorded,
+  // and passed to the handler if one is set.
+  void set_event_handler(EventHandler h) { on_event_ = std::move(h); }
+  const std::vector<EventEntry>& events() const { return events_; }
+  // Runs io until an event of `type` has been recorded (or timeout_ms).
+  bool wait_event(uint8_t type, int timeout_ms);
+
+  // The status and syndrome of the last command (§5.5), for callers that
+  // need more than the errno of a failed call.
+  uint8_t last_status() const { return last_status_; }
+  uint32_t last_syndrome() const { return last_syndrome_; }
+
+  // Any command; a status other than OK is an Error whose code maps the
+  // status to an errno (BAD_RESOURCE -> ENOENT, RESOURCE_BUSY -> EBUSY,
+  // NO_RESOURCES -> ENOSPC, BAD_ADDRESS -> EFAULT, NOT_SUPPORTED and
+  // BAD_OPCODE -> EOPNOTSUPP, INTERNAL_ERROR -> EIO, the rest -> EINVAL).
+  Result<Bytes> command(uint16_t opcode, std::span<const std::byte> in, size_t out_len);
+
+  // ---- verbs (IBA 11.2), one command each -------------------------------
+  Result<void> nop();
+  Result<DeviceCaps> query_device();
+  Result<PortAttr> query_port(uint8_t port);
+  Result<void> set_port(uint8_t port, const PortSetup& s);
+
+  Result<uint32_t> alloc_pd();
+  Result<void> dealloc_pd(uint32_t pdn);
+  Result<uint32_t> alloc_uar();
+  Result<void> dealloc_uar(uint32_t uar);
+
+  Result<EqContext> query_eq(uint32_t eqn);
+
+  // CQ on EQ 0 unless eqn is given.
+  Result<Cq> create_cq(uint8_t log_size, std::optional<uint32_t> eqn = std::nullopt, uint32_t uar = 0);
+  Result<void> destroy_cq(Cq& cq);
+  Result<CqContext> query_cq(uint32_t cqn);
+  // §7.3: CQ_ARM doorbell on the CQ's UAR.
+  Result<void> arm_cq(Cq& cq, bool solicited_only, uint32_t consumer = 0);
+
+  Result<Srq> create_srq(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint32_t limit = 0,
+                         uint32_t uar = 0);
+  Result<void> destroy_srq(Srq& srq);
+  Result<SrqContext> query_srq(uint32_t srqn);
+  Result<void> arm_srq(uint32_t srqn, uint32_t limit);
+
+  Result<Qp> create_qp(const QpInit& init);
+  Result<void> modify_qp(uint32_t qpn, uint32_t attr_mask, const QpAttr& attr);
+  Result<QpInfo> query_qp(uint32_t qpn);
+  Result<void> destroy_qp(Qp& qp);
+
+  Result<Mkey> create_mkey(const MkeyParams& p);
+  Result<void> destroy_mkey(uint32_t lkey);
+  Result<MkeyContext> query_mkey(uint32_t lkey);
+
+  Result<uint32_t> create_ah(uint32_t pdn, const AddressVector& av);
+  Result<void> destroy_ah(uint32_t ahn);
+  Result<std::pair<uint32_t, AddressVector>> query_ah(uint32_t ahn);
+
+ private:
+  Hca(vfio::Device& dev, boost::asio::io_context& io, HcaOptions opts)
+      : dev_(dev), io_(io), opts_(opts) {}
+  Result<void> bring_up();
+  void on_interrupt(uint32_t vector);
+  Result<uint32_t> command_u32(uint16_t opcode, std::span<const std::byte> in);
+
+  vfio::Device& dev_;
+  boost::asio::io_context& io_;
+  HcaOptions opts_;
+  std::unique_ptr<dma::DmaPool> pool_;
+  std::unique_ptr<CommandInterface> cmd_;
+  std::unique_ptr<vfio::InterruptSet> irqs_;
+  std::unique_ptr<EventQueue> eq0_;
+  bool initialized_ = false;  // INIT_HCA done, TEARDOWN_HCA not yet
+  DeviceCaps caps_;
+  uint32_t fw_rev_ = 0;
+  EventHandler on_event_;
+  std::vector<EventEntry> events_;
+  uint8_t last_status_ = 0;
+  uint32_t last_syndrome_ = 0;
+};
+
+}  // namespace openib::hca

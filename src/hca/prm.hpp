@@ -1,0 +1,108 @@
+// The driver's reading of docs/simhca.md (the programmer's reference
+// manual): register offsets, opcodes, status codes, event types and the
+// byte helpers for the big-endian structures in host memory. This is
+// deliberately not shared with src/sim/simhca: the manual is the contract.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace openib::hca::prm {
+
+// §2
+inline constexpr uint16_t kVendorId = 0x1234;
+inline constexpr uint16_t kDeviceId = 0x1b1e;
+
+// §3 BAR0 initialization segment.
+inline constexpr uint64_t kFwRev = 0x000;
+inline constexpr uint64_t kInterfaceRev = 0x008;
+inline constexpr uint64_t kMagic = 0x00c;
+inline constexpr uint64_t kCmdqAddrLo = 0x010;
+inline constexpr uint64_t kCmdqAddrHi = 0x014;
+inline constexpr uint64_t kCmdqSize = 0x018;
+inline constexpr uint64_t kCmdqCtrl = 0x01c;
+inline constexpr uint64_t kCmdDoorbell = 0x020;
+inline constexpr uint64_t kStatus = 0x024;
+inline constexpr uint64_t kHealthSyndrome = 0x028;
+inline constexpr uint64_t kCmdsCompleted = 0x02c;
+inline constexpr uint64_t kCmdsDropped = 0x030;
+inline constexpr uint64_t kBadAccess = 0x034;
+inline constexpr uint64_t kReset = 0x038;
+inline constexpr uint64_t kCapSummary = 0x03c;
+inline constexpr uint64_t kSimFault = 0xf00;
+
+inline constexpr uint32_t kSupportedInterfaceRev = 1;
+inline constexpr uint32_t kMagicValue = 0x53494d48;
+inline constexpr uint32_t kStatusCmdqEnabled = 1u << 0;
+inline constexpr uint32_t kStatusHcaInitialized = 1u << 1;
+inline constexpr uint32_t kStatusCmdqError = 1u << 2;
+inline constexpr uint32_t kStatusCmdqFault = 1u << 3;
+inline constexpr uint32_t kStatusFatal = 1u << 31;
+
+// §4 UAR pages.
+inline constexpr uint64_t kUarPageSize = 4096;
+inline constexpr uint64_t kUarCqArm = 0x020;
+inline constexpr uint64_t kUarEqDoorbell = 0x040;
+
+// §5.2 command entry.
+inline constexpr size_t kEntrySize = 128;
+inline constexpr size_t kInline = 32;
+inline constexpr size_t kEntOpcode = 0x00, kEntToken = 0x04, kEntInLen = 0x08, kEntOutLen = 0x0c;
+inline constexpr size_t kEntInMbox = 0x10, kEntOutMbox = 0x18, kEntInlineIn = 0x20;
+inline constexpr size_t kEntInlineOut = 0x40, kEntSyndrome = 0x60, kEntStatus = 0x64;
+inline constexpr size_t kEntFlags = 0x67;
+inline constexpr uint8_t kOwner = 0x01;
+
+// §5.5
+enum Status : uint8_t {
+  kOk = 0x00, kInternalError = 0x01, kBadOpcode = 0x02, kBadParam = 0x03, kBadSysState = 0x04,
+  kBadResource = 0x05, kResourceBusy = 0x06, kBadResState = 0x07, kNoResources = 0x08,
+  kBadInputLen = 0x09, kBadOutputLen = 0x0a, kBadAddress = 0x0b, kNotSupported = 0x0c,
+};
+
+// §6
+enum Opcode : uint16_t {
+  kNop = 0x0001, kQueryDeviceCap = 0x0100, kInitHca = 0x0101, kTeardownHca = 0x0102,
+  kQueryPort = 0x0103, kSetPort = 0x0104, kCreateEq = 0x0200, kDestroyEq = 0x0201,
+  kQueryEq = 0x0202, kCreateCq = 0x0300, kDestroyCq = 0x0301, kQueryCq = 0x0302,
+  kCreateQp = 0x0400, kModifyQp = 0x0401, kQueryQp = 0x0402, kDestroyQp = 0x0403,
+  kCreateSrq = 0x0500, kDestroySrq = 0x0501, kQuerySrq = 0x0502, kArmSrq = 0x0503,
+  kAllocPd = 0x0600, kDeallocPd = 0x0601, kCreateMkey = 0x0700, kDestroyMkey = 0x0701,
+  kQueryMkey = 0x0702, kCreateAh = 0x0800, kDestroyAh = 0x0801, kQueryAh = 0x0802,
+  kAllocUar = 0x0900, kDeallocUar = 0x0901,
+};
+
+// §9.1, §9.4
+inline constexpr size_t kEqeSize = 32;
+inline constexpr size_t kCqeSize = 64;
+enum Event : uint8_t {
+  kEvCmdCompletion = 0x00, kEvCqCompletion = 0x01, kEvPortStateChange = 0x02,
+  kEvLidChange = 0x03, kEvQpFatal = 0x04, kEvQpReqErr = 0x05, kEvQpAccessErr = 0x06,
+  kEvQpLastWqeReached = 0x07, kEvQpCommEst = 0x08, kEvSqDrained = 0x09, kEvCqError = 0x0a,
+  kEvSrqLimit = 0x0b, kEvSrqCatas = 0x0c, kEvDeviceFatal = 0x0f,
+};
+
+// Big-endian fields of host-memory structures (§1).
+inline uint64_t be_get(std::span<const std::byte> b, size_t off, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v = (v << 8) | (off + i < b.size() ? std::to_integer<uint8_t>(b[off + i]) : 0);
+  return v;
+}
+inline void be_put(std::span<std::byte> b, size_t off, size_t n, uint64_t v) {
+  for (size_t i = 0; i < n; ++i, v >>= 8)
+    if (off + n - 1 - i < b.size()) b[off + n - 1 - i] = std::byte(static_cast<uint8_t>(v));
+}
+inline uint8_t get8(std::span<const std::byte> b, size_t o) { return static_cast<uint8_t>(be_get(b, o, 1)); }
+inline uint16_t get16(std::span<const std::byte> b, size_t o) { return static_cast<uint16_t>(be_get(b, o, 2)); }
+inline uint32_t get32(std::span<const std::byte> b, size_t o) { return static_cast<uint32_t>(be_get(b, o, 4)); }
+inline uint64_t get64(std::span<const std::byte> b, size_t o) { return be_get(b, o, 8); }
+inline void put8(std::span<std::byte> b, size_t o, uint64_t v) { be_put(b, o, 1, v); }
+inline void put16(std::span<std::byte> b, size_t o, uint64_t v) { be_put(b, o, 2, v); }
+inline void put32(std::span<std::byte> b, size_t o, uint64_t v) { be_put(b, o, 4, v); }
+inline void put64(std::span<std::byte> b, size_t o, uint64_t v) { be_put(b, o, 8, v); }
+
+const char* status_name(uint8_t status);
+
+}  // namespace openib::hca::prm

@@ -1,0 +1,154 @@
+// Verbs-level types of the HCA driver (IBA chapter 11 vocabulary) and the
+// pure codecs that turn them into docs/simhca.md command inputs and back.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace openib::hca {
+
+using Bytes = std::vector<std::byte>;
+
+// §6.1 QUERY_DEVICE_CAP
+struct DeviceCaps {
+  uint32_t max_qp = 0, max_cq = 0, max_eq = 0, max_srq = 0, max_pd = 0;
+  uint32_t max_mkey = 0, max_ah = 0, max_uar = 0;
+  uint8_t log_max_qp_wr = 0, log_max_cqe = 0, log_max_eqe = 0, log_max_srq_wr = 0;
+  uint16_t max_sge = 0, max_inline = 0;
+  uint8_t num_ports = 0, max_rd_atomic = 0, max_dest_rd_atomic = 0, num_msix = 0;
+  uint32_t max_mkey_pages = 0, max_mailbox = 0, cap_flags = 0;
+  uint64_t node_guid = 0, sys_image_guid = 0;
+  uint32_t max_msg_size = 0;
+  uint16_t vendor_part_id = 0;
+  uint8_t local_ca_ack_delay = 0;
+};
+DeviceCaps decode_caps(std::span<const std::byte> out);
+
+// §6.3 QUERY_PORT / SET_PORT
+struct PortAttr {
+  uint8_t state = 0, phys_state = 0;
+  uint16_t lid = 0, sm_lid = 0;
+  uint8_t lmc = 0, sm_sl = 0, max_mtu = 0, active_mtu = 0, active_width = 0, active_speed = 0;
+  uint16_t pkey_table_len = 0, gid_table_len = 0;
+  uint64_t gid_prefix = 0, port_guid = 0;
+  uint32_t cap_flags = 0;
+  uint16_t pkey0 = 0;
+  uint32_t qkey_violations = 0, pkey_violations = 0;
+};
+PortAttr decode_port(std::span<const std::byte> out);
+enum PortState : uint8_t { kPortDown = 1, kPortInit = 2, kPortArmed = 3, kPortActive = 4 };
+
+struct PortSetup {  // only the fields set are changed
+  std::optional<uint8_t> state, lmc, active_mtu, sm_sl;
+  std::optional<uint16_t> lid, sm_lid;
+  std::optional<uint64_t> gid_prefix;
+};
+Bytes encode_set_port(uint8_t port, const PortSetup& s);
+
+// §7.6 address vector
+struct AddressVector {
+  uint16_t dlid = 0;
+  uint8_t sl = 0, src_path_bits = 0, static_rate = 0, port = 1;
+  bool grh = false;
+  uint8_t hop_limit = 0;
+  uint32_t flow_label = 0;
+  uint8_t sgid_index = 0, traffic_class = 0;
+  std::array<uint8_t, 16> dgid{};
+};
+void encode_av(std::span<std::byte> out, const AddressVector& av);
+AddressVector decode_av(std::span<const std::byte> in);
+
+// §7.7, §8: QP types, states, attribute mask (enum ibv_qp_attr_mask values).
+enum class QpType : uint8_t { kRc = 0, kUc = 1, kUd = 2, kSmi = 3, kGsi = 4 };
+enum class QpState : uint8_t { kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5, kErr = 6 };
+namespace qp_attr {
+inline constexpr uint32_t kState = 1u << 0, kCurState = 1u << 1, kEnSqdAsyncNotify = 1u << 2;
+inline constexpr uint32_t kAccessFlags = 1u << 3, kPkeyIndex = 1u << 4, kPort = 1u << 5;
+inline constexpr uint32_t kQkey = 1u << 6, kAv = 1u << 7, kPathMtu = 1u << 8, kTimeout = 1u << 9;
+inline constexpr uint32_t kRetryCnt = 1u << 10, kRnrRetry = 1u << 11, kRqPsn = 1u << 12;
+inline constexpr uint32_t kMaxQpRdAtomic = 1u << 13, kAltPath = 1u << 14, kMinRnrTimer = 1u << 15;
+inline constexpr uint32_t kSqPsn = 1u << 16, kMaxDestRdAtomic = 1u << 17;
+inline constexpr uint32_t kPathMigState = 1u << 18, kCap = 1u << 19, kDestQpn = 1u << 20;
+}  // namespace qp_attr
+// Access flags (§6.7, §7.7), the values of enum ibv_access_flags.
+inline constexpr uint32_t kAccessLocalWrite = 1, kAccessRemoteWrite = 2, kAccessRemoteRead = 4,
+                          kAccessRemoteAtomic = 8;
+
+struct QpAttr {
+  QpState state = QpState::kReset;
+  QpState cur_state = QpState::kReset;
+  uint8_t port = 0, path_mtu = 0;
+  uint16_t pkey_index = 0;
+  uint8_t access = 0;
+  bool en_sqd_async_notify = false;  // query: sq_draining
+  uint32_t qkey = 0, dest_qpn = 0, rq_psn = 0, sq_psn = 0;
+  uint8_t timeout = 0, retry_cnt = 0, rnr_retry = 0, min_rnr_timer = 0;
+  uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0;
+  AddressVector av;
+};
+Bytes encode_modify_qp(uint32_t qpn, uint32_t mask, const QpAttr& a);
+QpAttr decode_qp_attr(std::span<const std::byte> in);
+
+// §6.10 CREATE_QP input
+struct QpCreateParams {
+  QpType type = QpType::kRc;
+  uint8_t port = 0;  // SMI/GSI only
+  bool sig_all = false;
+  uint32_t pdn = 0, send_cqn = 0, recv_cqn = 0, uar = 0;
+  std::optional<uint32_t> srqn;
+  uint64_t sq_iova = 0, rq_iova = 0, dbr_iova = 0;
+  uint8_t log_sq_size = 0, log_sq_stride = 6, log_rq_size = 0, log_rq_stride = 5;
+};
+Bytes encode_create_qp(const QpCreateParams& p);
+QpCreateParams decode_create_qp(std::span<const std::byte> in);
+
+// §7.1 - §7.5 contexts
+struct EqContext {
+  uint64_t ring_iova = 0, event_mask = 0;
+  uint8_t log_size = 0;
+  bool armed = false;
+  uint16_t vector = 0;
+  uint32_t uar = 0, producer = 0, consumer = 0, overruns = 0;
+};
+EqContext decode_eq_context(std::span<const std::byte> out);
+
+struct CqContext {
+  uint64_t ring_iova = 0, dbr_iova = 0;
+  uint8_t log_size = 0, arm = 0, state = 0;
+  uint32_t eqn = 0, uar = 0, producer = 0, consumer = 0, arm_sn = 0, users = 0;
+};
+CqContext decode_cq_context(std::span<const std::byte> out);
+
+struct SrqContext {
+  uint64_t ring_iova = 0, dbr_iova = 0;
+  uint8_t log_size = 0, log_stride = 0, state = 0;
+  bool armed = false;
+  uint32_t pdn = 0, limit = 0, uar = 0, users = 0;
+};
+SrqContext decode_srq_context(std::span<const std::byte> out);
+
+struct MkeyParams {
+  uint32_t pdn = 0, access = 0;
+  uint64_t start_va = 0, length = 0;
+  uint8_t log_page_size = 12;
+  std::vector<uint64_t> pages;  // page IOVAs
+};
+Bytes encode_create_mkey(const MkeyParams& p);
+struct MkeyContext {
+  uint32_t pdn = 0, access = 0;
+  uint64_t start_va = 0, length = 0;
+  uint8_t log_page_size = 0;
+  uint32_t num_pages = 0, key = 0;
+};
+MkeyContext decode_mkey_context(std::span<const std::byte> out);
+
+// One big-endian 32-bit number (the input of most destroy/query commands).
+Bytes encode_u32(uint32_t v);
+Bytes encode_u32x2(uint32_t a, uint32_t b);
+
+}  // namespace openib::hca

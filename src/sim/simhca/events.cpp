@@ -1,0 +1,118 @@
+// simhca: event queues (docs/simhca.md §9), MSI-X signalling (§10), the
+// UAR doorbells of the control plane (§4: EQ_DOORBELL, CQ_ARM) and the
+// device fatal state (§11.4).
+#include "sim/simhca/hca.hpp"
+
+namespace openib::simhca {
+
+// §9.4 routing: CQ events go to the CQ's EQ; every other type to the
+// lowest-numbered EQ whose mask takes it.
+void Hca::raise_event(const PendingEvent& ev, std::optional<uint32_t> eqn) {
+  if (!eqn) {
+    eqs_.for_each([&](uint32_t n, Eq& eq) {
+      if (!eqn && ev.type < 64 && (eq.cfg.event_mask >> ev.type) & 1) eqn = n;
+    });
+  }
+  Eq* eq = eqn ? eqs_.get(*eqn) : nullptr;
+  if (!eq) {
+    ++stats_.events_dropped;
+    return;
+  }
+  write_eqe(*eqn, *eq, ev);
+}
+
+// §9.1 entry, §9.2 ownership phase, §9.3 overrun and arming.
+void Hca::write_eqe(uint32_t eqn, Eq& eq, const PendingEvent& ev) {
+  const uint32_t size = 1u << eq.cfg.log_size;
+  if (eq.producer - eq.consumer >= size) {
+    ++eq.overruns;
+    ++stats_.events_dropped;
+    return;
+  }
+  std::array<std::byte, kEqeSize> e{};
+  put8(e, 0x00, ev.type);
+  put8(e, 0x01, ev.subtype);
+  std::copy(ev.data.begin(), ev.data.end(), e.begin() + 0x04);
+  put8(e, 0x1f, ((eq.producer >> eq.cfg.log_size) & 1) ^ 1);
+  const uint64_t at = eq.cfg.ring_iova + uint64_t{eq.producer & (size - 1)} * kEqeSize;
+  if (!host_.dma_write(at, e)) {  // §11.2: the ring was unmapped under us
+    ++eq.write_faults;
+    ++stats_.events_dropped;
+    log_->warn("simhca: EQ {} ring at {:#x} not writable; event {:#x} dropped", eqn, at, ev.type);
+    return;
+  }
+  ++eq.producer;
+  ++stats_.events_written;
+  if (eq.armed) {
+    eq.armed = false;
+    if (host_.signal_msix(eq.cfg.vector)) ++stats_.irqs_signalled;
+  }
+}
+
+// §4 / §9.3 EQ_DOORBELL: bits 23:0 EQN, bit 31 ARM, 63:32 consumer counter.
+void Hca::eq_doorbell(uint32_t uar, uint64_t v) {
+  const uint32_t eqn = v & 0xffffff;
+  const bool arm = v & (1ull << 31);
+  const auto ci = static_cast<uint32_t>(v >> 32);
+  Eq* eq = eqs_.get(eqn);
+  // A consumer counter ahead of the producer is refused (§9.3).
+  if (!eq || eq->cfg.uar != uar || eq->producer - ci > (1u << eq->cfg.log_size)) {
+    ++stats_.bad_access;
+    return;
+  }
+  eq->consumer = ci;
+  if (!arm) return;
+  if (eq->producer != eq->consumer) {  // events pending: signal at once, stay disarmed
+    if (host_.signal_msix(eq->cfg.vector)) ++stats_.irqs_signalled;
+  } else {
+    eq->armed = true;
+  }
+}
+
+// §4 / §7.3 CQ_ARM: 23:0 CQN, 25:24 command, 29:28 sequence, 63:32 consumer.
+void Hca::cq_arm(uint32_t uar, uint64_t v) {
+  const uint32_t cqn = v & 0xffffff;
+  const auto cmd = static_cast<uint8_t>((v >> 24) & 3);
+  Cq* cq = cqs_.get(cqn);
+  if (!cq || cq->cfg.uar != uar || cmd == 0 || cmd == 3) {
+    ++stats_.bad_access;
+    return;
+  }
+  cq->consumer = static_cast<uint32_t>(v >> 32);
+  cq->arm_sn = static_cast<uint8_t>((v >> 28) & 3);
+  cq->arm = cmd;
+  if (cq->producer != cq->consumer) {  // unpolled CQEs: notify now (§7.3)
+    cq->arm = 0;
+    PendingEvent ev;
+    ev.type = kEvCqCompletion;
+    put32(ev.data, 0, cqn);
+    raise_event(ev, cq->cfg.eqn);
+  }
+}
+
+void Hca::uar_write64(uint32_t uar, uint64_t off, uint64_t v) {
+  if (!initialized_ || !uars_.get(uar)) {  // §4: only allocated UAR pages
+    ++stats_.bad_access;
+    return;
+  }
+  switch (off) {
+    case kUarEqDoorbell: eq_doorbell(uar, v); return;
+    case kUarCqArm: cq_arm(uar, v); return;
+    default: ++stats_.bad_access; return;  // SQ_DOORBELL: data path, not implemented (§12.5)
+  }
+}
+
+// §11.4
+void Hca::enter_fatal(uint32_t syndrome) {
+  if (fatal_) return;
+  log_->error("simhca: device fatal, syndrome {:#x}", syndrome);
+  fatal_ = true;
+  health_syndrome_ = syndrome;
+  status_ |= kStatusFatal;
+  PendingEvent ev;
+  ev.type = kEvDeviceFatal;
+  put32(ev.data, 0, syndrome);
+  raise_event(ev);
+}
+
+}  // namespace openib::simhca
