@@ -1,0 +1,74 @@
+// A port's link: where an HCA or switch port sends raw IBA packets (from
+// the LRH through the VCRC, one packet per send) and receives them.
+//
+// Implementations: UdpLink (udp_link.hpp: one UDP datagram per packet, the
+// cable between two processes or machines, with fault injection and pcap
+// capture) and LoopbackLink pairs for in-process tests.
+//
+// Threading: receive() callbacks run on the link's own receive thread (or
+// inside poll() for links driven by their owner); send() may be called from
+// any thread. A Link never calls back into send() of its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "common/result.hpp"
+
+namespace openib::sim {
+
+struct LinkStats {
+  uint64_t tx_packets = 0, tx_bytes = 0;
+  uint64_t rx_packets = 0, rx_bytes = 0;
+  uint64_t rx_dropped_bad_crc = 0;   // ICRC or VCRC wrong (IBA 7.8): dropped, counted
+  uint64_t rx_dropped_malformed = 0; // not a parseable IBA packet
+  uint64_t tx_errors = 0;            // the socket refused a datagram
+  // Fault injection (FaultSpec), counted on the sending side.
+  uint64_t injected_drops = 0, injected_dups = 0, injected_reorders = 0, injected_corruptions = 0;
+};
+
+class Link {
+ public:
+  using Receiver = std::function<void(std::span<const std::byte> packet)>;
+  virtual ~Link() = default;
+
+  // Sends one packet. Never blocks for long; a full socket buffer drops the
+  // packet (counted), as a congested wire would.
+  virtual Result<void> send(std::span<const std::byte> packet) = 0;
+  // Installs the receiver of well-formed packets (bad-CRC and malformed
+  // ones are counted and dropped before it).
+  virtual void set_receiver(Receiver r) = 0;
+  virtual LinkStats stats() const = 0;
+};
+
+// Per-direction fault injection for tests (issue 3: drop, duplicate,
+// reorder, corrupt). Rates are probabilities per packet, drawn from a PRNG
+// seeded with `seed`, so a run is repeatable.
+struct FaultSpec {
+  double drop = 0, duplicate = 0, reorder = 0, corrupt = 0;
+  uint64_t seed = 1;
+  bool any() const { return drop > 0 || duplicate > 0 || reorder > 0 || corrupt > 0; }
+};
+
+// Two in-process links cabled to each other, for deterministic tests of
+// the transport engine. send() only queues (so a receiver that answers
+// from inside its callback never re-enters the sender); pump() delivers
+// what is queued, in both directions, through the same CRC checks and the
+// same fault injection a UdpLink applies.
+class LoopbackPair {
+ public:
+  virtual ~LoopbackPair() = default;
+  virtual Link& a() = 0;
+  virtual Link& b() = 0;
+  virtual void set_faults(const FaultSpec& a_to_b, const FaultSpec& b_to_a) = 0;
+  // Delivers up to `max` queued packets; returns how many were delivered.
+  virtual size_t pump(size_t max = SIZE_MAX) = 0;
+  virtual size_t queued() const = 0;
+};
+std::unique_ptr<LoopbackPair> make_loopback_pair();
+
+}  // namespace openib::sim
