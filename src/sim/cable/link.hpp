@@ -29,6 +29,9 @@ struct LinkStats {
   uint64_t tx_errors = 0;            // the socket refused a datagram
   // Fault injection (FaultSpec), counted on the sending side.
   uint64_t injected_drops = 0, injected_dups = 0, injected_reorders = 0, injected_corruptions = 0;
+  // Added with the implementations (docs/cables.md "Validation and counters"):
+  uint64_t rx_dropped_foreign = 0;      // a datagram from anyone but the configured peer
+  uint64_t rx_dropped_no_receiver = 0;  // well-formed, but no receiver installed yet
 };
 
 class Link {

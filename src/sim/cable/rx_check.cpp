@@ -1,0 +1,52 @@
+#include "sim/cable/rx_check.hpp"
+
+#include <cerrno>
+
+#include "common/log.hpp"
+#include "sim/wire/crc.hpp"
+#include "sim/wire/headers.hpp"
+#include "sim/wire/packet.hpp"
+
+namespace openib::sim {
+
+RxVerdict check_received(std::span<const std::byte> d, std::string* why) {
+  using namespace wire;
+  // Shortest IBA packet: LRH, BTH, ICRC, VCRC (IBA 7.7.8). Below that there
+  // is nothing a CRC could be taken over.
+  if (d.size() < kLrhBytes + kBthBytes + kIcrcBytes + kVcrcBytes || d.size() > kMaxPacketBytes) {
+    if (why) *why = "datagram of " + std::to_string(d.size()) + " bytes cannot be an IBA packet";
+    return RxVerdict::kMalformed;
+  }
+  // VCRC, IBA 7.8.2: over LRH..ICRC, stored least significant byte first.
+  const std::size_t n = d.size() - kVcrcBytes;
+  const auto stored = static_cast<std::uint16_t>(std::to_integer<unsigned>(d[n]) |
+                                                 (std::to_integer<unsigned>(d[n + 1]) << 8));
+  if (compute_vcrc(d.first(n)) != stored) {
+    if (why) *why = "bad VCRC";
+    return RxVerdict::kBadCrc;
+  }
+  auto p = parse_packet(d);
+  if (p.ok()) return RxVerdict::kGood;
+  if (why) *why = p.error().str();
+  return p.error().code == EBADMSG ? RxVerdict::kBadCrc : RxVerdict::kMalformed;
+}
+
+bool count_received(std::span<const std::byte> d, LinkCounters& c, const std::string& link_name,
+                    std::atomic<unsigned>& warned) {
+  LinkCounters::bump(c.rx_packets);
+  LinkCounters::bump(c.rx_bytes, d.size());
+  std::string why;
+  const RxVerdict v = check_received(d, &why);
+  if (v == RxVerdict::kGood) return true;
+  const bool crc = v == RxVerdict::kBadCrc;
+  LinkCounters::bump(crc ? c.rx_dropped_bad_crc : c.rx_dropped_malformed);
+  const unsigned bit = crc ? 1u : 2u;
+  const bool first = (warned.fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
+  log::get("cable")->log(first ? spdlog::level::warn : spdlog::level::debug,
+                         "{}: dropped a {}-byte datagram, {}: {}{}", link_name, d.size(),
+                         crc ? "bad CRC" : "malformed", why,
+                         first ? " (further drops of this kind are logged at debug level)" : "");
+  return false;
+}
+
+}  // namespace openib::sim
