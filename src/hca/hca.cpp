@@ -2,6 +2,8 @@
 // EQ 0 and its interrupt (§9, §10), verbs over the commands of §6.
 #include "hca/hca.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "common/log.hpp"
@@ -261,6 +263,8 @@ Result<Srq> Hca::create_srq(uint32_t pdn, uint8_t log_size, uint8_t log_stride, 
   put32(in, 0x18, limit);
   put32(in, 0x1c, uar);
   OPENIB_TRY_ASSIGN(s.srqn, command_u32(kCreateSrq, in));
+  s.log_size = log_size;
+  s.log_stride = log_stride;
   return s;
 }
 
@@ -306,6 +310,11 @@ Result<Qp> Hca::create_qp(const QpInit& init) {
   p.log_rq_size = init.log_rq_size;
   p.log_rq_stride = init.log_rq_stride;
   OPENIB_TRY_ASSIGN(qp.qpn, command_u32(kCreateQp, encode_create_qp(p)));
+  qp.uar = init.uar;
+  qp.log_sq_size = init.log_sq_size;
+  qp.log_sq_stride = init.log_sq_stride;
+  qp.log_rq_size = init.log_rq_size;
+  qp.log_rq_stride = init.log_rq_stride;
   return qp;
 }
 
@@ -324,6 +333,68 @@ Result<void> Hca::destroy_qp(Qp& qp) {
   OPENIB_TRY(command(kDestroyQp, encode_u32(qp.qpn), 0));
   qp = Qp{};
   return ok();
+}
+
+// ---- data path, §12 ------------------------------------------------------
+
+Result<void> Hca::post_send(Qp& qp, const SendWr& wr) {
+  OPENIB_TRY_ASSIGN(Bytes w, encode_send_wqe(wr, qp.type));
+  const size_t stride = size_t{1} << qp.log_sq_stride;
+  if (w.size() > stride) return err(EINVAL, "send WQE of {} bytes in a {}-byte stride", w.size(), stride);
+  const size_t idx = qp.sq_pi & ((1u << qp.log_sq_size) - 1);
+  auto slot = qp.sq.bytes().subspan(idx * stride, stride);
+  std::copy(w.begin(), w.end(), slot.begin());
+  std::fill(slot.begin() + static_cast<ptrdiff_t>(w.size()), slot.end(), std::byte{0});
+  ++qp.sq_pi;
+  // §12.3: WQE, store barrier, record, then the doorbell with the same counter.
+  std::atomic_thread_fence(std::memory_order_release);
+  put32(qp.dbr.bytes(), 4, qp.sq_pi);
+  return dev_.write64(VFIO_PCI_BAR2_REGION_INDEX, qp.uar * kUarPageSize + kUarSqDoorbell,
+                      (uint64_t{qp.sq_pi} << 32) | (qp.qpn & 0xffffff));
+}
+
+Result<void> Hca::post_recv(Qp& qp, const RecvWr& wr) {
+  if (!qp.rq.valid()) return err(EINVAL, "QP {:#x} receives from an SRQ", qp.qpn);
+  Bytes w = encode_recv_wqe(wr);
+  const size_t stride = size_t{1} << qp.log_rq_stride;
+  if (w.size() > stride) return err(EINVAL, "receive WQE of {} bytes in a {}-byte stride", w.size(), stride);
+  const size_t idx = qp.rq_pi & ((1u << qp.log_rq_size) - 1);
+  std::copy(w.begin(), w.end(), qp.rq.bytes().subspan(idx * stride).begin());
+  ++qp.rq_pi;
+  std::atomic_thread_fence(std::memory_order_release);
+  put32(qp.dbr.bytes(), 0, qp.rq_pi);  // §12.5: no doorbell for receives
+  return ok();
+}
+
+Result<void> Hca::post_srq_recv(Srq& s, const RecvWr& wr) {
+  Bytes w = encode_recv_wqe(wr);
+  const size_t stride = size_t{1} << s.log_stride;
+  if (w.size() > stride) return err(EINVAL, "receive WQE of {} bytes in a {}-byte stride", w.size(), stride);
+  const size_t idx = s.pi & ((1u << s.log_size) - 1);
+  std::copy(w.begin(), w.end(), s.ring.bytes().subspan(idx * stride).begin());
+  ++s.pi;
+  std::atomic_thread_fence(std::memory_order_release);
+  put32(s.dbr.bytes(), 0, s.pi);
+  return ok();
+}
+
+// §12.4 with the ownership phase of §9.2.
+std::vector<WorkCompletion> Hca::poll_cq(Cq& cq, size_t max) {
+  std::vector<WorkCompletion> out;
+  const uint32_t size = 1u << cq.log_size;
+  while (out.size() < max) {
+    auto e = cq.ring.bytes().subspan(size_t{cq.ci & (size - 1)} * kCqeSize, kCqeSize);
+    const uint8_t owner = std::to_integer<uint8_t>(
+        std::atomic_ref<std::byte>(e[kCqeSize - 1]).load(std::memory_order_acquire)) & 1;
+    if (owner != (((cq.ci >> cq.log_size) & 1) ^ 1)) break;
+    out.push_back(decode_cqe(e));
+    ++cq.ci;
+  }
+  if (!out.empty()) {
+    std::atomic_thread_fence(std::memory_order_release);
+    put32(cq.dbr.bytes(), 0, cq.ci);
+  }
+  return out;
 }
 
 Result<Mkey> Hca::create_mkey(const MkeyParams& p) {

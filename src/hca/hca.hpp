@@ -18,6 +18,7 @@
 #include "hca/command_interface.hpp"
 #include "hca/event_queue.hpp"
 #include "hca/verbs.hpp"
+#include "hca/work_queue.hpp"
 #include "vfio/device.hpp"
 #include "vfio/interrupts.hpp"
 
@@ -35,12 +36,15 @@ struct Cq {
   uint8_t log_size = 0;
   uint32_t uar = 0;
   uint32_t arm_sn = 0;
+  uint32_t ci = 0;  // §12.3 consumer counter (CQEs polled)
   dma::DmaBuffer ring, dbr;
 };
 
 // An SRQ and its memory (§6.9).
 struct Srq {
   uint32_t srqn = 0;
+  uint8_t log_size = 0, log_stride = 0;
+  uint32_t pi = 0;  // §12.3 producer counter
   dma::DmaBuffer ring, dbr;
 };
 
@@ -57,6 +61,9 @@ struct QpInit {
 struct Qp {
   uint32_t qpn = 0;
   QpType type = QpType::kRc;
+  uint32_t uar = 0;
+  uint8_t log_sq_size = 0, log_sq_stride = 0, log_rq_size = 0, log_rq_stride = 0;
+  uint32_t sq_pi = 0, rq_pi = 0;  // §12.3 producer counters
   dma::DmaBuffer sq, rq, dbr;
 };
 
@@ -147,6 +154,18 @@ class Hca {
   Result<void> modify_qp(uint32_t qpn, uint32_t attr_mask, const QpAttr& attr);
   Result<QpInfo> query_qp(uint32_t qpn);
   Result<void> destroy_qp(Qp& qp);
+
+  // ---- data path (§12) -------------------------------------------------
+  // The caller keeps at most 2^log_sq_size send WQEs outstanding (posted
+  // and not yet completed; unsignaled ones complete with a later signaled
+  // one) and likewise for receives.
+  // §12.1, §12.3, §12.5: WQE into the ring, doorbell record, SQ_DOORBELL.
+  Result<void> post_send(Qp& qp, const SendWr& wr);
+  // §12.2, §12.3: WQE into the ring, then the producer counter in the record.
+  Result<void> post_recv(Qp& qp, const RecvWr& wr);
+  Result<void> post_srq_recv(Srq& srq, const RecvWr& wr);
+  // §12.4: up to `max` CQEs, the consumer counter updated in the record.
+  std::vector<WorkCompletion> poll_cq(Cq& cq, size_t max = SIZE_MAX);
 
   Result<Mkey> create_mkey(const MkeyParams& p);
   Result<void> destroy_mkey(uint32_t lkey);

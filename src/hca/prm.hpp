@@ -45,6 +45,7 @@ inline constexpr uint32_t kStatusFatal = 1u << 31;
 inline constexpr uint64_t kUarPageSize = 4096;
 inline constexpr uint64_t kUarCqArm = 0x020;
 inline constexpr uint64_t kUarEqDoorbell = 0x040;
+inline constexpr uint64_t kUarSqDoorbell = 0x800;
 
 // §5.2 command entry.
 inline constexpr size_t kEntrySize = 128;

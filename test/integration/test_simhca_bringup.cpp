@@ -73,7 +73,7 @@ TEST_CASE("simhca: bring-up ladder, then the teardown ladder in reverse", "[simh
     CHECK(hca.caps().num_msix == 32);
     CHECK(hca.caps().vendor_part_id == 0x1b1e);
     CHECK(hca.caps().node_guid == 0x123400fffe000001ull);
-    CHECK((hca.caps().cap_flags & (1u << 5)) == 0);  // no DATA_PATH yet
+    CHECK((hca.caps().cap_flags & (1u << 5)) != 0);  // DATA_PATH (§6.1, §12)
     // EQ 0 on vector 0, the first EQ after INIT_HCA.
     CHECK(hca.eq0() == 0);
     auto eq = hca.query_eq(0);

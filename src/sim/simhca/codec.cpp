@@ -327,8 +327,8 @@ Result<SetPort> decode_set_port(ByteView in) {
   s.sm_lid = get16(in, 0x06);
   s.active_mtu = get8(in, 0x08);
   s.sm_sl = get8(in, 0x09);
+  s.pkey0 = get16(in, 0x0a);
   s.gid_prefix = get64(in, 0x10);
-  if (s.select & 0x80) return err(kBadParam, "SET_PORT: reserved select bit 7");
   return s;
 }
 

@@ -133,10 +133,11 @@ struct SetPort {
   uint8_t port = 0, select = 0, state = 0, lmc = 0;
   uint16_t lid = 0, sm_lid = 0;
   uint8_t active_mtu = 0, sm_sl = 0;
+  uint16_t pkey0 = 0;
   uint64_t gid_prefix = 0;
 };
 inline constexpr uint8_t kSelState = 1, kSelLid = 2, kSelSmLid = 4, kSelLmc = 8, kSelMtu = 16,
-                         kSelGidPrefix = 32, kSelSmSl = 64;
+                         kSelGidPrefix = 32, kSelSmSl = 64, kSelPkey = 128;
 Result<SetPort> decode_set_port(ByteView in);
 
 struct PortInfo {

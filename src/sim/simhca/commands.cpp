@@ -31,6 +31,13 @@ Outcome Hca::execute(uint16_t op, ByteView in, Bytes& out) {
   if (fatal_ && op != kOpNop && op != kOpQueryDeviceCap) return {kInternalError, health_syndrome_};
   if (!initialized_ && op != kOpNop && op != kOpQueryDeviceCap && op != kOpInitHca)
     return {kBadSysState, 0};
+  in_command_ = true;
+  Outcome o = dispatch(op, in, out);
+  in_command_ = false;
+  return o;
+}
+
+Outcome Hca::dispatch(uint16_t op, ByteView in, Bytes& out) {
   switch (op) {
     case kOpNop: return {};
     case kOpQueryDeviceCap: return cmd_query_device_cap(out);
@@ -122,6 +129,7 @@ Outcome Hca::cmd_set_port(ByteView in) {
   if ((s.select & kSelLmc) && s.lmc > 7) return {kBadParam, 5};
   if ((s.select & kSelMtu) && (s.active_mtu < 1 || s.active_mtu > port_.max_mtu)) return {kBadParam, 6};
   if ((s.select & kSelSmSl) && s.sm_sl > 15) return {kBadParam, 7};
+  if ((s.select & kSelPkey) && (s.pkey0 & 0x7fff) == 0) return {kBadParam, 9};  // IBA 10.9.1.2
   PortInfo p = port_;
   if (s.select & kSelState) p.state = s.state;
   if (s.select & kSelLid) p.lid = s.lid;
@@ -130,6 +138,7 @@ Outcome Hca::cmd_set_port(ByteView in) {
   if (s.select & kSelMtu) p.active_mtu = s.active_mtu;
   if (s.select & kSelSmSl) p.sm_sl = s.sm_sl;
   if (s.select & kSelGidPrefix) p.gid_prefix = s.gid_prefix;
+  if (s.select & kSelPkey) p.pkey0 = s.pkey0;
   if (p.state >= 3 && p.lid == 0) return {kBadParam, 8};  // Armed/Active need a LID
   if (p.state != port_.state) {
     PendingEvent ev;
@@ -513,6 +522,7 @@ Outcome Hca::cmd_modify_qp(ByteView in) {
   }
   const uint8_t fixed_port = (qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi) ? qp->cfg.port : 0;
   apply_modify(qp->attrs, m, fixed_port);
+  on_qp_transition(m.qpn, *qp, cur, m);  // §12: PSNs, flush on ERR, clear on RESET
   // §8.3: RTS->SQD with notify raises SQ_DRAINED once drained (at once here).
   if (cur == kRts && qp->attrs.state == kSqd && (m.mask & attr::kEnSqdAsyncNotify) &&
       m.attrs.sqd_notify) {

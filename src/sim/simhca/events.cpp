@@ -98,8 +98,21 @@ void Hca::uar_write64(uint32_t uar, uint64_t off, uint64_t v) {
   switch (off) {
     case kUarEqDoorbell: eq_doorbell(uar, v); return;
     case kUarCqArm: cq_arm(uar, v); return;
-    default: ++stats_.bad_access; return;  // SQ_DOORBELL: data path, not implemented (§12.5)
+    case kUarSqDoorbell: sq_doorbell(uar, v); return;
+    default: ++stats_.bad_access; return;
   }
+}
+
+// Data-path events: written now, or after the completion of the command
+// that raised them (§9.4).
+void Hca::emit_event(uint8_t type, uint32_t number, std::optional<uint32_t> eqn, uint8_t byte4) {
+  PendingEvent ev;
+  ev.type = type;
+  ev.eqn = eqn;
+  put32(ev.data, 0, number);
+  put8(ev.data, 4, byte4);
+  if (in_command_) after_completion_.push_back(ev);
+  else raise_event(ev, eqn);
 }
 
 // §11.4

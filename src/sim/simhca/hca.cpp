@@ -29,6 +29,7 @@ void Hca::reset() {
   after_completion_.clear();
   reset_tables();
   stats_ = HcaStats{};
+  dstats_ = DataStats{};
 }
 
 void Hca::reset_tables() {
@@ -135,12 +136,15 @@ void Hca::enable_cmdq(bool on) {
 // ---- §5 command queue -----------------------------------------------------
 
 std::optional<Hca::Clock::time_point> Hca::next_due() const {
-  if (current_) return current_due_;
+  std::optional<Clock::time_point> due = datapath_due();
   if (pending_) return Clock::time_point::min();
-  return std::nullopt;
+  if (current_ && (!due || current_due_ < *due)) due = current_due_;
+  return due;
 }
 
 void Hca::run_due(Clock::time_point now) {
+  now_ = now;
+  datapath_tick();  // §12: doorbells rung, timers expired
   for (;;) {
     if (!current_) {
       if (!pending_ || !(status_ & kStatusCmdqEnabled)) return;
@@ -195,7 +199,7 @@ void Hca::process_slot(uint32_t slot) {
   raise_event(ev);
   auto later = std::move(after_completion_);
   after_completion_.clear();
-  for (const PendingEvent& p : later) raise_event(p);
+  for (const PendingEvent& p : later) raise_event(p, p.eqn);
 }
 
 // §5.2: inline bytes then the input mailbox.

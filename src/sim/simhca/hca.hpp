@@ -18,8 +18,14 @@
 
 #include "common/log.hpp"
 #include "common/result.hpp"
+#include "sim/cable/link.hpp"
 #include "sim/simhca/codec.hpp"
 #include "sim/simhca/resources.hpp"
+
+namespace openib::sim::wire {
+struct ParsedPacket;
+struct Headers;
+}
 
 namespace openib::simhca {
 
@@ -47,6 +53,17 @@ struct HcaStats {
   uint64_t events_written = 0;
   uint64_t events_dropped = 0;  // no EQ takes it, EQ full, or EQ ring unwritable
   uint64_t irqs_signalled = 0;
+};
+
+// §12.8 data path counters (logged at exit; tests read them).
+struct DataStats {
+  uint64_t sq_doorbells = 0, tx_packets = 0, tx_dropped = 0, rx_packets = 0;
+  uint64_t rx_malformed = 0, rx_port_down = 0, rx_bad_dlid = 0, rx_bad_pkey = 0,
+           rx_bad_qkey = 0, rx_no_qp = 0, rx_bad_state = 0, rx_no_wqe = 0, rx_dropped_seq = 0,
+           rx_duplicates = 0, rx_bad_response = 0;
+  uint64_t acks_sent = 0, naks_sent = 0, rnr_naks_sent = 0, retransmits = 0, timeouts = 0;
+  uint64_t cqes_written = 0, cqes_dropped = 0, cq_overruns = 0, wqes_executed = 0;
+  uint64_t messages_received = 0;
 };
 
 // A §6 command's result: the §5.5 status and syndrome.
@@ -77,7 +94,15 @@ class Hca {
   // §11.5 function reset.
   void reset();
 
+  // §12.7 ports: the link of port `port` (1..num_ports). Not owned; it must
+  // outlive the Hca or be detached (nullptr) first. Packets it receives are
+  // handed to receive_packet() on the device's thread.
+  void attach_link(uint8_t port, sim::Link* link);
+  // §12.8: one packet from the port's link (LRH through VCRC).
+  void receive_packet(std::span<const std::byte> packet, Clock::time_point now);
+
   const HcaStats& stats() const { return stats_; }
+  const DataStats& data_stats() const { return dstats_; }
   bool initialized() const { return initialized_; }
 
   // Executes one command directly (the fuzz target and the command queue
@@ -89,6 +114,7 @@ class Hca {
   struct PendingEvent {
     uint8_t type = 0, subtype = 0;
     std::array<std::byte, 24> data{};
+    std::optional<uint32_t> eqn;  // CQ events: the CQ's EQ (§9.4)
   };
 
   // command_queue (hca.cpp)
@@ -104,8 +130,51 @@ class Hca {
   void eq_doorbell(uint32_t uar, uint64_t v);
   void cq_arm(uint32_t uar, uint64_t v);
   void enter_fatal(uint32_t syndrome);
+  void emit_event(uint8_t type, uint32_t number, std::optional<uint32_t> eqn = std::nullopt,
+                  uint8_t byte4 = 0);
+
+  // data path (datapath.cpp), §12.1 - §12.6
+  void sq_doorbell(uint32_t uar, uint64_t v);
+  bool post_cqe(uint32_t cqn, const Cqe& c);
+  void finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status);
+  void complete_front(uint32_t qpn, Qp& qp, uint8_t status);
+  void req_fail(uint32_t qpn, Qp& qp, uint8_t status);
+  void qp_to_error(uint32_t qpn, Qp& qp, uint8_t state);
+  void flush_posted(uint32_t qpn, Qp& qp);
+  void on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m);
+  // 1: a receive WQE is held in qp.rt.rwqe; 0: none posted; -1: a bad WQE
+  // (completed with an error, QP in ERR).
+  int fetch_recv(uint32_t qpn, Qp& qp);
+  void complete_recv(uint32_t qpn, Qp& qp, Cqe c);
+  bool fetch_send(uint32_t qpn, Qp& qp);
+  KeyFault resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uint32_t need,
+                   std::vector<Extent>& out) const;
+  bool gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::byte> out);
+  bool scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in);
+  void datapath_tick();
+  std::optional<Clock::time_point> datapath_due() const;
+  uint32_t mtu_bytes(const Qp& qp) const;
+  Clock::duration ack_timeout(const Qp& qp) const;
+
+  // transport (transport.cpp), IBA chapter 9
+  void send_packet(sim::wire::Headers& h, std::span<const std::byte> payload, const Av& av);
+  void req_progress(uint32_t qpn, Qp& qp);
+  void req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
+  void req_go_back(Qp& qp, uint32_t psn);
+  bool req_ack_through(uint32_t qpn, Qp& qp, uint32_t psn);
+  void req_progress_made(Qp& qp);
+  void req_timeout(uint32_t qpn, Qp& qp);
+  void req_on_response(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
+  void resp_request(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
+  void resp_duplicate(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
+  void resp_ud(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
+  bool resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len);
+  void resp_nak(uint32_t qpn, Qp& qp, uint32_t psn, uint8_t code, uint8_t local_status,
+                uint8_t event);
+  void send_ack(const Qp& qp, uint32_t psn, uint8_t syndrome);
 
   // commands (commands.cpp), §6
+  Outcome dispatch(uint16_t opcode, ByteView in, Bytes& out);
   Outcome cmd_query_device_cap(Bytes& out);
   Outcome cmd_init_hca();
   Outcome cmd_teardown_hca(ByteView in);
@@ -172,6 +241,10 @@ class Hca {
   Table<Qp> qps_;
 
   HcaStats stats_;
+  DataStats dstats_;
+  sim::Link* link_ = nullptr;  // §12.7 port 1
+  Clock::time_point now_{};    // the time of the current entry point (data path timers)
+  bool in_command_ = false;    // events wait for the command's completion (§9.4)
 };
 
 }  // namespace openib::simhca

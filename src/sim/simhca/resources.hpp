@@ -4,11 +4,14 @@
 // RESOURCE_BUSY while something still uses the object.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <vector>
 
 #include "sim/simhca/codec.hpp"
+#include "sim/simhca/wqe.hpp"
 
 namespace openib::simhca {
 
@@ -62,6 +65,11 @@ class Table {
     for (uint32_t k = 0; k < slots_.size(); ++k)
       if (slots_[k]) f(k, *slots_[k]);
   }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (uint32_t k = 0; k < slots_.size(); ++k)
+      if (slots_[k]) f(k, *slots_[k]);
+  }
 
  private:
   std::vector<std::optional<T>> slots_;
@@ -97,6 +105,7 @@ struct Srq {
   CreateSrq cfg;
   uint8_t state = 0;
   uint32_t users = 0;  // QPs
+  uint32_t ci = 0;     // §12.3: receive WQEs consumed (data path)
 };
 
 // §7.5
@@ -110,10 +119,67 @@ struct Ah {
   Av av;
 };
 
+// ---- data path state of a QP (§12; IBA 9.7 requester and responder) ----
+
+using DpClock = std::chrono::steady_clock;
+
+// A send WQE taken from the SQ and not yet completed (RC: until acknowledged).
+struct SendOp {
+  SendWqe w;
+  uint16_t wqe_index = 0;
+  uint64_t len = 0;
+  uint32_t first_psn = 0, npkts = 1;
+  uint32_t sent = 0;   // packets sent in the current pass (READ: request covers [sent, npkts))
+  uint32_t rcvd = 0;   // READ: response packets received, in order
+  Bytes data;          // SEND/WRITE: the gathered message
+  std::vector<Extent> local;  // READ/atomic: where the response goes
+  bool signaled = false;
+  bool reads() const { return w.opcode == kWrRead || w.is_atomic(); }
+};
+
+// A receive WQE being filled (taken from the RQ or SRQ).
+struct RecvCtx {
+  bool valid = false;
+  bool resolved = false;  // extents translated (first packet)
+  uint64_t wr_id = 0;
+  uint16_t index = 0;
+  RecvWqe w;
+  std::vector<Extent> ext;
+};
+
+struct QpRuntime {
+  // requester (IBA 9.7.1 - 9.7.6)
+  uint32_t sq_pi = 0;  // from SQ_DOORBELL (§12.5)
+  uint32_t sq_ci = 0;  // next WQE to take
+  std::deque<SendOp> inflight;
+  uint32_t next_psn = 0;  // PSN of the next new request packet
+  uint32_t una = 0;       // oldest unacknowledged PSN
+  uint8_t retry_left = 0, rnr_left = 0;
+  std::optional<DpClock::time_point> ack_due, rnr_until, pace_until;
+  uint32_t read_gap_psn = 0xffffffff;
+  bool kick = false;
+  // responder (IBA 9.7.5)
+  uint32_t rq_ci = 0;
+  uint32_t epsn = 0, msn = 0;
+  bool nak_sent = false;
+  enum class In : uint8_t { kNone, kSend, kWrite } in = In::kNone;
+  RecvCtx rwqe;
+  uint64_t in_off = 0;
+  uint64_t wr_len = 0;
+  std::vector<Extent> wr_ext;
+  struct SavedAtomic {
+    uint32_t psn = 0;
+    uint64_t orig = 0;
+  };
+  std::deque<SavedAtomic> atomics;  // for duplicate atomic requests (IBA 9.7.5.1.1)
+  bool comm_est = false;
+};
+
 // §6.10, §7.7
 struct Qp {
   QpCreate cfg;
   QpAttrs attrs;  // attrs.state is the QP state
+  QpRuntime rt;   // §12
 };
 
 }  // namespace openib::simhca

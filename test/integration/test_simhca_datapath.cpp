@@ -1,0 +1,361 @@
+// Data moved between two simhca processes cabled back to back over UDP on
+// 127.0.0.1 (docs/simhca.md §12, §13 --port1), driven by the driver
+// (src/hca): every operation on RC, UC and UD, data checked byte for byte,
+// at every MTU; RC under injected faults.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <thread>
+
+#include "test_simhca_fixture.hpp"
+
+using namespace openib;
+using namespace openib::test;
+using hca::QpType;
+using hca::SendWr;
+using hca::WrOpcode;
+
+namespace {
+
+// A free UDP port on 127.0.0.1 (bound, read, released).
+uint16_t free_udp_port() {
+  int s = ::socket(AF_INET, SOCK_DGRAM, 0);
+  REQUIRE(s >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t l = sizeof a;
+  REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &l) == 0);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+std::vector<std::string> port_args(uint16_t local, uint16_t peer, std::string faults) {
+  std::vector<std::string> v{"--port1", fmt::format("LOCAL=127.0.0.1:{},PEER=127.0.0.1:{}", local, peer)};
+  if (!faults.empty()) {
+    v.push_back("--faults");
+    v.push_back(faults);
+  }
+  return v;
+}
+
+constexpr size_t kBuf = 4u << 20;
+
+// One device: port Active with its LID, a PD, a CQ and a registered 4 MiB
+// buffer whose virtual addresses are this process's pointers.
+struct Side {
+  Side(uint16_t lid, std::vector<std::string> args) : f(std::move(args)), lid(lid) {
+    hca::PortSetup ps;
+    ps.state = hca::kPortActive;
+    ps.lid = lid;
+    REQUIRE(f.hca->set_port(1, ps).ok());
+    pd = must(f.hca->alloc_pd());
+    cq = must(f.hca->create_cq(12));
+    buf = must(f.hca->pool().alloc(kBuf, 4096));
+    hca::MkeyParams mp;
+    mp.pdn = pd;
+    mp.access = hca::kAccessLocalWrite | hca::kAccessRemoteWrite | hca::kAccessRemoteRead |
+                hca::kAccessRemoteAtomic;
+    mp.start_va = reinterpret_cast<uint64_t>(buf.data());
+    mp.length = kBuf;
+    // Two mkeys of 1024 pages each (max_mkey_pages, §6.1): lower and upper half.
+    mp.length = kBuf / 2;
+    for (uint64_t i = 0; i < kBuf / 2 / 4096; ++i) mp.pages.push_back(buf.iova() + i * 4096);
+    lo = must(f.hca->create_mkey(mp));
+    mp.start_va += kBuf / 2;
+    for (auto& p : mp.pages) p += kBuf / 2;
+    hi = must(f.hca->create_mkey(mp));
+  }
+  template <typename T>
+  static T must(Result<T> r) {
+    if (!r) FAIL(r.error().str());
+    return std::move(r).value();
+  }
+  std::byte* p(size_t off) { return static_cast<std::byte*>(buf.data()) + off; }
+  uint64_t va(size_t off) { return reinterpret_cast<uint64_t>(p(off)); }
+  uint32_t key(size_t off) { return off < kBuf / 2 ? lo.lkey : hi.lkey; }
+
+  hca::Qp qp(QpType t) {
+    hca::QpInit in;
+    in.type = t;
+    in.pdn = pd;
+    in.send_cqn = in.recv_cqn = cq.cqn;
+    in.log_sq_size = 6;
+    in.log_sq_stride = 10;  // room for 512 bytes of inline data (§12.1)
+    in.log_rq_size = 6;
+    in.log_rq_stride = 7;
+    return must(f.hca->create_qp(in));
+  }
+  // RESET -> INIT -> RTR -> RTS (§8.2).
+  void connect(const hca::Qp& q, uint16_t dlid, uint32_t dest_qpn, uint8_t mtu) {
+    using namespace hca::qp_attr;
+    hca::QpAttr a;
+    a.port = 1;
+    a.qkey = 0x11111111;
+    a.access = hca::kAccessRemoteWrite | hca::kAccessRemoteRead | hca::kAccessRemoteAtomic;
+    a.path_mtu = mtu;
+    a.dest_qpn = dest_qpn;
+    a.av.dlid = dlid;
+    a.av.port = 1;
+    a.timeout = 12;  // 16.8 ms
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.min_rnr_timer = 1;
+    a.max_rd_atomic = a.max_dest_rd_atomic = 16;
+    const bool ud = q.type == QpType::kUd, rc = q.type == QpType::kRc;
+    a.state = hca::QpState::kInit;
+    REQUIRE(f.hca->modify_qp(q.qpn, kState | kPkeyIndex | kPort | (ud ? kQkey : kAccessFlags), a).ok());
+    a.state = hca::QpState::kRtr;
+    uint32_t m = kState;
+    if (!ud) m |= kAv | kPathMtu | kDestQpn | kRqPsn;
+    if (rc) m |= kMaxDestRdAtomic | kMinRnrTimer;
+    REQUIRE(f.hca->modify_qp(q.qpn, m, a).ok());
+    a.state = hca::QpState::kRts;
+    m = kState | kSqPsn;
+    if (rc) m |= kTimeout | kRetryCnt | kRnrRetry | kMaxQpRdAtomic;
+    REQUIRE(f.hca->modify_qp(q.qpn, m, a).ok());
+  }
+  // Polls (busy, bounded) until n completions arrived.
+  std::vector<hca::WorkCompletion> wait(size_t n, int timeout_ms = 20000) {
+    std::vector<hca::WorkCompletion> got;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (got.size() < n && std::chrono::steady_clock::now() < end) {
+      for (auto& c : f.hca->poll_cq(cq)) got.push_back(c);
+      if (got.size() < n) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return got;
+  }
+
+  HcaFixture f;
+  uint16_t lid;
+  uint32_t pd = 0;
+  hca::Cq cq;
+  dma::DmaBuffer buf;
+  hca::Mkey lo, hi;
+};
+
+struct Cable {
+  explicit Cable(std::string faults = "") : pa(free_udp_port()), pb(free_udp_port()),
+    a(1, port_args(pa, pb, faults)), b(2, port_args(pb, pa, faults)) {}
+  uint16_t pa, pb;
+  Side a, b;
+};
+
+void fill(std::byte* p, size_t n, uint32_t seed) {
+  uint32_t x = seed * 2654435761u + 7;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    p[i] = std::byte(static_cast<uint8_t>(x));
+  }
+}
+
+void check_one(const std::vector<hca::WorkCompletion>& c, uint8_t opcode, uint32_t len = UINT32_MAX) {
+  REQUIRE(c.size() == 1);
+  CHECK(int(c[0].status) == hca::kWcSuccess);
+  CHECK(int(c[0].opcode) == opcode);
+  if (len != UINT32_MAX) CHECK(c[0].byte_len == len);
+}
+
+}  // namespace
+
+TEST_CASE("simhca data path over UDP: RC, UC, UD, every operation, every MTU", "[simhca][datapath]") {
+  Cable c;
+  auto& A = c.a;
+  auto& B = c.b;
+  const size_t off_dst = kBuf / 2;  // b receives into its upper half
+  uint64_t id = 0;
+  for (uint8_t code = 1; code <= 5; ++code) {
+    const uint32_t mtu = 128u << code;
+    for (Side* s : {&A, &B}) {  // UD messages use the port MTU (§12.7)
+      hca::PortSetup ps;
+      ps.active_mtu = code;
+      REQUIRE(s->f.hca->set_port(1, ps).ok());
+    }
+    hca::Qp rca = A.qp(QpType::kRc), rcb = B.qp(QpType::kRc);
+    hca::Qp uca = A.qp(QpType::kUc), ucb = B.qp(QpType::kUc);
+    hca::Qp uda = A.qp(QpType::kUd), udb = B.qp(QpType::kUd);
+    A.connect(rca, 2, rcb.qpn, code);
+    B.connect(rcb, 1, rca.qpn, code);
+    A.connect(uca, 2, ucb.qpn, code);
+    B.connect(ucb, 1, uca.qpn, code);
+    A.connect(uda, 0, 0, code);
+    B.connect(udb, 0, 0, code);
+    hca::AddressVector av;
+    av.dlid = 2;
+    const uint32_t ah = Side::must(A.f.hca->create_ah(A.pd, av));
+
+    for (size_t len : {size_t{0}, size_t{1}, size_t{mtu - 1}, size_t{mtu}, size_t{mtu + 1}, size_t{1} << 20}) {
+      INFO("MTU " << mtu << " length " << len);
+      const auto n = static_cast<uint32_t>(len);
+      auto sge_a = [&]() { return hca::Sge{A.va(0), n, A.key(0)}; };
+      auto sge_b = [&]() { return hca::Sge{B.va(off_dst), n + 64, B.key(off_dst)}; };
+      auto same = [&](size_t off_b, size_t off_a = 0) {
+        return std::memcmp(B.p(off_b), A.p(off_a), len) == 0;
+      };
+      for (hca::Qp* q : {&rca, &uca}) {
+        const bool rc = q == &rca;
+        hca::Qp& peer = rc ? rcb : ucb;
+        INFO((rc ? "RC" : "UC"));
+        // SEND with immediate
+        fill(A.p(0), len, static_cast<uint32_t>(++id));
+        REQUIRE(B.f.hca->post_recv(peer, {++id, {sge_b()}}).ok());
+        SendWr s;
+        s.wr_id = id;
+        s.opcode = WrOpcode::kSendImm;
+        s.imm = static_cast<uint32_t>(id);
+        s.sg = {sge_a()};
+        REQUIRE(A.f.hca->post_send(*q, s).ok());
+        auto rx = B.wait(1);
+        check_one(rx, hca::kWcRecv, n);
+        CHECK(rx[0].imm == id);
+        check_one(A.wait(1), hca::kWcSend);
+        CHECK(same(off_dst));
+        // SEND inline (up to max_inline)
+        if (len <= 512) {
+          fill(A.p(0), len, static_cast<uint32_t>(++id));
+          REQUIRE(B.f.hca->post_recv(peer, {++id, {sge_b()}}).ok());
+          s.opcode = WrOpcode::kSend;
+          s.inline_data = true;
+          REQUIRE(A.f.hca->post_send(*q, s).ok());
+          check_one(B.wait(1), hca::kWcRecv, n);
+          check_one(A.wait(1), hca::kWcSend);
+          CHECK(same(off_dst));
+          s.inline_data = false;
+        }
+        // RDMA WRITE, then WRITE with immediate
+        fill(A.p(0), len, static_cast<uint32_t>(++id));
+        SendWr w;
+        w.wr_id = ++id;
+        w.opcode = WrOpcode::kWrite;
+        w.sg = {sge_a()};
+        w.remote_addr = B.va(off_dst + 16);
+        w.rkey = B.key(off_dst);
+        REQUIRE(A.f.hca->post_send(*q, w).ok());
+        check_one(A.wait(1), hca::kWcRdmaWrite);
+        if (!rc) {  // UC: no ACK; the data is there once the peer took it
+          auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (!same(off_dst + 16) && std::chrono::steady_clock::now() < end)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        CHECK(same(off_dst + 16));
+        fill(A.p(0), len, static_cast<uint32_t>(++id));
+        REQUIRE(B.f.hca->post_recv(peer, {++id, {}}).ok());
+        w.opcode = WrOpcode::kWriteImm;
+        w.imm = 0xabcd;
+        REQUIRE(A.f.hca->post_send(*q, w).ok());
+        rx = B.wait(1);
+        check_one(rx, hca::kWcRecvRdmaWithImm, n);
+        CHECK(rx[0].imm == 0xabcd);
+        check_one(A.wait(1), hca::kWcRdmaWrite);
+        CHECK(same(off_dst + 16));
+        if (!rc) continue;
+        // RDMA READ back into a's second MiB
+        SendWr r;
+        r.wr_id = ++id;
+        r.opcode = WrOpcode::kRead;
+        r.sg = {hca::Sge{A.va(1u << 20), n, A.key(1u << 20)}};
+        r.remote_addr = B.va(off_dst + 16);
+        r.rkey = B.key(off_dst);
+        REQUIRE(A.f.hca->post_send(*q, r).ok());
+        check_one(A.wait(1), hca::kWcRdmaRead, n);
+        CHECK(std::memcmp(A.p(1u << 20), A.p(0), len) == 0);
+      }
+      // UD: one packet at most (IBA 9.8.4); 40 bytes of GRH area first.
+      if (len <= mtu) {
+        fill(A.p(0), len, static_cast<uint32_t>(++id));
+        REQUIRE(B.f.hca->post_recv(udb, {++id, {hca::Sge{B.va(off_dst), n + 40, B.key(off_dst)}}}).ok());
+        SendWr s;
+        s.wr_id = id;
+        s.opcode = WrOpcode::kSend;
+        s.sg = {sge_a()};
+        s.ahn = ah;
+        s.remote_qpn = udb.qpn;
+        REQUIRE(A.f.hca->post_send(uda, s).ok());
+        auto rx = B.wait(1);
+        check_one(rx, hca::kWcRecv, n + 40);
+        CHECK(rx[0].src_qp == uda.qpn);
+        CHECK(rx[0].slid == 1);
+        check_one(A.wait(1), hca::kWcSend);
+        CHECK(same(off_dst + 40));
+      }
+    }
+    // Atomics on RC (8-byte aligned, host byte order, §12.6).
+    uint64_t v = 100;
+    std::memcpy(B.p(off_dst), &v, 8);
+    SendWr at;
+    at.wr_id = ++id;
+    at.opcode = WrOpcode::kFetchAdd;
+    at.sg = {hca::Sge{A.va(64), 8, A.key(64)}};
+    at.remote_addr = B.va(off_dst);
+    at.rkey = B.key(off_dst);
+    at.swap_add = 11;
+    REQUIRE(A.f.hca->post_send(rca, at).ok());
+    check_one(A.wait(1), hca::kWcFetchAdd, 8);
+    at.opcode = WrOpcode::kCmpSwap;
+    at.compare = 111;
+    at.swap_add = 5;
+    REQUIRE(A.f.hca->post_send(rca, at).ok());
+    check_one(A.wait(1), hca::kWcCompSwap, 8);
+    std::memcpy(&v, A.p(64), 8);
+    CHECK(v == 111);
+    std::memcpy(&v, B.p(off_dst), 8);
+    CHECK(v == 5);
+    for (hca::Qp* q : {&rca, &uca, &uda}) REQUIRE(A.f.hca->destroy_qp(*q).ok());
+    for (hca::Qp* q : {&rcb, &ucb, &udb}) REQUIRE(B.f.hca->destroy_qp(*q).ok());
+    REQUIRE(A.f.hca->destroy_ah(ah).ok());
+  }
+}
+
+TEST_CASE("simhca data path over UDP: RC under 5% loss, duplication, reordering, 1% corruption",
+          "[simhca][datapath][faults]") {
+  Cable c("drop=0.05,dup=0.05,reorder=0.05,corrupt=0.01,seed=7");
+  auto& A = c.a;
+  auto& B = c.b;
+  hca::Qp qa = A.qp(QpType::kRc), qb = B.qp(QpType::kRc);
+  A.connect(qa, 2, qb.qpn, 3);
+  B.connect(qb, 1, qa.qpn, 3);
+  constexpr int kMsgs = 48;
+  fill(A.p(0), kBuf / 2, 99);
+  size_t off = 0;
+  std::vector<size_t> lens;
+  for (int i = 0; i < kMsgs; ++i) {
+    const size_t len = (i * 7919u) % 20000 + 1;
+    lens.push_back(len);
+    REQUIRE(B.f.hca->post_recv(qb, {uint64_t(i), {hca::Sge{B.va(off), uint32_t(len), B.key(off)}}}).ok());
+    off += len;
+  }
+  off = 0;
+  int posted = 0, done = 0;
+  std::vector<hca::WorkCompletion> rx;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((done < kMsgs || rx.size() < kMsgs) && std::chrono::steady_clock::now() < end) {
+    while (posted < kMsgs && posted - done < 32) {  // within the 64-entry SQ
+      SendWr s;
+      s.wr_id = posted;
+      s.sg = {hca::Sge{A.va(off), uint32_t(lens[posted]), A.key(off)}};
+      REQUIRE(A.f.hca->post_send(qa, s).ok());
+      off += lens[posted++];
+    }
+    for (auto& e : A.f.hca->poll_cq(A.cq)) {
+      CHECK(int(e.status) == hca::kWcSuccess);
+      CHECK(e.wr_id == uint64_t(done));
+      ++done;
+    }
+    for (auto& e : B.f.hca->poll_cq(B.cq)) rx.push_back(e);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  REQUIRE(done == kMsgs);
+  REQUIRE(rx.size() == kMsgs);
+  for (int i = 0; i < kMsgs; ++i) {
+    CHECK(int(rx[i].status) == hca::kWcSuccess);
+    CHECK(rx[i].wr_id == uint64_t(i));
+    CHECK(rx[i].byte_len == lens[i]);
+  }
+  CHECK(std::memcmp(B.p(0), A.p(0), off) == 0);
+}
