@@ -7,6 +7,8 @@
 // test fails rather than skips.
 #include <catch2/catch.hpp>
 
+#include "tshark.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -178,22 +180,6 @@ struct RawSocket {
     return b;
   }
 };
-
-std::string run(const std::string& cmd, int& status) {
-  std::string out;
-  std::FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) {
-    status = -1;
-    return out;
-  }
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  status = ::pclose(p);
-  const std::string root_warning = "Running as user \"root\"";
-  if (out.rfind(root_warning, 0) == 0) out.erase(0, out.find('\n') + 1);
-  return out;
-}
 
 }  // namespace
 
@@ -693,7 +679,7 @@ TEST_CASE("UdpLink stop and destruction are bounded", "[cable][udp]") {
 
 TEST_CASE("UdpLink pcap tap: sent and received packets, decoded by tshark", "[cable][udp][pcap][tshark]") {
   int status = 0;
-  run("command -v tshark >/dev/null", status);
+  openib::test::run_command("command -v tshark >/dev/null", status);
   if (status != 0) FAIL("tshark not found: it is a test prerequisite, installed by scripts/setup.sh");
 
   const auto path = fs::temp_directory_path() / ("openib_cable." + std::to_string(::getpid()) + ".pcap");
@@ -728,13 +714,8 @@ TEST_CASE("UdpLink pcap tap: sent and received packets, decoded by tshark", "[ca
   }
 
   const std::string tshark =
-      "tshark -n -r " + path.string() +
-      " --disable-heuristic rpcrdma_infiniband --disable-heuristic smb_direct_infiniband"
-      " --disable-heuristic nvme_rdma --disable-heuristic iser_infiniband"
-      " --disable-heuristic lnet_ib --disable-heuristic smcr_infiniband"
-      " --disable-heuristic sdp_infiniband --disable-heuristic fc_infiniband"
-      " --disable-heuristic mellanox_eoib --disable-heuristic eth_over_ib";
-  auto out = run(tshark + " -T fields -E separator=, -e frame.protocols -e infiniband.bth.psn -e _ws.malformed",
+      openib::test::tshark_read(path.string());
+  auto out = openib::test::run_command(tshark + " -T fields -E separator=, -e frame.protocols -e infiniband.bth.psn -e _ws.malformed",
                  status);
   INFO(out.substr(0, 4000));
   REQUIRE(status == 0);
@@ -752,7 +733,7 @@ TEST_CASE("UdpLink pcap tap: sent and received packets, decoded by tshark", "[ca
   CHECK(frames == records);
   CHECK(psns.count("0") == 2);    // PSN 0 sent by a, received by b
   CHECK(psns.count("119") == 2);  // the last of b's
-  auto expert = run(tshark + " -q -z expert", status);
+  auto expert = openib::test::run_command(tshark + " -q -z expert", status);
   INFO(expert);
   REQUIRE(status == 0);
   for (const char* sev : {"Errors (", "Warns (", "Notes ("}) CHECK(expert.find(sev) == std::string::npos);

@@ -5,6 +5,8 @@
 // the tshark test fails rather than skips.
 #include <catch2/catch.hpp>
 
+#include "tshark.hpp"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -144,24 +146,6 @@ std::vector<Captured> sample_packets() {
   return v;
 }
 
-// Runs a shell command, returning its stdout; the exit status via `status`.
-// stderr is folded in, minus tshark's "Running as user root" warning.
-std::string run(const std::string& cmd, int& status) {
-  std::string out;
-  std::FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) {
-    status = -1;
-    return out;
-  }
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  status = ::pclose(p);
-  const std::string root_warning = "Running as user \"root\"";
-  if (out.rfind(root_warning, 0) == 0) out.erase(0, out.find('\n') + 1);
-  return out;
-}
-
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> v;
   std::istringstream in(s);
@@ -236,7 +220,7 @@ TEST_CASE("PcapErfWriter reports an unwritable path", "[wire][pcap]") {
 
 TEST_CASE("tshark decodes the capture as InfiniBand", "[wire][pcap][tshark]") {
   int status = 0;
-  run("command -v tshark >/dev/null", status);
+  openib::test::run_command("command -v tshark >/dev/null", status);
   if (status != 0) FAIL("tshark not found: it is a test prerequisite, installed by scripts/setup.sh");
 
   auto path = temp_path("openib_pcap_tshark");
@@ -251,16 +235,10 @@ TEST_CASE("tshark decodes the capture as InfiniBand", "[wire][pcap][tshark]") {
   // Payload heuristics (RPC-over-RDMA, SMB Direct, ...) would read our
   // arbitrary payloads as their protocols; switch them off.
   const std::string tshark =
-      "tshark -n -r " + path.string() +
-      " --disable-heuristic rpcrdma_infiniband --disable-heuristic smb_direct_infiniband"
-      " --disable-heuristic nvme_rdma --disable-heuristic iser_infiniband"
-      " --disable-heuristic lnet_ib --disable-heuristic smcr_infiniband"
-      " --disable-heuristic sdp_infiniband --disable-heuristic fc_infiniband"
-      " --disable-heuristic mellanox_eoib --disable-heuristic eth_over_ib"
-      "";
+      openib::test::tshark_read(path.string());
 
   SECTION("each frame is ERF/InfiniBand with our OpCode and our CRC bytes") {
-    auto out = run(tshark +
+    auto out = openib::test::run_command(tshark +
                        " -T fields -E separator=, -e frame.protocols -e infiniband.bth.opcode"
                        " -e infiniband.invariant.crc -e infiniband.variant.crc -e _ws.malformed",
                    status);
@@ -288,14 +266,14 @@ TEST_CASE("tshark decodes the capture as InfiniBand", "[wire][pcap][tshark]") {
   }
 
   SECTION("the expert info summary is empty") {
-    auto out = run(tshark + " -q -z expert", status);
+    auto out = openib::test::run_command(tshark + " -q -z expert", status);
     INFO(out);
     REQUIRE(status == 0);
     for (const char* sev : {"Errors (", "Warns (", "Notes ("}) CHECK(out.find(sev) == std::string::npos);
   }
 
   SECTION("no malformed packets and no warnings in the expert info") {
-    auto out = run(tshark + " -V", status);
+    auto out = openib::test::run_command(tshark + " -V", status);
     INFO(out.substr(0, 4000));
     REQUIRE(status == 0);
     CHECK(out.find("Malformed") == std::string::npos);
@@ -320,7 +298,7 @@ TEST_CASE("tshark decodes the capture as InfiniBand", "[wire][pcap][tshark]") {
 
 TEST_CASE("tshark flags a packet cut short (the checks above can fail)", "[wire][pcap][tshark]") {
   int status = 0;
-  run("command -v tshark >/dev/null", status);
+  openib::test::run_command("command -v tshark >/dev/null", status);
   if (status != 0) FAIL("tshark not found: it is a test prerequisite, installed by scripts/setup.sh");
 
   // A READ Request whose RETH lost 8 bytes: LRH.PktLen adjusted, so only a
@@ -338,7 +316,7 @@ TEST_CASE("tshark flags a packet cut short (the checks above can fail)", "[wire]
     REQUIRE(w.ok());
     REQUIRE((*w)->write(pkt, 0).ok());
   }
-  auto out = run("tshark -n -r " + path.string() + " -T fields -e frame.protocols -e _ws.malformed", status);
+  auto out = openib::test::run_command("tshark -n -r " + path.string() + " -T fields -e frame.protocols -e _ws.malformed", status);
   INFO(out);
   REQUIRE(status == 0);
   CHECK(out.find("erf:infiniband") != std::string::npos);
