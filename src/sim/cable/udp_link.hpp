@@ -47,7 +47,10 @@ struct UdpLinkOptions {
   wire::PcapErfWriter* pcap = nullptr;
   std::uint8_t pcap_iface = 0;
   std::string name = "udp";           // in log lines
-  int socket_buffer_bytes = 4 << 20;  // SO_RCVBUF / SO_SNDBUF, best effort
+  // SO_RCVBUF / SO_SNDBUF, best effort. 16 MiB holds a 1 MiB UC message at
+  // MTU 256 (4096 datagrams, ~5 MiB of kernel buffers) even while the
+  // receiving process is descheduled: on loopback, a full buffer is loss.
+  int socket_buffer_bytes = 16 << 20;
   std::chrono::milliseconds poll_timeout{100};  // bounds stop() if the wake-up is lost
 };
 
