@@ -363,6 +363,7 @@ class Node {
   Hca hca;
   uint32_t pd = 0;
   TCq cq;
+  uint16_t lid() const { return lid_; }
 
  private:
   uint16_t lid_;
