@@ -516,11 +516,9 @@ TEST_CASE("UdpLink pair on 127.0.0.1 exchanges packets intact", "[cable][udp]") 
 TEST_CASE("UdpLink pair on [::1]", "[cable][udp]") {
   UdpLinkOptions o;
   o.local = "[::1]:0";
+  // Every machine this project runs on has ::1; a missing one fails the test.
   auto probe = UdpLink::create(o);
-  if (!probe && (probe.error().code == EADDRNOTAVAIL || probe.error().code == EAFNOSUPPORT)) {
-    WARN("no IPv6 loopback here: " << probe.error().str());
-    return;
-  }
+  INFO((probe.ok() ? std::string() : probe.error().str()));
   REQUIRE(probe.ok());
   auto ends = udp_pair("[::1]");
   auto& a = ends.first;
