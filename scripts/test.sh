@@ -15,6 +15,7 @@ bash scripts/setup.sh || exit 1
 passed=0
 failed=0
 failures=()
+flaky=()
 
 # meson_suite DIR [meson test args...]: runs the tests and adds up the result.
 meson_suite() {
@@ -22,15 +23,30 @@ meson_suite() {
   shift
   meson test -C "$dir" --print-errorlogs --num-processes 2 "$@"
   local rc=$? log=$dir/meson-logs/testlog.json
-  if [[ -f $log ]]; then
-    local ok bad
-    ok=$(grep -c '"result": "OK"' "$log")
-    bad=$(grep -c -E '"result": "(FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS)"' "$log")
-    passed=$((passed + ok))
-    failed=$((failed + bad))
-    if ((bad)); then failures+=("$dir: $bad meson test(s)"); fi
+  if [[ ! -f $log ]]; then
+    if ((rc)); then failed=$((failed + 1)); failures+=("$dir: meson test"); fi
+    return
   fi
-  if ((rc)) && [[ ! -f $log ]]; then failed=$((failed + 1)); failures+=("$dir: meson test"); fi
+  local ok names n again=()
+  ok=$(grep -c '"result": "OK"' "$log")
+  passed=$((passed + ok))
+  # Each failed test is named, its output was printed above, and it is run
+  # once more: one that passes then is reported as FLAKY (counted passed),
+  # one that fails twice is a failure.
+  mapfile -t names < <(python3 scripts/failed_tests.py "$log")
+  for n in "${names[@]}"; do
+    echo "---- $dir: '$n' failed; rerunning it once"
+    if meson test -C "$dir" --print-errorlogs "$@" "$n"; then
+      flaky+=("$dir: $n")
+      passed=$((passed + 1))
+    else
+      again+=("$n")
+    fi
+  done
+  if ((${#again[@]})); then
+    failed=$((failed + ${#again[@]}))
+    failures+=("$dir: ${again[*]}")
+  fi
 }
 
 step_build() {
@@ -73,6 +89,7 @@ if step_build build-fuzz -Dfuzz=true --native-file scripts/clang.ini; then
 fi
 
 echo
+for f in "${flaky[@]}"; do echo "FLAKY (passed on rerun): $f"; done
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "$passed passed, $failed failed"
 ((failed == 0))
