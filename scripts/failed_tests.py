@@ -11,4 +11,5 @@ with open(sys.argv[1], encoding="utf-8") as f:
             continue
         entry = json.loads(line)
         if entry.get("result") in BAD:
-            print(entry["name"])
+            # "project / test" in the log; meson test takes the bare name
+            print(entry["name"].split(" / ", 1)[-1])
