@@ -87,6 +87,7 @@ Result<void> CommandInterface::wait(uint32_t slot, uint32_t token, int timeout_m
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(timeout_ms);
   auto next_health = start + std::chrono::milliseconds(opts_.health_poll_ms);
+  unsigned rounds = 0;
   for (;;) {
     const bool owner_clear = !(entry_flags(slot) & kOwner);
     if (owner_clear && (!need_event || completed_tokens_.count(token))) break;
@@ -109,6 +110,10 @@ Result<void> CommandInterface::wait(uint32_t slot, uint32_t token, int timeout_m
     if (io_) {  // run the EQ handler even for polled waits, so the EQ never overruns
       if (io_->stopped()) io_->restart();
       if (io_->run_one_for(slice) == 0 && io_->stopped()) std::this_thread::sleep_for(slice);
+    } else if (poll_hook_) {
+      poll_hook_();
+      if (++rounds < 64) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::microseconds(20), slice));
     } else {
       std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::microseconds(200), slice));
     }

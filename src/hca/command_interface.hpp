@@ -13,6 +13,7 @@
 #include <array>
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <span>
@@ -57,6 +58,11 @@ class CommandInterface {
   // Event mode (after EQ 0 exists) with the io_context the EQ's interrupt
   // is read on; nullptr returns to polling.
   void use_events(boost::asio::io_context* io) { io_ = io; }
+  // Polling without running any io_context (for a caller inside an io
+  // handler, like ibd): the wait spins briefly, then sleeps in 20 us steps,
+  // and calls `hook` on each round (the driver drains EQ 0 there, so the EQ
+  // never overruns during a burst of commands).
+  void set_poll_hook(std::function<void()> hook) { poll_hook_ = std::move(hook); }
   // Called by the EQ handler for each CMD_COMPLETION event (§9.4).
   void on_completion_event(uint32_t token);
 
@@ -93,6 +99,7 @@ class CommandInterface {
   CommandOptions opts_;
   dma::DmaBuffer queue_, in_mbox_, out_mbox_;
   boost::asio::io_context* io_ = nullptr;
+  std::function<void()> poll_hook_;
   uint32_t next_slot_ = 0;
   uint32_t next_token_ = 1;
   std::set<uint32_t> completed_tokens_;

@@ -88,7 +88,13 @@ Result<void> Hca::bring_up() {
   OPENIB_TRY_ASSIGN(uint32_t eqn, command_u32(kCreateEq, in));
   eq->bind(eqn, 0);
   eq0_ = std::move(eq);
-  cmd_->use_events(&io_);
+  if (opts_.commands_run_io) {
+    cmd_->use_events(&io_);
+  } else {
+    cmd_->set_poll_hook([this] {
+      if (drain_eq0() && dev_.alive()) (void)eq0_->arm(dev_);
+    });
+  }
   log::get("hca")->info("{}: simhca fw {}.{} up: {} QPs, {} CQs, {} MSI-X vectors, EQ {}", dev_.name(),
                         fw_rev_ >> 16, fw_rev_ & 0xffff, caps_.max_qp, caps_.max_cq, caps_.num_msix,
                         eqn);
@@ -101,7 +107,10 @@ Result<void> Hca::close(bool force) {
   auto note = [&](Result<void> r) {
     if (!r && first) first = std::move(r);
   };
-  if (cmd_) cmd_->use_events(nullptr);  // from here completions are polled
+  if (cmd_) {  // from here completions are polled
+    cmd_->use_events(nullptr);
+    cmd_->set_poll_hook(nullptr);
+  }
   // DESTROY_EQ is RESOURCE_BUSY while CQs still use EQ 0; TEARDOWN_HCA
   // below then decides (graceful: EBUSY; force: everything goes).
   if (eq0_ && cmd_ && dev_.alive()) {
@@ -132,17 +141,25 @@ Result<void> Hca::close(bool force) {
 // EQ 0's interrupt (§9.3): consume, dispatch, re-arm.
 void Hca::on_interrupt(uint32_t) {
   if (!eq0_) return;
-  for (const EventEntry& e : eq0_->poll()) {
+  drain_eq0();
+  if (dev_.alive()) {
+    if (auto r = eq0_->arm(dev_); !r) log::get("hca")->warn("{}: arming EQ 0: {}", dev_.name(), r.error().str());
+  }
+}
+
+bool Hca::drain_eq0() {
+  if (!eq0_) return false;
+  const std::vector<EventEntry> entries = eq0_->poll();
+  for (const EventEntry& e : entries) {
     if (e.type == kEvCmdCompletion) {
       if (cmd_) cmd_->on_completion_event(get32(e.data, 0));
       continue;
     }
     events_.push_back(e);
+    while (events_.size() > opts_.max_recorded_events) events_.pop_front();
     if (on_event_) on_event_(e);
   }
-  if (dev_.alive()) {
-    if (auto r = eq0_->arm(dev_); !r) log::get("hca")->warn("{}: arming EQ 0: {}", dev_.name(), r.error().str());
-  }
+  return !entries.empty();
 }
 
 bool Hca::wait_event(uint8_t type, int timeout_ms) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -28,6 +29,12 @@ struct HcaOptions {
   CommandOptions cmd;
   uint8_t eq0_log_size = 7;  // 128 events
   dma::PoolOptions pool;
+  // false: commands never run `io` while they wait (they poll, draining EQ
+  // 0 in between), so verbs may be called from inside io handlers; events
+  // still arrive through `io`'s MSI-X handler. ibd runs this way.
+  bool commands_run_io = true;
+  // Events kept for events()/wait_event(); older ones are dropped.
+  size_t max_recorded_events = 1024;
 };
 
 // A CQ and the host memory it owns (§6.5): ring and doorbell record.
@@ -109,7 +116,7 @@ class Hca {
   // Asynchronous events (§9.4) other than command completions: recorded,
   // and passed to the handler if one is set.
   void set_event_handler(EventHandler h) { on_event_ = std::move(h); }
-  const std::vector<EventEntry>& events() const { return events_; }
+  const std::deque<EventEntry>& events() const { return events_; }
   // Runs io until an event of `type` has been recorded (or timeout_ms).
   bool wait_event(uint8_t type, int timeout_ms);
 
@@ -180,6 +187,8 @@ class Hca {
       : dev_(dev), io_(io), opts_(opts) {}
   Result<void> bring_up();
   void on_interrupt(uint32_t vector);
+  // Consumes EQ 0's new entries; true if there were any.
+  bool drain_eq0();
   Result<uint32_t> command_u32(uint16_t opcode, std::span<const std::byte> in);
 
   vfio::Device& dev_;
@@ -193,7 +202,7 @@ class Hca {
   DeviceCaps caps_;
   uint32_t fw_rev_ = 0;
   EventHandler on_event_;
-  std::vector<EventEntry> events_;
+  std::deque<EventEntry> events_;
   uint8_t last_status_ = 0;
   uint32_t last_syndrome_ = 0;
 };

@@ -1,0 +1,99 @@
+#include "clientproto/messages.hpp"
+
+#include <cstring>
+
+namespace openib::proto {
+
+namespace {
+uint32_t rd32(const std::byte* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+void wr32(std::byte* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+}  // namespace
+
+const char* op_name(uint16_t op) {
+  switch (static_cast<Op>(op & ~kReplyBit)) {
+    case Op::kHello: return "HELLO";
+    case Op::kQueryDevice: return "QUERY_DEVICE";
+    case Op::kQueryPort: return "QUERY_PORT";
+    case Op::kAllocPd: return "ALLOC_PD";
+    case Op::kDeallocPd: return "DEALLOC_PD";
+    case Op::kMapMem: return "MAP_MEM";
+    case Op::kUnmapMem: return "UNMAP_MEM";
+    case Op::kRegMr: return "REG_MR";
+    case Op::kDeregMr: return "DEREG_MR";
+    case Op::kCreateCq: return "CREATE_CQ";
+    case Op::kDestroyCq: return "DESTROY_CQ";
+    case Op::kCreateSrq: return "CREATE_SRQ";
+    case Op::kModifySrq: return "MODIFY_SRQ";
+    case Op::kDestroySrq: return "DESTROY_SRQ";
+    case Op::kCreateQp: return "CREATE_QP";
+    case Op::kModifyQp: return "MODIFY_QP";
+    case Op::kQueryQp: return "QUERY_QP";
+    case Op::kDestroyQp: return "DESTROY_QP";
+    case Op::kCreateAh: return "CREATE_AH";
+    case Op::kDestroyAh: return "DESTROY_AH";
+    case Op::kGetAsyncEvents: return "GET_ASYNC_EVENTS";
+    case Op::kInfo: return "INFO";
+  }
+  return "UNKNOWN";
+}
+
+void encode_header(std::span<std::byte, kHeaderSize> out, const Header& h) {
+  wr32(out.data(), h.magic);
+  out[4] = static_cast<std::byte>(h.version);
+  out[5] = static_cast<std::byte>(h.version >> 8);
+  out[6] = static_cast<std::byte>(h.op);
+  out[7] = static_cast<std::byte>(h.op >> 8);
+  wr32(out.data() + 8, h.seq);
+  out[12] = static_cast<std::byte>(h.nfds);
+  out[13] = out[14] = out[15] = std::byte{0};
+}
+
+Result<Header> decode_header(std::span<const std::byte> in) {
+  if (in.size() < kHeaderSize) return err(EPROTO, "message of {} bytes, shorter than the header", in.size());
+  Header h;
+  h.magic = rd32(in.data());
+  h.version = static_cast<uint16_t>(static_cast<unsigned>(in[4]) | static_cast<unsigned>(in[5]) << 8);
+  h.op = static_cast<uint16_t>(static_cast<unsigned>(in[6]) | static_cast<unsigned>(in[7]) << 8);
+  h.seq = rd32(in.data() + 8);
+  h.nfds = static_cast<uint8_t>(in[12]);
+  if (h.magic != kMagic) return err(EPROTO, "bad magic {:#x}", h.magic);
+  if (h.version != kVersion) return err(EPROTO, "protocol version {}, this side speaks {}", h.version, kVersion);
+  if (in[13] != std::byte{0} || in[14] != std::byte{0} || in[15] != std::byte{0})
+    return err(EPROTO, "reserved header bytes not zero");
+  if (h.nfds > kMaxFds) return err(EPROTO, "{} fds announced, at most {}", h.nfds, kMaxFds);
+  return h;
+}
+
+Bytes encode_reply(int status, std::span<const std::byte> payload) {
+  Bytes out(4 + payload.size());
+  wr32(out.data(), static_cast<uint32_t>(status));
+  if (!payload.empty()) std::memcpy(out.data() + 4, payload.data(), payload.size());
+  return out;
+}
+
+Bytes encode_error_reply(int status, std::string_view message) {
+  return encode_reply(status, std::as_bytes(std::span(message.data(), message.size())));
+}
+
+Result<ReplyView> decode_reply(std::span<const std::byte> in) {
+  if (in.size() < 4) return err(EPROTO, "reply body of {} bytes, shorter than its status", in.size());
+  ReplyView v;
+  v.status = static_cast<int>(rd32(in.data()));
+  if (v.status < 0 || v.status > 4095) return err(EPROTO, "reply status {} is not an errno value", v.status);
+  v.payload = in.subspan(4);
+  return v;
+}
+
+Bytes frame(const Header& h, std::span<const std::byte> body) {
+  Bytes out(kHeaderSize + body.size());
+  encode_header(std::span<std::byte, kHeaderSize>(out.data(), kHeaderSize), h);
+  if (!body.empty()) std::memcpy(out.data() + kHeaderSize, body.data(), body.size());
+  return out;
+}
+
+}  // namespace openib::proto

@@ -1,0 +1,358 @@
+// The client protocol between libopenib and ibd (docs/client-protocol.md):
+// message layouts and their pure codecs. One message per SOCK_SEQPACKET
+// datagram: a 16-byte header, then the body. File descriptors travel as
+// SCM_RIGHTS ancillary data of the same datagram; the header says how many.
+//
+// All integers are little-endian (the socket never leaves the host, but the
+// layout is fixed, not "whatever the compiler does"). Each body is a fixed
+// sequence of fields, listed once in the struct's visit(); encode() and
+// decode() walk that list, and decode() accepts only an exact length.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace openib::proto {
+
+using Bytes = std::vector<std::byte>;
+
+inline constexpr uint32_t kMagic = 0x4442494f;  // "OIBD" as bytes on the wire
+inline constexpr uint16_t kVersion = 1;         // the only version so far
+inline constexpr size_t kHeaderSize = 16;
+inline constexpr size_t kMaxMessage = 65536;  // header included
+inline constexpr size_t kMaxFds = 2;          // per message
+inline constexpr uint16_t kReplyBit = 0x8000;
+inline constexpr const char* kDefaultSocket = "/run/ibd/ibd.sock";
+
+// Request operations. A reply carries op | kReplyBit.
+enum class Op : uint16_t {
+  kHello = 1,           // HelloReq [+ async eventfd] -> HelloRep + UAR fd
+  kQueryDevice = 2,     // Empty -> DeviceRep
+  kQueryPort = 3,       // PortReq -> PortRep
+  kAllocPd = 4,         // Empty -> HandleRep
+  kDeallocPd = 5,       // HandleReq -> Empty
+  kMapMem = 6,          // MapMemReq + memfd -> MapMemRep
+  kUnmapMem = 7,        // HandleReq -> Empty
+  kRegMr = 8,           // RegMrReq -> RegMrRep
+  kDeregMr = 9,         // HandleReq -> Empty
+  kCreateCq = 10,       // CreateCqReq [+ eventfd] -> ObjRep (handle, cqn)
+  kDestroyCq = 11,      // HandleReq -> Empty
+  kCreateSrq = 12,      // CreateSrqReq -> ObjRep (handle, srqn)
+  kModifySrq = 13,      // ModifySrqReq -> Empty
+  kDestroySrq = 14,     // HandleReq -> Empty
+  kCreateQp = 15,       // CreateQpReq -> ObjRep (handle, qpn)
+  kModifyQp = 16,       // ModifyQpReq -> Empty
+  kQueryQp = 17,        // HandleReq -> QueryQpRep
+  kDestroyQp = 18,      // HandleReq -> Empty
+  kCreateAh = 19,       // CreateAhReq -> ObjRep (handle, ahn)
+  kDestroyAh = 20,      // HandleReq -> Empty
+  kGetAsyncEvents = 21, // Empty -> AsyncEventsRep
+  kInfo = 22,           // InfoReq -> UTF-8 JSON text (docs/client-protocol.md)
+};
+const char* op_name(uint16_t op);
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  uint16_t op = 0;
+  uint32_t seq = 0;    // echoed in the reply
+  uint8_t nfds = 0;    // SCM_RIGHTS fds that came with this message
+  uint8_t reserved[3] = {0, 0, 0};
+};
+void encode_header(std::span<std::byte, kHeaderSize> out, const Header& h);
+// Checks magic, version, reserved bytes and nfds <= kMaxFds.
+Result<Header> decode_header(std::span<const std::byte> in);
+
+// ---- bodies -------------------------------------------------------------
+struct Empty {
+  template <class V> void visit(V&) {}
+};
+
+struct HelloReq {
+  uint32_t version_min = kVersion, version_max = kVersion;
+  uint32_t flags = 0;  // bit 0: an async-event eventfd is attached
+  template <class V> void visit(V& v) { v(version_min); v(version_max); v(flags); }
+};
+inline constexpr uint32_t kHelloAsyncFd = 1;
+
+// Doorbell modes (docs/client-protocol.md "Doorbells").
+inline constexpr uint8_t kDoorbellMmap = 0;  // the UAR page is mmap-ed from the attached fd
+struct HelloRep {
+  uint32_t version = 0, client_id = 0;
+  uint32_t uar = 0;              // the client's UAR index (docs/simhca.md §4)
+  uint64_t uar_mmap_offset = 0;  // where to mmap the attached fd for that page
+  uint32_t uar_size = 0;         // bytes (4096)
+  uint8_t doorbell_mode = kDoorbellMmap;
+  uint8_t num_ports = 0;
+  template <class V> void visit(V& v) {
+    v(version); v(client_id); v(uar); v(uar_mmap_offset); v(uar_size); v(doorbell_mode); v(num_ports);
+  }
+};
+
+struct DeviceRep {
+  uint64_t node_guid = 0, sys_image_guid = 0;
+  uint32_t fw_rev = 0, vendor_id = 0, vendor_part_id = 0, hw_ver = 0;
+  uint32_t max_qp = 0, max_cq = 0, max_srq = 0, max_pd = 0, max_mr = 0, max_ah = 0;
+  uint32_t max_msg_size = 0, cap_flags = 0;
+  uint16_t max_sge = 0, max_inline = 0;
+  uint8_t log_max_qp_wr = 0, log_max_cqe = 0, log_max_srq_wr = 0, num_ports = 0;
+  uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0, local_ca_ack_delay = 0;
+  std::array<uint8_t, 32> name{};  // NUL-padded device name, e.g. "simhca0"
+  template <class V> void visit(V& v) {
+    v(node_guid); v(sys_image_guid); v(fw_rev); v(vendor_id); v(vendor_part_id); v(hw_ver);
+    v(max_qp); v(max_cq); v(max_srq); v(max_pd); v(max_mr); v(max_ah); v(max_msg_size);
+    v(cap_flags); v(max_sge); v(max_inline); v(log_max_qp_wr); v(log_max_cqe);
+    v(log_max_srq_wr); v(num_ports); v(max_rd_atomic); v(max_dest_rd_atomic);
+    v(local_ca_ack_delay); v(name);
+  }
+};
+
+struct PortReq {
+  uint8_t port = 1;
+  template <class V> void visit(V& v) { v(port); }
+};
+struct PortRep {
+  uint8_t state = 0, phys_state = 0;
+  uint16_t lid = 0, sm_lid = 0;
+  uint8_t lmc = 0, sm_sl = 0, max_mtu = 0, active_mtu = 0, active_width = 0, active_speed = 0;
+  uint16_t pkey_table_len = 0, gid_table_len = 0;
+  uint64_t gid_prefix = 0, port_guid = 0;
+  uint32_t cap_flags = 0;
+  template <class V> void visit(V& v) {
+    v(state); v(phys_state); v(lid); v(sm_lid); v(lmc); v(sm_sl); v(max_mtu); v(active_mtu);
+    v(active_width); v(active_speed); v(pkey_table_len); v(gid_table_len); v(gid_prefix);
+    v(port_guid); v(cap_flags);
+  }
+};
+
+struct HandleReq {
+  uint32_t handle = 0;
+  template <class V> void visit(V& v) { v(handle); }
+};
+struct HandleRep {
+  uint32_t handle = 0;
+  template <class V> void visit(V& v) { v(handle); }
+};
+// A created object: the client's handle and the device's number for it
+// (CQN, SRQN, QPN, AHN).
+struct ObjRep {
+  uint32_t handle = 0, number = 0;
+  template <class V> void visit(V& v) { v(handle); v(number); }
+};
+
+// A memfd (attached) whose first `length` bytes ibd maps for DMA. The fd
+// must be a memfd at least `length` long; length a multiple of 4096.
+struct MapMemReq {
+  uint64_t length = 0;
+  template <class V> void visit(V& v) { v(length); }
+};
+struct MapMemRep {
+  uint32_t handle = 0;
+  uint64_t iova = 0;
+  template <class V> void visit(V& v) { v(handle); v(iova); }
+};
+
+// A memory region over [offset, offset+length) of a mapped memfd, seen by
+// the client at virtual address `va` (docs/simhca.md §12.6).
+struct RegMrReq {
+  uint32_t pd = 0, mem = 0;
+  uint64_t offset = 0, length = 0, va = 0;
+  uint32_t access = 0;  // enum ibv_access_flags bits 0..3
+  template <class V> void visit(V& v) { v(pd); v(mem); v(offset); v(length); v(va); v(access); }
+};
+struct RegMrRep {
+  uint32_t handle = 0, lkey = 0, rkey = 0;
+  template <class V> void visit(V& v) { v(handle); v(lkey); v(rkey); }
+};
+
+// Rings and doorbell records live in a mapped memfd (`mem`) at the offsets
+// given; the sizes follow docs/simhca.md §6.5, §6.9, §6.10.
+struct CreateCqReq {
+  uint32_t mem = 0;
+  uint64_t ring_offset = 0, dbr_offset = 0;
+  uint8_t log_size = 0;
+  uint8_t flags = 0;  // bit 0: an eventfd is attached (completion events)
+  template <class V> void visit(V& v) { v(mem); v(ring_offset); v(dbr_offset); v(log_size); v(flags); }
+};
+inline constexpr uint8_t kCqEventFd = 1;
+
+struct CreateSrqReq {
+  uint32_t pd = 0, mem = 0;
+  uint64_t ring_offset = 0, dbr_offset = 0;
+  uint8_t log_size = 0, log_stride = 0;
+  uint32_t limit = 0;
+  template <class V> void visit(V& v) {
+    v(pd); v(mem); v(ring_offset); v(dbr_offset); v(log_size); v(log_stride); v(limit);
+  }
+};
+struct ModifySrqReq {
+  uint32_t srq = 0, limit = 0;  // arms the SRQ limit event (IBA 11.2.3.3)
+  template <class V> void visit(V& v) { v(srq); v(limit); }
+};
+
+struct CreateQpReq {
+  uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;  // srq 0: none
+  uint8_t type = 0;  // 0 RC, 1 UC, 2 UD (docs/simhca.md §6.10)
+  uint8_t sig_all = 0;
+  uint8_t log_sq_size = 0, log_sq_stride = 0, log_rq_size = 0, log_rq_stride = 0;
+  uint32_t mem = 0;
+  uint64_t sq_offset = 0, rq_offset = 0, dbr_offset = 0;
+  template <class V> void visit(V& v) {
+    v(pd); v(send_cq); v(recv_cq); v(srq); v(type); v(sig_all); v(log_sq_size);
+    v(log_sq_stride); v(log_rq_size); v(log_rq_stride); v(mem); v(sq_offset); v(rq_offset);
+    v(dbr_offset);
+  }
+};
+
+// docs/simhca.md §7.6
+struct Av {
+  uint16_t dlid = 0;
+  uint8_t sl = 0, src_path_bits = 0, static_rate = 0, port = 1, grh = 0, hop_limit = 0;
+  uint32_t flow_label = 0;
+  uint8_t sgid_index = 0, traffic_class = 0;
+  std::array<uint8_t, 16> dgid{};
+  template <class V> void visit(V& v) {
+    v(dlid); v(sl); v(src_path_bits); v(static_rate); v(port); v(grh); v(hop_limit);
+    v(flow_label); v(sgid_index); v(traffic_class); v(dgid);
+  }
+};
+
+// docs/simhca.md §7.7; mask bits are enum ibv_qp_attr_mask's.
+struct QpAttr {
+  uint32_t mask = 0;
+  uint8_t state = 0, cur_state = 0, port = 0, path_mtu = 0;
+  uint16_t pkey_index = 0;
+  uint8_t access = 0, en_sqd_async_notify = 0;
+  uint32_t qkey = 0, dest_qpn = 0, rq_psn = 0, sq_psn = 0;
+  uint8_t timeout = 0, retry_cnt = 0, rnr_retry = 0, min_rnr_timer = 0;
+  uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0;
+  Av av;
+  template <class V> void visit(V& v) {
+    v(mask); v(state); v(cur_state); v(port); v(path_mtu); v(pkey_index); v(access);
+    v(en_sqd_async_notify); v(qkey); v(dest_qpn); v(rq_psn); v(sq_psn); v(timeout);
+    v(retry_cnt); v(rnr_retry); v(min_rnr_timer); v(max_rd_atomic); v(max_dest_rd_atomic);
+    av.visit(v);
+  }
+};
+struct ModifyQpReq {
+  uint32_t qp = 0;
+  QpAttr attr;
+  template <class V> void visit(V& v) { v(qp); attr.visit(v); }
+};
+struct QueryQpRep {
+  QpAttr attr;  // mask unused
+  uint8_t type = 0, sig_all = 0;
+  uint8_t log_sq_size = 0, log_rq_size = 0;
+  uint32_t qpn = 0;
+  template <class V> void visit(V& v) {
+    attr.visit(v); v(type); v(sig_all); v(log_sq_size); v(log_rq_size); v(qpn);
+  }
+};
+
+struct CreateAhReq {
+  uint32_t pd = 0;
+  Av av;
+  template <class V> void visit(V& v) { v(pd); av.visit(v); }
+};
+
+// Asynchronous events (IBA 11.6.3), queued per client: the async eventfd
+// (HELLO) is signalled and the client fetches them with GET_ASYNC_EVENTS.
+enum class ObjKind : uint8_t { kNone = 0, kPort = 1, kCq = 2, kQp = 3, kSrq = 4, kDevice = 5 };
+struct AsyncEvent {
+  uint8_t type = 0;  // enum ibv_event_type value
+  uint8_t kind = 0;  // ObjKind
+  uint8_t port = 0;
+  uint32_t handle = 0;  // the client's handle of the object (0 for port/device)
+  template <class V> void visit(V& v) { v(type); v(kind); v(port); v(handle); }
+};
+inline constexpr size_t kMaxEventsPerReply = 32;
+struct AsyncEventsRep {
+  uint32_t count = 0;    // valid entries in events
+  uint32_t dropped = 0;  // events lost to a full queue since the last fetch
+  std::array<AsyncEvent, kMaxEventsPerReply> events{};
+  template <class V> void visit(V& v) {
+    v(count); v(dropped);
+    for (auto& e : events) e.visit(v);
+  }
+};
+
+struct InfoReq {
+  uint32_t flags = 0;  // bit 0: include every client's objects (root only)
+  template <class V> void visit(V& v) { v(flags); }
+};
+inline constexpr uint32_t kInfoObjects = 1;
+
+// ---- codec ----------------------------------------------------------------
+namespace detail {
+struct Sizer {
+  size_t n = 0;
+  template <class T> void operator()(const T&) { n += sizeof(T); }
+  template <size_t N> void operator()(const std::array<uint8_t, N>&) { n += N; }
+};
+struct Writer {
+  std::byte* p;
+  template <class T> void operator()(const T& x) {
+    auto v = static_cast<uint64_t>(x);
+    for (size_t i = 0; i < sizeof(T); ++i) *p++ = static_cast<std::byte>(v >> (8 * i));
+  }
+  template <size_t N> void operator()(const std::array<uint8_t, N>& a) {
+    for (uint8_t b : a) *p++ = static_cast<std::byte>(b);
+  }
+};
+struct Reader {
+  const std::byte* p;
+  template <class T> void operator()(T& x) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(*p++) << (8 * i);
+    x = static_cast<T>(v);
+  }
+  template <size_t N> void operator()(std::array<uint8_t, N>& a) {
+    for (uint8_t& b : a) b = static_cast<uint8_t>(*p++);
+  }
+};
+}  // namespace detail
+
+template <class M> size_t body_size() {
+  M m{};
+  detail::Sizer s;
+  m.visit(s);
+  return s.n;
+}
+template <class M> Bytes encode(const M& msg) {
+  M copy = msg;  // visit() is non-const so that one list serves both ways
+  Bytes out(body_size<M>());
+  detail::Writer w{out.data()};
+  copy.visit(w);
+  return out;
+}
+// Exact length or EPROTO.
+template <class M> Result<M> decode(std::span<const std::byte> in) {
+  if (in.size() != body_size<M>())
+    return err(EPROTO, "body of {} bytes, expected {}", in.size(), body_size<M>());
+  M m{};
+  detail::Reader r{in.data()};
+  m.visit(r);
+  return m;
+}
+
+// A reply body: i32 status (0 or an errno value), then the payload (status
+// 0) or a UTF-8 message (status != 0).
+Bytes encode_reply(int status, std::span<const std::byte> payload);
+Bytes encode_error_reply(int status, std::string_view message);
+struct ReplyView {
+  int status = 0;
+  std::span<const std::byte> payload;
+};
+Result<ReplyView> decode_reply(std::span<const std::byte> in);
+
+// A whole datagram: header then body.
+Bytes frame(const Header& h, std::span<const std::byte> body);
+
+}  // namespace openib::proto

@@ -1,0 +1,29 @@
+// Sending and receiving one client-protocol message (docs/client-protocol.md)
+// over a SOCK_SEQPACKET UNIX socket, with its fds as SCM_RIGHTS.
+#pragma once
+
+#include <vector>
+
+#include "clientproto/messages.hpp"
+#include "common/fd.hpp"
+
+namespace openib::proto {
+
+struct Message {
+  Header header;
+  Bytes body;
+  std::vector<UniqueFd> fds;  // as many as header.nfds
+};
+
+// Sends header + body with `fds` attached (header.nfds is set from fds).
+// MSG_NOSIGNAL: a closed peer is EPIPE, not a signal.
+Result<void> send_message(int sock, Header h, std::span<const std::byte> body,
+                          std::span<const int> fds = {});
+
+// Receives one message. A datagram larger than kMaxMessage (MSG_TRUNC), fds
+// cut off (MSG_CTRUNC), a bad header, or fds that do not match header.nfds
+// are EPROTO (any fds received are closed). A closed peer is ECONNRESET.
+// With `nonblocking`, an empty socket is EAGAIN.
+Result<Message> recv_message(int sock, bool nonblocking = false);
+
+}  // namespace openib::proto
