@@ -84,6 +84,7 @@ inline constexpr uint32_t kHelloAsyncFd = 1;
 
 // Doorbell modes (docs/client-protocol.md "Doorbells").
 inline constexpr uint8_t kDoorbellMmap = 0;  // the UAR page is mmap-ed from the attached fd
+inline constexpr uint8_t kDoorbellRelay = 1; // no fd: ibd would relay doorbells (not implemented)
 struct HelloRep {
   uint32_t version = 0, client_id = 0;
   uint32_t uar = 0;              // the client's UAR index (docs/simhca.md §4)

@@ -352,6 +352,53 @@ Result<void> Hca::destroy_qp(Qp& qp) {
   return ok();
 }
 
+// ---- caller-owned memory (ibd) ----------------------------------------------
+
+// §6.5 CREATE_CQ input layout, memory supplied by the caller.
+Result<uint32_t> Hca::create_cq_at(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova,
+                                   uint32_t uar, std::optional<uint32_t> eqn) {
+  Bytes in(32);
+  put64(in, 0x00, ring_iova);
+  put64(in, 0x08, dbr_iova);
+  put8(in, 0x10, log_size);
+  put32(in, 0x14, eqn.value_or(eq0()));
+  put32(in, 0x18, uar);
+  return command_u32(kCreateCq, in);
+}
+
+// §6.9 CREATE_SRQ
+Result<uint32_t> Hca::create_srq_at(uint32_t pdn, uint8_t log_size, uint8_t log_stride,
+                                    uint64_t ring_iova, uint64_t dbr_iova, uint32_t limit,
+                                    uint32_t uar) {
+  Bytes in(32);
+  put64(in, 0x00, ring_iova);
+  put64(in, 0x08, dbr_iova);
+  put8(in, 0x10, log_size);
+  put8(in, 0x11, log_stride);
+  put32(in, 0x14, pdn);
+  put32(in, 0x18, limit);
+  put32(in, 0x1c, uar);
+  return command_u32(kCreateSrq, in);
+}
+
+// §6.10 CREATE_QP
+Result<uint32_t> Hca::create_qp_at(const QpCreateParams& p) {
+  return command_u32(kCreateQp, encode_create_qp(p));
+}
+
+Result<void> Hca::destroy_cq(uint32_t cqn) {
+  OPENIB_TRY(command(kDestroyCq, encode_u32(cqn), 0));
+  return ok();
+}
+Result<void> Hca::destroy_srq(uint32_t srqn) {
+  OPENIB_TRY(command(kDestroySrq, encode_u32(srqn), 0));
+  return ok();
+}
+Result<void> Hca::destroy_qp(uint32_t qpn) {
+  OPENIB_TRY(command(kDestroyQp, encode_u32(qpn), 0));
+  return ok();
+}
+
 // ---- data path, §12 ------------------------------------------------------
 
 Result<void> Hca::post_send(Qp& qp, const SendWr& wr) {

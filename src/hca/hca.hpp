@@ -158,6 +158,19 @@ class Hca {
   Result<void> arm_srq(uint32_t srqn, uint32_t limit);
 
   Result<Qp> create_qp(const QpInit& init);
+  // Lower-level variants over memory the caller owns (ibd: rings and
+  // doorbell records in a client's memfd, already mapped for DMA). They
+  // return the device's number; the caller keeps the memory mapped until
+  // the matching destroy by number has succeeded.
+  Result<uint32_t> create_cq_at(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova,
+                                uint32_t uar, std::optional<uint32_t> eqn = std::nullopt);
+  Result<uint32_t> create_srq_at(uint32_t pdn, uint8_t log_size, uint8_t log_stride,
+                                 uint64_t ring_iova, uint64_t dbr_iova, uint32_t limit,
+                                 uint32_t uar);
+  Result<uint32_t> create_qp_at(const QpCreateParams& p);
+  Result<void> destroy_cq(uint32_t cqn);
+  Result<void> destroy_srq(uint32_t srqn);
+  Result<void> destroy_qp(uint32_t qpn);
   Result<void> modify_qp(uint32_t qpn, uint32_t attr_mask, const QpAttr& attr);
   Result<QpInfo> query_qp(uint32_t qpn);
   Result<void> destroy_qp(Qp& qp);

@@ -22,6 +22,7 @@
 
 #include <linux/vfio.h>
 
+#include "common/fd.hpp"
 #include "common/result.hpp"
 
 namespace openib::vfio {
@@ -96,6 +97,13 @@ class RegionMapping {
   size_t len_ = 0;
 };
 
+// An fd through which (part of) a region can be mmap-ed by another
+// process: mmap(fd, offset_in_fd + offset_in_region) maps that region offset.
+struct RegionFd {
+  UniqueFd fd;             // a duplicate; the caller owns it
+  uint64_t offset = 0;     // file offset of the region's start in fd
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -115,6 +123,13 @@ class Device {
   // (or the whole region if it has none). Offset and size page-aligned.
   virtual Result<RegionMapping> region_mmap(uint32_t index, uint64_t offset,
                                             uint64_t size) = 0;
+  // A duplicate of the fd that region_mmap maps, for handing to another
+  // process (ibd gives a client its UAR page this way). Transports whose
+  // fd would expose more than the region (kernel VFIO's device fd) do not
+  // offer it: EOPNOTSUPP.
+  virtual Result<RegionFd> region_mmap_fd(uint32_t index) {
+    return err(EOPNOTSUPP, "{}: region {} has no fd to hand out", name(), index);
+  }
 
   // IOVA ranges the IOMMU reports; empty if it reports none (the DMA
   // layer then uses its documented default).

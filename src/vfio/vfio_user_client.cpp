@@ -9,6 +9,7 @@
 //   malformed/mismatched/oversized      -> EPROTO, dead
 // and every call on a dead device fails with ENODEV. An error *reply* (the
 // server answered with the error bit) is just that call's error.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -57,6 +58,7 @@ class VfioUserClient final : public Device {
   Result<void> region_write(uint32_t index, uint64_t offset,
                             std::span<const std::byte> in) override;
   Result<RegionMapping> region_mmap(uint32_t index, uint64_t offset, uint64_t size) override;
+  Result<RegionFd> region_mmap_fd(uint32_t index) override;
   Result<std::vector<IovaRange>> iova_ranges() override { return std::vector<IovaRange>{}; }
   Result<void> dma_map(const DmaMap& map) override;
   Result<void> dma_unmap(uint64_t iova, uint64_t size) override;
@@ -273,6 +275,21 @@ Result<void> VfioUserClient::region_write(uint32_t index, uint64_t offset,
     done += n;
   }
   return ok();
+}
+
+// The server's fd for the region (spec "GET_REGION_INFO"), duplicated.
+Result<RegionFd> VfioUserClient::region_mmap_fd(uint32_t index) {
+  if (dead_) return gone();
+  auto it = regions_.find(index);
+  if (it == regions_.end() || !it->second.fd.valid()) {
+    OPENIB_TRY(region_info(index));
+    it = regions_.find(index);
+  }
+  if (it == regions_.end() || !it->second.info.mmappable() || !it->second.fd.valid())
+    return err(EOPNOTSUPP, "{}: region {} is not mmap-able", name_, index);
+  int fd = ::fcntl(it->second.fd.get(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return sys_err("{}: dup of region {} fd", name_, index);
+  return RegionFd{UniqueFd(fd), it->second.info.offset};
 }
 
 Result<RegionMapping> VfioUserClient::region_mmap(uint32_t index, uint64_t offset, uint64_t size) {

@@ -76,7 +76,7 @@ inline constexpr size_t kMaxVersionJson = 4096;
 // Region-info capability chains: at most this many links, and a reply
 // (fixed part + caps) no larger than kMaxRegionInfoSize.
 inline constexpr uint32_t kMaxCaps = 16;
-inline constexpr uint32_t kMaxSparseAreas = 64;
+inline constexpr uint32_t kMaxSparseAreas = 1024;  // simhca: one per UAR page (docs/simhca.md §4)
 inline constexpr uint32_t kMaxRegionInfoSize = 32 + kMaxCaps * 8 + 8 + kMaxSparseAreas * 16;
 
 // Fixed payload sizes from the spec tables.

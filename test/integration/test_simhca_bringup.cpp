@@ -22,12 +22,12 @@ TEST_CASE("simhca: PCI identity, BARs and MSI-X as the manual gives them", "[sim
   REQUIRE(bar0.ok());
   CHECK(bar0->size == 16 * 1024);
   CHECK_FALSE(bar0->mmappable());
-  // §4: 64 UAR pages, one sparse mmap area each.
+  // §4: 1024 UAR pages, one sparse mmap area each.
   auto bar2 = dev->region_info(VFIO_PCI_BAR2_REGION_INDEX);
   REQUIRE(bar2.ok());
-  CHECK(bar2->size == 64 * 4096);
+  CHECK(bar2->size == 1024 * 4096);
   CHECK(bar2->mmappable());
-  REQUIRE(bar2->sparse.size() == 64);
+  REQUIRE(bar2->sparse.size() == 1024);
   CHECK(bar2->sparse[5].offset == 5 * 4096);
   CHECK(bar2->sparse[5].size == 4096);
   auto page = dev->region_mmap(VFIO_PCI_BAR2_REGION_INDEX, 3 * 4096, 4096);
@@ -41,7 +41,7 @@ TEST_CASE("simhca: PCI identity, BARs and MSI-X as the manual gives them", "[sim
   CHECK(*dev->read32(kBar0, prm::kInterfaceRev) == 1);
   CHECK(*dev->read32(kBar0, prm::kMagic) == 0x53494d48);
   CHECK(*dev->read32(kBar0, prm::kFwRev) == 0x00010000);
-  CHECK(*dev->read32(kBar0, prm::kCapSummary) == (1u | 64u << 8 | 32u << 16 | 5u << 24));
+  CHECK(*dev->read32(kBar0, prm::kCapSummary) == (1u | 10u << 8 | 32u << 16 | 5u << 24));
   CHECK(*dev->read32(kBar0, prm::kStatus) == 0);
   // §1: a 2-byte read of a register reads all ones and is counted.
   std::array<std::byte, 2> two{};
@@ -67,7 +67,7 @@ TEST_CASE("simhca: bring-up ladder, then the teardown ladder in reverse", "[simh
     CHECK((st & prm::kStatusHcaInitialized));
     CHECK(hca.fw_rev() == 0x00010000);
     // §6.1 capabilities.
-    CHECK(hca.caps().max_qp == 1024);
+    CHECK(hca.caps().max_qp == 16384);
     CHECK(hca.caps().max_pd == 256);
     CHECK(hca.caps().num_ports == 1);
     CHECK(hca.caps().num_msix == 32);

@@ -185,7 +185,7 @@ Outcome Hca::cmd_create_eq(ByteView in, Bytes& out) {
   Eq eq;
   eq.cfg = c;
   const uint32_t eqn = *eqs_.alloc(eq);
-  ++uar->users;
+  uar_ref(c.uar, +1);
   out = number_out(eqn);
   return {};
 }
@@ -195,7 +195,7 @@ Outcome Hca::cmd_destroy_eq(ByteView in) {
   Eq* eq = eqs_.get(eqn);
   if (!eq) return {kBadResource, 0};
   if (eq->users) return {kResourceBusy, eq->users};
-  --uars_.get(eq->cfg.uar)->users;
+  uar_ref(eq->cfg.uar, -1);
   eqs_.free(eqn);
   return {};
 }
@@ -233,7 +233,7 @@ Outcome Hca::cmd_create_cq(ByteView in, Bytes& out) {
   cq.cfg = c;
   const uint32_t cqn = *cqs_.alloc(cq);
   ++eq->users;
-  ++uar->users;
+  uar_ref(c.uar, +1);
   out = number_out(cqn);
   return {};
 }
@@ -244,7 +244,7 @@ Outcome Hca::cmd_destroy_cq(ByteView in) {
   if (!cq) return {kBadResource, 0};
   if (cq->users) return {kResourceBusy, cq->users};
   --eqs_.get(cq->cfg.eqn)->users;
-  --uars_.get(cq->cfg.uar)->users;
+  uar_ref(cq->cfg.uar, -1);
   cqs_.free(cqn);
   return {};
 }
@@ -501,7 +501,8 @@ Outcome Hca::cmd_create_qp(ByteView in, Bytes& out) {
   ++scq->users;
   ++rcq->users;
   if (srq) ++srq->users;
-  ++uar->users;
+  uar_ref(c.uar, +1);
+  uar_link_qp(*qpn, *qps_.get(*qpn));
   out = number_out(*qpn);
   return {};
 }
@@ -551,7 +552,8 @@ Outcome Hca::cmd_destroy_qp(ByteView in) {
   --cqs_.get(qp->cfg.send_cqn)->users;
   --cqs_.get(qp->cfg.recv_cqn)->users;
   if (qp->cfg.use_srq()) --srqs_.get(qp->cfg.srqn)->users;
-  --uars_.get(qp->cfg.uar)->users;
+  uar_unlink_qp(qpn, *qp);
+  uar_ref(qp->cfg.uar, -1);
   qps_.free(qpn);
   return {};
 }

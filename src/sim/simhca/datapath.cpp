@@ -240,18 +240,65 @@ void Hca::on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m
 // ---- §12.5 SQ doorbell -------------------------------------------------------
 
 // §4 SQ_DOORBELL: bits 23:0 QPN, 63:32 the SQ producer counter.
-void Hca::sq_doorbell(uint32_t uar, uint64_t v) {
+// The QP an SQ_DOORBELL value names, if the value is acceptable: a QP of
+// this UAR and a counter neither behind the device's nor more than the
+// ring ahead (§12.5). Otherwise counted in bad_access.
+Qp* Hca::sq_doorbell_target(uint32_t uar, uint64_t v) {
   const uint32_t qpn = v & 0xffffff;
   const auto pi = static_cast<uint32_t>(v >> 32);
   Qp* qp = qps_.get(qpn);
-  // A counter behind the device's or more than the ring ahead is refused (§12.5).
   if (!qp || qp->cfg.uar != uar || pi - qp->rt.sq_ci > (1u << qp->cfg.log_sq_size)) {
     ++stats_.bad_access;
+    return nullptr;
+  }
+  return qp;
+}
+
+// A register write of SQ_DOORBELL: the counter is the doorbell's.
+bool Hca::sq_doorbell(uint32_t uar, uint64_t v) {
+  Qp* qp = sq_doorbell_target(uar, v);
+  if (!qp) return false;
+  ++dstats_.sq_doorbells;
+  qp->rt.sq_pi = static_cast<uint32_t>(v >> 32);
+  qp->rt.kick = true;  // taken up by datapath_tick() (run_due)
+  return true;
+}
+
+// §12.5: SQ_DOORBELL changed in the page of `uar` (one word for all its
+// QPs): every QP of the UAR in RTS, SQD, SQE or ERR re-reads its SQ
+// producer counter from its doorbell record (§12.3, offset 0x04).
+void Hca::sq_rescan(uint32_t uar) {
+  const Uar* u = uars_.get(uar);
+  for (uint32_t n = u ? u->first_qp : kNoQp; n != kNoQp;) {
+    Qp* qp = qps_.get(n);
+    if (!qp) break;
+    const uint8_t st = qp->attrs.state;
+    if (st == kRts || st == kSqd || st == kSqe || st == kErr) sq_from_record(n, *qp);
+    n = qp->uar_next;
+  }
+}
+
+// The record's counter is taken if it is ahead of the device's producer
+// counter and at most the ring size ahead of its consumer counter; equal:
+// nothing new; anything else is counted and ignored.
+void Hca::sq_from_record(uint32_t qpn, Qp& qp) {
+  std::array<std::byte, 8> rec{};
+  QpRuntime& rt = qp.rt;
+  if (!host_.dma_read(qp.cfg.dbr_iova, rec)) {
+    ++stats_.sq_records_bad;
+    return;
+  }
+  const uint32_t pi = get32(rec, 4);
+  if (pi == rt.sq_pi) return;
+  if (pi - rt.sq_ci > (1u << qp.cfg.log_sq_size) || pi - rt.sq_ci < rt.sq_pi - rt.sq_ci) {
+    ++stats_.sq_records_bad;
+    log_->debug("simhca: QP {:#x} record SQ counter {} refused (device at {}..{})", qpn, pi,
+                rt.sq_ci, rt.sq_pi);
     return;
   }
   ++dstats_.sq_doorbells;
-  qp->rt.sq_pi = pi;
-  qp->rt.kick = true;  // taken up by datapath_tick() (run_due)
+  rt.sq_pi = pi;
+  rt.kick = true;
 }
 
 // Takes the next send WQE (§12.1) if the SQ has one and limits allow:

@@ -1,6 +1,7 @@
 // simhca: event queues (docs/simhca.md §9), MSI-X signalling (§10), the
-// UAR doorbells of the control plane (§4: EQ_DOORBELL, CQ_ARM) and the
-// device fatal state (§11.4).
+// UAR doorbells (§4: EQ_DOORBELL, CQ_ARM; SQ_DOORBELL is in datapath.cpp),
+// the device's half of the doorbell scanner (§12.5: UAR pages watched, the
+// words a page holds taken as doorbells) and the device fatal state (§11.4).
 #include "sim/simhca/hca.hpp"
 
 namespace openib::simhca {
@@ -50,7 +51,7 @@ void Hca::write_eqe(uint32_t eqn, Eq& eq, const PendingEvent& ev) {
 }
 
 // §4 / §9.3 EQ_DOORBELL: bits 23:0 EQN, bit 31 ARM, 63:32 consumer counter.
-void Hca::eq_doorbell(uint32_t uar, uint64_t v) {
+bool Hca::eq_doorbell(uint32_t uar, uint64_t v) {
   const uint32_t eqn = v & 0xffffff;
   const bool arm = v & (1ull << 31);
   const auto ci = static_cast<uint32_t>(v >> 32);
@@ -58,25 +59,26 @@ void Hca::eq_doorbell(uint32_t uar, uint64_t v) {
   // A consumer counter ahead of the producer is refused (§9.3).
   if (!eq || eq->cfg.uar != uar || eq->producer - ci > (1u << eq->cfg.log_size)) {
     ++stats_.bad_access;
-    return;
+    return false;
   }
   eq->consumer = ci;
-  if (!arm) return;
+  if (!arm) return true;
   if (eq->producer != eq->consumer) {  // events pending: signal at once, stay disarmed
     if (host_.signal_msix(eq->cfg.vector)) ++stats_.irqs_signalled;
   } else {
     eq->armed = true;
   }
+  return true;
 }
 
 // §4 / §7.3 CQ_ARM: 23:0 CQN, 25:24 command, 29:28 sequence, 63:32 consumer.
-void Hca::cq_arm(uint32_t uar, uint64_t v) {
+bool Hca::cq_arm(uint32_t uar, uint64_t v) {
   const uint32_t cqn = v & 0xffffff;
   const auto cmd = static_cast<uint8_t>((v >> 24) & 3);
   Cq* cq = cqs_.get(cqn);
   if (!cq || cq->cfg.uar != uar || cmd == 0 || cmd == 3) {
     ++stats_.bad_access;
-    return;
+    return false;
   }
   cq->consumer = static_cast<uint32_t>(v >> 32);
   cq->arm_sn = static_cast<uint8_t>((v >> 28) & 3);
@@ -88,19 +90,90 @@ void Hca::cq_arm(uint32_t uar, uint64_t v) {
     put32(ev.data, 0, cqn);
     raise_event(ev, cq->cfg.eqn);
   }
+  return true;
 }
 
+bool Hca::uar_doorbell(uint32_t uar, size_t word, uint64_t v) {
+  switch (word) {
+    case kWordCqArm: return cq_arm(uar, v);
+    case kWordEqDoorbell: return eq_doorbell(uar, v);
+    default: return sq_doorbell(uar, v);
+  }
+}
+
+// §4: a register write (VFIO_USER_REGION_WRITE) takes effect at once; the
+// value is also what the scanner will find in the page, so it is taken.
 void Hca::uar_write64(uint32_t uar, uint64_t off, uint64_t v) {
-  if (!initialized_ || !uars_.get(uar)) {  // §4: only allocated UAR pages
+  Uar* u = initialized_ ? uars_.get(uar) : nullptr;
+  if (!u) {  // §4: only allocated UAR pages
     ++stats_.bad_access;
     return;
   }
-  switch (off) {
-    case kUarEqDoorbell: eq_doorbell(uar, v); return;
-    case kUarCqArm: cq_arm(uar, v); return;
-    case kUarSqDoorbell: sq_doorbell(uar, v); return;
-    default: ++stats_.bad_access; return;
+  for (size_t i = 0; i < kUarDoorbellOffsets.size(); ++i) {
+    if (kUarDoorbellOffsets[i] != off) continue;
+    u->taken[i] = v;
+    uar_doorbell(uar, i, v);
+    return;
   }
+  ++stats_.bad_access;
+}
+
+// §12.5: the doorbell words of a page the scanner noticed. A word that
+// differs from the one last taken is a doorbell: CQ_ARM and EQ_DOORBELL
+// act as a register write would; SQ_DOORBELL is checked and then every QP
+// of the UAR re-reads its SQ counter from its doorbell record.
+void Hca::uar_scan(uint32_t uar) {
+  Uar* u = initialized_ ? uars_.get(uar) : nullptr;
+  const std::optional<UarWords> words = host_.uar_words(uar);
+  if (!u || !u->doorbell_users || !words) return;  // freed since it was noticed
+  bool sq = false;
+  for (size_t i = 0; i < words->size(); ++i) {
+    const uint64_t v = (*words)[i];
+    if (v == u->taken[i]) continue;
+    u->taken[i] = v;
+    ++stats_.mmap_doorbells;
+    sq |= i == kWordSqDoorbell;
+    const bool ok = i == kWordSqDoorbell ? sq_doorbell_target(uar, v) != nullptr : uar_doorbell(uar, i, v);
+    if (!ok) {
+      ++stats_.mmap_doorbells_bad;
+      log_->debug("simhca: UAR {} doorbell word {:#x} = {:#x} ignored", uar, kUarDoorbellOffsets[i], v);
+    }
+  }
+  if (sq) sq_rescan(uar);
+}
+
+// §12.5: the page is watched while an EQ, CQ or QP uses the UAR. When it
+// joins, what the page holds names no object yet and is taken as is.
+void Hca::uar_ref(uint32_t uar, int delta) {
+  Uar* u = uars_.get(uar);
+  if (!u) return;
+  u->users += static_cast<uint32_t>(delta);
+  const uint32_t before = u->doorbell_users;
+  u->doorbell_users += static_cast<uint32_t>(delta);
+  if ((before == 0) == (u->doorbell_users == 0)) return;
+  // UAR 0 is the driver's and never handed to a client (§4): its doorbells
+  // are register writes only, so a stray store into its page through a
+  // mapping of BAR2 cannot move EQ 0 or the driver's queues.
+  if (uar == 0) return;
+  if (before == 0)
+    if (auto w = host_.uar_words(uar)) u->taken = *w;
+  host_.watch_uar(uar, u->doorbell_users != 0);
+}
+
+void Hca::uar_link_qp(uint32_t qpn, Qp& qp) {
+  Uar* u = uars_.get(qp.cfg.uar);
+  qp.uar_prev = kNoQp;
+  qp.uar_next = u->first_qp;
+  if (Qp* next = qps_.get(u->first_qp)) next->uar_prev = qpn;
+  u->first_qp = qpn;
+}
+
+void Hca::uar_unlink_qp(uint32_t qpn, Qp& qp) {
+  Uar* u = uars_.get(qp.cfg.uar);
+  if (Qp* prev = qps_.get(qp.uar_prev)) prev->uar_next = qp.uar_next;
+  else if (u->first_qp == qpn) u->first_qp = qp.uar_next;
+  if (Qp* next = qps_.get(qp.uar_next)) next->uar_prev = qp.uar_prev;
+  qp.uar_prev = qp.uar_next = kNoQp;
 }
 
 // Data-path events: written now, or after the completion of the command

@@ -34,6 +34,9 @@ void Hca::reset() {
 
 void Hca::reset_tables() {
   const Caps& c = opts_.caps;
+  uars_.for_each([&](uint32_t n, const Uar& u) {  // §12.5: no page stays watched
+    if (u.doorbell_users) host_.watch_uar(n, false);
+  });
   pds_.reset(c.max_pd);
   uars_.reset(c.max_uar, 1);  // UAR 0 is the driver's, allocated by INIT_HCA (§6.2)
   eqs_.reset(c.max_eq);
@@ -64,9 +67,13 @@ uint32_t Hca::bar0_read32(uint64_t off) const {
     case reg::kCmdsCompleted: return static_cast<uint32_t>(stats_.cmds_completed);
     case reg::kCmdsDropped: return static_cast<uint32_t>(stats_.cmds_dropped);
     case reg::kBadAccess: return static_cast<uint32_t>(stats_.bad_access);
-    case reg::kCapSummary:
-      return uint32_t{opts_.caps.num_ports} | (kNumUars << 8) | (kNumMsix << 16) |
+    case reg::kCapSummary:  // bits 15:8: log2 of the number of UAR pages
+      return uint32_t{opts_.caps.num_ports} | (kLogNumUars << 8) | (kNumMsix << 16) |
              (kLogMaxCmdq << 24);
+    case reg::kScannerSleeps: return static_cast<uint32_t>(host_.scanner_counts().sleeps);
+    case reg::kScannerWakeups: return static_cast<uint32_t>(host_.scanner_counts().wakeups);
+    case reg::kMmapDoorbells: return static_cast<uint32_t>(stats_.mmap_doorbells);
+    case reg::kMmapDoorbellsBad: return static_cast<uint32_t>(stats_.mmap_doorbells_bad);
     default: return 0;  // write-only and reserved registers read 0
   }
 }

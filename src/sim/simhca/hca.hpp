@@ -20,6 +20,7 @@
 #include "common/result.hpp"
 #include "sim/cable/link.hpp"
 #include "sim/simhca/codec.hpp"
+#include "sim/simhca/doorbell_scanner.hpp"
 #include "sim/simhca/resources.hpp"
 
 namespace openib::sim::wire {
@@ -38,6 +39,15 @@ class HostPort {
   virtual Result<void> dma_write(uint64_t iova, std::span<const std::byte> in) = 0;
   // False if nothing is routed to the vector (the interrupt is dropped).
   virtual bool signal_msix(uint32_t vector) = 0;
+
+  // §12.5 doorbell scanner. A bus without mmap-able UAR pages (tests, the
+  // fuzz target) keeps these defaults: nothing is watched or stored.
+  // The page of UAR `uar` joins (on) or leaves the scanner's watched set.
+  virtual void watch_uar(uint32_t /*uar*/, bool /*on*/) {}
+  // The doorbell words of the page as last stored (through the mmap or a
+  // register write), indexed like kUarDoorbellOffsets.
+  virtual std::optional<UarWords> uar_words(uint32_t /*uar*/) { return std::nullopt; }
+  virtual ScannerCounts scanner_counts() const { return {}; }
 };
 
 struct HcaOptions {
@@ -53,6 +63,9 @@ struct HcaStats {
   uint64_t events_written = 0;
   uint64_t events_dropped = 0;  // no EQ takes it, EQ full, or EQ ring unwritable
   uint64_t irqs_signalled = 0;
+  uint64_t mmap_doorbells = 0;      // §12.5: doorbell words found changed in a UAR page
+  uint64_t mmap_doorbells_bad = 0;  // ... and ignored (garbage), also in bad_access
+  uint64_t sq_records_bad = 0;      // §12.5: SQ counters in doorbell records refused
 };
 
 // §12.8 data path counters (logged at exit; tests read them).
@@ -84,6 +97,9 @@ class Hca {
   void bar0_write32(uint64_t offset, uint32_t value);
   // §4: an 8-byte write to UAR page `uar` at `offset` in the page.
   void uar_write64(uint32_t uar, uint64_t offset, uint64_t value);
+  // §12.5: the scanner noticed UAR page `uar` change; the doorbell words
+  // that differ from the last ones taken are doorbells.
+  void uar_scan(uint32_t uar);
   void count_bad_access() { ++stats_.bad_access; }
 
   // §5.3: doorbell bits are latched; commands run from here. next_due()
@@ -127,14 +143,23 @@ class Hca {
   // events (events.cpp), §9
   void raise_event(const PendingEvent& ev, std::optional<uint32_t> eqn = std::nullopt);
   void write_eqe(uint32_t eqn, Eq& eq, const PendingEvent& ev);
-  void eq_doorbell(uint32_t uar, uint64_t v);
-  void cq_arm(uint32_t uar, uint64_t v);
+  // §4 doorbells: false if refused (counted in bad_access).
+  bool eq_doorbell(uint32_t uar, uint64_t v);
+  bool cq_arm(uint32_t uar, uint64_t v);
+  bool uar_doorbell(uint32_t uar, size_t word, uint64_t v);
+  // §12.5 UAR bookkeeping: EQs, CQs and QPs make a page watched.
+  void uar_ref(uint32_t uar, int delta);
+  void uar_link_qp(uint32_t qpn, Qp& qp);
+  void uar_unlink_qp(uint32_t qpn, Qp& qp);
   void enter_fatal(uint32_t syndrome);
   void emit_event(uint8_t type, uint32_t number, std::optional<uint32_t> eqn = std::nullopt,
                   uint8_t byte4 = 0);
 
   // data path (datapath.cpp), §12.1 - §12.6
-  void sq_doorbell(uint32_t uar, uint64_t v);
+  bool sq_doorbell(uint32_t uar, uint64_t v);
+  Qp* sq_doorbell_target(uint32_t uar, uint64_t v);
+  void sq_rescan(uint32_t uar);
+  void sq_from_record(uint32_t qpn, Qp& qp);
   bool post_cqe(uint32_t cqn, const Cqe& c);
   void finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status);
   void complete_front(uint32_t qpn, Qp& qp, uint8_t status);

@@ -7,7 +7,8 @@
 // One client at a time; the device is reset between clients. Commands run
 // after the doorbell write is answered (§5.3), from this loop; so do the
 // packets port 1's UdpLink receives (handed over from its thread through a
-// queue and an eventfd, §12.7) and the data path's timers.
+// queue and an eventfd, §12.7), the UAR pages the doorbell scanner noticed
+// (its thread, an eventfd, §12.5) and the data path's timers.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -235,12 +236,14 @@ int main(int argc, char** argv) {
       auto left = *due <= now ? 0 : std::chrono::ceil<std::chrono::milliseconds>(*due - now).count();
       timeout = static_cast<int>(std::clamp<decltype(left)>(left, 0, 200));
     }
-    pollfd fds[2] = {{server.client_fd(), POLLIN, 0}, {inbox.fd(), POLLIN, 0}};
-    if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {
+    pollfd fds[3] = {{server.client_fd(), POLLIN, 0}, {inbox.fd(), POLLIN, 0},
+                     {(*model)->doorbell_fd(), POLLIN, 0}};
+    if (::poll(fds, 3, timeout) < 0 && errno != EINTR) {
       log->error("simhca: poll: {}", std::strerror(errno));
       return 1;
     }
     if (fds[1].revents & POLLIN) deliver();
+    if (fds[2].revents & POLLIN) (*model)->take_doorbells();  // §12.5 scanner
     if (fds[0].revents) {
       auto r = server.handle_message(0);
       if (!r) {
@@ -266,5 +269,11 @@ int main(int argc, char** argv) {
       "(dropped {}), irqs {}, vfio-user messages {} (malformed {}), dma faults {}",
       s.cmds_completed, s.cmds_failed, s.cmds_dropped, s.bad_access, s.events_written,
       s.events_dropped, s.irqs_signalled, ss.messages, ss.bad_messages, ss.dma_faults);
+  const ScannerCounts sc = (*model)->scanner_counts();
+  log->info(
+      "simhca: doorbell scanner: mmap doorbells {} (ignored {}), bad SQ records {}, pages "
+      "noticed {}, sleeps {}, wakeups {}, timeouts {}, polled naps {}",
+      s.mmap_doorbells, s.mmap_doorbells_bad, s.sq_records_bad, sc.notices, sc.sleeps, sc.wakeups,
+      sc.timeouts, sc.polled_sleeps);
   return 0;
 }

@@ -4,6 +4,8 @@
 // has its own, on purpose.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace openib::simhca {
@@ -18,7 +20,8 @@ inline constexpr uint8_t kMsixCapOffset = 0x40;
 
 // §2 BARs, §10 MSI-X.
 inline constexpr uint64_t kBar0Size = 16 * 1024;
-inline constexpr uint32_t kNumUars = 64;
+inline constexpr uint32_t kLogNumUars = 10;
+inline constexpr uint32_t kNumUars = 1u << kLogNumUars;  // §4: 1024 pages, 4 MiB
 inline constexpr uint64_t kUarPageSize = 4096;
 inline constexpr uint64_t kBar2Size = kNumUars * kUarPageSize;
 inline constexpr uint32_t kNumMsix = 32;
@@ -43,6 +46,10 @@ inline constexpr uint64_t kCmdsDropped = 0x030;
 inline constexpr uint64_t kBadAccess = 0x034;
 inline constexpr uint64_t kReset = 0x038;
 inline constexpr uint64_t kCapSummary = 0x03c;
+inline constexpr uint64_t kScannerSleeps = 0x040;    // §3, §12.5
+inline constexpr uint64_t kScannerWakeups = 0x044;
+inline constexpr uint64_t kMmapDoorbells = 0x048;
+inline constexpr uint64_t kMmapDoorbellsBad = 0x04c;
 inline constexpr uint64_t kSimFault = 0xf00;
 }  // namespace reg
 
@@ -60,10 +67,16 @@ inline constexpr uint32_t kStatusCmdqError = 1u << 2;
 inline constexpr uint32_t kStatusCmdqFault = 1u << 3;
 inline constexpr uint32_t kStatusFatal = 1u << 31;
 
-// §4 UAR page doorbells (64-bit little-endian).
+// §4 UAR page doorbells (64-bit little-endian) and the scanner's word (§12.5).
+inline constexpr uint64_t kUarScannerSleeping = 0x000;  // 32 bits, device-owned
 inline constexpr uint64_t kUarCqArm = 0x020;
 inline constexpr uint64_t kUarEqDoorbell = 0x040;
 inline constexpr uint64_t kUarSqDoorbell = 0x800;
+// The doorbell words of a page, in this order (indices of UarWords).
+inline constexpr std::array<uint64_t, 3> kUarDoorbellOffsets = {kUarCqArm, kUarEqDoorbell,
+                                                                 kUarSqDoorbell};
+enum UarWord : size_t { kWordCqArm = 0, kWordEqDoorbell = 1, kWordSqDoorbell = 2 };
+using UarWords = std::array<uint64_t, 3>;
 
 // §5.2 command entry.
 inline constexpr size_t kEntrySize = 128;
@@ -148,7 +161,7 @@ inline constexpr size_t kCqeSize = 64;
 
 // §6.1 capabilities simhca reports.
 struct Caps {
-  uint32_t max_qp = 1024, max_cq = 1024, max_eq = 32, max_srq = 256, max_pd = 256;
+  uint32_t max_qp = 16384, max_cq = 16384, max_eq = 32, max_srq = 256, max_pd = 256;
   uint32_t max_mkey = 4096, max_ah = 4096, max_uar = kNumUars;
   uint8_t log_max_qp_wr = 14, log_max_cqe = 16, log_max_eqe = 14, log_max_srq_wr = 14;
   uint16_t max_sge = 16, max_inline = 512;

@@ -4,6 +4,7 @@
 // RESOURCE_BUSY while something still uses the object.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -22,6 +23,7 @@ class Table {
   // `first` only by alloc_at() (QP0 and QP1).
   void reset(uint32_t capacity, uint32_t first = 0) {
     slots_.assign(capacity, std::nullopt);
+    used_.assign((capacity + 63) / 64, 0);
     first_ = first;
     cursor_ = first;
     count_ = 0;
@@ -33,6 +35,7 @@ class Table {
       uint32_t k = first_ + (cursor_ - first_ + i) % (n - first_);
       if (!slots_[k]) {
         slots_[k] = std::move(v);
+        mark(k, true);
         cursor_ = k + 1 < n ? k + 1 : first_;
         ++count_;
         return k;
@@ -43,6 +46,7 @@ class Table {
   bool alloc_at(uint32_t k, T v) {
     if (k >= slots_.size() || slots_[k]) return false;
     slots_[k] = std::move(v);
+    mark(k, true);
     ++count_;
     return true;
   }
@@ -51,6 +55,7 @@ class Table {
   void free(uint32_t k) {
     if (get(k)) {
       slots_[k].reset();
+      mark(k, false);
       --count_;
     }
   }
@@ -60,19 +65,30 @@ class Table {
       if (!slots_[k]) return true;
     return false;
   }
+  // In increasing number, over the occupied slots only (the data path
+  // walks the QP table on every turn of the device loop: 16384 slots).
+  // f may free the object it is given.
   template <typename F>
-  void for_each(F&& f) {
-    for (uint32_t k = 0; k < slots_.size(); ++k)
-      if (slots_[k]) f(k, *slots_[k]);
-  }
+  void for_each(F&& f) { each(*this, f); }
   template <typename F>
-  void for_each(F&& f) const {
-    for (uint32_t k = 0; k < slots_.size(); ++k)
-      if (slots_[k]) f(k, *slots_[k]);
-  }
+  void for_each(F&& f) const { each(*this, f); }
 
  private:
+  template <typename Self, typename F>
+  static void each(Self& self, F& f) {
+    for (uint32_t w = 0; w < self.used_.size(); ++w)
+      for (uint64_t bits = self.used_[w]; bits; bits &= bits - 1) {
+        const uint32_t k = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+        if (self.slots_[k]) f(k, *self.slots_[k]);
+      }
+  }
+  void mark(uint32_t k, bool on) {
+    const uint64_t bit = uint64_t{1} << (k % 64);
+    used_[k / 64] = on ? used_[k / 64] | bit : used_[k / 64] & ~bit;
+  }
+
   std::vector<std::optional<T>> slots_;
+  std::vector<uint64_t> used_;  // bit k: slots_[k] is occupied
   uint32_t first_ = 0, cursor_ = 0, count_ = 0;
 };
 
@@ -80,8 +96,13 @@ struct Pd {
   uint32_t users = 0;  // QPs, SRQs, MKEYs, AHs
 };
 
+inline constexpr uint32_t kNoQp = 0xffffffff;
+
 struct Uar {
-  uint32_t users = 0;  // EQs, CQs, SRQs, QPs
+  uint32_t users = 0;           // EQs, CQs, SRQs, QPs
+  uint32_t doorbell_users = 0;  // EQs, CQs, QPs: the scanner watches the page (§12.5)
+  uint32_t first_qp = kNoQp;    // the QPs of this UAR, linked through Qp::uar_next
+  UarWords taken{};             // §12.5: the doorbell words last taken
 };
 
 // §7.1
@@ -171,7 +192,7 @@ struct QpRuntime {
     uint32_t psn = 0;
     uint64_t orig = 0;
   };
-  std::deque<SavedAtomic> atomics;  // for duplicate atomic requests (IBA 9.7.5.1.1)
+  std::vector<SavedAtomic> atomics;  // for duplicate atomic requests (IBA 9.7.5.1.1)
   bool comm_est = false;
 };
 
@@ -179,6 +200,7 @@ struct QpRuntime {
 struct Qp {
   QpCreate cfg;
   QpAttrs attrs;  // attrs.state is the QP state
+  uint32_t uar_prev = kNoQp, uar_next = kNoQp;  // the QPs of cfg.uar (§12.5)
   QpRuntime rt;   // §12
 };
 

@@ -562,7 +562,7 @@ void Hca::resp_request(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
     for (int i = 0; i < 8; ++i) mem[i] = std::byte(static_cast<uint8_t>(v >> (8 * i)));
     if (!scatter(ext, 0, mem)) return nak(w::NakCode::kRemoteOperationalError, 0, kEvQpFatal);
     rt.atomics.push_back({b.psn, orig});
-    if (rt.atomics.size() > kSavedAtomics) rt.atomics.pop_front();
+    if (rt.atomics.size() > kSavedAtomics) rt.atomics.erase(rt.atomics.begin());
     rt.msn = psn_add(rt.msn, 1);
     rt.epsn = psn_add(rt.epsn, 1);
     w::Headers h;

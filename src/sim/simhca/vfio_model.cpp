@@ -1,9 +1,12 @@
 // simhca over vfio-user: region and IRQ layout (docs/simhca.md §2, §4, §10).
 #include "sim/simhca/vfio_model.hpp"
 
+#include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace openib::simhca {
@@ -20,10 +23,13 @@ Result<std::unique_ptr<VfioModel>> VfioModel::create(HcaOptions opts) {
   void* p = ::mmap(nullptr, kBar2Size, PROT_READ | PROT_WRITE, MAP_SHARED, m->bar2_fd_.get(), 0);
   if (p == MAP_FAILED) return sys_err("simhca: mmap BAR2");
   m->bar2_ = static_cast<std::byte*>(p);
+  m->scanner_ = std::make_unique<DoorbellScanner>(m->bar2_);
+  OPENIB_TRY(m->scanner_->start());
   return m;
 }
 
 VfioModel::~VfioModel() {
+  scanner_.reset();  // stops the thread before its pages go
   if (bar2_) ::munmap(bar2_, kBar2Size);
 }
 
@@ -81,12 +87,14 @@ Result<void> VfioModel::write(uint32_t region, uint64_t off, std::span<const std
       return ok();
     case VFIO_PCI_BAR2_REGION_INDEX:
       // §4: the page keeps the value; an aligned 8-byte write is a doorbell.
-      std::memcpy(bar2_ + off, in.data(), in.size());
+      // The scanner reads the page concurrently: one atomic store.
       if (in.size() == 8 && off % 8 == 0) {
         uint64_t v;
         std::memcpy(&v, in.data(), 8);
+        uar_word64(bar2_, 0, off).store(v);
         hca_->uar_write64(static_cast<uint32_t>(off / kUarPageSize), off % kUarPageSize, v);
       } else {
+        std::memcpy(bar2_ + off, in.data(), in.size());
         hca_->count_bad_access();
       }
       return ok();
@@ -96,8 +104,33 @@ Result<void> VfioModel::write(uint32_t region, uint64_t off, std::span<const std
 
 void VfioModel::reset() {
   hca_->reset();
+  scanner_->unwatch_all();
   config_.reset();
+  zero_bar2();
+}
+
+// Punching the memfd's pages out zeroes them for every mapping (ours and
+// the clients') without touching 4 MiB; memset if the file system refuses.
+void VfioModel::zero_bar2() {
+  if (::fallocate(bar2_fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kBar2Size) == 0)
+    return;
   std::memset(bar2_, 0, kBar2Size);
+}
+
+void VfioModel::take_doorbells() {
+  scanner_->drain([this](uint32_t page) { hca_->uar_scan(page); });
+}
+
+void VfioModel::watch_uar(uint32_t uar, bool on) {
+  if (scanner_) scanner_->watch(uar, on);  // none yet while the Hca is constructed
+}
+
+std::optional<UarWords> VfioModel::uar_words(uint32_t uar) {
+  if (uar >= kNumUars) return std::nullopt;
+  UarWords w;
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = uar_word64(bar2_, uar, kUarDoorbellOffsets[i]).load(std::memory_order_acquire);
+  return w;
 }
 
 Result<void> VfioModel::dma_read(uint64_t iova, std::span<std::byte> out) {

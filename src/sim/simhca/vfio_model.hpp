@@ -1,8 +1,9 @@
 // simhca as a vfio-user device: binds the device core (hca.hpp) to the
 // server framework (src/vfio/vfio_user_server.hpp). Regions: config space,
 // BAR0 (REGION_READ/WRITE only) and BAR2, whose UAR pages are memfd-backed
-// and offered one sparse mmap area per page (docs/simhca.md §2, §4). IRQs:
-// 32 MSI-X vectors (§10). DMA goes through the server's checked
+// and offered one sparse mmap area per page (docs/simhca.md §2, §4); the
+// doorbell scanner (§12.5) watches the device's own mapping of that memfd.
+// IRQs: 32 MSI-X vectors (§10). DMA goes through the server's checked
 // dma_read/dma_write (§11.2).
 #pragma once
 
@@ -28,17 +29,27 @@ class VfioModel final : public vfio::user::DeviceModel, public HostPort {
 
   Hca& hca() { return *hca_; }
 
+  // §12.5: readable when the scanner noticed UAR pages; take_doorbells()
+  // hands them to the device core. Device (loop) thread only.
+  int doorbell_fd() const { return scanner_->notify_fd(); }
+  void take_doorbells();
+  ScannerCounts scanner_counts() const override { return scanner_->counts(); }
+
  private:
   explicit VfioModel(HcaOptions opts);
   // HostPort: the server's checked DMA and eventfd-backed MSI-X.
   Result<void> dma_read(uint64_t iova, std::span<std::byte> out) override;
   Result<void> dma_write(uint64_t iova, std::span<const std::byte> in) override;
   bool signal_msix(uint32_t vector) override;
+  void watch_uar(uint32_t uar, bool on) override;
+  std::optional<UarWords> uar_words(uint32_t uar) override;
+  void zero_bar2();
 
   std::unique_ptr<Hca> hca_;
   PciConfig config_;
   UniqueFd bar2_fd_;
   std::byte* bar2_ = nullptr;
+  std::unique_ptr<DoorbellScanner> scanner_;  // after bar2_: it watches that mapping
 };
 
 }  // namespace openib::simhca

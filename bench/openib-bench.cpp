@@ -1,0 +1,595 @@
+// openib-bench: libopenib through two ibd daemons against TCP over loopback
+// and memcpy, on the same machine, in one run (docs/performance.md).
+//
+//   openib-bench --socket-a A.sock --socket-b B.sock [--ibd-pid PID] [--quick]
+//                [--nap-us N] [--skip-many-qps] [--procs N] [--qps-per-proc N]
+//   openib-bench --baselines-only
+//
+// What it measures, and how:
+//  (a) 8-byte RC SEND half round-trip: one process, one thread, two Contexts
+//      (one per ibd, each ibd with its simhca, cabled back to back over UDP).
+//      The thread posts a SEND on A, polls B's CQ for the receive, posts the
+//      reply on B, polls A's CQ for it: a true ping-pong (B answers only after
+//      it has received), with one busy poller instead of two, so that the two
+//      simhca processes keep the CPU they need on a 2-core machine.
+//      Half RTT = elapsed / (2 x iterations); median of 5 repetitions.
+//  (b) 64 KiB RC RDMA WRITE bandwidth, A -> B, 16 WRITEs in flight, every one
+//      signaled; the target buffer is checked against the source afterwards.
+//  (c) TCP over 127.0.0.1 with TCP_NODELAY: 8-byte ping-pong half RTT (two
+//      threads) and 64 KiB streaming bandwidth (two threads).
+//  (d) memcpy of 64 KiB blocks.
+//  (e) 10,000 RC QPs across 100 client processes on ibd A (each: Context,
+//      PD, one CQ, 100 QPs with 1-entry rings), the creation rate over the
+//      whole (first create to last, CLOCK_MONOTONIC across processes), and
+//      the anonymous memory of ibd and of its simhca child per QP
+//      (/proc/PID/smaps_rollup Pss_Anon and Anonymous, before and after).
+// Targets are printed with PASS/MISS; the exit status is 0 unless a
+// measurement could not be made at all.
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifdef OPENIB_BENCH_HAVE_LIB
+#include "rc_link.hpp"
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "openib-bench: %s\n", what.c_str());
+  std::exit(2);
+}
+
+bool full_write(int fd, const void* p, size_t n) {
+  auto* c = static_cast<const char*>(p);
+  while (n) {
+    ssize_t k = ::write(fd, c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+bool full_read(int fd, void* p, size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n) {
+    ssize_t k = ::read(fd, c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// ---- TCP over loopback ------------------------------------------------------
+struct TcpPair {
+  int client = -1, server = -1;
+  ~TcpPair() {
+    if (client >= 0) ::close(client);
+    if (server >= 0) ::close(server);
+  }
+};
+
+TcpPair tcp_pair() {
+  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (l < 0 || ::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(l, 1) != 0 ||
+      ::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    die(std::string("tcp listen: ") + std::strerror(errno));
+  TcpPair p;
+  p.client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (::connect(p.client, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
+    die(std::string("tcp connect: ") + std::strerror(errno));
+  p.server = ::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+  ::close(l);
+  if (p.server < 0) die("tcp accept");
+  int one = 1;
+  ::setsockopt(p.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(p.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return p;
+}
+
+// 8-byte ping-pong; returns the median half round trip in microseconds.
+double tcp_latency_us(int reps, int iters) {
+  std::vector<double> r;
+  for (int rep = 0; rep < reps; ++rep) {
+    TcpPair p = tcp_pair();
+    std::thread echo([&] {
+      char b[8];
+      for (int i = 0; i < iters + 100; ++i)
+        if (!full_read(p.server, b, 8) || !full_write(p.server, b, 8)) return;
+    });
+    char b[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (int i = 0; i < 100; ++i) full_write(p.client, b, 8), full_read(p.client, b, 8);
+    auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i)
+      if (!full_write(p.client, b, 8) || !full_read(p.client, b, 8)) die("tcp ping-pong");
+    r.push_back(seconds_since(t0) * 1e6 / (2.0 * iters));
+    echo.join();
+  }
+  return median(r);
+}
+
+// 64 KiB blocks streamed one way; returns the median in MB/s (10^6 bytes).
+double tcp_bandwidth_mbs(int reps, size_t block, int blocks) {
+  std::vector<double> r;
+  std::vector<char> src(block, 'x');
+  for (int rep = 0; rep < reps; ++rep) {
+    TcpPair p = tcp_pair();
+    std::thread sink([&] {
+      std::vector<char> b(block);
+      size_t want = block * static_cast<size_t>(blocks), got = 0;
+      while (got < want) {
+        ssize_t k = ::read(p.server, b.data(), std::min(b.size(), want - got));
+        if (k <= 0) return;
+        got += static_cast<size_t>(k);
+      }
+      char ack = 1;
+      full_write(p.server, &ack, 1);
+    });
+    auto t0 = Clock::now();
+    for (int i = 0; i < blocks; ++i)
+      if (!full_write(p.client, src.data(), block)) die("tcp stream");
+    char ack;
+    if (!full_read(p.client, &ack, 1)) die("tcp ack");
+    double s = seconds_since(t0);
+    sink.join();
+    r.push_back(static_cast<double>(block) * blocks / s / 1e6);
+  }
+  return median(r);
+}
+
+// ---- memcpy -----------------------------------------------------------------
+double memcpy_mbs(int reps, size_t block, int copies) {
+  std::vector<char> a(block, 'a'), b(block, 'b');
+  std::vector<double> r;
+  for (int rep = 0; rep < reps; ++rep) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < copies; ++i) {
+      a[0] = static_cast<char>(i);
+      std::memcpy(b.data(), a.data(), block);
+      asm volatile("" : : "r"(b.data()) : "memory");  // keep the copy
+    }
+    r.push_back(static_cast<double>(block) * copies / seconds_since(t0) / 1e6);
+  }
+  return median(r);
+}
+
+// ---- /proc ------------------------------------------------------------------
+[[maybe_unused]] std::map<std::string, long> smaps_rollup(int pid) {
+  std::map<std::string, long> m;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/smaps_rollup");
+  std::string line;
+  while (std::getline(f, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos || line.find(" kB") == std::string::npos) continue;
+    m[line.substr(0, colon)] = std::atol(line.c_str() + colon + 1);
+  }
+  return m;
+}
+
+[[maybe_unused]] std::vector<int> children_of(int pid) {
+  std::vector<int> out;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task/";
+  // Every thread's children file (a child belongs to the thread that forked it).
+  if (auto* d = ::opendir(dir.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream f(dir + e->d_name + "/children");
+      int c;
+      while (f >> c) out.push_back(c);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+[[maybe_unused]] const char* verdict(bool ok) { return ok ? "PASS" : "MISS"; }
+
+#ifdef OPENIB_BENCH_HAVE_LIB
+using namespace openib;
+using namespace openib::testing;
+
+std::unique_ptr<Side> must_side(const std::string& sock, size_t len, QpCap cap) {
+  auto s = open_side(sock, len, cap);
+  if (!s) die("open " + sock + ": " + s.error().str());
+  return std::move(s).value();
+}
+
+// How the polling thread waits between empty polls: 0 spins (with a
+// sched_yield every 1024 polls), N > 0 sleeps N microseconds (--nap-us).
+int g_nap_us = 0;
+
+Result<Wc> next_wc(Cq& cq, int timeout_ms) {
+  if (g_nap_us <= 0) return wait_wc(cq, timeout_ms);
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  Wc wc;
+  for (;;) {
+    if (cq.poll({&wc, 1}) == 1) return wc;
+    if (Clock::now() > deadline) return err(ETIMEDOUT, "no completion within {} ms", timeout_ms);
+    ::usleep(static_cast<useconds_t>(g_nap_us));
+  }
+}
+
+// Waits for a receive completion on `s`, counting the send completions met.
+void wait_recv(Side& s, int timeout_ms) {
+  for (;;) {
+    auto wc = next_wc(*s.cq, timeout_ms);
+    if (!wc) die("ping-pong: " + wc.error().str());
+    if (wc->status != kWcSuccess)
+      die(std::string("ping-pong: completion status ") + wc_status_str(wc->status));
+    if (wc->opcode == kWcRecv) return;
+  }
+}
+
+double openib_latency_us(Side& a, Side& b, int reps, int iters) {
+  constexpr int kRecvDepth = 16;
+  for (Side* s : {&a, &b})
+    for (int i = 0; i < kRecvDepth; ++i)
+      if (post_recv(*s->qp, *s->mr, 64, 8, 1)) die("post_recv");
+  auto one = [&] {
+    if (post_send(*a.qp, *a.mr, 0, 8, 2)) die("post_send A");
+    wait_recv(b, 5000);
+    if (post_recv(*b.qp, *b.mr, 64, 8, 1)) die("post_recv B");
+    if (post_send(*b.qp, *b.mr, 0, 8, 2)) die("post_send B");
+    wait_recv(a, 5000);
+    if (post_recv(*a.qp, *a.mr, 64, 8, 1)) die("post_recv A");
+  };
+  for (int i = 0; i < 50; ++i) one();
+  std::vector<double> r;
+  for (int rep = 0; rep < reps; ++rep) {
+    auto t0 = Clock::now();
+    int done = 0;
+    for (; done < iters && seconds_since(t0) < 20; ++done) one();
+    r.push_back(seconds_since(t0) * 1e6 / (2.0 * done));
+  }
+  // Drain the send completions still queued, so that the CQs are quiet.
+  Wc wc[16];
+  for (Side* s : {&a, &b})
+    while (s->cq->poll(wc) > 0) {
+    }
+  return median(r);
+}
+
+double openib_write_mbs(Side& a, Side& b, int reps, size_t block, int count) {
+  constexpr int kDepth = 16;
+  for (size_t i = 0; i < block; ++i) a.buf()[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::memset(b.buf(), 0, block);
+  uint64_t remote = reinterpret_cast<uint64_t>(b.buf());
+  std::vector<double> r;
+  for (int rep = 0; rep < reps; ++rep) {
+    int posted = 0, done = 0;
+    auto t0 = Clock::now();
+    while (done < count) {
+      while (posted < count && posted - done < kDepth) {
+        if (post_send(*a.qp, *a.mr, 0, static_cast<uint32_t>(block), 3, WrOpcode::kWrite, remote,
+                      b.mr->rkey()))
+          die("post WRITE");
+        ++posted;
+      }
+      auto wc = next_wc(*a.cq, 10000);
+      if (!wc) die("WRITE: " + wc.error().str());
+      if (wc->status != kWcSuccess) die(std::string("WRITE: ") + wc_status_str(wc->status));
+      ++done;
+    }
+    r.push_back(static_cast<double>(block) * count / seconds_since(t0) / 1e6);
+  }
+  if (std::memcmp(a.buf(), b.buf(), block) != 0) die("WRITE: target differs from the source");
+  return median(r);
+}
+
+// ---- (e) many QPs -----------------------------------------------------------
+struct ChildReport {
+  double t0 = 0, t1 = 0;  // CLOCK_MONOTONIC seconds around the create_qp loop
+  int created = 0;
+  char error[200] = {};
+};
+
+double mono_now() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+// A child: Context, PD, one CQ, `n` RC QPs; report; wait for the parent.
+[[noreturn]] void qp_child(const std::string& sock, int n, int report_fd, int release_fd) {
+  ::alarm(600);  // never outlive a lost parent
+  ChildReport rep;
+  std::vector<std::unique_ptr<Qp>> qps;
+  ContextOptions o;
+  o.socket = sock;
+  auto ctx = Context::open(o);
+  std::unique_ptr<Pd> pd;
+  std::unique_ptr<Cq> cq;
+  if (!ctx) {
+    std::snprintf(rep.error, sizeof rep.error, "open: %s", ctx.error().str().c_str());
+  } else if (auto p = (*ctx)->alloc_pd(); !p) {
+    std::snprintf(rep.error, sizeof rep.error, "alloc_pd: %s", p.error().str().c_str());
+  } else if (auto c = (*ctx)->create_cq(16); !c) {
+    pd = std::move(p).value();
+    std::snprintf(rep.error, sizeof rep.error, "create_cq: %s", c.error().str().c_str());
+  } else {
+    pd = std::move(p).value();
+    cq = std::move(c).value();
+    QpInit init;
+    init.send_cq = init.recv_cq = cq.get();
+    init.cap.max_send_wr = init.cap.max_recv_wr = 1;
+    rep.t0 = mono_now();
+    for (int i = 0; i < n; ++i) {
+      auto q = (*ctx)->create_qp(*pd, init);
+      if (!q) {
+        std::snprintf(rep.error, sizeof rep.error, "create_qp #%d: %s", i,
+                      q.error().str().c_str());
+        break;
+      }
+      qps.push_back(std::move(q).value());
+    }
+    rep.t1 = mono_now();
+    rep.created = static_cast<int>(qps.size());
+  }
+  full_write(report_fd, &rep, sizeof rep);
+  char c;
+  while (::read(release_fd, &c, 1) < 0 && errno == EINTR) {
+  }
+  // The objects go with the process: ibd's cleanup on disconnect.
+  ::_exit(0);
+}
+
+struct ManyQps {
+  int created = 0, failed_children = 0;
+  std::string first_error;
+  double rate = 0, seconds = 0;
+  std::map<std::string, long> ibd_before, ibd_after, sim_before, sim_after;
+};
+
+ManyQps many_qps(const std::string& self, const std::string& sock, int ibd_pid, int procs,
+                 int per_proc) {
+  ManyQps m;
+  int sim_pid = 0;
+  if (ibd_pid > 0) {
+    auto kids = children_of(ibd_pid);
+    if (!kids.empty()) sim_pid = kids.front();
+    m.ibd_before = smaps_rollup(ibd_pid);
+    if (sim_pid) m.sim_before = smaps_rollup(sim_pid);
+  }
+  int release[2];
+  if (::pipe2(release, O_CLOEXEC) != 0) die("pipe");
+  struct Kid {
+    pid_t pid;
+    int fd;
+    bool got = false;
+    ChildReport rep;
+  };
+  std::vector<Kid> kids;
+  for (int i = 0; i < procs; ++i) {
+    int rp[2];
+    if (::pipe2(rp, O_CLOEXEC) != 0) die("pipe");
+    pid_t pid = ::fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) {
+      std::string n = std::to_string(per_proc), rfd = std::to_string(rp[1]),
+                  lfd = std::to_string(release[0]);
+      ::fcntl(rp[1], F_SETFD, 0);
+      ::fcntl(release[0], F_SETFD, 0);
+      ::execl(self.c_str(), self.c_str(), "--qp-child", sock.c_str(), n.c_str(), rfd.c_str(),
+              lfd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(rp[1]);
+    kids.push_back({pid, rp[0]});
+  }
+  ::close(release[0]);
+  auto t0 = Clock::now();
+  size_t got = 0;
+  while (got < kids.size() && seconds_since(t0) < 300) {
+    std::vector<pollfd> pf;
+    for (auto& k : kids)
+      if (!k.got) pf.push_back({k.fd, POLLIN, 0});
+    if (::poll(pf.data(), pf.size(), 1000) <= 0) continue;
+    for (auto& k : kids) {
+      if (k.got) continue;
+      pollfd one{k.fd, POLLIN, 0};
+      if (::poll(&one, 1, 0) != 1) continue;
+      k.got = true;
+      ++got;
+      if (!full_read(k.fd, &k.rep, sizeof k.rep)) {
+        std::snprintf(k.rep.error, sizeof k.rep.error, "child exited without a report");
+      }
+    }
+  }
+  if (ibd_pid > 0) {
+    m.ibd_after = smaps_rollup(ibd_pid);
+    if (sim_pid) m.sim_after = smaps_rollup(sim_pid);
+  }
+  double first = 1e300, last = 0;
+  for (auto& k : kids) {
+    if (!k.got) std::snprintf(k.rep.error, sizeof k.rep.error, "no report within 300 s");
+    m.created += k.rep.created;
+    if (k.rep.error[0]) {
+      ++m.failed_children;
+      if (m.first_error.empty()) m.first_error = k.rep.error;
+    }
+    if (k.rep.created > 0) {
+      first = std::min(first, k.rep.t0);
+      last = std::max(last, k.rep.t1);
+    }
+  }
+  if (last > first) {
+    m.seconds = last - first;
+    m.rate = m.created / m.seconds;
+  }
+  ::close(release[1]);  // every child returns from read() and exits
+  auto t1 = Clock::now();
+  for (auto& k : kids) {
+    int st;
+    while (::waitpid(k.pid, &st, WNOHANG) == 0) {
+      if (seconds_since(t1) > 30) {
+        ::kill(k.pid, SIGKILL);
+        ::waitpid(k.pid, &st, 0);
+        break;
+      }
+      ::usleep(10000);
+    }
+    ::close(k.fd);
+  }
+  return m;
+}
+#endif  // OPENIB_BENCH_HAVE_LIB
+
+struct Args {
+  std::string sock_a, sock_b;
+  int ibd_pid = 0;
+  bool quick = false, baselines_only = false, skip_many = false;
+  int procs = 100, per_proc = 100;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) die("missing value after " + s);
+      return argv[++i];
+    };
+    if (s == "--qp-child") {
+#ifdef OPENIB_BENCH_HAVE_LIB
+      if (argc != 6) die("--qp-child SOCK N REPORT_FD RELEASE_FD");
+      qp_child(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]));
+#else
+      die("built without libopenib");
+#endif
+    } else if (s == "--socket-a") {
+      a.sock_a = next();
+    } else if (s == "--socket-b") {
+      a.sock_b = next();
+    } else if (s == "--ibd-pid") {
+      a.ibd_pid = std::atoi(next().c_str());
+    } else if (s == "--procs") {
+      a.procs = std::atoi(next().c_str());
+    } else if (s == "--qps-per-proc") {
+      a.per_proc = std::atoi(next().c_str());
+    } else if (s == "--nap-us") {
+#ifdef OPENIB_BENCH_HAVE_LIB
+      g_nap_us = std::atoi(next().c_str());
+#else
+      next();
+#endif
+    } else if (s == "--skip-many-qps") {
+      a.skip_many = true;
+    } else if (s == "--quick") {
+      a.quick = true;
+    } else if (s == "--baselines-only") {
+      a.baselines_only = true;
+    } else {
+      die("usage: openib-bench --socket-a A --socket-b B [--ibd-pid PID] [--quick] "
+          "[--procs N] [--qps-per-proc N] [--nap-us N] [--skip-many-qps] | --baselines-only");
+    }
+  }
+  const int reps = a.quick ? 3 : 5;
+  constexpr size_t kBlock = 64 * 1024;
+
+  std::printf("openib-bench: %u CPUs online\n", std::thread::hardware_concurrency());
+  double tcp_lat = tcp_latency_us(reps, a.quick ? 2000 : 20000);
+  double tcp_bw = tcp_bandwidth_mbs(reps, kBlock, a.quick ? 512 : 4096);
+  double mem_bw = memcpy_mbs(reps, kBlock, a.quick ? 10000 : 100000);
+  std::printf("%-44s %12.2f us\n", "TCP loopback 8 B half RTT (NODELAY)", tcp_lat);
+  std::printf("%-44s %12.1f MB/s\n", "TCP loopback 64 KiB stream", tcp_bw);
+  std::printf("%-44s %12.1f MB/s\n", "memcpy 64 KiB blocks", mem_bw);
+  std::fflush(stdout);
+  if (a.baselines_only) return 0;
+
+#ifndef OPENIB_BENCH_HAVE_LIB
+  die("built without libopenib: only --baselines-only works");
+#else
+  if (a.sock_a.empty() || a.sock_b.empty()) die("--socket-a and --socket-b are required");
+  double lat = 0, bw = 0;
+  {
+    QpCap cap;
+    cap.max_send_wr = 64;
+    cap.max_recv_wr = 32;
+    auto A = must_side(a.sock_a, kBlock, cap);
+    auto B = must_side(a.sock_b, kBlock, cap);
+    if (auto r = connect(*A, *B); !r) die("connect: " + r.error().str());
+    lat = openib_latency_us(*A, *B, reps, a.quick ? 300 : 2000);
+    std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", lat);
+    std::fflush(stdout);
+    bw = openib_write_mbs(*A, *B, reps, kBlock, a.quick ? 100 : 1000);
+    std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", bw);
+  }
+  std::printf("%-44s %12.2f   target <= 0.5  %s\n", "latency ratio openib/TCP", lat / tcp_lat,
+              verdict(lat <= 0.5 * tcp_lat));
+  std::printf("%-44s %12.2f   target >= 1.5  %s\n", "bandwidth ratio openib/TCP", bw / tcp_bw,
+              verdict(bw >= 1.5 * tcp_bw));
+  std::printf("%-44s %12.3f\n", "bandwidth ratio openib/memcpy", bw / mem_bw);
+  std::fflush(stdout);
+
+  if (a.skip_many) return 0;
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) die("readlink /proc/self/exe");
+  self[n] = 0;
+  ManyQps m = many_qps(self, a.sock_a, a.ibd_pid, a.procs, a.per_proc);
+  int want = a.procs * a.per_proc;
+  std::printf("%-44s %12d of %d (%d processes; %d failed%s%s)\n", "QPs created", m.created, want,
+              a.procs, m.failed_children, m.first_error.empty() ? "" : ": ",
+              m.first_error.c_str());
+  std::printf("%-44s %12.0f QPs/s over %.3f s   target >= 10000  %s\n", "QP creation rate",
+              m.rate, m.seconds, verdict(m.rate >= 10000 && m.created == want));
+  auto per_qp = [&](const char* who, std::map<std::string, long>& before,
+                    std::map<std::string, long>& after) {
+    if (before.empty() || after.empty() || m.created == 0) {
+      std::printf("%-44s   (not measured: no pid)\n", who);
+      return;
+    }
+    const char* key = before.count("Pss_Anon") ? "Pss_Anon" : "Anonymous";
+    double kib = static_cast<double>(after[key] - before[key]) / m.created;
+    double rss = static_cast<double>(after["Rss"] - before["Rss"]) / m.created;
+    std::printf("%-44s %12.2f KiB/QP (%s %ld -> %ld kB; Rss %+.2f KiB/QP)   target <= 4  %s\n",
+                who, kib, key, before[key], after[key], rss, verdict(kib <= 4.0));
+  };
+  per_qp("ibd anonymous memory per QP", m.ibd_before, m.ibd_after);
+  per_qp("simhca anonymous memory per QP", m.sim_before, m.sim_after);
+  return m.created > 0 ? 0 : 1;
+#endif
+}

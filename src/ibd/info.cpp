@@ -1,0 +1,146 @@
+// INFO (docs/client-protocol.md "INFO"): the daemon, device, ports and
+// clients as JSON text, for ibdctl. Bounded by the message size: past it,
+// objects and then clients are left out and "truncated" is set.
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ibd/server.hpp"
+
+#ifndef OPENIB_VERSION
+#define OPENIB_VERSION "unknown"
+#endif
+
+namespace openib::ibd {
+
+using nlohmann::json;
+
+namespace {
+const char* qp_type_name(uint8_t t) {
+  switch (t) {
+    case 0: return "RC";
+    case 1: return "UC";
+    case 2: return "UD";
+  }
+  return "?";
+}
+const char* qp_state_name(uint8_t s) {
+  static const char* names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+  return s < 7 ? names[s] : "?";
+}
+
+const char* port_state_name(uint8_t s) {
+  static const char* names[] = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE"};
+  return s < 5 ? names[s] : "?";
+}
+
+json client_objects(const Client& c) {
+  json objs = json::array();
+  for (const auto& [h, o] : c.objects) {
+    json j{{"handle", h}, {"kind", kind_name(o.kind)}};
+    switch (o.kind) {
+      case Kind::kPd: j["pdn"] = o.number; break;
+      case Kind::kMem: j["iova"] = o.map.iova(); j["length"] = o.length; break;
+      case Kind::kMr: j["lkey"] = o.number; j["length"] = o.length; j["pd"] = o.deps[0]; j["mem"] = o.deps[1]; break;
+      case Kind::kCq: j["cqn"] = o.number; j["log_size"] = o.log_size; j["eventfd"] = o.eventfd.valid(); break;
+      case Kind::kSrq: j["srqn"] = o.number; j["log_size"] = o.log_size; break;
+      case Kind::kQp:
+        j["qpn"] = o.number;
+        j["type"] = qp_type_name(o.qp_type);
+        j["state"] = qp_state_name(o.qp_state);  // as last set or queried
+        j["pd"] = o.deps[0];
+        j["send_cq"] = o.deps[1];
+        j["recv_cq"] = o.deps[2];
+        if (o.deps[3]) j["srq"] = o.deps[3];
+        break;
+      case Kind::kAh: j["ahn"] = o.number; j["pd"] = o.deps[0]; break;
+    }
+    objs.push_back(std::move(j));
+  }
+  return objs;
+}
+}  // namespace
+
+std::string Server::info_json(const Client& asker, uint32_t flags) {
+  const auto now = std::chrono::steady_clock::now();
+  json j;
+  j["daemon"] = {{"pid", ::getpid()},
+                 {"version", OPENIB_VERSION},
+                 {"protocol", proto::kVersion},
+                 {"uptime_s", std::chrono::duration_cast<std::chrono::seconds>(now - started_).count()},
+                 {"socket", opts_.socket},
+                 {"device", opts_.device_name}};
+  const hca::DeviceCaps& k = hca_.caps();
+  j["device"] = {{"name", "simhca0"},
+                 {"spec", opts_.device_name},
+                 {"alive", hca_.device().alive()},
+                 {"fw_rev", fmt::format("{}.{}", hca_.fw_rev() >> 16, hca_.fw_rev() & 0xffff)},
+                 {"node_guid", fmt::format("{:#018x}", k.node_guid)},
+                 {"max_qp", k.max_qp}, {"max_cq", k.max_cq}, {"max_srq", k.max_srq},
+                 {"max_pd", k.max_pd}, {"max_mr", k.max_mkey}, {"max_ah", k.max_ah},
+                 {"max_uar", k.max_uar}, {"log_max_qp_wr", k.log_max_qp_wr},
+                 {"log_max_cqe", k.log_max_cqe}, {"max_mkey_pages", k.max_mkey_pages},
+                 {"num_ports", k.num_ports}, {"interrupts", hca_.interrupts_seen()}};
+  json ports = json::array();
+  for (uint8_t p = 1; p <= k.num_ports && hca_.device().alive(); ++p) {
+    auto a = hca_.query_port(p);
+    if (!a) continue;
+    ports.push_back({{"port", p}, {"state", a->state}, {"state_name", port_state_name(a->state)}, {"phys_state", a->phys_state},
+                     {"lid", a->lid}, {"sm_lid", a->sm_lid}, {"lmc", a->lmc},
+                     {"active_mtu", a->active_mtu}, {"active_width", a->active_width},
+                     {"active_speed", a->active_speed},
+                     {"port_guid", fmt::format("{:#018x}", a->port_guid)},
+                     {"qkey_violations", a->qkey_violations},
+                     {"pkey_violations", a->pkey_violations}});
+  }
+  j["ports"] = std::move(ports);
+  const auto pool = hca_.pool().stats();
+  j["counters"] = {{"connects", counters_.connects},
+                   {"disconnects", counters_.disconnects},
+                   {"requests", counters_.requests},
+                   {"errors", counters_.errors},
+                   {"protocol_violations", counters_.protocol_violations},
+                   {"events", counters_.events},
+                   {"events_dropped", counters_.events_dropped},
+                   {"cq_notifications", counters_.cq_notifications},
+                   {"quarantined_mappings", counters_.quarantined_mappings},
+                   {"dma_mapped_bytes", pool.mapped_bytes},
+                   {"dma_maps_total", pool.maps_total},
+                   {"dma_unmaps_total", pool.unmaps_total}};
+  // kInfoObjects: every client's objects for root, the asker's own otherwise.
+  const bool all_objects = (flags & proto::kInfoObjects) && asker.uid == 0;
+  const bool own_objects = (flags & proto::kInfoObjects) != 0;
+  json clients = json::array();
+  for (const auto& [id, c] : clients_) {
+    json cj{{"id", id}, {"pid", c->pid}, {"uid", c->uid}, {"gid", c->gid}, {"uar", c->uar},
+            {"pds", c->counts[size_t(Kind::kPd)]}, {"mrs", c->counts[size_t(Kind::kMr)]},
+            {"cqs", c->counts[size_t(Kind::kCq)]}, {"qps", c->counts[size_t(Kind::kQp)]},
+            {"srqs", c->counts[size_t(Kind::kSrq)]}, {"ahs", c->counts[size_t(Kind::kAh)]},
+            {"mems", c->counts[size_t(Kind::kMem)]},
+            {"requests", c->stats.requests}, {"errors", c->stats.errors},
+            {"events_queued", c->events.size()}, {"events_dropped", c->stats.events_dropped},
+            {"uptime_s", std::chrono::duration_cast<std::chrono::seconds>(now - c->connected).count()}};
+    if (all_objects || (own_objects && id == asker.id)) cj["objects"] = client_objects(*c);
+    clients.push_back(std::move(cj));
+  }
+  j["clients"] = std::move(clients);
+  j["truncated"] = false;
+  // Room for the header and the reply status.
+  const size_t limit = proto::kMaxMessage - proto::kHeaderSize - 4;
+  std::string text = j.dump();
+  if (text.size() <= limit) return text;
+  j["truncated"] = true;
+  for (auto it = j["clients"].rbegin(); it != j["clients"].rend() && text.size() > limit; ++it) {
+    if (it->contains("objects")) {
+      it->erase("objects");
+      text = j.dump();
+    }
+  }
+  while (text.size() > limit && !j["clients"].empty()) {
+    j["clients"].erase(j["clients"].size() - 1);
+    text = j.dump();
+  }
+  return text;
+}
+
+}  // namespace openib::ibd

@@ -1,0 +1,124 @@
+// ibd's flags and config file (docs/operations.md "Configuration").
+#include "ibd/options.hpp"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <toml++/toml.h>
+
+namespace openib::ibd {
+
+Result<mode_t> parse_mode(const std::string& in) {
+  std::string s = in;
+  if (s.starts_with("0o")) s = s.substr(2);
+  if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos)
+    return err(EINVAL, "socket mode '{}' is not an octal mode such as 0660", in);
+  const unsigned long v = std::stoul(s, nullptr, 8);
+  if (v > 0777) return err(EINVAL, "socket mode '{}' has bits above 0777", in);
+  return static_cast<mode_t>(v);
+}
+
+std::string default_simhca_path() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto dir = self.parent_path();
+    for (const auto& cand : {dir / "../sim/simhca/simhca", dir / "simhca"}) {
+      if (::access(cand.c_str(), X_OK) == 0) return std::filesystem::weakly_canonical(cand, ec).string();
+    }
+  }
+  return "simhca";  // execvp searches PATH
+}
+
+namespace {
+
+// Applies one TOML key unless the same option was given on the command line.
+Result<void> apply_toml(const std::string& file, CLI::App& app, Options& o, std::string& mode_text) {
+  toml::table t;
+  try {
+    t = toml::parse_file(file);
+  } catch (const toml::parse_error& e) {
+    return err(EINVAL, "{}: {}", file, std::string(e.description()));
+  }
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    CLI::Option* opt = nullptr;
+    try {
+      opt = app.get_option("--" + k);
+    } catch (const CLI::OptionNotFound&) {
+    }
+    if (!opt || k == "config" || k == "help") return err(EINVAL, "{}: unknown key '{}'", file, k);
+    if (opt->count() > 0) continue;  // the flag wins
+    std::string text;
+    if (auto sv = node.value<std::string>()) {
+      text = *sv;
+    } else if (auto iv = node.value<int64_t>()) {
+      text = std::to_string(*iv);
+    } else {
+      return err(EINVAL, "{}: key '{}' must be a string or an integer", file, k);
+    }
+    if (k == "socket-mode" && node.is_integer())
+      return err(EINVAL, "{}: socket-mode must be a string such as \"0660\" (TOML integers are decimal)", file);
+    try {
+      opt->add_result(text);
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      return err(EINVAL, "{}: key '{}': {}", file, k, e.what());
+    }
+  }
+  (void)o;
+  (void)mode_text;
+  return ok();
+}
+
+}  // namespace
+
+ParseOutcome parse_options(int argc, char** argv) {
+  Options o;
+  std::string mode_text = "0666";
+  CLI::App app{"ibd: the openib daemon; owns one HCA and serves clients over a UNIX socket "
+               "(docs/operations.md)"};
+  app.add_option("--config", o.config, "TOML file with the same keys as the long flags; flags win");
+  app.add_option("--device", o.device,
+                 "vfio:<PCI address> or vfio-user:<socket>; default: an embedded simhca child");
+  app.add_option("--socket", o.socket, "client socket (SOCK_SEQPACKET)")->capture_default_str();
+  app.add_option("--socket-mode", mode_text, "client socket mode, octal")->capture_default_str();
+  app.add_option("--socket-group", o.socket_group, "group owning the client socket");
+  app.add_option("--run-dir", o.run_dir, "simhca socket and locks; default: the socket's directory");
+  app.add_option("--simhca", o.simhca, "simhca binary for the embedded device");
+  app.add_option("--cable", o.cable, "embedded simhca: --port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT");
+  app.add_option("--pcap", o.pcap, "embedded simhca: --pcap FILE");
+  app.add_option("--faults", o.faults, "embedded simhca: --faults drop=P,dup=P,...");
+  app.add_option("--lid", o.lid, "static LID for port 1 (SET_PORT, state Active); 0: leave the port")
+      ->capture_default_str();
+  app.add_option("--log", o.log, "log level: trace, debug, info, warn, error, off")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+    if (!o.config.empty()) {
+      if (auto r = apply_toml(o.config, app, o, mode_text); !r) {
+        std::fprintf(stderr, "ibd: %s\n", r.error().message.c_str());
+        return {std::nullopt, 2};
+      }
+    }
+  } catch (const CLI::ParseError& e) {
+    return {std::nullopt, app.exit(e)};
+  }
+  auto mode = parse_mode(mode_text);
+  if (!mode) {
+    std::fprintf(stderr, "ibd: %s\n", mode.error().message.c_str());
+    return {std::nullopt, 2};
+  }
+  o.socket_mode = *mode;
+  if (o.run_dir.empty()) o.run_dir = std::filesystem::path(o.socket).parent_path().string();
+  if (o.run_dir.empty()) o.run_dir = ".";
+  if (o.simhca.empty()) o.simhca = default_simhca_path();
+  if (!o.device.empty() && !o.device.starts_with("vfio:") && !o.device.starts_with("vfio-user:")) {
+    std::fprintf(stderr, "ibd: --device must be vfio:<PCI address> or vfio-user:<socket>\n");
+    return {std::nullopt, 2};
+  }
+  return {std::move(o), 0};
+}
+
+}  // namespace openib::ibd

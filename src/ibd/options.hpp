@@ -1,0 +1,44 @@
+// ibd's configuration (docs/operations.md): command-line flags (CLI11) over
+// an optional TOML file (toml++); a flag given on the command line wins.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace openib::ibd {
+
+struct Options {
+  std::string device;        // "vfio:<PCI>" / "vfio-user:<socket>"; empty: embedded simhca
+  std::string socket = "/run/ibd/ibd.sock";
+  mode_t socket_mode = 0666;
+  std::string socket_group;  // empty: the daemon's group
+  std::string run_dir;       // empty: the socket's directory
+  std::string simhca;        // empty: found next to ibd (simhca_path())
+  std::string cable, pcap, faults;  // passed to the embedded simhca
+  uint16_t lid = 1;          // static port setup (SET_PORT) until an SM exists; 0: leave the port
+  std::string log = "info";
+  std::string config;        // the TOML file read, if any
+};
+
+// Parses argv (and the --config file). std::nullopt with exit_code set
+// when the program should exit now (--help, or a usage error, printed).
+struct ParseOutcome {
+  std::optional<Options> options;
+  int exit_code = 0;
+};
+ParseOutcome parse_options(int argc, char** argv);
+
+// "0666" / "660" / "0o660" -> mode bits (octal, at most 0777).
+Result<mode_t> parse_mode(const std::string& s);
+
+// The embedded simhca binary: the build tree's src/sim/simhca/simhca next
+// to src/ibd/ibd, or simhca in ibd's own directory, or `simhca` on PATH.
+std::string default_simhca_path();
+
+}  // namespace openib::ibd

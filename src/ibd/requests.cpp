@@ -1,0 +1,486 @@
+// Request validation and dispatch (docs/client-protocol.md "Operations").
+// Every handler checks, in order: body length (proto::decode), the fds the
+// op takes, each handle against this client's table and its kind, ranges
+// and sizes against the mapped memory and the device's caps; only then
+// does it issue the device command.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.hpp"
+#include "hca/prm.hpp"
+#include "ibd/server.hpp"
+
+namespace openib::ibd {
+
+using proto::Op;
+
+namespace {
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kMaxMapLength = 16ull << 30;
+
+Result<void> expect_fds(const proto::Message& m, size_t n) {
+  if (m.fds.size() != n)
+    return err(EINVAL, "{} takes {} fds, got {}", proto::op_name(m.header.op), n, m.fds.size());
+  return ok();
+}
+
+// The fd must be an eventfd: ibd only ever writes 8-byte counts to it.
+Result<void> check_eventfd(int fd) {
+  char buf[64];
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  if (n < 0 || std::string_view(buf, static_cast<size_t>(n)) != "anon_inode:[eventfd]")
+    return err(EINVAL, "the attached fd is not an eventfd");
+  return ok();
+}
+
+template <class M>
+proto::Bytes body(const M& m) {
+  return proto::encode(m);
+}
+
+hca::AddressVector to_hca(const proto::Av& a) {
+  hca::AddressVector v;
+  v.dlid = a.dlid;
+  v.sl = a.sl;
+  v.src_path_bits = a.src_path_bits;
+  v.static_rate = a.static_rate;
+  v.port = a.port;
+  v.grh = a.grh != 0;
+  v.hop_limit = a.hop_limit;
+  v.flow_label = a.flow_label;
+  v.sgid_index = a.sgid_index;
+  v.traffic_class = a.traffic_class;
+  v.dgid = a.dgid;
+  return v;
+}
+
+proto::Av to_proto(const hca::AddressVector& v) {
+  proto::Av a;
+  a.dlid = v.dlid;
+  a.sl = v.sl;
+  a.src_path_bits = v.src_path_bits;
+  a.static_rate = v.static_rate;
+  a.port = v.port;
+  a.grh = v.grh ? 1 : 0;
+  a.hop_limit = v.hop_limit;
+  a.flow_label = v.flow_label;
+  a.sgid_index = v.sgid_index;
+  a.traffic_class = v.traffic_class;
+  a.dgid = v.dgid;
+  return a;
+}
+}  // namespace
+
+Result<Server::Reply> Server::handle(Client& c, proto::Message& m) {
+  const auto op = static_cast<Op>(m.header.op);
+  if (!c.hello && op != Op::kHello) return err(EPROTO, "HELLO must come first");
+  if (c.objects.size() >= kMaxObjectsPerClient && m.header.op != static_cast<uint16_t>(Op::kInfo))
+    return err(ENOSPC, "too many objects for one client");
+  switch (op) {
+    case Op::kHello: return op_hello(c, m);
+    case Op::kQueryDevice: return op_query_device(c, m);
+    case Op::kQueryPort: return op_query_port(c, m);
+    case Op::kAllocPd: return op_alloc_pd(c, m);
+    case Op::kDeallocPd: return op_destroy(c, m, Kind::kPd);
+    case Op::kMapMem: return op_map_mem(c, m);
+    case Op::kUnmapMem: return op_destroy(c, m, Kind::kMem);
+    case Op::kRegMr: return op_reg_mr(c, m);
+    case Op::kDeregMr: return op_destroy(c, m, Kind::kMr);
+    case Op::kCreateCq: return op_create_cq(c, m);
+    case Op::kDestroyCq: return op_destroy(c, m, Kind::kCq);
+    case Op::kCreateSrq: return op_create_srq(c, m);
+    case Op::kModifySrq: return op_modify_srq(c, m);
+    case Op::kDestroySrq: return op_destroy(c, m, Kind::kSrq);
+    case Op::kCreateQp: return op_create_qp(c, m);
+    case Op::kModifyQp: return op_modify_qp(c, m);
+    case Op::kQueryQp: return op_query_qp(c, m);
+    case Op::kDestroyQp: return op_destroy(c, m, Kind::kQp);
+    case Op::kCreateAh: return op_create_ah(c, m);
+    case Op::kDestroyAh: return op_destroy(c, m, Kind::kAh);
+    case Op::kGetAsyncEvents: return op_get_async_events(c, m);
+    case Op::kInfo: return op_info(c, m);
+  }
+  return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
+}
+
+// HELLO: version, the async eventfd, the client's own UAR and the fd to
+// mmap its page from (docs/client-protocol.md "Doorbells").
+Result<Server::Reply> Server::op_hello(Client& c, proto::Message& m) {
+  if (c.hello) return err(EPROTO, "HELLO was already said");
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HelloReq>(m.body));
+  if (req.version_min > proto::kVersion || req.version_max < proto::kVersion)
+    return err(EPROTONOSUPPORT, "this ibd speaks version {} only", proto::kVersion);
+  if (req.flags & ~proto::kHelloAsyncFd) return err(EINVAL, "unknown HELLO flags {:#x}", req.flags);
+  OPENIB_TRY(expect_fds(m, (req.flags & proto::kHelloAsyncFd) ? 1 : 0));
+  if (!m.fds.empty()) OPENIB_TRY(check_eventfd(m.fds[0].get()));
+  auto uar = hca_.alloc_uar();
+  if (!uar) return err(uar.error().code, "no UAR for this client: {}", uar.error().message);
+  Reply rep;
+  proto::HelloRep h;
+  h.version = proto::kVersion;
+  h.client_id = c.id;
+  h.uar = *uar;
+  h.uar_size = static_cast<uint32_t>(hca::prm::kUarPageSize);
+  h.num_ports = hca_.caps().num_ports;
+  // docs/simhca.md §4: UAR n is BAR2 offset n * 4096.
+  auto rfd = hca_.device().region_mmap_fd(VFIO_PCI_BAR2_REGION_INDEX);
+  if (rfd) {
+    h.doorbell_mode = proto::kDoorbellMmap;
+    h.uar_mmap_offset = rfd->offset + uint64_t{*uar} * hca::prm::kUarPageSize;
+    rep.fds.push_back(std::move(rfd->fd));
+  } else if (!hca_.device().alive()) {
+    (void)hca_.dealloc_uar(*uar);
+    return err(ENODEV, "the device is gone");
+  } else {
+    h.doorbell_mode = proto::kDoorbellRelay;
+  }
+  c.uar = *uar;
+  c.hello = true;
+  if (!m.fds.empty()) c.async_fd = std::move(m.fds[0]);
+  rep.payload = body(h);
+  log::get("ibd")->info("client {}: HELLO, UAR {}, doorbells {}", c.id, c.uar,
+                        h.doorbell_mode == proto::kDoorbellMmap ? "mmap" : "relay");
+  return rep;
+}
+
+Result<Server::Reply> Server::op_query_device(Client&, proto::Message& m) {
+  OPENIB_TRY(proto::decode<proto::Empty>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  const hca::DeviceCaps& k = hca_.caps();
+  proto::DeviceRep d;
+  d.node_guid = k.node_guid;
+  d.sys_image_guid = k.sys_image_guid;
+  d.fw_rev = hca_.fw_rev();
+  d.vendor_id = hca::prm::kVendorId;
+  d.vendor_part_id = k.vendor_part_id;
+  d.max_qp = k.max_qp;
+  d.max_cq = k.max_cq;
+  d.max_srq = k.max_srq;
+  d.max_pd = k.max_pd;
+  d.max_mr = k.max_mkey;
+  d.max_ah = k.max_ah;
+  d.max_msg_size = k.max_msg_size;
+  d.cap_flags = k.cap_flags;
+  d.max_sge = k.max_sge;
+  d.max_inline = k.max_inline;
+  d.log_max_qp_wr = k.log_max_qp_wr;
+  d.log_max_cqe = k.log_max_cqe;
+  d.log_max_srq_wr = k.log_max_srq_wr;
+  d.num_ports = k.num_ports;
+  d.max_rd_atomic = k.max_rd_atomic;
+  d.max_dest_rd_atomic = k.max_dest_rd_atomic;
+  d.local_ca_ack_delay = k.local_ca_ack_delay;
+  const std::string_view name = "simhca0";
+  std::copy(name.begin(), name.end(), d.name.begin());
+  return Reply{body(d), {}};
+}
+
+Result<Server::Reply> Server::op_query_port(Client&, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  if (req.port < 1 || req.port > hca_.caps().num_ports) return err(EINVAL, "no port {}", req.port);
+  OPENIB_TRY_ASSIGN(hca::PortAttr a, hca_.query_port(req.port));
+  proto::PortRep p;
+  p.state = a.state;
+  p.phys_state = a.phys_state;
+  p.lid = a.lid;
+  p.sm_lid = a.sm_lid;
+  p.lmc = a.lmc;
+  p.sm_sl = a.sm_sl;
+  p.max_mtu = a.max_mtu;
+  p.active_mtu = a.active_mtu;
+  p.active_width = a.active_width;
+  p.active_speed = a.active_speed;
+  p.pkey_table_len = a.pkey_table_len;
+  p.gid_table_len = a.gid_table_len;
+  p.gid_prefix = a.gid_prefix;
+  p.port_guid = a.port_guid;
+  p.cap_flags = a.cap_flags;
+  return Reply{body(p), {}};
+}
+
+Result<Server::Reply> Server::op_alloc_pd(Client& c, proto::Message& m) {
+  OPENIB_TRY(proto::decode<proto::Empty>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  OPENIB_TRY_ASSIGN(uint32_t pdn, hca_.alloc_pd());
+  Object o;
+  o.kind = Kind::kPd;
+  o.number = pdn;
+  return Reply{body(proto::HandleRep{add(c, std::move(o))}), {}};
+}
+
+// MAP_MEM: a memfd, at least `length` long, mapped for DMA (IOMMU / vfio-user
+// DMA_MAP) through the pool's IOVA space.
+Result<Server::Reply> Server::op_map_mem(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::MapMemReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 1));
+  if (req.length == 0 || req.length % kPage != 0 || req.length > kMaxMapLength)
+    return err(EINVAL, "length {} must be a non-zero multiple of 4096, at most 16 GiB", req.length);
+  const int fd = m.fds[0].get();
+  if (::fcntl(fd, F_GET_SEALS) < 0) return err(EINVAL, "the attached fd is not a memfd");
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return err(EINVAL, "the attached fd is not a memfd");
+  if (static_cast<uint64_t>(st.st_size) < req.length)
+    return err(EINVAL, "memfd of {} bytes is shorter than length {}", st.st_size, req.length);
+  const int acc = ::fcntl(fd, F_GETFL);
+  if (acc < 0 || (acc & O_ACCMODE) != O_RDWR) return err(EACCES, "the memfd must be open read-write");
+  OPENIB_TRY_ASSIGN(dma::DmaMapping map, hca_.pool().map_fd(fd, 0, req.length, true));
+  Object o;
+  o.kind = Kind::kMem;
+  o.length = req.length;
+  o.map = std::move(map);
+  const uint64_t iova = o.map.iova();
+  return Reply{body(proto::MapMemRep{add(c, std::move(o)), iova}), {}};
+}
+
+// REG_MR: a page list of the memory's IOVAs for [offset, offset+length),
+// seen by the client at `va` (docs/simhca.md §6.7, §12.6).
+Result<Server::Reply> Server::op_reg_mr(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::RegMrReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  OPENIB_TRY_ASSIGN(Object * pd, find(c, req.pd, Kind::kPd));
+  OPENIB_TRY_ASSIGN(Object * mem, find(c, req.mem, Kind::kMem));
+  if (req.access & ~0xfu) return err(EINVAL, "unknown access bits {:#x}", req.access);
+  OPENIB_TRY_ASSIGN(uint64_t first, range_iova(*mem, req.offset, req.length, 1, "MR"));
+  if (req.va + req.length < req.va) return err(EINVAL, "va + length wraps");
+  if (req.va % kPage != req.offset % kPage)
+    return err(EINVAL, "va {:#x} and offset {:#x} differ within a page", req.va, req.offset);
+  const uint64_t npages = (req.va % kPage + req.length + kPage - 1) / kPage;
+  if (npages > hca_.caps().max_mkey_pages)
+    return err(EINVAL, "{} pages exceed the device's {} per MR", npages, hca_.caps().max_mkey_pages);
+  hca::MkeyParams p;
+  p.pdn = pd->number;
+  p.access = req.access;
+  p.start_va = req.va;
+  p.length = req.length;
+  p.log_page_size = 12;
+  p.pages.reserve(npages);
+  const uint64_t base = first - first % kPage;
+  for (uint64_t i = 0; i < npages; ++i) p.pages.push_back(base + i * kPage);
+  OPENIB_TRY_ASSIGN(hca::Mkey k, hca_.create_mkey(p));
+  Object o;
+  o.kind = Kind::kMr;
+  o.number = k.lkey;
+  o.rkey = k.rkey;
+  o.length = req.length;
+  o.deps = {req.pd, req.mem, 0, 0, 0};
+  return Reply{body(proto::RegMrRep{add(c, std::move(o)), k.lkey, k.rkey}), {}};
+}
+
+// CREATE_CQ: 2^log_size 64-byte CQEs, 64-byte aligned; an 8-byte doorbell
+// record (docs/simhca.md §6.5); on EQ 0 and the client's UAR.
+Result<Server::Reply> Server::op_create_cq(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateCqReq>(m.body));
+  if (req.flags & ~proto::kCqEventFd) return err(EINVAL, "unknown CQ flags {:#x}", req.flags);
+  OPENIB_TRY(expect_fds(m, (req.flags & proto::kCqEventFd) ? 1 : 0));
+  if (!m.fds.empty()) OPENIB_TRY(check_eventfd(m.fds[0].get()));
+  OPENIB_TRY_ASSIGN(Object * mem, find(c, req.mem, Kind::kMem));
+  if (req.log_size > hca_.caps().log_max_cqe)
+    return err(EINVAL, "log_size {} exceeds the device's {}", req.log_size, hca_.caps().log_max_cqe);
+  OPENIB_TRY_ASSIGN(uint64_t ring, range_iova(*mem, req.ring_offset,
+                                              (uint64_t{1} << req.log_size) * 64, 64, "CQ ring"));
+  OPENIB_TRY_ASSIGN(uint64_t dbr, range_iova(*mem, req.dbr_offset, 8, 8, "CQ doorbell record"));
+  OPENIB_TRY_ASSIGN(uint32_t cqn, hca_.create_cq_at(req.log_size, ring, dbr, c.uar, hca_.eq0()));
+  Object o;
+  o.kind = Kind::kCq;
+  o.number = cqn;
+  o.log_size = req.log_size;
+  o.deps = {req.mem, 0, 0, 0, 0};
+  if (!m.fds.empty()) o.eventfd = std::move(m.fds[0]);
+  return Reply{body(proto::ObjRep{add(c, std::move(o)), cqn}), {}};
+}
+
+// CREATE_SRQ (docs/simhca.md §6.9).
+Result<Server::Reply> Server::op_create_srq(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateSrqReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  OPENIB_TRY_ASSIGN(Object * pd, find(c, req.pd, Kind::kPd));
+  OPENIB_TRY_ASSIGN(Object * mem, find(c, req.mem, Kind::kMem));
+  if (req.log_size > hca_.caps().log_max_srq_wr)
+    return err(EINVAL, "log_size {} exceeds the device's {}", req.log_size, hca_.caps().log_max_srq_wr);
+  if (req.log_stride < 5 || req.log_stride > 10) return err(EINVAL, "log_stride {} not in 5..10", req.log_stride);
+  if (req.limit >= (1u << req.log_size)) return err(EINVAL, "limit {} not below the SRQ size", req.limit);
+  OPENIB_TRY_ASSIGN(uint64_t ring, range_iova(*mem, req.ring_offset,
+                                              (uint64_t{1} << req.log_size) << req.log_stride, 64, "SRQ ring"));
+  OPENIB_TRY_ASSIGN(uint64_t dbr, range_iova(*mem, req.dbr_offset, 8, 8, "SRQ doorbell record"));
+  OPENIB_TRY_ASSIGN(uint32_t srqn, hca_.create_srq_at(pd->number, req.log_size, req.log_stride, ring, dbr,
+                                                      req.limit, c.uar));
+  Object o;
+  o.kind = Kind::kSrq;
+  o.number = srqn;
+  o.log_size = req.log_size;
+  o.deps = {req.pd, req.mem, 0, 0, 0};
+  return Reply{body(proto::ObjRep{add(c, std::move(o)), srqn}), {}};
+}
+
+Result<Server::Reply> Server::op_modify_srq(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ModifySrqReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  OPENIB_TRY_ASSIGN(Object * srq, find(c, req.srq, Kind::kSrq));
+  OPENIB_TRY(hca_.arm_srq(srq->number, req.limit));
+  return Reply{};
+}
+
+// CREATE_QP (docs/simhca.md §6.10): RC, UC or UD only (QP0/QP1 are the
+// daemon's); rings and doorbell record in the client's memory.
+Result<Server::Reply> Server::op_create_qp(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateQpReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  if (req.type > 2) return err(EINVAL, "QP type {} (0 RC, 1 UC, 2 UD)", req.type);
+  if (req.sig_all > 1) return err(EINVAL, "sig_all must be 0 or 1");
+  OPENIB_TRY_ASSIGN(Object * pd, find(c, req.pd, Kind::kPd));
+  OPENIB_TRY_ASSIGN(Object * scq, find(c, req.send_cq, Kind::kCq));
+  OPENIB_TRY_ASSIGN(Object * rcq, find(c, req.recv_cq, Kind::kCq));
+  Object* srq = nullptr;
+  if (req.srq) {
+    OPENIB_TRY_ASSIGN(srq, find(c, req.srq, Kind::kSrq));
+  }
+  OPENIB_TRY_ASSIGN(Object * mem, find(c, req.mem, Kind::kMem));
+  const auto& k = hca_.caps();
+  if (req.log_sq_size > k.log_max_qp_wr || req.log_rq_size > k.log_max_qp_wr)
+    return err(EINVAL, "queue sizes 2^{}, 2^{} exceed the device's 2^{}", req.log_sq_size,
+               req.log_rq_size, k.log_max_qp_wr);
+  if (req.log_sq_stride < 6 || req.log_sq_stride > 11) return err(EINVAL, "log_sq_stride {} not in 6..11", req.log_sq_stride);
+  hca::QpCreateParams p;
+  p.type = static_cast<hca::QpType>(req.type);
+  p.sig_all = req.sig_all != 0;
+  p.pdn = pd->number;
+  p.send_cqn = scq->number;
+  p.recv_cqn = rcq->number;
+  p.uar = c.uar;
+  if (srq) p.srqn = srq->number;
+  OPENIB_TRY_ASSIGN(p.sq_iova, range_iova(*mem, req.sq_offset,
+                                          (uint64_t{1} << req.log_sq_size) << req.log_sq_stride, 64, "send queue"));
+  if (!srq) {
+    if (req.log_rq_stride < 5 || req.log_rq_stride > 10) return err(EINVAL, "log_rq_stride {} not in 5..10", req.log_rq_stride);
+    OPENIB_TRY_ASSIGN(p.rq_iova, range_iova(*mem, req.rq_offset,
+                                            (uint64_t{1} << req.log_rq_size) << req.log_rq_stride, 64, "receive queue"));
+  }
+  OPENIB_TRY_ASSIGN(p.dbr_iova, range_iova(*mem, req.dbr_offset, 8, 8, "QP doorbell record"));
+  p.log_sq_size = req.log_sq_size;
+  p.log_sq_stride = req.log_sq_stride;
+  p.log_rq_size = srq ? 0 : req.log_rq_size;
+  p.log_rq_stride = srq ? 5 : req.log_rq_stride;
+  OPENIB_TRY_ASSIGN(uint32_t qpn, hca_.create_qp_at(p));
+  Object o;
+  o.kind = Kind::kQp;
+  o.number = qpn;
+  o.qp_type = req.type;
+  o.qp_state = 0;  // RESET
+  o.deps = {req.pd, req.send_cq, req.recv_cq, req.srq, req.mem};
+  return Reply{body(proto::ObjRep{add(c, std::move(o)), qpn}), {}};
+}
+
+// MODIFY_QP: the device validates the transition and the attributes
+// (docs/simhca.md §8.3); ibd checks only that the QP is this client's.
+Result<Server::Reply> Server::op_modify_qp(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ModifyQpReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  OPENIB_TRY_ASSIGN(Object * qp, find(c, req.qp, Kind::kQp));
+  const proto::QpAttr& a = req.attr;
+  if (a.state > 6 || a.cur_state > 6) return err(EINVAL, "QP state out of range");
+  hca::QpAttr h;
+  h.state = static_cast<hca::QpState>(a.state);
+  h.cur_state = static_cast<hca::QpState>(a.cur_state);
+  h.port = a.port;
+  h.path_mtu = a.path_mtu;
+  h.pkey_index = a.pkey_index;
+  h.access = a.access;
+  h.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+  h.qkey = a.qkey;
+  h.dest_qpn = a.dest_qpn;
+  h.rq_psn = a.rq_psn;
+  h.sq_psn = a.sq_psn;
+  h.timeout = a.timeout;
+  h.retry_cnt = a.retry_cnt;
+  h.rnr_retry = a.rnr_retry;
+  h.min_rnr_timer = a.min_rnr_timer;
+  h.max_rd_atomic = a.max_rd_atomic;
+  h.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  h.av = to_hca(a.av);
+  OPENIB_TRY(hca_.modify_qp(qp->number, a.mask, h));
+  if (a.mask & hca::qp_attr::kState) qp->qp_state = a.state;
+  return Reply{};
+}
+
+Result<Server::Reply> Server::op_query_qp(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  OPENIB_TRY_ASSIGN(Object * qp, find(c, req.handle, Kind::kQp));
+  OPENIB_TRY_ASSIGN(hca::QpInfo info, hca_.query_qp(qp->number));
+  const hca::QpAttr& h = info.attr;
+  proto::QueryQpRep r;
+  r.attr.state = static_cast<uint8_t>(h.state);
+  r.attr.cur_state = static_cast<uint8_t>(h.cur_state);
+  r.attr.port = h.port;
+  r.attr.path_mtu = h.path_mtu;
+  r.attr.pkey_index = h.pkey_index;
+  r.attr.access = h.access;
+  r.attr.en_sqd_async_notify = h.en_sqd_async_notify ? 1 : 0;
+  r.attr.qkey = h.qkey;
+  r.attr.dest_qpn = h.dest_qpn;
+  r.attr.rq_psn = h.rq_psn;
+  r.attr.sq_psn = h.sq_psn;
+  r.attr.timeout = h.timeout;
+  r.attr.retry_cnt = h.retry_cnt;
+  r.attr.rnr_retry = h.rnr_retry;
+  r.attr.min_rnr_timer = h.min_rnr_timer;
+  r.attr.max_rd_atomic = h.max_rd_atomic;
+  r.attr.max_dest_rd_atomic = h.max_dest_rd_atomic;
+  r.attr.av = to_proto(h.av);
+  r.type = static_cast<uint8_t>(info.init.type);
+  r.sig_all = info.init.sig_all ? 1 : 0;
+  r.log_sq_size = info.init.log_sq_size;
+  r.log_rq_size = info.init.log_rq_size;
+  r.qpn = qp->number;
+  qp->qp_state = r.attr.state;
+  return Reply{body(r), {}};
+}
+
+Result<Server::Reply> Server::op_create_ah(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateAhReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  OPENIB_TRY_ASSIGN(Object * pd, find(c, req.pd, Kind::kPd));
+  OPENIB_TRY_ASSIGN(uint32_t ahn, hca_.create_ah(pd->number, to_hca(req.av)));
+  Object o;
+  o.kind = Kind::kAh;
+  o.number = ahn;
+  o.deps = {req.pd, 0, 0, 0, 0};
+  return Reply{body(proto::ObjRep{add(c, std::move(o)), ahn}), {}};
+}
+
+Result<Server::Reply> Server::op_destroy(Client& c, proto::Message& m, Kind k) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  OPENIB_TRY(find(c, req.handle, k));
+  OPENIB_TRY(destroy(c, req.handle, /*force*/ false));
+  return Reply{};
+}
+
+Result<Server::Reply> Server::op_get_async_events(Client& c, proto::Message& m) {
+  OPENIB_TRY(proto::decode<proto::Empty>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  proto::AsyncEventsRep r;
+  while (r.count < proto::kMaxEventsPerReply && !c.events.empty()) {
+    r.events[r.count++] = c.events.front();
+    c.events.pop_front();
+  }
+  r.dropped = static_cast<uint32_t>(std::min<uint64_t>(c.events_dropped_since_fetch, UINT32_MAX));
+  c.events_dropped_since_fetch = 0;
+  return Reply{body(r), {}};
+}
+
+Result<Server::Reply> Server::op_info(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::InfoReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  if (req.flags & ~proto::kInfoObjects) return err(EINVAL, "unknown INFO flags {:#x}", req.flags);
+  const std::string text = info_json(c, req.flags);
+  Reply r;
+  r.payload.resize(text.size());
+  std::memcpy(r.payload.data(), text.data(), text.size());
+  return r;
+}
+
+}  // namespace openib::ibd

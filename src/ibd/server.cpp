@@ -1,0 +1,463 @@
+// Connections, object teardown and event routing of ibd's client server
+// (docs/client-protocol.md). Request handlers are in requests.cpp, INFO in
+// info.cpp.
+#include "ibd/server.hpp"
+
+#include <grp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <cstring>
+#include <filesystem>
+
+#include "common/log.hpp"
+#include "hca/prm.hpp"
+
+namespace openib::ibd {
+
+namespace asio = boost::asio;
+using hca::prm::get16;
+using hca::prm::get32;
+using hca::prm::get8;
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kPd: return "PD";
+    case Kind::kMem: return "memory";
+    case Kind::kMr: return "MR";
+    case Kind::kCq: return "CQ";
+    case Kind::kSrq: return "SRQ";
+    case Kind::kQp: return "QP";
+    case Kind::kAh: return "AH";
+  }
+  return "?";
+}
+
+namespace {
+auto logger() {
+  static auto l = log::get("ibd");
+  return l;
+}
+
+// enum ibv_event_type values (IBA 11.6.3 names).
+enum IbvEvent : uint8_t {
+  kIbvCqErr = 0, kIbvQpFatal = 1, kIbvQpReqErr = 2, kIbvQpAccessErr = 3, kIbvCommEst = 4,
+  kIbvSqDrained = 5, kIbvDeviceFatal = 8, kIbvPortActive = 9, kIbvPortErr = 10,
+  kIbvLidChange = 11, kIbvSrqErr = 14, kIbvSrqLimitReached = 15, kIbvQpLastWqeReached = 16,
+};
+}  // namespace
+
+Server::Server(asio::io_context& io, hca::Hca& hca, ServerOptions opts)
+    : io_(io), hca_(hca), opts_(std::move(opts)), health_(io), accept_retry_(io),
+      started_(std::chrono::steady_clock::now()), last_activity_(started_) {
+  hca_.set_event_handler([this](const hca::EventEntry& e) { on_event(e); });
+}
+
+Server::~Server() {
+  stop();
+  hca_.set_event_handler(nullptr);
+}
+
+Result<void> Server::start() {
+  const std::filesystem::path path(opts_.socket);
+  std::error_code ec;
+  if (path.has_parent_path()) {
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec) return err(ec.value(), "creating {}: {}", path.parent_path().string(), ec.message());
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (opts_.socket.size() >= sizeof(addr.sun_path))
+    return err(ENAMETOOLONG, "socket path {} is too long", opts_.socket);
+  std::memcpy(addr.sun_path, opts_.socket.c_str(), opts_.socket.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return sys_err("socket");
+  // A socket file left behind: remove it, unless a daemon still answers there.
+  if (std::filesystem::exists(path, ec)) {
+    if (!std::filesystem::is_socket(path, ec))
+      return err(EEXIST, "{} exists and is not a socket; not removing it", opts_.socket);
+    UniqueFd probe(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    if (probe && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
+      return err(EADDRINUSE, "another daemon is serving {}", opts_.socket);
+    std::filesystem::remove(path, ec);
+  }
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return sys_err("bind {}", opts_.socket);
+  // docs/client-protocol.md "Security model": the file's owner, group and
+  // mode decide who may connect.
+  if (::chmod(opts_.socket.c_str(), opts_.socket_mode) != 0) return sys_err("chmod {}", opts_.socket);
+  if (!opts_.socket_group.empty()) {
+    group* g = ::getgrnam(opts_.socket_group.c_str());
+    if (!g) return err(ENOENT, "no group named {}", opts_.socket_group);
+    if (::chown(opts_.socket.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0)
+      return sys_err("chown {} to group {}", opts_.socket, opts_.socket_group);
+  }
+  if (::listen(fd.get(), 128) != 0) return sys_err("listen {}", opts_.socket);
+  listener_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd.release());
+  accept_next();
+  health_.expires_after(std::chrono::seconds(1));
+  health_.async_wait([this](const boost::system::error_code& e) {
+    if (!e) check_device();
+  });
+  return ok();
+}
+
+void Server::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  health_.cancel();
+  accept_retry_.cancel();
+  if (listener_) {
+    boost::system::error_code ec;
+    listener_->close(ec);
+    listener_.reset();
+    std::error_code fec;
+    std::filesystem::remove(opts_.socket, fec);
+  }
+  while (!clients_.empty()) disconnect(clients_.begin()->first, "daemon shutting down");
+}
+
+// Health check (once a second): a device that vanished while idle is
+// noticed here; a NOP after 2 s without requests probes a silent one.
+void Server::check_device() {
+  if (stopped_) return;
+  if (hca_.device().alive() &&
+      std::chrono::steady_clock::now() - last_activity_ > std::chrono::seconds(2)) {
+    last_activity_ = std::chrono::steady_clock::now();
+    (void)hca_.nop();
+  }
+  if (!hca_.device().alive()) {
+    if (!device_gone_) {
+      device_gone_ = true;
+      logger()->error("device {} is gone", opts_.device_name);
+      if (on_device_gone_) asio::post(io_, on_device_gone_);
+    }
+    return;
+  }
+  health_.expires_after(std::chrono::seconds(1));
+  health_.async_wait([this](const boost::system::error_code& e) {
+    if (!e) check_device();
+  });
+}
+
+void Server::accept_next() {
+  if (!listener_) return;
+  listener_->async_wait(asio::posix::stream_descriptor::wait_read,
+                        [this](const boost::system::error_code& e) {
+                          if (!e) on_acceptable();
+                        });
+}
+
+void Server::on_acceptable() {
+  for (;;) {
+    const int fd = ::accept4(listener_->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of fds: the pending connection stays queued; try again later
+        // instead of spinning on a listener that stays readable.
+        logger()->warn("accept on {}: {}; retrying in 100 ms", opts_.socket, std::strerror(errno));
+        accept_retry_.expires_after(std::chrono::milliseconds(100));
+        accept_retry_.async_wait([this](const boost::system::error_code& e) {
+          if (!e) accept_next();
+        });
+        return;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+        logger()->warn("accept on {}: {}", opts_.socket, std::strerror(errno));
+      break;
+    }
+    auto c = std::make_unique<Client>(io_, fd);
+    c->id = next_client_++;
+    c->connected = std::chrono::steady_clock::now();
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      c->pid = cred.pid;
+      c->uid = cred.uid;
+      c->gid = cred.gid;
+    }
+    ++counters_.connects;
+    logger()->info("client {} connected: pid {} uid {} gid {}", c->id, c->pid, c->uid, c->gid);
+    const uint32_t id = c->id;
+    clients_.emplace(id, std::move(c));
+    watch(id);
+  }
+  accept_next();
+}
+
+Client* Server::client(uint32_t id) {
+  auto it = clients_.find(id);
+  return it == clients_.end() ? nullptr : it->second.get();
+}
+
+void Server::watch(uint32_t id) {
+  Client* c = client(id);
+  if (!c) return;
+  c->sock.async_wait(asio::posix::stream_descriptor::wait_read,
+                     [this, id](const boost::system::error_code& e) {
+                       if (!e) on_readable(id);
+                     });
+}
+
+void Server::on_readable(uint32_t id) {
+  // A few messages per wake-up, so one busy client cannot starve the rest.
+  for (int n = 0; n < 16; ++n) {
+    Client* c = client(id);
+    if (!c) return;
+    auto m = proto::recv_message(c->sock.native_handle(), /*nonblocking*/ true);
+    if (!m) {
+      const int code = m.error().code;
+      if (code == EAGAIN || code == EWOULDBLOCK) break;
+      if (code == EPROTO) {
+        // Framing we cannot trust (bad magic, truncated, oversized, fd
+        // mismatch): one line, then the client goes.
+        ++counters_.protocol_violations;
+        disconnect(id, "protocol violation: " + m.error().message);
+      } else if (code == ECONNRESET) {
+        disconnect(id, "closed the connection");
+      } else {
+        disconnect(id, m.error().str());
+      }
+      return;
+    }
+    last_activity_ = std::chrono::steady_clock::now();
+    ++counters_.requests;
+    ++c->stats.requests;
+    proto::Header h;
+    h.op = static_cast<uint16_t>(m->header.op | proto::kReplyBit);
+    h.seq = m->header.seq;
+    proto::Bytes body;
+    std::vector<int> fds;
+    auto r = handle(*c, *m);
+    if (r) {
+      body = proto::encode_reply(0, r->payload);
+      for (auto& f : r->fds) fds.push_back(f.get());
+    } else {
+      ++counters_.errors;
+      ++c->stats.errors;
+      logger()->debug("client {}: {} seq {}: {}", id, proto::op_name(m->header.op), m->header.seq,
+                      r.error().str());
+      body = proto::encode_error_reply(r.error().code, r.error().message);
+    }
+    auto sent = proto::send_message(c->sock.native_handle(), h, body, fds);
+    if (!sent) {
+      disconnect(id, sent.error().code == EAGAIN ? "not reading its replies" : sent.error().str());
+      return;
+    }
+    if (!hca_.device().alive() && !device_gone_) {
+      check_device();
+      return;
+    }
+  }
+  watch(id);
+}
+
+void Server::disconnect(uint32_t id, const std::string& why) {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  Client& c = *it->second;
+  c.closing = true;
+  // Wake whatever the client may be blocked on (its async eventfd, its CQs'
+  // completion eventfds): it then finds the connection closed, an error,
+  // instead of waiting forever for an event that will not come.
+  if (c.async_fd) signal_fd(c.async_fd.get());
+  for (auto& [h, o] : c.objects)
+    if (o.eventfd) signal_fd(o.eventfd.get());
+  size_t objects = c.objects.size();
+  destroy_all(c);
+  if (c.uar) {
+    if (auto r = hca_.dealloc_uar(c.uar); !r && hca_.device().alive())
+      logger()->warn("client {}: DEALLOC_UAR {}: {}", id, c.uar, r.error().str());
+    c.uar = 0;
+  }
+  boost::system::error_code ec;
+  c.sock.close(ec);
+  ++counters_.disconnects;
+  logger()->info("client {} (pid {}) gone: {}; {} objects destroyed; {} requests, {} errors", id, c.pid,
+                 why, objects, c.stats.requests, c.stats.errors);
+  clients_.erase(it);
+}
+
+// ---- object tables -----------------------------------------------------------
+
+Result<Object*> Server::find(Client& c, uint32_t handle, Kind k) {
+  auto it = c.objects.find(handle);
+  if (it == c.objects.end()) return err(ENOENT, "no {} with handle {}", kind_name(k), handle);
+  if (it->second.kind != k)
+    return err(EINVAL, "handle {} is a {}, not a {}", handle, kind_name(it->second.kind), kind_name(k));
+  return &it->second;
+}
+
+// [offset, offset+size) inside a mapped memfd, aligned; its IOVA.
+Result<uint64_t> Server::range_iova(const Object& mem, uint64_t offset, uint64_t size, uint64_t align,
+                                    const char* what) {
+  if (size == 0 || offset > mem.length || size > mem.length - offset)
+    return err(EINVAL, "{} [{:#x}, +{:#x}) is outside the {}-byte memory", what, offset, size, mem.length);
+  if (offset % align != 0) return err(EINVAL, "{} offset {:#x} is not {}-byte aligned", what, offset, align);
+  return mem.map.iova() + offset;
+}
+
+uint32_t Server::add(Client& c, Object o) {
+  const uint32_t h = c.next_handle++;
+  for (uint32_t d : o.deps)
+    if (d) ++c.objects.at(d).refs;
+  ++c.counts[static_cast<size_t>(o.kind)];
+  switch (o.kind) {
+    case Kind::kCq: cq_owner_[o.number] = {c.id, h}; break;
+    case Kind::kQp: qp_owner_[o.number] = {c.id, h}; break;
+    case Kind::kSrq: srq_owner_[o.number] = {c.id, h}; break;
+    default: break;
+  }
+  c.objects.emplace(h, std::move(o));
+  return h;
+}
+
+Result<void> Server::destroy(Client& c, uint32_t handle, bool force) {
+  auto it = c.objects.find(handle);
+  if (it == c.objects.end()) return err(ENOENT, "no object with handle {}", handle);
+  Object& o = it->second;
+  if (o.refs && !force)
+    return err(EBUSY, "{} {} is still used by {} objects", kind_name(o.kind), handle, o.refs);
+  Result<void> r;
+  switch (o.kind) {
+    case Kind::kPd: r = hca_.dealloc_pd(o.number); break;
+    case Kind::kMem: break;  // the mapping goes with the entry
+    case Kind::kMr: r = hca_.destroy_mkey(o.number); break;
+    case Kind::kCq: r = hca_.destroy_cq(o.number); break;
+    case Kind::kSrq: r = hca_.destroy_srq(o.number); break;
+    case Kind::kQp: r = hca_.destroy_qp(o.number); break;
+    case Kind::kAh: r = hca_.destroy_ah(o.number); break;
+  }
+  if (!r) {
+    if (!force) return r;
+    if (hca_.device().alive())
+      logger()->warn("client {}: destroying {} {:#x}: {}", c.id, kind_name(o.kind), o.number, r.error().str());
+  }
+  // The device may still reach memory of an object it refused to destroy:
+  // keep such mappings (never reuse their IOVA) while the device lives.
+  if (!r && hca_.device().alive()) {
+    for (uint32_t d : o.deps) {
+      auto dit = c.objects.find(d);
+      if (d && dit != c.objects.end() && dit->second.kind == Kind::kMem && dit->second.map.valid()) {
+        quarantine_.push_back(std::move(dit->second.map));
+        ++counters_.quarantined_mappings;
+      }
+    }
+  }
+  for (uint32_t d : o.deps) {
+    auto dit = c.objects.find(d);
+    if (d && dit != c.objects.end() && dit->second.refs) --dit->second.refs;
+  }
+  switch (o.kind) {
+    case Kind::kCq: cq_owner_.erase(o.number); break;
+    case Kind::kQp: qp_owner_.erase(o.number); break;
+    case Kind::kSrq: srq_owner_.erase(o.number); break;
+    default: break;
+  }
+  --c.counts[static_cast<size_t>(o.kind)];
+  c.objects.erase(it);
+  return r;
+}
+
+// Dependency order: QPs, SRQs, CQs, AHs, MRs, PDs, then memory.
+void Server::destroy_all(Client& c) {
+  static constexpr Kind kOrder[] = {Kind::kQp, Kind::kSrq, Kind::kCq, Kind::kAh,
+                                    Kind::kMr, Kind::kPd, Kind::kMem};
+  std::vector<uint32_t> handles;
+  for (Kind k : kOrder) {
+    handles.clear();
+    for (auto& [h, o] : c.objects)
+      if (o.kind == k) handles.push_back(h);
+    for (uint32_t h : handles) (void)destroy(c, h, /*force*/ true);
+  }
+}
+
+// ---- events ------------------------------------------------------------------
+
+// Writes 1 to a client's eventfd without ever blocking the daemon: an
+// eventfd whose counter is full is skipped (poll first; the counter only
+// fills if the client never reads it).
+void Server::signal_fd(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  if (::poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT)) return;
+  const uint64_t one = 1;
+  (void)!::write(fd, &one, sizeof one);
+}
+
+void Server::queue_event(Client& c, proto::AsyncEvent ev) {
+  ++counters_.events;
+  if (c.events.size() >= kMaxQueuedEvents) {
+    ++c.stats.events_dropped;
+    ++c.events_dropped_since_fetch;
+    ++counters_.events_dropped;
+  } else {
+    c.events.push_back(ev);
+  }
+  if (c.async_fd) signal_fd(c.async_fd.get());
+}
+
+// docs/simhca.md §9.4 -> IBA 11.6.3: affiliated events to the owner of the
+// object, unaffiliated ones (port, device) to every client.
+void Server::on_event(const hca::EventEntry& e) {
+  auto to_owner = [&](std::unordered_map<uint32_t, Owner>& owners, uint8_t type, proto::ObjKind kind) {
+    auto it = owners.find(get32(e.data, 0));
+    if (it == owners.end()) return;
+    if (Client* c = client(it->second.client))
+      queue_event(*c, {type, static_cast<uint8_t>(kind), 0, it->second.handle});
+  };
+  auto to_all = [&](uint8_t type, proto::ObjKind kind, uint8_t port) {
+    for (auto& [id, c] : clients_)
+      if (c->hello) queue_event(*c, {type, static_cast<uint8_t>(kind), port, 0});
+  };
+  namespace prm = hca::prm;
+  switch (e.type) {
+    case prm::kEvCqCompletion: {
+      auto it = cq_owner_.find(get32(e.data, 0));
+      if (it == cq_owner_.end()) return;
+      Client* c = client(it->second.client);
+      if (!c) return;
+      auto o = c->objects.find(it->second.handle);
+      if (o != c->objects.end() && o->second.eventfd) {
+        ++counters_.cq_notifications;
+        signal_fd(o->second.eventfd.get());
+      }
+      return;
+    }
+    case prm::kEvCqError: return to_owner(cq_owner_, kIbvCqErr, proto::ObjKind::kCq);
+    case prm::kEvQpFatal: return to_owner(qp_owner_, kIbvQpFatal, proto::ObjKind::kQp);
+    case prm::kEvQpReqErr: return to_owner(qp_owner_, kIbvQpReqErr, proto::ObjKind::kQp);
+    case prm::kEvQpAccessErr: return to_owner(qp_owner_, kIbvQpAccessErr, proto::ObjKind::kQp);
+    case prm::kEvQpLastWqeReached: return to_owner(qp_owner_, kIbvQpLastWqeReached, proto::ObjKind::kQp);
+    case prm::kEvQpCommEst: return to_owner(qp_owner_, kIbvCommEst, proto::ObjKind::kQp);
+    case prm::kEvSqDrained: return to_owner(qp_owner_, kIbvSqDrained, proto::ObjKind::kQp);
+    case prm::kEvSrqLimit: return to_owner(srq_owner_, kIbvSrqLimitReached, proto::ObjKind::kSrq);
+    case prm::kEvSrqCatas: return to_owner(srq_owner_, kIbvSrqErr, proto::ObjKind::kSrq);
+    case prm::kEvPortStateChange: {
+      const uint8_t port = get8(e.data, 0), old_state = get8(e.data, 1), new_state = get8(e.data, 2);
+      logger()->info("port {}: state {} -> {}", port, old_state, new_state);
+      if (new_state == hca::kPortActive) to_all(kIbvPortActive, proto::ObjKind::kPort, port);
+      else if (old_state == hca::kPortActive) to_all(kIbvPortErr, proto::ObjKind::kPort, port);
+      return;
+    }
+    case prm::kEvLidChange: {
+      logger()->info("port {}: LID {}", get8(e.data, 0), get16(e.data, 2));
+      return to_all(kIbvLidChange, proto::ObjKind::kPort, get8(e.data, 0));
+    }
+    case prm::kEvDeviceFatal:
+      logger()->error("device {}: DEVICE_FATAL (health syndrome {})", opts_.device_name, get32(e.data, 0));
+      return to_all(kIbvDeviceFatal, proto::ObjKind::kDevice, 0);
+    default:
+      logger()->debug("event type {:#x} not routed", e.type);
+  }
+}
+
+void Server::notify_device_fatal() {
+  for (auto& [id, c] : clients_)
+    if (c->hello) queue_event(*c, {kIbvDeviceFatal, static_cast<uint8_t>(proto::ObjKind::kDevice), 0, 0});
+}
+
+}  // namespace openib::ibd

@@ -1,0 +1,130 @@
+// ibd's client server (docs/client-protocol.md): the listening socket, one
+// Client per connection, request validation and dispatch to the HCA
+// driver, per-client object tables and their teardown, asynchronous events
+// routed to their owners, INFO. Single-threaded on one io_context.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "clientproto/socket.hpp"
+#include "hca/hca.hpp"
+#include "ibd/client.hpp"
+
+namespace openib::ibd {
+
+struct ServerOptions {
+  std::string socket;
+  mode_t socket_mode = 0666;
+  std::string socket_group;
+  std::string device_name;  // for INFO
+};
+
+struct ServerCounters {
+  uint64_t connects = 0, disconnects = 0, requests = 0, errors = 0;
+  uint64_t protocol_violations = 0, events = 0, events_dropped = 0;
+  uint64_t cq_notifications = 0;
+  uint64_t quarantined_mappings = 0;  // kept mapped: the device refused to let go
+};
+
+class Server {
+ public:
+  Server(boost::asio::io_context& io, hca::Hca& hca, ServerOptions opts);
+  ~Server();
+
+  // Creates the socket (parent directory, stale socket removed unless a
+  // daemon answers on it), sets its mode and group, starts accepting.
+  Result<void> start();
+  // Stops accepting, disconnects every client (destroying what it owned),
+  // removes the socket. Idempotent.
+  void stop();
+  // Called once when the device is seen gone (a command failed with the
+  // device dead, or the health check failed).
+  void set_on_device_gone(std::function<void()> f) { on_device_gone_ = std::move(f); }
+  // Tells every client the device is gone (DEVICE_FATAL event).
+  void notify_device_fatal();
+
+  size_t num_clients() const { return clients_.size(); }
+  const ServerCounters& counters() const { return counters_; }
+
+ private:
+  struct Reply {
+    proto::Bytes payload;
+    std::vector<UniqueFd> fds;
+  };
+  struct Owner {
+    uint32_t client = 0, handle = 0;
+  };
+
+  void accept_next();
+  void on_acceptable();
+  void watch(uint32_t id);
+  void on_readable(uint32_t id);
+  void disconnect(uint32_t id, const std::string& why);
+  Client* client(uint32_t id);
+  void check_device();
+
+  // Validation and dispatch of one request; the reply (or error) is sent
+  // by the caller.
+  Result<Reply> handle(Client& c, proto::Message& m);
+  Result<Reply> op_hello(Client& c, proto::Message& m);
+  Result<Reply> op_query_device(Client& c, proto::Message& m);
+  Result<Reply> op_query_port(Client& c, proto::Message& m);
+  Result<Reply> op_alloc_pd(Client& c, proto::Message& m);
+  Result<Reply> op_map_mem(Client& c, proto::Message& m);
+  Result<Reply> op_reg_mr(Client& c, proto::Message& m);
+  Result<Reply> op_create_cq(Client& c, proto::Message& m);
+  Result<Reply> op_create_srq(Client& c, proto::Message& m);
+  Result<Reply> op_modify_srq(Client& c, proto::Message& m);
+  Result<Reply> op_create_qp(Client& c, proto::Message& m);
+  Result<Reply> op_modify_qp(Client& c, proto::Message& m);
+  Result<Reply> op_query_qp(Client& c, proto::Message& m);
+  Result<Reply> op_create_ah(Client& c, proto::Message& m);
+  Result<Reply> op_destroy(Client& c, proto::Message& m, Kind k);
+  Result<Reply> op_get_async_events(Client& c, proto::Message& m);
+  Result<Reply> op_info(Client& c, proto::Message& m);
+
+  // Object tables.
+  Result<Object*> find(Client& c, uint32_t handle, Kind k);
+  Result<uint64_t> range_iova(const Object& mem, uint64_t offset, uint64_t size, uint64_t align,
+                              const char* what);
+  uint32_t add(Client& c, Object o);
+  // Device-side destroy of one object, then its references dropped and
+  // the entry erased. With force, the entry goes even if the device
+  // refused (client teardown); mappings it held are then quarantined.
+  Result<void> destroy(Client& c, uint32_t handle, bool force);
+  void destroy_all(Client& c);
+
+  // Events (docs/simhca.md §9.4 -> IBA 11.6.3 -> the client's queue).
+  void on_event(const hca::EventEntry& e);
+  void queue_event(Client& c, proto::AsyncEvent ev);
+  void signal_fd(int fd);
+
+  std::string info_json(const Client& asker, uint32_t flags);
+
+  boost::asio::io_context& io_;
+  hca::Hca& hca_;
+  ServerOptions opts_;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> listener_;
+  boost::asio::steady_timer health_;
+  boost::asio::steady_timer accept_retry_;  // after EMFILE/ENFILE
+  std::map<uint32_t, std::unique_ptr<Client>> clients_;
+  uint32_t next_client_ = 1;
+  std::unordered_map<uint32_t, Owner> cq_owner_, qp_owner_, srq_owner_;
+  std::vector<dma::DmaMapping> quarantine_;
+  ServerCounters counters_;
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point last_activity_;
+  std::function<void()> on_device_gone_;
+  bool device_gone_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace openib::ibd

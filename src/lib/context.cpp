@@ -1,0 +1,300 @@
+// Context::open and the control-path calls (docs/library.md).
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "common/log.hpp"
+#include "lib/objects.hpp"
+
+namespace openib {
+
+Result<std::unique_ptr<Context>> Context::open(const ContextOptions& opts) {
+  return lib::ContextImpl::open(opts);
+}
+
+namespace lib {
+
+using proto::Op;
+
+Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
+  std::string path = opts.socket;
+  if (path.empty()) {
+    const char* env = std::getenv("OPENIB_SOCKET");
+    path = env && *env ? env : proto::kDefaultSocket;
+  }
+  std::unique_ptr<ContextImpl> c(new ContextImpl);
+  OPENIB_TRY_ASSIGN(Conn * conn, Conn::connect(path));
+  c->conn_.reset(conn);
+  c->conn_->set_timeout(opts.timeout_ms);
+  c->arena_ = std::make_unique<Arena>(*c->conn_);
+
+  // HELLO with the async-event eventfd attached (docs/client-protocol.md).
+  c->async_efd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!c->async_efd_) return sys_err("eventfd");
+  int efd = c->async_efd_.get();
+  proto::HelloReq hello;
+  hello.flags = proto::kHelloAsyncFd;
+  OPENIB_TRY_ASSIGN(Reply r, c->conn_->call(Op::kHello, proto::encode(hello), std::span(&efd, 1)));
+  OPENIB_TRY_ASSIGN(auto rep, proto::decode<proto::HelloRep>(r.payload));
+  if (rep.doorbell_mode != proto::kDoorbellMmap)
+    return err(EOPNOTSUPP, "ibd offers doorbell mode {}: doorbell relay not implemented", rep.doorbell_mode);
+  if (r.fds.size() != 1) return err(EPROTO, "HELLO reply with {} fds, expected the UAR fd", r.fds.size());
+  if (rep.uar_size < 4096 || rep.uar_size % 4096)
+    return err(EPROTO, "HELLO reply: UAR size {}", rep.uar_size);
+  void* p = ::mmap(nullptr, rep.uar_size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0].get(),
+                   static_cast<off_t>(rep.uar_mmap_offset));
+  if (p == MAP_FAILED) return sys_err("mmap UAR page {} (offset {:#x})", rep.uar, rep.uar_mmap_offset);
+  c->uar_page_ = static_cast<std::byte*>(p);
+  c->uar_size_ = rep.uar_size;
+  c->uar_ = Uar(c->uar_page_);
+  c->client_id_ = rep.client_id;
+  c->uar_index_ = rep.uar;
+
+  OPENIB_TRY_ASSIGN(c->dev_, c->conn_->call<proto::DeviceRep>(Op::kQueryDevice, proto::Empty{}));
+  return std::unique_ptr<Context>(std::move(c));
+}
+
+ContextImpl::~ContextImpl() {
+  if (arena_) arena_->release();
+  arena_.reset();
+  if (uar_page_) ::munmap(uar_page_, uar_size_);
+}
+
+bool ContextImpl::destroy(proto::Op op, uint32_t handle) {
+  if (conn_->broken()) return false;  // ibd is gone and has destroyed everything
+  auto r = conn_->call_void(op, proto::HandleReq{handle});
+  if (!r) log::get("openib")->warn("{} of handle {}: {}", proto::op_name(uint16_t(op)), handle, r.error().str());
+  return r.ok();
+}
+
+Result<DeviceAttr> ContextImpl::query_device() {
+  OPENIB_TRY_ASSIGN(auto d, conn_->call<proto::DeviceRep>(Op::kQueryDevice, proto::Empty{}));
+  dev_ = d;
+  DeviceAttr a;
+  a.name.assign(reinterpret_cast<const char*>(d.name.data()),
+                strnlen(reinterpret_cast<const char*>(d.name.data()), d.name.size()));
+  a.node_guid = d.node_guid;
+  a.sys_image_guid = d.sys_image_guid;
+  a.fw_rev = d.fw_rev;
+  a.vendor_id = d.vendor_id;
+  a.vendor_part_id = d.vendor_part_id;
+  a.max_qp = d.max_qp;
+  a.max_cq = d.max_cq;
+  a.max_srq = d.max_srq;
+  a.max_pd = d.max_pd;
+  a.max_mr = d.max_mr;
+  a.max_ah = d.max_ah;
+  a.max_qp_wr = 1u << d.log_max_qp_wr;
+  a.max_cqe = 1u << d.log_max_cqe;
+  a.max_srq_wr = 1u << d.log_max_srq_wr;
+  a.max_sge = d.max_sge;
+  a.max_inline = d.max_inline;
+  a.max_msg_size = d.max_msg_size;
+  a.num_ports = d.num_ports;
+  a.max_rd_atomic = d.max_rd_atomic;
+  a.max_dest_rd_atomic = d.max_dest_rd_atomic;
+  return a;
+}
+
+Result<PortAttr> ContextImpl::query_port(uint8_t port) {
+  OPENIB_TRY_ASSIGN(auto p, conn_->call<proto::PortRep>(Op::kQueryPort, proto::PortReq{port}));
+  PortAttr a;
+  a.state = p.state;
+  a.phys_state = p.phys_state;
+  a.lid = p.lid;
+  a.sm_lid = p.sm_lid;
+  a.lmc = p.lmc;
+  a.sm_sl = p.sm_sl;
+  a.max_mtu = static_cast<Mtu>(p.max_mtu);
+  a.active_mtu = static_cast<Mtu>(p.active_mtu);
+  a.active_width = p.active_width;
+  a.active_speed = p.active_speed;
+  a.pkey_table_len = p.pkey_table_len;
+  a.gid_table_len = p.gid_table_len;
+  a.gid_prefix = p.gid_prefix;
+  a.port_guid = p.port_guid;
+  a.cap_flags = p.cap_flags;
+  return a;
+}
+
+Result<Gid> ContextImpl::query_gid(uint8_t port, int index) {
+  OPENIB_TRY_ASSIGN(PortAttr p, query_port(port));
+  // GID 0 is the port's default GID, subnet prefix : port GUID (IBA 4.1.1).
+  if (index != 0 || p.gid_table_len == 0)
+    return err(EINVAL, "GID index {} of port {}: only index 0 is known", index, port);
+  Gid g;
+  for (int i = 0; i < 8; ++i) {
+    g.raw[size_t(i)] = static_cast<uint8_t>(p.gid_prefix >> (56 - 8 * i));
+    g.raw[size_t(8 + i)] = static_cast<uint8_t>(p.port_guid >> (56 - 8 * i));
+  }
+  return g;
+}
+
+Result<std::unique_ptr<Pd>> ContextImpl::alloc_pd() {
+  OPENIB_TRY_ASSIGN(auto r, conn_->call<proto::HandleRep>(Op::kAllocPd, proto::Empty{}));
+  return std::unique_ptr<Pd>(new PdImpl(*this, r.handle));
+}
+PdImpl::~PdImpl() { ctx_.destroy(Op::kDeallocPd, handle_); }
+
+proto::Av to_proto(const AddressVector& av) {
+  proto::Av a;
+  a.dlid = av.dlid;
+  a.sl = av.sl;
+  a.src_path_bits = av.src_path_bits;
+  a.static_rate = av.static_rate;
+  a.port = av.port;
+  a.grh = av.grh ? 1 : 0;
+  a.hop_limit = av.hop_limit;
+  a.flow_label = av.flow_label;
+  a.sgid_index = av.sgid_index;
+  a.traffic_class = av.traffic_class;
+  a.dgid = av.dgid.raw;
+  return a;
+}
+AddressVector from_proto(const proto::Av& a) {
+  AddressVector av;
+  av.dlid = a.dlid;
+  av.sl = a.sl;
+  av.src_path_bits = a.src_path_bits;
+  av.static_rate = a.static_rate;
+  av.port = a.port;
+  av.grh = a.grh & 1;
+  av.hop_limit = a.hop_limit;
+  av.flow_label = a.flow_label;
+  av.sgid_index = a.sgid_index;
+  av.traffic_class = a.traffic_class;
+  av.dgid.raw = a.dgid;
+  return av;
+}
+
+Result<std::unique_ptr<Ah>> ContextImpl::create_ah(Pd& pd, const AddressVector& av) {
+  proto::CreateAhReq req;
+  req.pd = pd.handle();
+  req.av = to_proto(av);
+  OPENIB_TRY_ASSIGN(auto r, conn_->call<proto::ObjRep>(Op::kCreateAh, req));
+  return std::unique_ptr<Ah>(new AhImpl(*this, r.handle, r.number));
+}
+AhImpl::~AhImpl() { ctx_.destroy(Op::kDestroyAh, handle_); }
+
+// ---- completion channels and async events ---------------------------------
+
+Result<std::unique_ptr<CompChannel>> ContextImpl::create_comp_channel() {
+  UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
+  if (!ep) return sys_err("epoll_create1");
+  epoll_event ev{};
+  ev.events = EPOLLRDHUP;  // (EPOLLHUP is always reported) ibd closed the connection
+  ev.data.ptr = nullptr;
+  if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, conn_->socket_fd(), &ev) < 0)
+    return sys_err("epoll_ctl on the connection to ibd");
+  return std::unique_ptr<CompChannel>(new CompChannelImpl(std::move(ep)));
+}
+
+Result<Cq*> CompChannelImpl::get_event(int timeout_ms) {
+  epoll_event ev{};
+  int n;
+  do n = ::epoll_wait(ep_.get(), &ev, 1, timeout_ms);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return sys_err("epoll_wait on the completion channel");
+  if (n == 0) return err(ETIMEDOUT, "no completion event within {} ms", timeout_ms);
+  if (ev.data.ptr == nullptr) return err(ECONNRESET, "ibd closed the connection");
+  auto* cq = static_cast<CqImpl*>(ev.data.ptr);
+  uint64_t v;
+  (void)!::read(cq->event_fd(), &v, sizeof v);  // ack (ibv_ack_cq_events)
+  return static_cast<Cq*>(cq);
+}
+
+Result<std::vector<AsyncEvent>> ContextImpl::get_async_events() {
+  uint64_t v;
+  (void)!::read(async_efd_.get(), &v, sizeof v);  // before fetching: later events signal again
+  std::vector<AsyncEvent> out;
+  for (;;) {
+    OPENIB_TRY_ASSIGN(auto r, conn_->call<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{}));
+    if (r.dropped) log::get("openib")->warn("{} async events lost to a full queue in ibd", r.dropped);
+    std::lock_guard lock(mu_);
+    for (uint32_t i = 0; i < r.count && i < r.events.size(); ++i) {
+      const auto& e = r.events[i];
+      AsyncEvent a;
+      a.type = static_cast<AsyncEventType>(e.type);
+      a.port = e.port;
+      switch (static_cast<proto::ObjKind>(e.kind)) {
+        case proto::ObjKind::kCq:
+          if (auto it = cqs_.find(e.handle); it != cqs_.end()) a.cq = it->second;
+          break;
+        case proto::ObjKind::kQp:
+          if (auto it = qp_handles_.find(e.handle); it != qp_handles_.end()) a.qp = it->second;
+          break;
+        case proto::ObjKind::kSrq:
+          if (auto it = srqs_.find(e.handle); it != srqs_.end()) a.srq = it->second;
+          break;
+        default: break;
+      }
+      out.push_back(a);
+    }
+    if (r.count < proto::kMaxEventsPerReply) break;
+  }
+  return out;
+}
+
+void ContextImpl::track(CqImpl* cq) {
+  std::lock_guard lock(mu_);
+  cqs_[cq->handle()] = cq;
+}
+void ContextImpl::track(QpImpl* qp) {
+  std::lock_guard lock(mu_);
+  qp_handles_[qp->handle()] = qp;
+  qps_.set(qp->qp_num(), qp);
+}
+void ContextImpl::track(SrqImpl* srq) {
+  std::lock_guard lock(mu_);
+  srqs_[srq->handle()] = srq;
+}
+void ContextImpl::forget(CqImpl* cq) {
+  std::lock_guard lock(mu_);
+  cqs_.erase(cq->handle());
+}
+void ContextImpl::forget(QpImpl* qp) {
+  std::lock_guard lock(mu_);
+  qp_handles_.erase(qp->handle());
+  if (qps_.find(qp->qp_num()) == qp) qps_.set(qp->qp_num(), nullptr);
+}
+void ContextImpl::forget(SrqImpl* srq) {
+  std::lock_guard lock(mu_);
+  srqs_.erase(srq->handle());
+}
+
+
+}  // namespace lib
+
+// Strings of libibverbs' ibv_wc_status_str.
+const char* wc_status_str(uint8_t status) {
+  switch (status) {
+    case kWcSuccess: return "success";
+    case kWcLocLenErr: return "local length error";
+    case kWcLocQpOpErr: return "local QP operation error";
+    case 3: return "local EE context operation error";
+    case kWcLocProtErr: return "local protection error";
+    case kWcWrFlushErr: return "Work Request Flushed Error";
+    case 6: return "memory management operation error";
+    case kWcBadRespErr: return "bad response error";
+    case kWcLocAccessErr: return "local access error";
+    case kWcRemInvReqErr: return "remote invalid request error";
+    case kWcRemAccessErr: return "remote access error";
+    case kWcRemOpErr: return "remote operation error";
+    case kWcRetryExcErr: return "transport retry counter exceeded";
+    case kWcRnrRetryExcErr: return "RNR retry counter exceeded";
+    case 14: return "local RDD violation error";
+    case 15: return "remote invalid RD request";
+    case 16: return "operation aborted";
+    case 17: return "invalid EE context number";
+    case 18: return "invalid EE context state";
+    case kWcFatalErr: return "fatal error";
+    case 20: return "response timeout error";
+    case kWcGeneralErr: return "general error";
+    default: return "unknown";
+  }
+}
+
+}  // namespace openib

@@ -1,0 +1,259 @@
+// libopenib's implementations of the public objects (include/openib/verbs.hpp).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "lib/arena.hpp"
+#include "lib/conn.hpp"
+#include "lib/doorbell.hpp"
+#include "lib/wqe.hpp"
+#include "openib/verbs.hpp"
+
+namespace openib::lib {
+
+class ContextImpl;
+class QpImpl;
+class CqImpl;
+class SrqImpl;
+class CompChannelImpl;
+
+class PdImpl final : public Pd {
+ public:
+  PdImpl(ContextImpl& ctx, uint32_t h) : ctx_(ctx), handle_(h) {}
+  ~PdImpl() override;
+  uint32_t handle() const override { return handle_; }
+
+ private:
+  ContextImpl& ctx_;
+  uint32_t handle_;
+};
+
+// A client memfd range reg_mr remapped in place (docs/library.md "Memory").
+// Kept for the context's life so that later registrations inside it reuse
+// the memfd (its pages are no longer anonymous).
+struct Remap {
+  uintptr_t start = 0;
+  size_t size = 0;
+  UniqueFd fd;
+  uint32_t mem = 0;  // ibd's mapping; 0 while no MR uses it
+  uint32_t users = 0;
+};
+
+class MrImpl final : public Mr {
+ public:
+  ~MrImpl() override;
+  void* addr() const override { return addr_; }
+  size_t length() const override { return length_; }
+  uint32_t lkey() const override { return lkey_; }
+  uint32_t rkey() const override { return rkey_; }
+
+ private:
+  friend class ContextImpl;
+  explicit MrImpl(ContextImpl& ctx) : ctx_(ctx) {}
+  ContextImpl& ctx_;
+  void* addr_ = nullptr;
+  size_t length_ = 0;
+  uint32_t handle_ = 0, lkey_ = 0, rkey_ = 0;
+  // alloc_mr: our own mapping and memfd mapping handle; reg_mr: the Remap.
+  std::byte* map_base_ = nullptr;
+  size_t map_size_ = 0;
+  uint32_t mem_ = 0;
+  Remap* remap_ = nullptr;
+};
+
+class AhImpl final : public Ah {
+ public:
+  AhImpl(ContextImpl& ctx, uint32_t h, uint32_t n) : ctx_(ctx), handle_(h), ahn_(n) {}
+  ~AhImpl() override;
+  uint32_t ahn() const override { return ahn_; }
+
+ private:
+  ContextImpl& ctx_;
+  uint32_t handle_, ahn_;
+};
+
+class CompChannelImpl final : public CompChannel {
+ public:
+  // `ep` also watches the connection to ibd (data.ptr nullptr): a closed
+  // connection ends a wait with ECONNRESET instead of blocking forever.
+  CompChannelImpl(UniqueFd ep) : ep_(std::move(ep)) {}
+  int fd() const override { return ep_.get(); }
+  Result<Cq*> get_event(int timeout_ms) override;
+
+ private:
+  UniqueFd ep_;
+};
+
+class CqImpl final : public Cq {
+ public:
+  ~CqImpl() override;
+  uint32_t cqn() const override { return cqn_; }
+  uint32_t size() const override { return 1u << log_size_; }
+  int poll(std::span<Wc> out) override;
+  Result<void> req_notify(bool solicited_only) override;
+  uint32_t handle() const { return handle_; }
+  int event_fd() const { return efd_.get(); }
+
+ private:
+  friend class ContextImpl;
+  explicit CqImpl(ContextImpl& ctx) : ctx_(ctx) {}
+  ContextImpl& ctx_;
+  Block block_;  // ring, then the doorbell record
+  std::byte* ring_ = nullptr;
+  std::byte* dbr_ = nullptr;
+  uint32_t handle_ = 0, cqn_ = 0, log_size_ = 0;
+  uint32_t cons_ = 0;    // consumer counter (§12.3)
+  uint32_t arm_sn_ = 0;  // §7.3
+  UniqueFd efd_;
+  CompChannelImpl* channel_ = nullptr;
+};
+
+class SrqImpl final : public Srq {
+ public:
+  ~SrqImpl() override;
+  uint32_t srqn() const override { return srqn_; }
+  int post_recv(const RecvWr& wr) override;
+  Result<void> arm_limit(uint32_t limit) override;
+  uint32_t handle() const { return handle_; }
+  void completed() { done_.fetch_add(1, std::memory_order_release); }
+
+ private:
+  friend class ContextImpl;
+  explicit SrqImpl(ContextImpl& ctx) : ctx_(ctx) {}
+  ContextImpl& ctx_;
+  Block block_;
+  std::byte* ring_ = nullptr;
+  std::byte* dbr_ = nullptr;
+  uint32_t handle_ = 0, srqn_ = 0, log_size_ = 0, log_stride_ = 0, max_sge_ = 0;
+  uint32_t prod_ = 0;
+  std::atomic<uint32_t> done_{0};  // receive completions polled (any QP)
+};
+
+class QpImpl final : public Qp {
+ public:
+  ~QpImpl() override;
+  uint32_t qp_num() const override { return qpn_; }
+  QpType type() const override { return type_; }
+  const QpCap& cap() const override { return cap_; }
+  Result<void> modify(const QpAttr& attr, uint32_t mask) override;
+  Result<QpAttr> query() override;
+  int post_send(const SendWr& wr) override;
+  int post_recv(const RecvWr& wr) override;
+  uint32_t handle() const { return handle_; }
+
+  // The CQ poller: a CQE of this QP (§12.4) frees its slots.
+  void on_cqe(uint8_t opcode, uint16_t wqe_index) {
+    if (opcode < kWcRecv) {
+      // A send CQE completes its WQE and every older one (unsignaled WQEs
+      // have none): the slot after wqe_index is the next one in use.
+      const uint32_t mask = (1u << log_sq_) - 1;
+      uint32_t c = sq_cons_.load(std::memory_order_relaxed);
+      c += ((wqe_index - c) & mask) + 1;
+      sq_cons_.store(c, std::memory_order_release);
+    } else if (srq_) {
+      srq_->completed();
+    } else {
+      rq_cons_.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+ private:
+  friend class ContextImpl;
+  explicit QpImpl(ContextImpl& ctx) : ctx_(ctx) {}
+  ContextImpl& ctx_;
+  Block block_;  // SQ ring, RQ ring, doorbell record
+  std::byte* sq_ = nullptr;
+  std::byte* rq_ = nullptr;
+  std::byte* dbr_ = nullptr;
+  SrqImpl* srq_ = nullptr;
+  QpType type_ = QpType::kRc;
+  QpCap cap_;
+  SqLimits lim_;
+  uint32_t handle_ = 0, qpn_ = 0;
+  uint8_t log_sq_ = 0, log_sq_stride_ = 0, log_rq_ = 0, log_rq_stride_ = 0;
+  uint32_t sq_prod_ = 0, rq_prod_ = 0;               // the poster's
+  std::atomic<uint32_t> sq_cons_{0}, rq_cons_{0};   // the poller's
+};
+
+// qpn -> QpImpl, read lock-free by CQ pollers (two levels of 4096: QPNs are
+// 24-bit and allocated from low numbers, §6).
+class QpTable {
+ public:
+  ~QpTable() {
+    for (auto& p : top_) delete[] p.load();
+  }
+  QpImpl* find(uint32_t qpn) const {
+    auto* leaf = top_[(qpn >> 12) & 0xfff].load(std::memory_order_acquire);
+    return leaf ? leaf[qpn & 0xfff].load(std::memory_order_acquire) : nullptr;
+  }
+  void set(uint32_t qpn, QpImpl* qp) {  // control path, under the context's mutex
+    auto& slot = top_[(qpn >> 12) & 0xfff];
+    auto* leaf = slot.load();
+    if (!leaf) {
+      leaf = new std::atomic<QpImpl*>[4096]();
+      slot.store(leaf, std::memory_order_release);
+    }
+    leaf[qpn & 0xfff].store(qp, std::memory_order_release);
+  }
+
+ private:
+  std::array<std::atomic<std::atomic<QpImpl*>*>, 4096> top_{};
+};
+
+class ContextImpl final : public Context {
+ public:
+  ~ContextImpl() override;
+  Result<DeviceAttr> query_device() override;
+  Result<PortAttr> query_port(uint8_t port) override;
+  Result<Gid> query_gid(uint8_t port, int index) override;
+  Result<std::unique_ptr<Pd>> alloc_pd() override;
+  Result<std::unique_ptr<Mr>> alloc_mr(Pd& pd, size_t length, uint32_t access) override;
+  Result<std::unique_ptr<Mr>> reg_mr(Pd& pd, void* addr, size_t length, uint32_t access) override;
+  Result<std::unique_ptr<Ah>> create_ah(Pd& pd, const AddressVector& av) override;
+  Result<std::unique_ptr<CompChannel>> create_comp_channel() override;
+  Result<std::unique_ptr<Cq>> create_cq(uint32_t min_cqe, CompChannel* channel) override;
+  Result<std::unique_ptr<Srq>> create_srq(Pd& pd, uint32_t max_wr, uint32_t max_sge) override;
+  Result<std::unique_ptr<Qp>> create_qp(Pd& pd, const QpInit& init) override;
+  Result<std::vector<AsyncEvent>> get_async_events() override;
+  int async_fd() const override { return async_efd_.get(); }
+  uint32_t client_id() const override { return client_id_; }
+
+  static Result<std::unique_ptr<Context>> open(const ContextOptions& opts);
+
+  Conn& conn() { return *conn_; }
+  Uar& uar() { return uar_; }
+  Arena& arena() { return *arena_; }
+  const proto::DeviceRep& dev() const { return dev_; }
+  void track(CqImpl* cq);
+  void track(QpImpl* qp);
+  void track(SrqImpl* srq);
+  QpTable& qps() { return qps_; }
+  // A destroy request whose failure only the log can report (destructors).
+  bool destroy(proto::Op op, uint32_t handle);
+  void forget(CqImpl* cq);
+  void forget(QpImpl* qp);
+  void forget(SrqImpl* srq);
+  void release_remap(Remap* r);
+
+ private:
+  ContextImpl() = default;
+  std::unique_ptr<Conn> conn_;
+  std::unique_ptr<Arena> arena_;
+  UniqueFd async_efd_;
+  std::byte* uar_page_ = nullptr;
+  size_t uar_size_ = 0;
+  Uar uar_;
+  uint32_t client_id_ = 0, uar_index_ = 0;
+  proto::DeviceRep dev_;
+  QpTable qps_;
+  std::mutex mu_;  // the maps below and remaps_
+  std::unordered_map<uint32_t, CqImpl*> cqs_;
+  std::unordered_map<uint32_t, QpImpl*> qp_handles_;
+  std::unordered_map<uint32_t, SrqImpl*> srqs_;
+  std::vector<std::unique_ptr<Remap>> remaps_;
+};
+
+}  // namespace openib::lib

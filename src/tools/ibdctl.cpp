@@ -1,0 +1,167 @@
+// ibdctl: asks ibd for its INFO (docs/client-protocol.md "INFO") and prints
+// it as tables, or as raw JSON with --json (docs/operations.md "ibdctl").
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "clientproto/socket.hpp"
+
+using namespace openib;
+using nlohmann::json;
+
+namespace {
+
+Result<UniqueFd> connect_to(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) return err(ENAMETOOLONG, "socket path {} too long", path);
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd) return sys_err("socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    return sys_err("connecting to {}", path);
+  return fd;
+}
+
+Result<proto::Bytes> call(int fd, proto::Op op, uint32_t seq, const proto::Bytes& body) {
+  proto::Header h;
+  h.op = static_cast<uint16_t>(op);
+  h.seq = seq;
+  OPENIB_TRY(proto::send_message(fd, h, body));
+  OPENIB_TRY_ASSIGN(proto::Message m, proto::recv_message(fd));
+  if (m.header.op != (h.op | proto::kReplyBit) || m.header.seq != seq)
+    return err(EPROTO, "reply to {} does not match the request", proto::op_name(h.op));
+  OPENIB_TRY_ASSIGN(proto::ReplyView r, proto::decode_reply(m.body));
+  if (r.status != 0)
+    return err(r.status, "{}: {}", proto::op_name(h.op),
+               std::string(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()));
+  return proto::Bytes(r.payload.begin(), r.payload.end());
+}
+
+std::string cell(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "-";
+  return v.dump();
+}
+
+// Aligned columns: a header row, then one row per object of `rows`.
+void table(const json& rows, const std::vector<std::string>& cols) {
+  std::vector<size_t> w(cols.size());
+  std::vector<std::vector<std::string>> cells;
+  for (size_t i = 0; i < cols.size(); ++i) w[i] = cols[i].size();
+  for (const auto& r : rows) {
+    std::vector<std::string> line;
+    for (size_t i = 0; i < cols.size(); ++i) {
+      line.push_back(r.contains(cols[i]) ? cell(r[cols[i]]) : "-");
+      w[i] = std::max(w[i], line.back().size());
+    }
+    cells.push_back(std::move(line));
+  }
+  auto print = [&](const std::vector<std::string>& line) {
+    std::string out;
+    for (size_t i = 0; i < line.size(); ++i) {
+      std::string c = line[i];
+      if (i + 1 < line.size()) c.resize(w[i] + 2, ' ');
+      out += c;
+    }
+    std::printf("%s\n", out.c_str());
+  };
+  std::vector<std::string> head;
+  for (const auto& c : cols) {
+    std::string u = c;
+    for (auto& ch : u) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    head.push_back(u);
+  }
+  print(head);
+  for (const auto& l : cells) print(l);
+}
+
+void key_values(const json& obj) {
+  size_t w = 0;
+  for (auto it = obj.begin(); it != obj.end(); ++it) w = std::max(w, it.key().size());
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    std::printf("%-*s  %s\n", static_cast<int>(w), it.key().c_str(), cell(it.value()).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket = proto::kDefaultSocket;
+  std::string what = "devices";
+  bool as_json = false;
+  CLI::App app{"ibdctl: status of ibd (devices, ports, clients, objects, counters)"};
+  app.add_option("--socket", socket, "ibd's client socket")->capture_default_str();
+  app.add_flag("--json", as_json, "print INFO's raw JSON");
+  app.add_option("what", what, "devices | ports | clients | objects | counters")
+      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters"}))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  auto fd = connect_to(socket);
+  if (!fd) {
+    std::fprintf(stderr, "ibdctl: %s\n", fd.error().str().c_str());
+    return 1;
+  }
+  proto::HelloReq hello;
+  if (auto r = call(fd->get(), proto::Op::kHello, 1, proto::encode(hello)); !r) {
+    std::fprintf(stderr, "ibdctl: %s\n", r.error().str().c_str());
+    return 1;
+  }
+  proto::InfoReq info;
+  info.flags = what == "objects" ? proto::kInfoObjects : 0;
+  auto text = call(fd->get(), proto::Op::kInfo, 2, proto::encode(info));
+  if (!text) {
+    std::fprintf(stderr, "ibdctl: %s\n", text.error().str().c_str());
+    return 1;
+  }
+  const std::string s(reinterpret_cast<const char*>(text->data()), text->size());
+  if (as_json) {
+    std::printf("%s\n", s.c_str());
+    return 0;
+  }
+  json j = json::parse(s, nullptr, /*allow_exceptions*/ false);
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "ibdctl: INFO reply is not JSON\n");
+    return 1;
+  }
+  if (what == "devices") {
+    key_values(j["daemon"]);
+    std::printf("\n");
+    key_values(j["device"]);
+  } else if (what == "ports") {
+    table(j["ports"], {"port", "state_name", "phys_state", "lid", "sm_lid", "active_mtu", "port_guid",
+                       "qkey_violations", "pkey_violations"});
+  } else if (what == "clients") {
+    table(j["clients"], {"id", "pid", "uid", "pds", "mrs", "cqs", "qps", "srqs", "ahs", "mems",
+                         "requests", "errors", "events_dropped"});
+  } else if (what == "objects") {
+    json rows = json::array();
+    for (const auto& c : j["clients"]) {
+      if (!c.contains("objects")) continue;
+      for (auto o : c["objects"]) {
+        o["client"] = c["id"];
+        json num = o.contains("qpn")    ? o["qpn"]
+                   : o.contains("cqn")  ? o["cqn"]
+                   : o.contains("srqn") ? o["srqn"]
+                   : o.contains("pdn")  ? o["pdn"]
+                   : o.contains("lkey") ? o["lkey"]
+                   : o.contains("ahn")  ? o["ahn"]
+                   : o.contains("iova") ? o["iova"]
+                                        : json();
+        o["number"] = num;
+        rows.push_back(std::move(o));
+      }
+    }
+    table(rows, {"client", "handle", "kind", "number", "type", "state", "length"});
+  } else {
+    key_values(j["counters"]);
+  }
+  if (j.value("truncated", false)) std::printf("(truncated: the reply exceeded one message)\n");
+  return 0;
+}

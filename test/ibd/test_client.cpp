@@ -1,0 +1,110 @@
+// ibd-test-client: a well-behaved libopenib client with live objects, for
+// the kill-loop test (test_kill_loop.cpp) and by hand.
+//
+//   ibd-test-client [--socket PATH] [--max-seconds N] [--mode MODE]
+//
+// Opens a Context, a PD, a 64 KiB MR, a CQ (with a completion channel) and
+// an RC QP, brings the QP to RTS (connected to itself: dest = its own QPN
+// and LID), posts a receive, prints "ready CLIENT_ID QPN" on stdout, then
+// according to MODE until --max-seconds (default 60) pass:
+//   hold          polls its CQ with 1 ms naps (the kill-loop test)
+//   control-loop  allocates and frees a PD, again and again
+//   wait-event    arms the CQ and blocks in CompChannel::get_event(-1)
+//   poll-async    polls its CQ and watches async_fd() (poll(2), 10 ms),
+//                 fetching the events when it is readable
+// A mode that meets an error (or a DEVICE_FATAL event) prints
+// "result ERRNO MESSAGE" and exits 3. Exit 0 when the time limit passes;
+// 1 with a message on stderr if the setup fails.
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "rc_link.hpp"
+
+using namespace openib;
+using namespace openib::testing;
+
+int main(int argc, char** argv) {
+  std::string sock;
+  int max_seconds = 60;
+  std::string mode = "hold";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--socket" && i + 1 < argc) {
+      sock = argv[++i];
+    } else if (a == "--max-seconds" && i + 1 < argc) {
+      max_seconds = std::atoi(argv[++i]);
+    } else if (a == "--mode" && i + 1 < argc) {
+      mode = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: ibd-test-client [--socket PATH] [--max-seconds N] [--mode MODE]\n");
+      return 2;
+    }
+  }
+  auto side = open_side(sock, 64 * 1024);
+  if (!side) {
+    std::fprintf(stderr, "ibd-test-client: %s\n", side.error().str().c_str());
+    return 1;
+  }
+  Side& s = **side;
+  auto channel = s.ctx->create_comp_channel();
+  if (!channel) {
+    std::fprintf(stderr, "ibd-test-client: comp channel: %s\n", channel.error().str().c_str());
+    return 1;
+  }
+  auto ecq = s.ctx->create_cq(16, channel->get());
+  if (!ecq) {
+    std::fprintf(stderr, "ibd-test-client: create_cq: %s\n", ecq.error().str().c_str());
+    return 1;
+  }
+  if (auto r = to_rts(*s.qp, s.qp->qp_num(), s.lid); !r) {
+    std::fprintf(stderr, "ibd-test-client: to RTS: %s\n", r.error().str().c_str());
+    return 1;
+  }
+  if (int e = post_recv(*s.qp, *s.mr, 0, 4096, 1); e != 0) {
+    std::fprintf(stderr, "ibd-test-client: post_recv: %d\n", e);
+    return 1;
+  }
+  std::printf("ready %u %u\n", s.ctx->client_id(), s.qp->qp_num());
+  std::fflush(stdout);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(max_seconds);
+  auto result = [](const Error& e) {
+    std::printf("result %d %s\n", e.code, e.str().c_str());
+    std::fflush(stdout);
+    return 3;
+  };
+  Wc wc[4];
+  while (std::chrono::steady_clock::now() < end) {
+    if (mode == "hold") {
+      s.cq->poll(wc);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } else if (mode == "control-loop") {
+      auto pd = s.ctx->alloc_pd();
+      if (!pd) return result(pd.error());
+    } else if (mode == "wait-event") {
+      if (auto r = (*ecq)->req_notify(); !r) return result(r.error());
+      auto ev = (*channel)->get_event(-1);
+      if (!ev) return result(ev.error());
+    } else if (mode == "poll-async") {
+      s.cq->poll(wc);
+      pollfd pf{s.ctx->async_fd(), POLLIN, 0};
+      if (::poll(&pf, 1, 10) == 1) {
+        auto evs = s.ctx->get_async_events();
+        if (!evs) return result(evs.error());
+        for (auto& e : *evs)
+          if (e.type == AsyncEventType::kDeviceFatal)
+            return result(Error{ENODEV, "DEVICE_FATAL event"});
+      }
+    } else {
+      std::fprintf(stderr, "ibd-test-client: unknown mode %s\n", mode.c_str());
+      return 2;
+    }
+  }
+  (*ecq).reset();
+  return 0;
+}

@@ -1,0 +1,732 @@
+// Hostile clients against ibd (docs/client-protocol.md "Security model"),
+// while a well-behaved victim keeps an RC connection between two ibds busy
+// and checks every byte it receives.
+//
+// The hostile side speaks the client protocol directly (src/clientproto):
+// requests before HELLO, wrong magic and version, truncated, oversized and
+// mis-framed datagrams, bad and foreign handles, bogus fds for MAP_MEM,
+// overflowing offsets and lengths, garbage QP attributes, rings full of
+// random bytes with doorbells rung on its own UAR page (naming its own QP
+// and the victim's); and through libopenib, sends whose lkey or address is
+// garbage and an RDMA WRITE with the victim's rkey. Each must be refused or
+// end in an error completion for the hostile client only. Afterwards ibd
+// is alive and answers ibdctl, the victim's data is intact, and the
+// hostile clients' objects, mappings and fds are gone once they are.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "clientproto/socket.hpp"
+#include "harness.hpp"
+#include "json_flat.hpp"
+#include "rc_link.hpp"
+
+using namespace openib;
+using namespace openib::testing;
+using namespace std::chrono_literals;
+namespace proto = openib::proto;
+using proto::Op;
+
+namespace {
+
+// ---- a raw protocol client ------------------------------------------------
+
+struct RawReply {
+  int status = 0;
+  proto::Bytes payload;
+  std::vector<UniqueFd> fds;
+};
+
+// What ibd did with a request: answered (status), closed the connection,
+// or said nothing within the wait.
+struct Outcome {
+  enum Kind { kReplied, kClosed, kSilent } kind = kSilent;
+  RawReply reply;
+  bool refused() const { return kind != kReplied || reply.status != 0; }
+  std::string str() const {
+    if (kind == kClosed) return "connection closed";
+    if (kind == kSilent) return "no reply";
+    return "status " + std::to_string(reply.status) +
+           (reply.status ? std::string(" (") + std::strerror(reply.status) + ")" : "");
+  }
+};
+
+class Raw {
+ public:
+  explicit Raw(const std::string& path) {
+    sock_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+    REQUIRE(::connect(sock_.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  }
+  int fd() const { return sock_.get(); }
+
+  // Sends bytes as one datagram, with fds; false if the socket is gone.
+  bool send_raw(std::span<const std::byte> bytes, std::span<const int> fds = {}) {
+    iovec iov{const_cast<std::byte*>(bytes.data()), bytes.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
+    if (!fds.empty()) {
+      msg.msg_control = control;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    }
+    return ::sendmsg(sock_.get(), &msg, MSG_NOSIGNAL) >= 0;
+  }
+
+  proto::Bytes frame(uint16_t op, std::span<const std::byte> body, uint8_t nfds = 0,
+                     uint32_t magic = proto::kMagic, uint16_t version = proto::kVersion) {
+    proto::Header h;
+    h.magic = magic;
+    h.version = version;
+    h.op = op;
+    h.seq = ++seq_;
+    h.nfds = nfds;
+    return proto::frame(h, body);
+  }
+
+  Outcome wait_reply(std::chrono::milliseconds wait = 3000ms) {
+    pollfd pf{sock_.get(), POLLIN, 0};
+    Outcome o;
+    if (::poll(&pf, 1, static_cast<int>(wait.count())) != 1) return o;
+    auto m = proto::recv_message(sock_.get(), true);
+    if (!m) {
+      o.kind = Outcome::kClosed;
+      return o;
+    }
+    auto rv = proto::decode_reply(m->body);
+    if (!rv) {
+      o.kind = Outcome::kClosed;  // not a reply we can read: count as refused
+      return o;
+    }
+    o.kind = Outcome::kReplied;
+    o.reply.status = rv->status;
+    o.reply.payload.assign(rv->payload.begin(), rv->payload.end());
+    o.reply.fds = std::move(m->fds);
+    return o;
+  }
+
+  Outcome call_bytes(uint16_t op, std::span<const std::byte> body, std::span<const int> fds = {},
+                     std::chrono::milliseconds wait = 3000ms) {
+    auto f = frame(op, body, static_cast<uint8_t>(fds.size()));
+    if (!send_raw(f, fds)) return Outcome{Outcome::kClosed, {}};
+    return wait_reply(wait);
+  }
+  template <class M>
+  Outcome call(Op op, const M& body, std::span<const int> fds = {}) {
+    auto b = proto::encode(body);
+    return call_bytes(static_cast<uint16_t>(op), b, fds);
+  }
+  // A request that must succeed; its decoded reply.
+  template <class Rep, class M>
+  Rep must(Op op, const M& body, std::span<const int> fds = {}) {
+    auto o = call(op, body, fds);
+    INFO(proto::op_name(static_cast<uint16_t>(op)) << ": " << o.str());
+    REQUIRE(o.kind == Outcome::kReplied);
+    REQUIRE(o.reply.status == 0);
+    last_fds_ = std::move(o.reply.fds);
+    auto rep = proto::decode<Rep>(o.reply.payload);
+    REQUIRE(rep.ok());
+    return *rep;
+  }
+
+  proto::HelloRep hello() { return must<proto::HelloRep>(Op::kHello, proto::HelloReq{}); }
+  std::vector<UniqueFd>& last_fds() { return last_fds_; }
+
+ private:
+  UniqueFd sock_;
+  uint32_t seq_ = 0;
+  std::vector<UniqueFd> last_fds_;
+};
+
+UniqueFd make_memfd(size_t len) {
+  UniqueFd fd(::memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  REQUIRE(fd.valid());
+  REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(len)) == 0);
+  return fd;
+}
+
+// ---- the victim -------------------------------------------------------------
+
+// RC between ibd A and ibd B: A sends a message of random length and
+// content, B checks it byte by byte and echoes it, A checks the echo. A
+// canary region of each MR is never used and must stay as written.
+struct Victim {
+  static constexpr size_t kMr = 64 * 1024, kSendOff = 0, kRecvOff = 16 * 1024,
+                          kCanaryOff = 48 * 1024, kCanaryLen = 16 * 1024;
+  std::unique_ptr<Side> a, b;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> rounds{0};
+  std::string error;  // first failure; written by the thread only
+  std::thread thread;
+
+  static uint8_t canary(size_t i) { return static_cast<uint8_t>(0xA5 ^ (i * 13)); }
+
+  void start(const std::string& sa, const std::string& sb) {
+    QpCap cap;
+    cap.max_send_wr = 16;
+    cap.max_recv_wr = 16;
+    auto ra = open_side(sa, kMr, cap);
+    auto rb = open_side(sb, kMr, cap);
+    INFO((ra ? "" : ra.error().str()) << (rb ? "" : rb.error().str()));
+    REQUIRE(ra.ok());
+    REQUIRE(rb.ok());
+    a = std::move(ra).value();
+    b = std::move(rb).value();
+    auto c = connect(*a, *b);
+    INFO((c.ok() ? std::string() : c.error().str()));
+    REQUIRE(c.ok());
+    for (Side* s : {a.get(), b.get()})
+      for (size_t i = 0; i < kCanaryLen; ++i) s->buf()[kCanaryOff + i] = canary(i);
+    thread = std::thread([this] { run(); });
+  }
+
+  bool canaries_intact() const {
+    for (Side* s : {a.get(), b.get()})
+      for (size_t i = 0; i < kCanaryLen; ++i)
+        if (s->buf()[kCanaryOff + i] != canary(i)) return false;
+    return true;
+  }
+
+  void finish() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+  }
+
+  // One message from `from` to `to`, checked; false (error set) on failure.
+  bool one_way(Side& from, Side& to, uint32_t len, uint64_t seed) {
+    if (post_recv(*to.qp, *to.mr, kRecvOff, 16 * 1024, seed)) return fail("post_recv");
+    if (post_send(*from.qp, *from.mr, kSendOff, len, seed)) return fail("post_send");
+    bool got_recv = false, got_send = false;
+    while (!got_recv || !got_send) {
+      Side& s = got_recv ? from : to;
+      auto wc = wait_wc(*s.cq, 10000);
+      if (!wc) return fail("round " + std::to_string(rounds) + ": " + wc.error().str());
+      if (wc->status != kWcSuccess)
+        return fail("round " + std::to_string(rounds) + ": completion " + wc_status_str(wc->status));
+      if (wc->opcode == kWcRecv) {
+        if (wc->byte_len != len)
+          return fail("received " + std::to_string(wc->byte_len) + " bytes, sent " + std::to_string(len));
+        if (std::memcmp(to.buf() + kRecvOff, from.buf() + kSendOff, len) != 0)
+          return fail("round " + std::to_string(rounds) + ": received bytes differ");
+        got_recv = true;
+      } else {
+        got_send = true;
+      }
+    }
+    return true;
+  }
+
+  bool fail(const std::string& what) {
+    if (error.empty()) error = what;
+    return false;
+  }
+
+  void run() {
+    std::mt19937_64 rng(42);
+    auto deadline = std::chrono::steady_clock::now() + 240s;  // never run away
+    while (!stop && std::chrono::steady_clock::now() < deadline) {
+      uint32_t len = 1 + static_cast<uint32_t>(rng() % 8192);
+      for (uint32_t i = 0; i < len; ++i) a->buf()[kSendOff + i] = static_cast<uint8_t>(rng());
+      if (!one_way(*a, *b, len, rounds)) return;
+      std::memcpy(b->buf() + kSendOff, b->buf() + kRecvOff, len);
+      if (!one_way(*b, *a, len, rounds)) return;
+      ++rounds;
+    }
+  }
+};
+
+// Runs `step` against a fresh raw connection said HELLO to (or not) and
+// checks that ibd refused it.
+void expect_refused(const std::string& sock, const std::string& what, bool say_hello,
+                    const std::function<Outcome(Raw&)>& step) {
+  Raw r(sock);
+  if (say_hello) r.hello();
+  Outcome o = step(r);
+  INFO(what << ": " << o.str());
+  CHECK(o.refused());
+}
+
+proto::Bytes bytes_of(size_t n, uint8_t v = 0) { return proto::Bytes(n, std::byte{v}); }
+
+}  // namespace
+
+TEST_CASE("hostile clients get errors; the victim's RC traffic and data are untouched", "[hostile]") {
+  TempDir dir;
+  IbdPair ibds(dir.path());
+  const std::string sa = ibds.a->socket(), sb = ibds.b->socket();
+
+  Victim victim;
+  victim.start(sa, sb);
+  std::this_thread::sleep_for(500ms);
+  REQUIRE(victim.error.empty());
+  const Snapshot base_a = snapshot(*ibds.a), base_b = snapshot(*ibds.b);
+  const uint64_t rounds_before = victim.rounds;
+  INFO("victim rounds before the attacks: " << rounds_before);
+
+  {
+    // -- framing and protocol ---------------------------------------------
+    expect_refused(sa, "ALLOC_PD before HELLO", false,
+                   [](Raw& r) { return r.call(Op::kAllocPd, proto::Empty{}); });
+    expect_refused(sa, "QUERY_DEVICE before HELLO", false,
+                   [](Raw& r) { return r.call(Op::kQueryDevice, proto::Empty{}); });
+    expect_refused(sa, "wrong magic", false, [](Raw& r) {
+      auto b = proto::encode(proto::HelloReq{});
+      r.send_raw(r.frame(uint16_t(Op::kHello), b, 0, 0x12345678));
+      return r.wait_reply();
+    });
+    expect_refused(sa, "wrong header version", false, [](Raw& r) {
+      auto b = proto::encode(proto::HelloReq{});
+      r.send_raw(r.frame(uint16_t(Op::kHello), b, 0, proto::kMagic, 99));
+      return r.wait_reply();
+    });
+    expect_refused(sa, "HELLO offering versions 5..9 only", false, [](Raw& r) {
+      proto::HelloReq h;
+      h.version_min = 5;
+      h.version_max = 9;
+      return r.call(Op::kHello, h);
+    });
+    expect_refused(sa, "truncated header (7 bytes)", false, [](Raw& r) {
+      auto b = bytes_of(7, 0x4f);
+      r.send_raw(b);
+      return r.wait_reply();
+    });
+    expect_refused(sa, "HELLO body one byte short", false, [](Raw& r) {
+      auto b = proto::encode(proto::HelloReq{});
+      b.pop_back();
+      return r.call_bytes(uint16_t(Op::kHello), b);
+    });
+    expect_refused(sa, "ALLOC_PD with a 100-byte body", true,
+                   [](Raw& r) { return r.call_bytes(uint16_t(Op::kAllocPd), bytes_of(100, 7)); });
+    expect_refused(sa, "oversized datagram (200 KiB)", true, [](Raw& r) {
+      int big = 1 << 20;
+      ::setsockopt(r.fd(), SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+      auto b = r.frame(uint16_t(Op::kAllocPd), bytes_of(200 * 1024, 1));
+      r.send_raw(b);
+      return r.wait_reply();
+    });
+    expect_refused(sa, "header says 2 fds, none attached", true, [](Raw& r) {
+      auto f = r.frame(uint16_t(Op::kAllocPd), {}, 2);
+      r.send_raw(f);
+      return r.wait_reply();
+    });
+    expect_refused(sa, "three fds (more than the protocol allows)", true, [](Raw& r) {
+      UniqueFd m1 = make_memfd(4096), m2 = make_memfd(4096), m3 = make_memfd(4096);
+      int fds[3] = {m1.get(), m2.get(), m3.get()};
+      auto f = r.frame(uint16_t(Op::kMapMem), proto::encode(proto::MapMemReq{4096}), 3);
+      r.send_raw(f, fds);
+      return r.wait_reply();
+    });
+    expect_refused(sa, "unknown op 999", true,
+                   [](Raw& r) { return r.call_bytes(999, {}); });
+    expect_refused(sa, "a second HELLO", true,
+                   [](Raw& r) { return r.call(Op::kHello, proto::HelloReq{}); });
+
+    // -- handles -------------------------------------------------------------
+    {
+      Raw x(sa), y(sa);
+      x.hello();
+      y.hello();
+      auto pd = x.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+      UniqueFd mfd = make_memfd(16384);
+      int f = mfd.get();
+      auto mem = x.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{16384}, {&f, 1});
+      proto::RegMrReq rr;
+      rr.pd = pd.handle;
+      rr.mem = mem.handle;
+      rr.length = 4096;
+      rr.va = 0x10000;
+      rr.access = 1;
+      auto mr = x.must<proto::RegMrRep>(Op::kRegMr, rr);
+      // Client y uses x's handles.
+      for (auto [op, h] : {std::pair{Op::kDeallocPd, pd.handle}, {Op::kUnmapMem, mem.handle},
+                           {Op::kDeregMr, mr.handle}, {Op::kDestroyQp, pd.handle},
+                           {Op::kQueryQp, pd.handle}}) {
+        auto o = y.call(op, proto::HandleReq{h});
+        INFO("y " << proto::op_name(uint16_t(op)) << " on x's handle " << h << ": " << o.str());
+        CHECK(o.kind == Outcome::kReplied);
+        CHECK(o.reply.status == ENOENT);
+      }
+      auto o = y.call(Op::kRegMr, rr);
+      INFO("y REG_MR with x's PD and memory: " << o.str());
+      CHECK(o.reply.status == ENOENT);
+      // Garbage handles, and handles of the wrong kind.
+      for (uint32_t h : {0u, 0xffffffffu, 0x7fffffffu, 12345u}) {
+        auto g = x.call(Op::kDestroyCq, proto::HandleReq{h});
+        INFO("DESTROY_CQ " << h << ": " << g.str());
+        CHECK(g.refused());
+      }
+      auto wrong = x.call(Op::kDestroyCq, proto::HandleReq{pd.handle});
+      INFO("DESTROY_CQ on a PD handle: " << wrong.str());
+      CHECK(wrong.refused());
+      // A PD with an MR on it cannot go first; x's own objects still work.
+      x.must<proto::Empty>(Op::kDeregMr, proto::HandleReq{mr.handle});
+      x.must<proto::Empty>(Op::kUnmapMem, proto::HandleReq{mem.handle});
+      x.must<proto::Empty>(Op::kDeallocPd, proto::HandleReq{pd.handle});
+      // y tries every small handle of every kind: it has none, and the
+      // victim's (whatever their numbers) are not reachable.
+      for (Op op : {Op::kDestroyQp, Op::kDestroyCq, Op::kDeregMr, Op::kUnmapMem, Op::kDeallocPd}) {
+        int not_found = 0;
+        for (uint32_t h = 1; h <= 32; ++h) {
+          auto g = y.call(op, proto::HandleReq{h});
+          not_found += g.kind == Outcome::kReplied && g.reply.status == ENOENT;
+        }
+        INFO(proto::op_name(uint16_t(op)) << " on handles 1..32 from a client that has none");
+        CHECK(not_found == 32);
+      }
+    }
+
+    // -- MAP_MEM with bogus fds ---------------------------------------------
+    auto map_with = [&](const std::string& what, std::vector<int> fds, uint64_t len) {
+      expect_refused(sa, "MAP_MEM " + what, true, [&](Raw& r) {
+        return r.call(Op::kMapMem, proto::MapMemReq{len}, fds);
+      });
+    };
+    {
+      int p[2];
+      REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+      UniqueFd p0(p[0]), p1(p[1]);
+      UniqueFd devnull(::open("/dev/null", O_RDWR | O_CLOEXEC));
+      std::string tmpf = dir.path() + "/plainfile";
+      UniqueFd plain(::open(tmpf.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+      REQUIRE(::ftruncate(plain.get(), 65536) == 0);
+      UniqueFd small = make_memfd(4096), good = make_memfd(65536), good2 = make_memfd(65536);
+      UniqueFd ro(::open(("/proc/self/fd/" + std::to_string(good.get())).c_str(), O_RDONLY | O_CLOEXEC));
+      map_with("with a pipe", {p0.get()}, 4096);
+      map_with("with /dev/null", {devnull.get()}, 4096);
+      map_with("with a plain file", {plain.get()}, 4096);
+      map_with("with a read-only memfd", {ro.get()}, 4096);
+      map_with("longer than the memfd", {small.get()}, 8192);
+      map_with("without an fd", {}, 4096);
+      map_with("with two fds", {good.get(), good2.get()}, 4096);
+      map_with("of length 0", {good.get()}, 0);
+      map_with("of length 4097", {good.get()}, 4097);
+      map_with("of length 2^63", {good.get()}, 1ull << 63);
+      map_with("of length 2^64 - 4096", {good.get()}, ~0ull - 4095);
+      // Sealed against writes and shrunk after mapping? Sealing shrink is
+      // the client's business; a memfd truncated after MAP_MEM is covered
+      // by the device's checked DMA (docs/simhca.md §11.2).
+    }
+
+    // -- offsets and lengths that overflow ----------------------------------
+    {
+      Raw r(sa);
+      r.hello();
+      auto pd = r.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+      UniqueFd mfd = make_memfd(65536);
+      int f = mfd.get();
+      auto mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{65536}, {&f, 1});
+      struct MrCase {
+        const char* what;
+        uint64_t offset, length, va;
+      };
+      for (auto c : {MrCase{"offset near 2^64", ~0ull - 4095, 8192, 0},
+                     MrCase{"offset + length past the memory", 32768, 65536, 0},
+                     MrCase{"length 2^64 - 1", 0, ~0ull, 0},
+                     MrCase{"va + length wraps", 0, 8192, ~0ull - 100},
+                     MrCase{"offset 2^63", 1ull << 63, 4096, 1ull << 63}}) {
+        proto::RegMrReq rr;
+        rr.pd = pd.handle;
+        rr.mem = mem.handle;
+        rr.offset = c.offset;
+        rr.length = c.length;
+        rr.va = c.va;
+        rr.access = 1;
+        auto o = r.call(Op::kRegMr, rr);
+        INFO("REG_MR " << c.what << ": " << o.str());
+        CHECK(o.refused());
+      }
+      struct CqCase {
+        const char* what;
+        uint64_t ring, dbr;
+        uint8_t log;
+      };
+      for (auto c : {CqCase{"ring past the memory", 65536, 0, 4},
+                     CqCase{"ring offset near 2^64", ~0ull - 63, 0, 4},
+                     CqCase{"doorbell record near 2^64", 0, ~0ull - 7, 4},
+                     CqCase{"doorbell record just past the end", 0, 65536 - 4, 4},
+                     CqCase{"log_size 40", 0, 4096, 40},
+                     CqCase{"ring of 2^12 CQEs in 64 KiB", 4096, 0, 12}}) {
+        proto::CreateCqReq cq;
+        cq.mem = mem.handle;
+        cq.ring_offset = c.ring;
+        cq.dbr_offset = c.dbr;
+        cq.log_size = c.log;
+        auto o = r.call(Op::kCreateCq, cq);
+        INFO("CREATE_CQ " << c.what << ": " << o.str());
+        CHECK(o.refused());
+      }
+      proto::CreateCqReq cq;
+      cq.mem = mem.handle;
+      cq.ring_offset = 0;
+      cq.dbr_offset = 4096;
+      cq.log_size = 4;
+      auto cqr = r.must<proto::ObjRep>(Op::kCreateCq, cq);
+      struct QpCase {
+        const char* what;
+        uint64_t sq, rq, dbr;
+        uint8_t lsq, lsqs, type;
+      };
+      for (auto c : {QpCase{"send queue near 2^64", ~0ull - 4095, 16384, 20480, 4, 6, 0},
+                     QpCase{"receive queue past the memory", 8192, 65536, 20480, 4, 6, 0},
+                     QpCase{"doorbell record near 2^64", 8192, 16384, ~0ull - 7, 4, 6, 0},
+                     QpCase{"sq stride 2^40", 8192, 16384, 20480, 4, 40, 0},
+                     QpCase{"2^30 WQEs", 8192, 16384, 20480, 30, 6, 0},
+                     QpCase{"type 9", 8192, 16384, 20480, 4, 6, 9}}) {
+        proto::CreateQpReq q;
+        q.pd = pd.handle;
+        q.send_cq = q.recv_cq = cqr.handle;
+        q.mem = mem.handle;
+        q.type = c.type;
+        q.log_sq_size = c.lsq;
+        q.log_sq_stride = c.lsqs;
+        q.log_rq_size = 4;
+        q.log_rq_stride = 5;
+        q.sq_offset = c.sq;
+        q.rq_offset = c.rq;
+        q.dbr_offset = c.dbr;
+        auto o = r.call(Op::kCreateQp, q);
+        INFO("CREATE_QP " << c.what << ": " << o.str());
+        CHECK(o.refused());
+      }
+      // The memory cannot be unmapped from under its CQ.
+      auto busy = r.call(Op::kUnmapMem, proto::HandleReq{mem.handle});
+      INFO("UNMAP_MEM under a live CQ: " << busy.str());
+      CHECK(busy.refused());
+    }
+
+    // -- garbage rings, attributes and doorbells ------------------------------
+    {
+      Raw r(sa);
+      auto h = r.hello();
+      std::vector<UniqueFd> uar_fds = std::move(r.last_fds());  // the UAR fd comes with HELLO
+      auto pd = r.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+      constexpr size_t kLen = 65536;
+      UniqueFd mfd = make_memfd(kLen);
+      int f = mfd.get();
+      auto mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{kLen}, {&f, 1});
+      auto* p = static_cast<uint8_t*>(
+          ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_SHARED, mfd.get(), 0));
+      REQUIRE(p != MAP_FAILED);
+      proto::CreateCqReq cq;
+      cq.mem = mem.handle;
+      cq.ring_offset = 0;
+      cq.dbr_offset = 4096;
+      cq.log_size = 6;
+      auto cqr = r.must<proto::ObjRep>(Op::kCreateCq, cq);
+      proto::CreateQpReq q;
+      q.pd = pd.handle;
+      q.send_cq = q.recv_cq = cqr.handle;
+      q.mem = mem.handle;
+      q.log_sq_size = 6;
+      q.log_sq_stride = 6;
+      q.log_rq_size = 6;
+      q.log_rq_stride = 5;
+      q.sq_offset = 8192;
+      q.rq_offset = 8192 + 4096;
+      q.dbr_offset = 4096 + 64;
+      auto qp = r.must<proto::ObjRep>(Op::kCreateQp, q);
+      std::mt19937_64 rng(7);
+      // Garbage attributes: random bodies of the right length.
+      int accepted = 0;
+      for (int i = 0; i < 300; ++i) {
+        proto::Bytes b(proto::body_size<proto::ModifyQpReq>());
+        for (auto& x : b) x = std::byte(rng());
+        std::memcpy(b.data(), &qp.handle, 4);  // its own QP, little-endian on x86
+        if (i % 2) {  // states in range, so that the device's checks (§8.3) see it
+          b[8] = std::byte(rng() % 7);
+          b[9] = std::byte(rng() % 7);
+        }
+        auto o = r.call_bytes(uint16_t(Op::kModifyQp), b);
+        REQUIRE(o.kind == Outcome::kReplied);  // an error, not a hang-up
+        accepted += o.reply.status == 0;
+      }
+      WARN("random MODIFY_QP bodies: " << accepted << " of 300 accepted");
+      // Bring it to RTS towards an unused QPN on ibd B, then fill its rings
+      // and records with garbage and ring doorbells through its UAR page.
+      {
+        proto::ModifyQpReq m;
+        m.qp = qp.handle;
+        m.attr.mask = qp_attr::kState | qp_attr::kPkeyIndex | qp_attr::kPort | qp_attr::kAccessFlags;
+        m.attr.state = 1;
+        m.attr.port = 1;
+        r.call(Op::kModifyQp, m);  // it may be in ERR from the garbage: then RESET first
+        m.attr.mask = qp_attr::kState;
+        m.attr.state = 0;
+        r.must<proto::Empty>(Op::kModifyQp, m);
+        m.attr.mask = qp_attr::kState | qp_attr::kPkeyIndex | qp_attr::kPort | qp_attr::kAccessFlags;
+        m.attr.state = 1;
+        r.must<proto::Empty>(Op::kModifyQp, m);
+        m.attr = {};
+        m.attr.mask = qp_attr::kState | qp_attr::kAv | qp_attr::kPathMtu | qp_attr::kDestQpn |
+                      qp_attr::kRqPsn | qp_attr::kMaxDestRdAtomic | qp_attr::kMinRnrTimer;
+        m.attr.state = 2;
+        m.attr.path_mtu = 5;
+        m.attr.dest_qpn = 0xabcde;
+        m.attr.av.dlid = 2;
+        m.attr.av.port = 1;
+        m.attr.max_dest_rd_atomic = 1;
+        m.attr.min_rnr_timer = 1;
+        r.must<proto::Empty>(Op::kModifyQp, m);
+        m.attr = {};
+        m.attr.mask = qp_attr::kState | qp_attr::kSqPsn | qp_attr::kTimeout | qp_attr::kRetryCnt |
+                      qp_attr::kRnrRetry | qp_attr::kMaxQpRdAtomic;
+        m.attr.state = 3;
+        m.attr.timeout = 1;
+        m.attr.retry_cnt = 1;
+        m.attr.rnr_retry = 1;
+        m.attr.max_rd_atomic = 1;
+        r.must<proto::Empty>(Op::kModifyQp, m);
+      }
+      volatile uint64_t* uar = nullptr;
+      void* uar_map = MAP_FAILED;
+      INFO("HELLO doorbell mode " << int(h.doorbell_mode));
+      if (h.doorbell_mode == proto::kDoorbellMmap) {
+        REQUIRE(uar_fds.size() == 1);
+        uar_map = ::mmap(nullptr, h.uar_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                         uar_fds[0].get(), static_cast<off_t>(h.uar_mmap_offset));
+        CHECK(uar_map != MAP_FAILED);
+        if (uar_map != MAP_FAILED) uar = static_cast<volatile uint64_t*>(uar_map);
+      }
+      // Doorbells on its own page naming its own QP (garbage WQEs, garbage
+      // counters), the victim's QP on ibd A (another UAR: to be ignored)
+      // and random QPNs; random CQ_ARM, EQ_DOORBELL and stray stores.
+      auto t_end = std::chrono::steady_clock::now() + 2s;
+      uint64_t n_db = 0;
+      const uint32_t victim_qpn_a = victim.a->qp->qp_num();
+      while (std::chrono::steady_clock::now() < t_end) {
+        for (size_t i = 0; i < 8192 + 8192; i += 8) {  // CQ ring, records, SQ and RQ
+          uint64_t v = rng();
+          std::memcpy(p + i, &v, 8);
+        }
+        if (uar) {
+          for (int k = 0; k < 64; ++k, ++n_db) {
+            // Counters that would be honoured on the right page: just ahead
+            // of the victim's SQ (one SEND per round), within its own SQ
+            // (so that the device reads the garbage WQEs), or random.
+            uint32_t qpn, counter;
+            if (k % 3 == 0) {
+              qpn = victim_qpn_a;
+              counter = static_cast<uint32_t>(victim.rounds.load() + 1 + rng() % 3);
+            } else if (k % 3 == 1) {
+              qpn = qp.number;
+              counter = static_cast<uint32_t>(1 + rng() % 64);
+            } else {
+              qpn = static_cast<uint32_t>(rng());
+              counter = static_cast<uint32_t>(rng());
+            }
+            uar[0x800 / 8] = (uint64_t{counter} << 32) | (qpn & 0xffffff);
+            uar[0x020 / 8] = rng();
+            uar[0x040 / 8] = rng();
+            uar[(rng() % 512)] = rng();
+          }
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+      WARN(n_db << " garbage doorbells stored through a client's UAR page");
+      if (uar_map != MAP_FAILED) ::munmap(uar_map, h.uar_size);
+      ::munmap(p, kLen);
+    }
+
+    // -- through libopenib: garbage lkey/addr, and the victim's rkey --------
+    {
+      QpCap cap;
+      auto ha = open_side(sa, 65536, cap);
+      auto hb = open_side(sb, 65536, cap);
+      REQUIRE(ha.ok());
+      REQUIRE(hb.ok());
+      REQUIRE(connect(**ha, **hb).ok());
+      Side& x = **ha;
+      // A send whose lkey is garbage.
+      Sge bad{0x1000, 64, 0xdeadbeef};
+      SendWr wr;
+      wr.wr_id = 77;
+      wr.sg = {&bad, 1};
+      REQUIRE(x.qp->post_send(wr) == 0);
+      auto wc = wait_wc(*x.cq, 10000);
+      REQUIRE(wc.ok());
+      CHECK(wc->wr_id == 77);
+      CHECK(wc->status == kWcLocProtErr);
+    }
+    {
+      auto ha = open_side(sa, 65536);
+      auto hb = open_side(sb, 65536);
+      REQUIRE(ha.ok());
+      REQUIRE(hb.ok());
+      REQUIRE(connect(**ha, **hb).ok());
+      Side& x = **ha;
+      // A valid lkey with an address outside its region.
+      Sge bad{reinterpret_cast<uint64_t>(x.buf()) + 65536 + 4096, 64, x.mr->lkey()};
+      SendWr wr;
+      wr.wr_id = 78;
+      wr.sg = {&bad, 1};
+      REQUIRE(x.qp->post_send(wr) == 0);
+      auto wc = wait_wc(*x.cq, 10000);
+      REQUIRE(wc.ok());
+      CHECK(wc->wr_id == 78);
+      CHECK(wc->status == kWcLocProtErr);
+    }
+    {
+      auto ha = open_side(sa, 65536);
+      auto hb = open_side(sb, 65536);
+      REQUIRE(ha.ok());
+      REQUIRE(hb.ok());
+      REQUIRE(connect(**ha, **hb).ok());
+      Side& x = **ha;
+      // RDMA WRITE into the victim's canary on B with the victim's rkey,
+      // through a QP of another client and PD: the responder must refuse.
+      std::memset(x.buf(), 0xEE, 4096);
+      uint64_t target = reinterpret_cast<uint64_t>(victim.b->buf()) + Victim::kCanaryOff;
+      REQUIRE(post_send(*x.qp, *x.mr, 0, 4096, 79, WrOpcode::kWrite, target, victim.b->mr->rkey()) == 0);
+      auto wc = wait_wc(*x.cq, 20000);
+      REQUIRE(wc.ok());
+      CHECK(wc->status == kWcRemAccessErr);
+    }
+  }
+
+  // The victim kept going through all of it, and still does.
+  const uint64_t rounds_mid = victim.rounds;
+  std::this_thread::sleep_for(500ms);
+  const uint64_t rounds_after = victim.rounds;
+  victim.finish();
+  WARN("victim RC rounds (two checked messages each): " << rounds_before << " before the attacks, "
+                                                        << rounds_mid << " after them, "
+                                                        << rounds_after << " at the end");
+  INFO("victim rounds: before " << rounds_before << ", after the attacks " << rounds_mid
+                                << ", 0.5 s later " << rounds_after);
+  CHECK(victim.error.empty());
+  INFO("victim error: " << victim.error);
+  CHECK(rounds_mid > rounds_before);
+  CHECK(rounds_after > rounds_mid);
+  CHECK(victim.canaries_intact());
+
+  REQUIRE(ibds.a->alive());
+  REQUIRE(ibds.b->alive());
+  CHECK(ibdctl(sa, "clients").exited_ok());
+  CHECK(ibdctl(sb, "clients").exited_ok());
+  // Every hostile client is gone: what ibd holds is what it held with the
+  // victim alone.
+  Snapshot now_a = settle(*ibds.a, base_a, 10s), now_b = settle(*ibds.b, base_b, 10s);
+  INFO("A before: " << base_a.str() << "\nA after:  " << now_a.str());
+  CHECK(now_a.matches(base_a));
+  INFO("B before: " << base_b.str() << "\nB after:  " << now_b.str());
+  CHECK(now_b.matches(base_b));
+}
