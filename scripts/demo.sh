@@ -6,8 +6,12 @@
 #   2. over the Linux kernel's VFIO, inside a QEMU guest running Debian's own
 #      kernel with an emulated IOMMU (skip with --no-qemu);
 # and, between the two, two emulated HCAs (simhca) cabled back to back,
-# driven by the HCA driver (openib-simhca-demo).
-# Later capabilities (ibd, the fabric) join this demo as they land.
+# driven by the HCA driver (openib-simhca-demo), and then the product at
+# work: two ibd daemons (each with its embedded simhca), and client
+# processes linked with libopenib exchanging data through them:
+# openib-rc-pingpong (one side unprivileged) and openib-perf; ibdctl shows
+# the clients while they run.
+# Later capabilities (the fabric, the subnet manager) join as they land.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +19,7 @@ qemu=1
 for a in "$@"; do
   case $a in
     --no-qemu) qemu=0 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -25,9 +29,13 @@ echo "== building"
 bash scripts/build.sh build
 
 tmp=$(mktemp -d /tmp/openib-demo.XXXXXX)
+chmod 755 "$tmp"
 server_pid=
+IBD=build/src/ibd/ibd work=$tmp
+source scripts/ibd_pair.sh
 cleanup() {
   if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  stop_daemons
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -45,9 +53,42 @@ echo
 echo "== 2. simhca: two emulated HCAs cabled back to back, RC and UD traffic through the driver"
 build/src/tools/openib-simhca-demo --simhca build/src/sim/simhca/simhca
 
+echo
+echo "== 3. ibd: two daemons, each owning a simhca; client processes exchange data through them"
+pa=$(free_port)
+pb=$pa
+while ((pb == pa)); do pb=$(free_port); done
+start_ibd a 1 "$pa" "$pb" PID_A --socket-mode 0666
+start_ibd b 2 "$pb" "$pa" PID_B --socket-mode 0666
+echo "ibd A (pid $PID_A, LID 1) on $tmp/a.sock and ibd B (pid $PID_B, LID 2) on $tmp/b.sock, cabled 127.0.0.1:$pa <-> :$pb"
+tcp=$(free_port)
+echo "-- openib-rc-pingpong: server (root) on ibd A, client as user nobody on ibd B, 4 KiB x 1000, data checked"
+OPENIB_SOCKET=$tmp/a.sock timeout 60 build/examples/openib-rc-pingpong -p "$tcp" -s 4096 -n 1000 &
+pp_server=$!
+wait_listen "$tcp"
+setpriv --reuid=nobody --regid=nogroup --clear-groups env OPENIB_SOCKET="$tmp/b.sock" \
+  timeout 60 build/examples/openib-rc-pingpong -p "$tcp" -s 4096 -n 1000 127.0.0.1 &
+pp_client=$!
+sleep 0.3
+clients_seen=$(build/src/tools/ibdctl --socket "$tmp/b.sock" clients || true)
+wait "$pp_client"
+wait "$pp_server"
+echo "-- ibdctl clients on ibd B while the client ran:"
+echo "$clients_seen"
+echo "-- openib-perf: RC WRITE bandwidth, 64 KiB, server on ibd A, client on ibd B"
+tcp=$(free_port)
+OPENIB_SOCKET=$tmp/a.sock timeout 60 build/examples/openib-perf -t write -m bw -s 65536 -n 500 -p "$tcp" >/dev/null &
+perf_server=$!
+wait_listen "$tcp"
+OPENIB_SOCKET=$tmp/b.sock timeout 60 build/examples/openib-perf -t write -m bw -s 65536 -n 500 -p "$tcp" 127.0.0.1
+wait "$perf_server"
+echo "-- ibdctl counters on ibd A:"
+build/src/tools/ibdctl --socket "$tmp/a.sock" counters
+stop_daemons
+
 if ((qemu)); then
   echo
-  echo "== 3. kernel VFIO: Debian's kernel in QEMU (TCG), intel-iommu, edu bound to vfio-pci"
+  echo "== 4. kernel VFIO: Debian's kernel in QEMU (TCG), intel-iommu, edu bound to vfio-pci"
   bash test/qemu/run.sh build/src/tools/openib-educheck
 fi
 echo

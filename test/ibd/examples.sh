@@ -19,75 +19,22 @@ done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ibd-examples-XXXXXX")
 chmod 755 "$work"
-declare -a daemons=()
 failures=0
+# shellcheck source=../../scripts/ibd_pair.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/ibd_pair.sh"
 
 cleanup() {
-  local p
-  for p in "${daemons[@]}"; do
-    kill -TERM "$p" 2>/dev/null || true
-  done
-  for p in "${daemons[@]}"; do
-    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
+  stop_daemons
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-# A port (UDP or TCP) not bound on this host now, from /proc/net.
-used_ports() {
-  local f _sl local_addr _rest
-  for f in /proc/net/udp /proc/net/tcp /proc/net/udp6 /proc/net/tcp6; do
-    [[ -r $f ]] || continue
-    while read -r _sl local_addr _rest; do
-      [[ $local_addr == *:* ]] && echo $((16#${local_addr##*:}))
-    done < <(tail -n +2 "$f")
-  done
-}
-free_port() {
-  local used p
-  used=" $(used_ports | tr '\n' ' ') "
-  for _ in $(seq 200); do
-    p=$((30000 + RANDOM % 30000))
-    [[ $used == *" $p "* ]] && continue
-    echo "$p"
-    return
-  done
-  echo "no free port" >&2
-  return 1
-}
-
-# start_ibd NAME LID LOCALPORT PEERPORT VAR: starts it, waits for "ready",
-# sets VAR to its PID (not in a subshell: the daemon must be our child).
-start_ibd() {
-  local name=$1 lid=$2 lp=$3 pp=$4 var=$5
-  mkdir -p "$work/$name.run"
-  "$IBD" --socket "$work/$name.sock" --socket-mode 0666 --lid "$lid" --log warn \
-    --run-dir "$work/$name.run" \
-    --cable "LOCAL=127.0.0.1:$lp,PEER=127.0.0.1:$pp" >"$work/$name.log" 2>&1 </dev/null &
-  local pid=$!
-  daemons+=("$pid")
-  for _ in $(seq 300); do
-    if grep -q "ibd: ready on $work/$name.sock" "$work/$name.log" 2>/dev/null; then
-      printf -v "$var" '%s' "$pid"
-      return
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "FAIL: ibd $name did not get ready:" >&2
-  tail -20 "$work/$name.log" >&2
-  return 1
-}
 
 pa=$(free_port)
 pb=$pa
 while ((pb == pa)); do pb=$(free_port); done
 PID_A='' PID_B=''
-start_ibd a 1 "$pa" "$pb" PID_A
-start_ibd b 2 "$pb" "$pa" PID_B
+start_ibd a 1 "$pa" "$pb" PID_A --socket-mode 0666
+start_ibd b 2 "$pb" "$pa" PID_B --socket-mode 0666
 SA="$work/a.sock" SB="$work/b.sock"
 echo "ibd A pid $PID_A on $SA, ibd B pid $PID_B on $SB, cable 127.0.0.1:$pa <-> :$pb"
 

@@ -1,0 +1,86 @@
+# Sourced by scripts and tests that need ibd daemons on this host
+# (scripts/demo.sh, bench/run.sh, test/ibd/examples.sh). Needs IBD (the ibd
+# binary) and work (a scratch directory) set by the caller; the caller's EXIT
+# trap calls stop_daemons.
+#   free_port                      a UDP/TCP port not bound on this host now
+#   start_ibd NAME LID LP PP VAR [ibd args...]
+#                                  ibd with its embedded simhca, socket
+#                                  $work/NAME.sock, port 1 cabled from
+#                                  127.0.0.1:LP to 127.0.0.1:PP; waits for
+#                                  "ibd: ready", sets VAR to its PID
+#   stop_daemons                   SIGTERM to each, SIGKILL after 10 s, reaped
+
+declare -a daemons=()
+
+used_ports() {
+  local f _sl local_addr _rest
+  for f in /proc/net/udp /proc/net/tcp /proc/net/udp6 /proc/net/tcp6; do
+    [[ -r $f ]] || continue
+    while read -r _sl local_addr _rest; do
+      [[ $local_addr == *:* ]] && echo $((16#${local_addr##*:}))
+    done < <(tail -n +2 "$f")
+  done
+}
+
+free_port() {
+  local used p
+  used=" $(used_ports | tr '\n' ' ') "
+  for _ in $(seq 200); do
+    p=$((30000 + RANDOM % 30000))
+    [[ $used == *" $p "* ]] && continue
+    echo "$p"
+    return
+  done
+  echo "no free port" >&2
+  return 1
+}
+
+# Not in a subshell: the daemon must be the caller's child, so that it can
+# be waited for.
+start_ibd() {
+  local name=$1 lid=$2 lp=$3 pp=$4 var=$5
+  shift 5
+  mkdir -p "$work/$name.run"
+  "$IBD" --socket "$work/$name.sock" --lid "$lid" --log warn --run-dir "$work/$name.run" \
+    --cable "LOCAL=127.0.0.1:$lp,PEER=127.0.0.1:$pp" "$@" >"$work/$name.log" 2>&1 </dev/null &
+  local pid=$!
+  daemons+=("$pid")
+  for _ in $(seq 300); do
+    if grep -q "ibd: ready on $work/$name.sock" "$work/$name.log" 2>/dev/null; then
+      printf -v "$var" '%s' "$pid"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "ibd $name did not get ready:" >&2
+  tail -20 "$work/$name.log" >&2
+  return 1
+}
+
+stop_daemons() {
+  local p
+  for p in "${daemons[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${daemons[@]}"; do
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  daemons=()
+}
+
+# wait_listen PORT: waits (at most 10 s) until a TCP socket listens on PORT.
+wait_listen() {
+  local hex _sl local_addr _rem st _rest
+  hex=$(printf '%04X' "$1")
+  for _ in $(seq 100); do
+    for f in /proc/net/tcp /proc/net/tcp6; do
+      while read -r _sl local_addr _rem st _rest; do
+        [[ ${local_addr##*:} == "$hex" && $st == 0A ]] && return 0
+      done < <(tail -n +2 "$f")
+    done
+    sleep 0.1
+  done
+  echo "nothing listens on TCP port $1" >&2
+  return 1
+}
