@@ -419,6 +419,73 @@ TEST_CASE("RC retry and RNR exhaustion end with RETRY_EXC_ERR and RNR_RETRY_EXC_
   }
 }
 
+// openib-perf --test send --mode bw: 64 SENDs in flight against a receiver
+// that reposts in batches and lags behind, so its RQ runs dry again and
+// again. RNR NAKs must cost rnr_retry only (7: unlimited), never retry_cnt:
+// the packets behind an RNR-NAKed one are not a new sequence error
+// (IBA 9.7.5.2.8, 9.7.5.2.1; docs/simhca.md §12.8).
+TEST_CASE("RC: 2000 SENDs, 64 in flight, receives reposted late in batches of 16", "[transport][rnr]") {
+  Connected c;  // RQ and SQ of 64; timeout 10, retry_cnt 7, rnr_retry 7, RNR timer 10 us
+  constexpr uint32_t kMsgs = 2000, kInFlight = 64, kBatch = 16, kLen = 64;
+  constexpr auto kAppPeriod = std::chrono::microseconds(200);  // the receiver wakes this often
+  fill(c.w.a.mem(c.buf_a, size_t{kMsgs} * kLen), 7);
+  uint32_t posted_rx = 0, posted_tx = 0, to_repost = 0;
+  auto post_recvs = [&](uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i, ++posted_rx)
+      c.w.b.post_recv(c.qb, posted_rx, {{kLen, c.key_b, Node::va(c.buf_b + uint64_t{posted_rx} * kLen)}});
+  };
+  post_recvs(64);
+  std::vector<Cqe> rx, tx;
+  auto wake = c.w.now;
+  const bool done = c.w.run([&] {
+    for (auto& e : c.w.a.poll(c.w.a.cq)) tx.push_back(e);
+    while (posted_tx < kMsgs && posted_tx - tx.size() < kInFlight) {
+      Wr s;
+      s.wr_id = posted_tx;
+      s.sges = {{kLen, c.key_a, Node::va(c.buf_a + uint64_t{posted_tx} * kLen)}};
+      c.w.a.post_send(c.qa, s);
+      ++posted_tx;
+    }
+    if (c.w.now >= wake) {  // the receiving application's turn
+      wake = c.w.now + kAppPeriod;
+      for (auto& e : c.w.b.poll(c.w.b.cq)) {
+        rx.push_back(e);
+        ++to_repost;
+      }
+      for (; to_repost >= kBatch && posted_rx < kMsgs; to_repost -= kBatch) post_recvs(kBatch);
+    }
+    return tx.size() >= kMsgs || (!tx.empty() && tx.back().status != kWcSuccess);
+  }, std::chrono::seconds(10));
+  REQUIRE(done);
+  const auto& sa = c.w.a.hca.data_stats();
+  const auto& sb = c.w.b.hca.data_stats();
+  INFO("sent " << posted_tx << ", send CQEs " << tx.size() << ", receive CQEs " << rx.size()
+               << ", RNR NAKs " << sb.rnr_naks_sent << ", NAKs " << sb.naks_sent << ", timeouts "
+               << sa.timeouts);
+  REQUIRE(tx.size() == kMsgs);
+  for (uint32_t i = 0; i < kMsgs; ++i) {
+    INFO("send " << i);
+    REQUIRE(tx[i].status == kWcSuccess);
+    REQUIRE(tx[i].wr_id == i);
+  }
+  // The receiver drains what is left of its CQ.
+  REQUIRE(c.w.run([&] {
+    for (auto& e : c.w.b.poll(c.w.b.cq)) rx.push_back(e);
+    return rx.size() >= kMsgs;
+  }));
+  REQUIRE(rx.size() == kMsgs);
+  for (uint32_t i = 0; i < kMsgs; ++i) {
+    INFO("receive " << i);
+    REQUIRE(rx[i].status == kWcSuccess);
+    REQUIRE(rx[i].wr_id == i);
+    REQUIRE(rx[i].byte_len == kLen);
+  }
+  CHECK(same(c.w.b.mem(c.buf_b, size_t{kMsgs} * kLen), c.w.a.mem(c.buf_a, size_t{kMsgs} * kLen)));
+  CHECK(sb.rnr_naks_sent > 10);  // the receiver did run dry, again and again
+  CHECK(sb.naks_sent == 0);       // and no sequence NAK followed an RNR NAK
+  CHECK(sa.timeouts == 0);
+}
+
 TEST_CASE("Protection: rkey, bounds, rights, PD, P_Key, Q_Key; target memory unchanged", "[transport][protection]") {
   auto expect_remote_fault = [](const std::function<void(Connected&, Wr&)>& spoil, uint8_t op, uint8_t status) {
     Connected c;

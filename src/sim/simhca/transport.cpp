@@ -307,6 +307,13 @@ void Hca::req_on_response(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
         if (rt.inflight.empty()) break;
         const auto code = static_cast<w::NakCode>(a.value());
         if (code == w::NakCode::kPsnSequenceError) {
+          // While an RNR NAK's timer runs the requester is already going back
+          // to the RNR-NAKed PSN (IBA 9.7.5.2.8); a sequence NAK now answers
+          // requests sent before that RNR NAK: no new retry (§12.8).
+          if (rt.rnr_until) {
+            ++dstats_.rx_duplicates;
+            return;
+          }
           if (rt.retry_left == 0) {
             req_fail(qpn, qp, kWcRetryExcErr);
             return;
@@ -591,6 +598,11 @@ void Hca::resp_request(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
       if (rc) {
         send_ack(qp, b.psn, w::Aeth::rnr_nak(rt.msn, qp.attrs.min_rnr_timer).syndrome);
         ++dstats_.rnr_naks_sent;
+        // The RNR NAK already tells the requester to resume at this PSN, so
+        // the requests it sent behind this one are dropped silently, as after
+        // a sequence NAK (IBA 9.7.5.2.1), not NAKed again: each such NAK would
+        // cost the requester a retry_cnt retry for a mere RNR wait (§12.8).
+        rt.nak_sent = true;
       } else {
         ++dstats_.rx_no_wqe;
         rt.in = In::kNone;
