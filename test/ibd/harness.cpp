@@ -382,10 +382,9 @@ std::string Snapshot::str() const {
 }
 
 bool Snapshot::matches(const Snapshot& b) const {
-  constexpr size_t kSlack = 8;
   return ibd_fds == b.ibd_fds && sim_fds == b.sim_fds && ibd_memfd_maps == b.ibd_memfd_maps &&
          sim_memfd_maps == b.sim_memfd_maps && gauges == b.gauges &&
-         ibd_maps <= b.ibd_maps + kSlack && sim_maps <= b.sim_maps + kSlack;
+         ibd_maps <= b.ibd_maps + kMapSlack && sim_maps <= b.sim_maps + kMapSlack;
 }
 
 bool is_gauge(const std::string& key) {
