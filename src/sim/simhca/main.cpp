@@ -229,16 +229,21 @@ int main(int argc, char** argv) {
     }
     // Wait for a message or a packet no longer than the next command or
     // data-path timer is due (§13 --cmd-delay-ms, §12.8 timers).
-    int timeout = 200;
+    // Microsecond precision (ppoll): data-path timers (RNR, pacing) are
+    // tens of microseconds, and rounding them up to a millisecond would
+    // stall the transport.
+    int64_t timeout_ns = 200'000'000;
     if (auto due = hca.next_due()) {
       // time_point::min() means "now": compare before subtracting (no overflow).
       const auto now = Hca::Clock::now();
-      auto left = *due <= now ? 0 : std::chrono::ceil<std::chrono::milliseconds>(*due - now).count();
-      timeout = static_cast<int>(std::clamp<decltype(left)>(left, 0, 200));
+      const int64_t left =
+          *due <= now ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(*due - now).count();
+      timeout_ns = std::clamp<int64_t>(left, 0, timeout_ns);
     }
+    const timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
     pollfd fds[3] = {{server.client_fd(), POLLIN, 0}, {inbox.fd(), POLLIN, 0},
                      {(*model)->doorbell_fd(), POLLIN, 0}};
-    if (::poll(fds, 3, timeout) < 0 && errno != EINTR) {
+    if (::ppoll(fds, 3, &ts, nullptr) < 0 && errno != EINTR) {
       log->error("simhca: poll: {}", std::strerror(errno));
       return 1;
     }
