@@ -49,9 +49,7 @@
 #include <thread>
 #include <vector>
 
-#ifdef OPENIB_BENCH_HAVE_LIB
 #include "rc_link.hpp"
-#endif
 
 namespace {
 
@@ -224,7 +222,6 @@ double memcpy_mbs(int reps, size_t block, int copies) {
 
 [[maybe_unused]] const char* verdict(bool ok) { return ok ? "PASS" : "MISS"; }
 
-#ifdef OPENIB_BENCH_HAVE_LIB
 using namespace openib;
 using namespace openib::testing;
 
@@ -472,7 +469,6 @@ ManyQps many_qps(const std::string& self, const std::string& sock, int ibd_pid, 
   }
   return m;
 }
-#endif  // OPENIB_BENCH_HAVE_LIB
 
 struct Args {
   std::string sock_a, sock_b;
@@ -493,12 +489,8 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (s == "--qp-child") {
-#ifdef OPENIB_BENCH_HAVE_LIB
       if (argc != 6) die("--qp-child SOCK N REPORT_FD RELEASE_FD");
       qp_child(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]));
-#else
-      die("built without libopenib");
-#endif
     } else if (s == "--socket-a") {
       a.sock_a = next();
     } else if (s == "--socket-b") {
@@ -510,11 +502,7 @@ int main(int argc, char** argv) {
     } else if (s == "--qps-per-proc") {
       a.per_proc = std::atoi(next().c_str());
     } else if (s == "--nap-us") {
-#ifdef OPENIB_BENCH_HAVE_LIB
       g_nap_us = std::atoi(next().c_str());
-#else
-      next();
-#endif
     } else if (s == "--skip-many-qps") {
       a.skip_many = true;
     } else if (s == "--quick") {
@@ -539,9 +527,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (a.baselines_only) return 0;
 
-#ifndef OPENIB_BENCH_HAVE_LIB
-  die("built without libopenib: only --baselines-only works");
-#else
   if (a.sock_a.empty() || a.sock_b.empty()) die("--socket-a and --socket-b are required");
   double lat = 0, bw = 0;
   {
@@ -591,5 +576,4 @@ int main(int argc, char** argv) {
   per_qp("ibd anonymous memory per QP", m.ibd_before, m.ibd_after);
   per_qp("simhca anonymous memory per QP", m.sim_before, m.sim_after);
   return m.created > 0 ? 0 : 1;
-#endif
 }
