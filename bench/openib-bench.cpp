@@ -2,12 +2,13 @@
 // and memcpy, on the same machine, in one run (docs/performance.md).
 //
 //   openib-bench --socket-a A.sock --socket-b B.sock [--ibd-pid PID] [--quick]
-//                [--nap-us N] [--skip-many-qps] [--procs N] [--qps-per-proc N]
+//                [--nap-us N] [--yield-every N] [--skip-many-qps] [--procs N] [--qps-per-proc N]
 //   openib-bench --baselines-only
 //
 // What it measures, and how:
 //  (a) 8-byte RC SEND half round-trip: one process, one thread, two Contexts
-//      (one per ibd, each ibd with its simhca, cabled back to back over UDP).
+//      (one per ibd, each ibd with its simhca, cabled back to back: shared
+//      memory or UDP, bench/run.sh --cable).
 //      The thread posts a SEND on A, polls B's CQ for the receive, posts the
 //      reply on B, polls A's CQ for it: a true ping-pong (B answers only after
 //      it has received), with one busy poller instead of two, so that the two
@@ -30,6 +31,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -231,13 +233,28 @@ std::unique_ptr<Side> must_side(const std::string& sock, size_t len, QpCap cap) 
   return std::move(s).value();
 }
 
-// How the polling thread waits between empty polls: 0 spins (with a
-// sched_yield every 1024 polls), N > 0 sleeps N microseconds (--nap-us).
+// How the polling thread waits between empty polls: 0 spins, with a
+// sched_yield every --yield-every empty polls (default 1024; 1 hands the
+// CPU at once to the simhca processes that must run for the completion,
+// which made no clear difference on the 2-CPU VM); N > 0
+// sleeps N microseconds (--nap-us).
 int g_nap_us = 0;
+unsigned g_yield_every = 1024;
 
 Result<Wc> next_wc(Cq& cq, int timeout_ms) {
-  if (g_nap_us <= 0) return wait_wc(cq, timeout_ms);
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  if (g_nap_us <= 0) {
+    Wc wc;
+    for (unsigned spins = 1;; ++spins) {
+      const int n = cq.poll({&wc, 1});
+      if (n < 0) return err(-n, "poll_cq failed");
+      if (n == 1) return wc;
+      if (spins % g_yield_every == 0) {
+        if (Clock::now() > deadline) return err(ETIMEDOUT, "no completion within {} ms", timeout_ms);
+        ::sched_yield();
+      }
+    }
+  }
   Wc wc;
   for (;;) {
     if (cq.poll({&wc, 1}) == 1) return wc;
@@ -503,6 +520,8 @@ int main(int argc, char** argv) {
       a.per_proc = std::atoi(next().c_str());
     } else if (s == "--nap-us") {
       g_nap_us = std::atoi(next().c_str());
+    } else if (s == "--yield-every") {
+      g_yield_every = static_cast<unsigned>(std::max(1, std::atoi(next().c_str())));
     } else if (s == "--skip-many-qps") {
       a.skip_many = true;
     } else if (s == "--quick") {
@@ -511,7 +530,7 @@ int main(int argc, char** argv) {
       a.baselines_only = true;
     } else {
       die("usage: openib-bench --socket-a A --socket-b B [--ibd-pid PID] [--quick] "
-          "[--procs N] [--qps-per-proc N] [--nap-us N] [--skip-many-qps] | --baselines-only");
+          "[--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] | --baselines-only");
     }
   }
   const int reps = a.quick ? 3 : 5;

@@ -10,8 +10,10 @@
 # work: two ibd daemons (each with its embedded simhca), and client
 # processes linked with libopenib exchanging data through them:
 # openib-rc-pingpong (one side unprivileged) and openib-perf; ibdctl shows
-# the clients while they run.
-# Later capabilities (the fabric, the subnet manager) join as they land.
+# the clients while they run; then a whole subnet (scripts/sandbox.sh):
+# ibsim's net.2sw2path4hca with its switches in ibfabric and each host in a
+# network namespace, brought up by Debian's OpenSM and examined with
+# infiniband-diags, all unmodified, through the project's libibumad.so.3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +21,7 @@ qemu=1
 for a in "$@"; do
   case $a in
     --no-qemu) qemu=0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -33,9 +35,11 @@ chmod 755 "$tmp"
 server_pid=
 IBD=build/src/ibd/ibd work=$tmp
 source scripts/ibd_pair.sh
+export OPENIB_BUILD=$PWD/build OPENIB_SANDBOX=$tmp/sandbox OPENIB_SANDBOX_PREFIX=sbd OPENIB_SANDBOX_NET=198.18.9
 cleanup() {
   if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
   stop_daemons
+  [[ -d $tmp/sandbox ]] && bash scripts/sandbox.sh down || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -86,9 +90,32 @@ echo "-- ibdctl counters on ibd A:"
 build/src/tools/ibdctl --socket "$tmp/a.sock" counters
 stop_daemons
 
+echo
+echo "== 4. a subnet: ibfabric switches, a host per network namespace, Debian's OpenSM and infiniband-diags"
+topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
+sb() { bash scripts/sandbox.sh "$@"; }
+sb up "$topo" --sm Hca1
+echo "-- ibstat on Hca3 (LID and SM LID given by OpenSM):"
+sb run Hca3 ibstat simhca0 1 | grep -E "State|lid"
+echo "-- ibnetdiscover from Hca2:"
+sb run Hca2 ibnetdiscover | grep -E '^(Switch|Ca|\[)'
+lid4=$(sb run Hca4 ibstat simhca0 1 | awk -F': ' '/Base lid/ {print $2}')
+echo "-- ibtracert Hca1 -> Hca4 (LID $lid4):"
+sb run Hca1 ibtracert 1 "$lid4"
+echo "-- saquery -N from Hca4 (NodeRecords, a multi-MAD RMPP answer from OpenSM's SA):"
+sb run Hca4 saquery -N | grep -E "NodeDescription|lid\b" | head -12
+echo "-- perfquery of Hca4 port 1 from Hca2:"
+sb run Hca2 perfquery "$lid4" 1 | grep -E "Xmit|Rcv" | head -4
+port=$(sb run Hca1 ibtracert 1 "$lid4" | awk '/"Switch2"/ {gsub(/[][]/, "", $1); print $1; exit}')
+echo "-- pulling the cable the route takes, Switch1[$port]: trap 128, OpenSM resweeps, the route moves"
+sb fabric link down Switch1 "$port"
+sleep 3
+sb run Hca1 ibtracert 1 "$lid4"
+sb down
+
 if ((qemu)); then
   echo
-  echo "== 4. kernel VFIO: Debian's kernel in QEMU (TCG), intel-iommu, edu bound to vfio-pci"
+  echo "== 5. kernel VFIO: Debian's kernel in QEMU (TCG), intel-iommu, edu bound to vfio-pci"
   bash test/qemu/run.sh build/src/tools/openib-educheck
 fi
 echo

@@ -7,8 +7,20 @@
 #                                  ibd with its embedded simhca, socket
 #                                  $work/NAME.sock, port 1 cabled from
 #                                  127.0.0.1:LP to 127.0.0.1:PP; waits for
-#                                  "ibd: ready", sets VAR to its PID
-#   stop_daemons                   SIGTERM to each, SIGKILL after 10 s, reaped
+#                                  "ibd: ready", sets VAR to its PID. With
+#                                  OPENIB_CABLE=shm in the environment the
+#                                  pair LP/PP names a shared-memory cable
+#                                  instead (one file per pair, the lower
+#                                  port's end A), removed by stop_daemons
+#   start_ibd_cable NAME LID CABLE VAR [ibd args...]
+#                                  the same with any --cable value, e.g. a
+#                                  shared-memory cable SHM=FILE,END=A (the
+#                                  other daemon END=B; docs/cables.md)
+#   shm_cable_file                 a fresh path for a shared-memory cable
+#                                  file (under /dev/shm when it exists);
+#                                  the caller removes it
+#   stop_daemons                   SIGTERM to each, SIGKILL after 10 s, reaped;
+#                                  the shared-memory cable files removed
 
 declare -a daemons=()
 
@@ -37,12 +49,29 @@ free_port() {
 
 # Not in a subshell: the daemon must be the caller's child, so that it can
 # be waited for.
+declare -a shm_cables=()
+
 start_ibd() {
   local name=$1 lid=$2 lp=$3 pp=$4 var=$5
   shift 5
+  if [[ ${OPENIB_CABLE:-udp} == shm ]]; then
+    local lo=$((lp < pp ? lp : pp)) hi=$((lp < pp ? pp : lp)) end=B dir=/dev/shm
+    ((lp < pp)) && end=A
+    [[ -d $dir && -w $dir ]] || dir=$work
+    local file=$dir/openib-cable-$$-$lo-$hi
+    shm_cables+=("$file")
+    start_ibd_cable "$name" "$lid" "SHM=$file,END=$end" "$var" "$@"
+  else
+    start_ibd_cable "$name" "$lid" "LOCAL=127.0.0.1:$lp,PEER=127.0.0.1:$pp" "$var" "$@"
+  fi
+}
+
+start_ibd_cable() {
+  local name=$1 lid=$2 cable=$3 var=$4
+  shift 4
   mkdir -p "$work/$name.run"
   "$IBD" --socket "$work/$name.sock" --lid "$lid" --log warn --run-dir "$work/$name.run" \
-    --cable "LOCAL=127.0.0.1:$lp,PEER=127.0.0.1:$pp" "$@" >"$work/$name.log" 2>&1 </dev/null &
+    --cable "$cable" "$@" >"$work/$name.log" 2>&1 </dev/null &
   local pid=$!
   daemons+=("$pid")
   for _ in $(seq 300); do
@@ -58,6 +87,12 @@ start_ibd() {
   return 1
 }
 
+shm_cable_file() {
+  local dir=/dev/shm
+  [[ -d $dir && -w $dir ]] || dir=$work
+  mktemp -u "$dir/openib-cable-XXXXXX"
+}
+
 stop_daemons() {
   local p
   for p in "${daemons[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -67,6 +102,8 @@ stop_daemons() {
     wait "$p" 2>/dev/null || true
   done
   daemons=()
+  for p in "${shm_cables[@]}"; do rm -f "$p"; done
+  shm_cables=()
 }
 
 # wait_listen PORT: waits (at most 10 s) until a TCP socket listens on PORT.

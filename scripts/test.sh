@@ -3,7 +3,8 @@
 # then runs
 #   1. the meson test suites of a normal build (unit, vfio-user
 #      integration, and the real-kernel VFIO test in QEMU),
-#   2. the same suites but QEMU under ASan + UBSan,
+#   2. the same suites but QEMU and the Debian-tool ones (OpenSM,
+#      infiniband-diags) under ASan + UBSan,
 #   3. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 30).
 # Ends with one line "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
@@ -67,7 +68,7 @@ echo "== ASan + UBSan"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 step_build build-asan -Db_sanitize=address,undefined -Db_lundef=false &&
-  meson_suite build-asan --no-suite qemu
+  meson_suite build-asan --no-suite qemu --no-suite debian-tools
 
 echo "== fuzz (${FUZZ_SECONDS}s per target)"
 if step_build build-fuzz -Dfuzz=true --native-file scripts/clang.ini; then

@@ -38,6 +38,10 @@ const char* op_name(uint16_t op) {
     case Op::kDestroyAh: return "DESTROY_AH";
     case Op::kGetAsyncEvents: return "GET_ASYNC_EVENTS";
     case Op::kInfo: return "INFO";
+    case Op::kUmadPort: return "UMAD_PORT";
+    case Op::kUmadOpen: return "UMAD_OPEN";
+    case Op::kUmadRegister: return "UMAD_REGISTER";
+    case Op::kUmadUnregister: return "UMAD_UNREGISTER";
   }
   return "UNKNOWN";
 }

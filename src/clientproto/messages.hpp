@@ -55,6 +55,11 @@ enum class Op : uint16_t {
   kDestroyAh = 20,      // HandleReq -> Empty
   kGetAsyncEvents = 21, // Empty -> AsyncEventsRep
   kInfo = 22,           // InfoReq -> UTF-8 JSON text (docs/client-protocol.md)
+  // User MADs (docs/client-protocol.md "User MADs"), used by libibumad.so.3.
+  kUmadPort = 23,       // PortReq -> UmadPortRep
+  kUmadOpen = 24,       // PortReq -> Empty + the MAD socket (SOCK_SEQPACKET)
+  kUmadRegister = 25,   // UmadRegReq -> HandleRep (agent id)
+  kUmadUnregister = 26, // HandleReq (agent id) -> Empty
 };
 const char* op_name(uint16_t op);
 
@@ -81,6 +86,8 @@ struct HelloReq {
   template <class V> void visit(V& v) { v(version_min); v(version_max); v(flags); }
 };
 inline constexpr uint32_t kHelloAsyncFd = 1;
+// A management-only client (libibumad): no UAR, no doorbell fd in the reply.
+inline constexpr uint32_t kHelloNoUar = 2;
 
 // Doorbell modes (docs/client-protocol.md "Doorbells").
 inline constexpr uint8_t kDoorbellMmap = 0;  // the UAR page is mmap-ed from the attached fd
@@ -289,6 +296,34 @@ struct InfoReq {
   template <class V> void visit(V& v) { v(flags); }
 };
 inline constexpr uint32_t kInfoObjects = 1;
+
+// ---- user MADs --------------------------------------------------------------
+// The live attributes libibumad reports in struct umad_port (IBA 14.2.5.6
+// PortInfo, through QUERY_PORT) and the port's P_Key table.
+inline constexpr size_t kUmadMaxPkeys = 32;
+struct UmadPortRep {
+  uint8_t state = 0, phys_state = 0;
+  uint16_t lid = 0, sm_lid = 0;
+  uint8_t lmc = 0, sm_sl = 0, active_width = 0, active_speed = 0;
+  uint32_t cap_flags = 0;
+  uint64_t gid_prefix = 0, port_guid = 0;
+  uint16_t num_pkeys = 0;
+  std::array<uint8_t, 2 * kUmadMaxPkeys> pkeys{};  // little-endian u16 each
+  template <class V> void visit(V& v) {
+    v(state); v(phys_state); v(lid); v(sm_lid); v(lmc); v(sm_sl); v(active_width);
+    v(active_speed); v(cap_flags); v(gid_prefix); v(port_guid); v(num_pkeys); v(pkeys);
+  }
+};
+// umad_register2()'s struct umad_reg_attr.
+struct UmadRegReq {
+  uint8_t mgmt_class = 0, class_version = 0, rmpp_version = 0;
+  uint32_t flags = 0, oui = 0;
+  uint64_t method_mask_lo = 0, method_mask_hi = 0;
+  template <class V> void visit(V& v) {
+    v(mgmt_class); v(class_version); v(rmpp_version); v(flags); v(oui); v(method_mask_lo);
+    v(method_mask_hi);
+  }
+};
 
 // ---- codec ----------------------------------------------------------------
 namespace detail {

@@ -84,6 +84,12 @@ Bytes encode_set_port(uint8_t port, const PortSetup& s) {
   if (s.gid_prefix) { sel |= 32; put64(b, 0x10, *s.gid_prefix); }
   if (s.sm_sl) { sel |= 64; put8(b, 0x09, *s.sm_sl); }
   put8(b, 0x01, sel);
+  if (s.cap_set || s.cap_clear) {  // select2 bit 0: the 32-byte form with the capability mask
+    b.resize(32);
+    put8(b, 0x0c, 1);
+    put32(b, 0x18, s.cap_set.value_or(0));
+    put32(b, 0x1c, s.cap_clear.value_or(0));
+  }
   return b;
 }
 

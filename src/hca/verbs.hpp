@@ -47,6 +47,8 @@ struct PortSetup {  // only the fields set are changed
   std::optional<uint8_t> state, lmc, active_mtu, sm_sl;
   std::optional<uint16_t> lid, sm_lid;
   std::optional<uint64_t> gid_prefix;
+  // PortInfo:CapabilityMask bits the host's software announces (IsSM, ...).
+  std::optional<uint32_t> cap_set, cap_clear;
 };
 Bytes encode_set_port(uint8_t port, const PortSetup& s);
 

@@ -76,6 +76,7 @@ int run(const Options& o) {
     p.cable = o.cable;
     p.pcap = o.pcap;
     p.faults = o.faults;
+    p.extra = o.simhca_args;
     auto c = SimhcaChild::spawn(p);
     if (!c) {
       logger->error("starting simhca: {}", c.error().str());
@@ -90,8 +91,8 @@ int run(const Options& o) {
     dev = std::move(*d);
     device_name = "vfio-user:" + p.socket + " (embedded)";
   } else {
-    if (!o.cable.empty() || !o.pcap.empty() || !o.faults.empty())
-      logger->warn("--cable, --pcap and --faults apply to the embedded simhca only; ignored");
+    if (!o.cable.empty() || !o.pcap.empty() || !o.faults.empty() || !o.simhca_args.empty())
+      logger->warn("--cable, --pcap, --faults and --simhca-arg apply to the embedded simhca only; ignored");
     auto d = vfio::open_device(o.device);
     if (!d) {
       logger->error("opening {}: {}", o.device, d.error().str());
@@ -123,9 +124,12 @@ int run(const Options& o) {
   }
 
   int exit_code = 0;
+  // The user-MAD service (libibumad.so.3 clients: OpenSM, infiniband-diags).
+  auto umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports);
   auto server_ptr =
       std::make_unique<Server>(io, *hca, ServerOptions{o.socket, o.socket_mode, o.socket_group, device_name});
   Server& server = *server_ptr;
+  server.set_umad(umad.get());
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());
     return 1;
@@ -176,6 +180,7 @@ int run(const Options& o) {
   // Teardown ladder: clients are gone (server.stop); the HCA, then the child.
   server.stop();
   server_ptr.reset();  // before the HCA it uses
+  umad.reset();        // QP0/QP1 and the issm files, before the HCA
   signals.cancel();
   chld.cancel();
   if (auto r = hca->close(); !r) {

@@ -91,6 +91,8 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.add_option("--cable", o.cable, "embedded simhca: --port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT");
   app.add_option("--pcap", o.pcap, "embedded simhca: --pcap FILE");
   app.add_option("--faults", o.faults, "embedded simhca: --faults drop=P,dup=P,...");
+  app.add_option("--simhca-arg", o.simhca_args,
+                 "embedded simhca: one more argument (repeat: --simhca-arg=--node-desc --simhca-arg=Hca1)");
   app.add_option("--lid", o.lid, "static LID for port 1 (SET_PORT, state Active); 0: leave the port")
       ->capture_default_str();
   app.add_option("--log", o.log, "log level: trace, debug, info, warn, error, off")->capture_default_str();

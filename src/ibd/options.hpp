@@ -21,6 +21,7 @@ struct Options {
   std::string run_dir;       // empty: the socket's directory
   std::string simhca;        // empty: found next to ibd (simhca_path())
   std::string cable, pcap, faults;  // passed to the embedded simhca
+  std::vector<std::string> simhca_args;  // more arguments for it (--guid, --node-desc, ...)
   uint16_t lid = 1;          // static port setup (SET_PORT) until an SM exists; 0: leave the port
   std::string log = "info";
   std::string config;        // the TOML file read, if any

@@ -101,6 +101,10 @@ Result<Server::Reply> Server::handle(Client& c, proto::Message& m) {
     case Op::kDestroyAh: return op_destroy(c, m, Kind::kAh);
     case Op::kGetAsyncEvents: return op_get_async_events(c, m);
     case Op::kInfo: return op_info(c, m);
+    case Op::kUmadPort:
+    case Op::kUmadOpen:
+    case Op::kUmadRegister:
+    case Op::kUmadUnregister: return op_umad(c, m);
   }
   return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
 }
@@ -112,9 +116,22 @@ Result<Server::Reply> Server::op_hello(Client& c, proto::Message& m) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HelloReq>(m.body));
   if (req.version_min > proto::kVersion || req.version_max < proto::kVersion)
     return err(EPROTONOSUPPORT, "this ibd speaks version {} only", proto::kVersion);
-  if (req.flags & ~proto::kHelloAsyncFd) return err(EINVAL, "unknown HELLO flags {:#x}", req.flags);
+  if (req.flags & ~(proto::kHelloAsyncFd | proto::kHelloNoUar))
+    return err(EINVAL, "unknown HELLO flags {:#x}", req.flags);
   OPENIB_TRY(expect_fds(m, (req.flags & proto::kHelloAsyncFd) ? 1 : 0));
   if (!m.fds.empty()) OPENIB_TRY(check_eventfd(m.fds[0].get()));
+  if (req.flags & proto::kHelloNoUar) {
+    proto::HelloRep h;
+    h.version = proto::kVersion;
+    h.client_id = c.id;
+    h.num_ports = hca_.caps().num_ports;
+    c.hello = true;
+    if (!m.fds.empty()) c.async_fd = std::move(m.fds[0]);
+    log::get("ibd")->info("client {}: HELLO (management only, no UAR)", c.id);
+    Reply rep;
+    rep.payload = body(h);
+    return rep;
+  }
   auto uar = hca_.alloc_uar();
   if (!uar) return err(uar.error().code, "no UAR for this client: {}", uar.error().message);
   Reply rep;
@@ -481,6 +498,46 @@ Result<Server::Reply> Server::op_info(Client& c, proto::Message& m) {
   r.payload.resize(text.size());
   std::memcpy(r.payload.data(), text.data(), text.size());
   return r;
+}
+
+// UMAD_*: the user-MAD service (docs/client-protocol.md "User MADs").
+Result<Server::Reply> Server::op_umad(Client& c, proto::Message& m) {
+  if (!umad_) return err(EOPNOTSUPP, "this ibd has no user-MAD service");
+  Reply rep;
+  switch (static_cast<Op>(m.header.op)) {
+    case Op::kUmadPort: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
+      OPENIB_TRY(expect_fds(m, 0));
+      OPENIB_TRY_ASSIGN(auto p, umad_->port_info(req.port));
+      rep.payload = body(p);
+      return rep;
+    }
+    case Op::kUmadOpen: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
+      OPENIB_TRY(expect_fds(m, 0));
+      OPENIB_TRY_ASSIGN(UniqueFd fd, umad_->open(c.id, req.port));
+      log::get("ibd")->info("client {}: UMAD_OPEN port {}", c.id, req.port);
+      rep.fds.push_back(std::move(fd));
+      return rep;
+    }
+    case Op::kUmadRegister: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::UmadRegReq>(m.body));
+      OPENIB_TRY(expect_fds(m, 0));
+      OPENIB_TRY_ASSIGN(uint32_t id, umad_->register_agent(c.id, req));
+      proto::HandleRep h;
+      h.handle = id;
+      rep.payload = body(h);
+      return rep;
+    }
+    case Op::kUmadUnregister: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
+      OPENIB_TRY(expect_fds(m, 0));
+      OPENIB_TRY(umad_->unregister_agent(c.id, req.handle));
+      return rep;
+    }
+    default: break;
+  }
+  return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
 }
 
 }  // namespace openib::ibd

@@ -268,6 +268,7 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   for (auto& [h, o] : c.objects)
     if (o.eventfd) signal_fd(o.eventfd.get());
   size_t objects = c.objects.size();
+  if (umad_) umad_->client_gone(id);
   destroy_all(c);
   if (c.uar) {
     if (auto r = hca_.dealloc_uar(c.uar); !r && hca_.device().alive())
@@ -416,6 +417,7 @@ void Server::on_event(const hca::EventEntry& e) {
   namespace prm = hca::prm;
   switch (e.type) {
     case prm::kEvCqCompletion: {
+      if (umad_ && umad_->on_cq_event(get32(e.data, 0))) return;
       auto it = cq_owner_.find(get32(e.data, 0));
       if (it == cq_owner_.end()) return;
       Client* c = client(it->second.client);

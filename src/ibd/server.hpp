@@ -17,6 +17,7 @@
 #include "clientproto/socket.hpp"
 #include "hca/hca.hpp"
 #include "ibd/client.hpp"
+#include "ibd/umad_service.hpp"
 
 namespace openib::ibd {
 
@@ -50,6 +51,8 @@ class Server {
   void set_on_device_gone(std::function<void()> f) { on_device_gone_ = std::move(f); }
   // Tells every client the device is gone (DEVICE_FATAL event).
   void notify_device_fatal();
+  // The user-MAD service (UMAD_* requests, its CQ events); may stay unset.
+  void set_umad(UmadService* u) { umad_ = u; }
 
   size_t num_clients() const { return clients_.size(); }
   const ServerCounters& counters() const { return counters_; }
@@ -90,6 +93,7 @@ class Server {
   Result<Reply> op_destroy(Client& c, proto::Message& m, Kind k);
   Result<Reply> op_get_async_events(Client& c, proto::Message& m);
   Result<Reply> op_info(Client& c, proto::Message& m);
+  Result<Reply> op_umad(Client& c, proto::Message& m);
 
   // Object tables.
   Result<Object*> find(Client& c, uint32_t handle, Kind k);
@@ -123,6 +127,7 @@ class Server {
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_activity_;
   std::function<void()> on_device_gone_;
+  UmadService* umad_ = nullptr;
   bool device_gone_ = false;
   bool stopped_ = false;
 };

@@ -25,6 +25,7 @@ Result<std::unique_ptr<SimhcaChild>> SimhcaChild::spawn(const Params& p) {
   if (!p.cable.empty()) args.insert(args.end(), {"--port1", p.cable});
   if (!p.pcap.empty()) args.insert(args.end(), {"--pcap", p.pcap});
   if (!p.faults.empty()) args.insert(args.end(), {"--faults", p.faults});
+  args.insert(args.end(), p.extra.begin(), p.extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

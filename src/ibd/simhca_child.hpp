@@ -18,6 +18,7 @@ class SimhcaChild {
  public:
   struct Params {
     std::string binary, socket, log_level, cable, pcap, faults;
+    std::vector<std::string> extra;  // appended as they are
   };
   // Starts the child; does not wait for its socket.
   static Result<std::unique_ptr<SimhcaChild>> spawn(const Params& p);

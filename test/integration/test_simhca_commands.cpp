@@ -11,14 +11,14 @@ TEST_CASE("simhca: port query and the static port setup", "[simhca][commands]") 
   HcaFixture f;
   auto p = f.hca->query_port(1);
   REQUIRE(p.ok());
-  CHECK(p->state == kPortDown);  // §6.3 power-on values
-  CHECK(p->phys_state == 5);
+  CHECK(p->state == kPortDown);  // §6.3 power-on values of a port without a cable
+  CHECK(p->phys_state == 2);     // Polling
   CHECK(p->lid == 0);
   CHECK(p->max_mtu == 5);
   CHECK(p->pkey_table_len == 1);
   CHECK(p->pkey0 == 0xffff);
   CHECK(p->gid_prefix == 0xfe80000000000000ull);
-  CHECK(p->port_guid == f.hca->caps().node_guid);
+  CHECK(p->port_guid == f.hca->caps().node_guid + 1);  // §14.2: node GUID + port number
 
   PortSetup s;
   s.lid = 0x11;

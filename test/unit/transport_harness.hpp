@@ -78,7 +78,8 @@ struct TSrq {
 // One device with its memory, PD, EQ and CQ.
 class Node {
  public:
-  explicit Node(uint16_t lid, size_t mem = 24u << 20) : host(mem), hca(host, HcaOptions{}), lid_(lid) {
+  explicit Node(uint16_t lid, size_t mem = 24u << 20, HcaOptions opts = {})
+      : host(mem), hca(host, opts), lid_(lid) {
     cmd(kOpInitHca, {});
     set_port(4, lid, 5);
     Bytes eq(32);

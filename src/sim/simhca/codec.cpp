@@ -329,6 +329,12 @@ Result<SetPort> decode_set_port(ByteView in) {
   s.sm_sl = get8(in, 0x09);
   s.pkey0 = get16(in, 0x0a);
   s.gid_prefix = get64(in, 0x10);
+  s.select2 = get8(in, 0x0c);
+  if (s.select2 & kSel2CapMask) {  // §6.3: the capability-mask extension of the input
+    OPENIB_TRY(need(in, 32, "SET_PORT with a capability mask"));
+    s.cap_set = get32(in, 0x18);
+    s.cap_clear = get32(in, 0x1c);
+  }
   return s;
 }
 

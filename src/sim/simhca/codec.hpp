@@ -135,7 +135,10 @@ struct SetPort {
   uint8_t active_mtu = 0, sm_sl = 0;
   uint16_t pkey0 = 0;
   uint64_t gid_prefix = 0;
+  uint8_t select2 = 0;                 // 0x0c: bit 0 capability mask (needs 32 bytes of input)
+  uint32_t cap_set = 0, cap_clear = 0;  // 0x18, 0x1c
 };
+inline constexpr uint8_t kSel2CapMask = 1;
 inline constexpr uint8_t kSelState = 1, kSelLid = 2, kSelSmLid = 4, kSelLmc = 8, kSelMtu = 16,
                          kSelGidPrefix = 32, kSelSmSl = 64, kSelPkey = 128;
 Result<SetPort> decode_set_port(ByteView in);

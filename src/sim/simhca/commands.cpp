@@ -14,7 +14,7 @@ namespace {
 // A decoder's Error carries the §5.5 status in its code (codec.hpp).
 Outcome fail(const Error& e) { return {static_cast<uint8_t>(e.code), 0}; }
 
-constexpr uint64_t kEventTypesMask = 0x1fffull | (1ull << kEvDeviceFatal);  // §9.4
+constexpr uint64_t kEventTypesMask = 0x3ffffull;  // §9.4: types 0x00 - 0x11
 
 }  // namespace
 
@@ -115,22 +115,27 @@ Outcome Hca::cmd_teardown_hca(ByteView in) {
 Outcome Hca::cmd_query_port(ByteView in, Bytes& out) {
   const uint8_t port = get8(in, 0);
   if (port < 1 || port > opts_.caps.num_ports) return {kBadParam, 1};
-  out = encode_port_info(port_);
+  out = encode_port_info(port_at(port).info);
   return {};
 }
 
 Outcome Hca::cmd_set_port(ByteView in) {
   SIMHCA_DECODE(s, decode_set_port(in));
   if (s.port < 1 || s.port > opts_.caps.num_ports) return {kBadParam, 1};
+  Port& pt = port_at(s.port);
   const auto unicast = [](uint16_t lid) { return lid >= 1 && lid <= 0xbfff; };  // IBA 4.1.3
   if ((s.select & kSelState) && (s.state < 1 || s.state > 4)) return {kBadParam, 2};
   if ((s.select & kSelLid) && !unicast(s.lid)) return {kBadParam, 3};
   if ((s.select & kSelSmLid) && s.sm_lid != 0 && !unicast(s.sm_lid)) return {kBadParam, 4};
   if ((s.select & kSelLmc) && s.lmc > 7) return {kBadParam, 5};
-  if ((s.select & kSelMtu) && (s.active_mtu < 1 || s.active_mtu > port_.max_mtu)) return {kBadParam, 6};
+  if ((s.select & kSelMtu) && (s.active_mtu < 1 || s.active_mtu > pt.info.max_mtu)) return {kBadParam, 6};
   if ((s.select & kSelSmSl) && s.sm_sl > 15) return {kBadParam, 7};
   if ((s.select & kSelPkey) && (s.pkey0 & 0x7fff) == 0) return {kBadParam, 9};  // IBA 10.9.1.2
-  PortInfo p = port_;
+  if (s.select2 & ~kSel2CapMask) return {kBadParam, 10};
+  // §6.3: the driver may set and clear only the bits of kDriverCapFlags.
+  if ((s.cap_set | s.cap_clear) & ~kDriverCapFlags) return {kBadParam, 11};
+  PortInfo p = pt.info;
+  p.cap_flags = (p.cap_flags | s.cap_set) & ~s.cap_clear;
   if (s.select & kSelState) p.state = s.state;
   if (s.select & kSelLid) p.lid = s.lid;
   if (s.select & kSelSmLid) p.sm_lid = s.sm_lid;
@@ -140,22 +145,10 @@ Outcome Hca::cmd_set_port(ByteView in) {
   if (s.select & kSelGidPrefix) p.gid_prefix = s.gid_prefix;
   if (s.select & kSelPkey) p.pkey0 = s.pkey0;
   if (p.state >= 3 && p.lid == 0) return {kBadParam, 8};  // Armed/Active need a LID
-  if (p.state != port_.state) {
-    PendingEvent ev;
-    ev.type = kEvPortStateChange;
-    put8(ev.data, 0, s.port);
-    put8(ev.data, 1, port_.state);
-    put8(ev.data, 2, p.state);
-    after_completion_.push_back(ev);
-  }
-  if (p.lid != port_.lid) {
-    PendingEvent ev;
-    ev.type = kEvLidChange;
-    put8(ev.data, 0, s.port);
-    put16(ev.data, 2, p.lid);
-    after_completion_.push_back(ev);
-  }
-  port_ = p;
+  const PortInfo old = pt.info;
+  pt.info = p;
+  if (p.state != old.state) port_event_state(s.port, old.state, p.state);
+  if (p.lid != old.lid) port_event_lid(s.port, p.lid);
   return {};
 }
 
@@ -425,11 +418,13 @@ Outcome Hca::cmd_query_mkey(ByteView in, Bytes& out) {
 
 // §7.6 address vector ranges.
 Outcome Hca::check_av(const Av& av, bool connected) const {
-  if (av.dlid == 0 || av.dlid == 0xffff || (connected && av.dlid > 0xbfff)) return {kBadParam, 20};
+  // §7.6: an AH may name the permissive LID 0xffff (directed-route SMPs
+  // from QP0, IBA 14.2.2); a connected path only a unicast LID.
+  if (av.dlid == 0 || (connected && av.dlid > 0xbfff)) return {kBadParam, 20};
   if (av.sl > 15 || av.src_path_bits > 127 || av.static_rate > 18) return {kBadParam, 21};
   if (av.port < 1 || av.port > opts_.caps.num_ports) return {kBadParam, 22};
   if (av.flags & 0xfe) return {kBadParam, 23};
-  if (av.grh() && (av.flow_label >= (1u << 20) || av.sgid_index >= port_.gid_table_len))
+  if (av.grh() && (av.flow_label >= (1u << 20) || av.sgid_index >= port_at(av.port).info.gid_table_len))
     return {kBadParam, 24};
   return {};
 }
@@ -493,9 +488,12 @@ Outcome Hca::cmd_create_qp(ByteView in, Bytes& out) {
   qp.cfg = c;
   qp.attrs.port = special ? c.port : 0;
   std::optional<uint32_t> qpn;
-  if (c.type == kQpSmi) qpn = qps_.alloc_at(0, qp) ? std::optional<uint32_t>(0) : std::nullopt;
-  else if (c.type == kQpGsi) qpn = qps_.alloc_at(1, qp) ? std::optional<uint32_t>(1) : std::nullopt;
-  else qpn = qps_.alloc(qp);
+  if (special) {  // §6.10: one SMI and one GSI per port, at fixed QPNs
+    const uint32_t n = special_qpn(c.port, c.type == kQpGsi);
+    if (qps_.alloc_at(n, qp)) qpn = n;
+  } else {
+    qpn = qps_.alloc(qp);
+  }
   if (!qpn) return {kNoResources, 0};
   ++pd->users;
   ++scq->users;
@@ -511,7 +509,8 @@ Outcome Hca::cmd_modify_qp(ByteView in) {
   SIMHCA_DECODE(m, decode_modify_qp(in));
   Qp* qp = qps_.get(m.qpn);
   if (!qp) return {kBadResource, 0};  // §8.3 step 1
-  QpLimits lim{opts_.caps.num_ports, port_.max_mtu, port_.pkey_table_len, port_.gid_table_len,
+  const PortInfo& pi = port_at(1).info;  // every port has the same limits
+  QpLimits lim{opts_.caps.num_ports, pi.max_mtu, pi.pkey_table_len, pi.gid_table_len,
                opts_.caps.max_rd_atomic, opts_.caps.max_dest_rd_atomic};
   const uint8_t cur = qp->attrs.state;
   Verdict v = check_modify(qp->cfg.type, cur, m, lim);

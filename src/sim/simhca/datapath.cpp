@@ -27,7 +27,7 @@ uint8_t wc_opcode(uint8_t wr) {
 
 uint32_t Hca::mtu_bytes(const Qp& qp) const {
   // IBA 9.7.1: RC/UC segment by the path MTU; UD by the port's (§6.3).
-  uint8_t code = (qp.cfg.type == kQpRc || qp.cfg.type == kQpUc) ? qp.attrs.path_mtu : port_.active_mtu;
+  uint8_t code = (qp.cfg.type == kQpRc || qp.cfg.type == kQpUc) ? qp.attrs.path_mtu : port_at(qp_port(qp)).info.active_mtu;
   code = static_cast<uint8_t>(std::clamp<int>(code, 1, 5));
   return 128u << code;
 }

@@ -1,27 +1,39 @@
-// The doorbell scanner (docs/simhca.md §12.5): a thread that watches the
-// UAR pages in use for doorbells stored through a client's mmap of the
-// page, which the device cannot trap, and hands the pages that changed to
-// the device's loop thread. It only notices; the device's loop (the one
-// serving vfio-user) decides what a change means, so device state stays
-// single-threaded.
+// The doorbell scanner and the device loop's idle wait (docs/simhca.md
+// §12.5, §13).
 //
-// Busy, it polls; idle for kSpinWindow, it publishes SCANNER_SLEEPING in
-// every watched page, re-checks the pages after a full fence and sleeps in
-// futex_waitv(2) on those words (Dekker-style: either the re-check sees the
-// client's doorbell or the client sees SCANNER_SLEEPING and wakes it).
+// DoorbellScanner watches the UAR pages in use for doorbells stored through
+// a client's mmap of the page, which the device cannot trap. It has no
+// thread: the device loop calls scan() on every pass, so a doorbell is
+// taken by the same thread that runs the device, with no hand-off.
+//
+// DeviceWaiter is that loop's idle policy. Busy, the loop polls every
+// source (UAR pages, shared-memory cables, its inbox and socket flags),
+// yielding the CPU between empty passes; idle for the spin window, it
+// publishes SCANNER_SLEEPING in every watched page and RX_SLEEPING in every
+// shared-memory cable, re-checks every source after a full fence and sleeps
+// in futex_waitv(2) on all those words and one private word of its own
+// (Dekker-style: either the re-check sees the client's doorbell or the
+// peer's packet, or they see the flag and wake the loop).
 #pragma once
+
+#include <linux/futex.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <thread>
-#include <unistd.h>
+#include <ctime>
+#include <mutex>
+#include <span>
 #include <vector>
 
-#include "common/fd.hpp"
 #include "common/result.hpp"
 #include "sim/simhca/registers.hpp"
+
+namespace openib::sim {
+class ShmLink;
+}
 
 namespace openib::simhca {
 
@@ -34,79 +46,164 @@ inline std::atomic_ref<uint64_t> uar_word64(std::byte* bar2, uint64_t page, uint
 struct ScannerCounts {
   uint64_t sleeps = 0;    // futex_waitv entered with SCANNER_SLEEPING published
   uint64_t wakeups = 0;   // ... and left because a client woke a page's word
-  uint64_t timeouts = 0;  // ... and left by its 100 ms timeout
-  uint64_t notices = 0;   // pages handed to the device loop
-  uint64_t polled_sleeps = 0;  // 100 µs naps instead (no futex_waitv, or too many pages)
+  uint64_t timeouts = 0;  // ... and left by its timeout
+  uint64_t notices = 0;   // changed pages handed to the device
+  uint64_t polled_sleeps = 0;  // naps without SCANNER_SLEEPING (no futex_waitv, or too many pages)
 };
 
 class DoorbellScanner {
  public:
-  static constexpr auto kSpinWindow = std::chrono::microseconds(100);
-  static constexpr auto kPollPeriod = std::chrono::microseconds(100);
-  static constexpr auto kSleepTimeout = std::chrono::milliseconds(100);
-  // FUTEX_WAITV_MAX is 128 words; one is the scanner's own wake word.
-  static constexpr size_t kMaxSleepPages = 127;
-
   // `bar2`: the device's mapping of the BAR2 memfd (kNumUars pages), which
   // outlives the scanner.
   explicit DoorbellScanner(std::byte* bar2);
-  ~DoorbellScanner();
-  DoorbellScanner(const DoorbellScanner&) = delete;
-  DoorbellScanner& operator=(const DoorbellScanner&) = delete;
 
-  Result<void> start();
-  void stop();
-
-  // Device thread: a page joins or leaves the watched set (§12.5: an
-  // allocated UAR that has an EQ, CQ or QP).
+  // A page joins or leaves the watched set (§12.5: an allocated UAR that
+  // has an EQ, CQ or QP).
   void watch(uint32_t page, bool on);
   void unwatch_all();
+  size_t watched() const { return npages_; }
+  // Changes each time the watched set does (a sleeper must re-arm).
+  uint64_t generation() const { return generation_; }
 
-  // Device thread: readable when pages were noticed; drain() calls
-  // f(page) once for each page noticed since the last drain.
-  int notify_fd() const { return notify_.get(); }
+  // One pass over the watched pages: f(page) for each page whose doorbell
+  // words changed since the last pass. Returns how many changed.
   template <typename F>
-  void drain(F&& f) {
-    uint64_t n = 0;
-    (void)!::read(notify_.get(), &n, sizeof n);
-    for (uint32_t w = 0; w < kWords; ++w)
-      for (uint64_t bits = pending_[w].exchange(0, std::memory_order_acq_rel); bits; bits &= bits - 1)
-        f(w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits)));
+  size_t scan(F&& f) {
+    size_t n = 0;
+    for (uint32_t w = 0; w < kWords; ++w) {
+      // A page that just joined is handed over once unseen: a doorbell
+      // stored before we looked must not be taken for the page's old contents.
+      const uint64_t joined = watched_[w] & ~seen_watched_[w];
+      seen_watched_[w] = watched_[w];
+      for (uint64_t bits = watched_[w]; bits; bits &= bits - 1) {
+        const uint32_t bit = static_cast<uint32_t>(__builtin_ctzll(bits));
+        const uint32_t page = w * 64 + bit;
+        if (changed(page) || ((joined >> bit) & 1)) {
+          ++counts_.notices;
+          ++n;
+          f(page);
+        }
+      }
+    }
+    return n;
   }
 
-  ScannerCounts counts() const;
+  // §12.5.2 steps 1-2: publishes SCANNER_SLEEPING in every watched page if
+  // they fit in `room` futex_waitv entries (appending them to `w`); false,
+  // publishing nothing, if not. disarm_sleep() undoes it (step 5) and says
+  // whether a client cleared a word (woke us).
+  bool arm_sleep(std::vector<futex_waitv>& w, size_t room);
+  bool disarm_sleep();
+
+  ScannerCounts counts() const { return counts_; }
+  ScannerCounts& mutable_counts() { return counts_; }
 
  private:
   static constexpr uint32_t kWords = kNumUars / 64;
 
-  void run();
-  // One pass over the watched pages; true if a page was noticed.
-  bool scan();
-  void notice(uint32_t page);
-  void sleep();
-  bool sleep_on_futexes(uint32_t gen);
-  void set_sleeping(uint32_t value);
+  // True if a doorbell word of `page` differs from the last seen.
+  bool changed(uint32_t page) {
+    auto& last = last_[page];
+    bool c = false;
+    for (size_t i = 0; i < kUarDoorbellOffsets.size(); ++i) {
+      const uint64_t v = uar_word64(bar2_, page, kUarDoorbellOffsets[i]).load(std::memory_order_acquire);
+      c |= v != last[i];
+      last[i] = v;
+    }
+    return c;
+  }
   uint32_t* sleeping_ptr(uint32_t page) const;
-  std::atomic_ref<uint32_t> sleeping_word(uint32_t page) const;
 
   std::byte* bar2_;
-  UniqueFd notify_;  // eventfd to the device thread
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  // Bumped (and futex-woken) by the device thread when the watched set
-  // changes or the scanner must stop; the scanner's own futex word.
-  std::atomic<uint32_t> gen_{0};
-  std::array<std::atomic<uint64_t>, kWords> watched_{};
-  std::array<std::atomic<uint64_t>, kWords> pending_{};
-
-  // Scanner thread only.
+  std::array<uint64_t, kWords> watched_{};
   std::array<uint64_t, kWords> seen_watched_{};
-  std::vector<uint32_t> pages_;        // watched, this pass
-  std::vector<UarWords> last_;  // per page: the doorbell words last seen
+  size_t npages_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<UarWords> last_;         // per page: the doorbell words last seen
   std::vector<uint32_t> sleeping_on_;  // pages whose SCANNER_SLEEPING we set
-  bool have_waitv_ = true;
+  ScannerCounts counts_;
+};
 
-  std::atomic<uint64_t> sleeps_{0}, wakeups_{0}, timeouts_{0}, notices_{0}, polled_{0};
+// The device loop's spin-then-sleep policy (§13 "The device loop").
+class DeviceWaiter {
+ public:
+  static constexpr auto kDefaultSpin = std::chrono::microseconds(200);
+  static constexpr auto kMaxSleep = std::chrono::milliseconds(100);
+  // With too many pages for futex_waitv (or none of it), the loop naps
+  // this long between passes instead.
+  static constexpr auto kNap = std::chrono::microseconds(100);
+  // A sched_yield that comes back later than this means other tasks want
+  // the CPU (we were descheduled for their slice): spinning then only
+  // delays whoever we wait for, so the loop goes to sleep at once and
+  // leaves the wake-up to the futex (§13 "The device loop").
+  static constexpr auto kContended = std::chrono::microseconds(50);
+
+  // `spin`: how long the loop keeps polling after its last work; `yield`:
+  // sched_yield between empty passes (else a CPU pause hint only).
+  explicit DeviceWaiter(std::chrono::microseconds spin = kDefaultSpin, bool yield = true)
+      : spin_(spin), yield_(yield) {}
+
+  // Any thread: something for the loop (a packet in its inbox, a message
+  // on its socket) was published; wakes the loop if it sleeps. The
+  // publication must come before this call (it fences).
+  void notify();
+
+  // Loop thread. After a pass: `work` says whether it did anything. While
+  // busy or within the spin window it yields the CPU (sched_yield) and
+  // returns; once idle past the window it sleeps: publishes the flags of
+  // `scanner` and `links`, calls `recheck()` (true: work arrived, do not
+  // sleep) and waits on every word until woken, a flag changed, or
+  // `deadline` (CLOCK_MONOTONIC; at most kMaxSleep away).
+  // `device` (held by the loop) is released while it sleeps, so another
+  // thread may run the device meanwhile (§13: the socket watcher).
+  template <typename Recheck>
+  void after_pass(bool work, DoorbellScanner& scanner, std::span<sim::ShmLink* const> links,
+                  std::chrono::steady_clock::time_point deadline, std::unique_lock<std::mutex>& device,
+                  Recheck&& recheck) {
+    const auto now = std::chrono::steady_clock::now();
+    if (work) {
+      last_work_ = now;
+      return;
+    }
+    if (now - last_work_ < spin_ && !contended_) {
+      relax();
+      return;
+    }
+    // §12.5.2 steps 1-2 for every word at once, then step 3 (recheck).
+    const bool pages = arm(scanner, links);
+    if (!pending_ && !recheck()) {
+      device.unlock();
+      wait(pages, scanner, pages ? deadline : std::min(deadline, now + kNap));
+      device.lock();
+    }
+    disarm(pages, scanner);
+    last_work_ = std::chrono::steady_clock::now();
+    contended_ = false;
+  }
+
+  // True while the loop sleeps (or is about to): any thread.
+  bool asleep() const { return sleeping_.load(std::memory_order_acquire) != 0; }
+  uint64_t sleeps() const { return sleeps_; }
+  uint64_t naps() const { return naps_; }
+
+ private:
+  void relax();
+  // Publishes every flag; true if the pages' SCANNER_SLEEPING are among them.
+  bool arm(DoorbellScanner& scanner, std::span<sim::ShmLink* const> links);
+  void disarm(bool pages, DoorbellScanner& scanner);
+  void wait(bool pages, DoorbellScanner& scanner, std::chrono::steady_clock::time_point until);
+
+  std::chrono::microseconds spin_;
+  bool yield_;
+  bool contended_ = false;  // this idle spell saw a long yield: sleep now
+  std::chrono::steady_clock::time_point last_work_{};
+  std::atomic<uint32_t> word_{0};      // bumped by notify(); the loop's private futex
+  std::atomic<uint32_t> sleeping_{0};  // 1 while the loop is (about to be) asleep
+  std::vector<futex_waitv> waitv_;
+  std::vector<sim::ShmLink*> armed_links_;
+  bool pending_ = false;  // a cable had a packet when we armed it
+  bool have_waitv_ = true;
+  uint64_t sleeps_ = 0, naps_ = 0;
 };
 
 }  // namespace openib::simhca

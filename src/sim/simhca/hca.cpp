@@ -9,6 +9,7 @@ namespace openib::simhca {
 
 Hca::Hca(HostPort& host, HcaOptions opts)
     : host_(host), opts_(opts), log_(log::get("simhca")) {
+  init_agents();
   reset();
 }
 
@@ -24,8 +25,8 @@ void Hca::reset() {
   current_.reset();
   initialized_ = false;
   fatal_ = false;
-  port_ = PortInfo{};
-  port_.port_guid = opts_.caps.node_guid;
+  reset_ports();
+  loopback_.clear();
   after_completion_.clear();
   reset_tables();
   stats_ = HcaStats{};
@@ -45,7 +46,7 @@ void Hca::reset_tables() {
   mkeys_.reset(c.max_mkey);
   mkey_tags_.assign(c.max_mkey, 0);
   ahs_.reset(c.max_ah);
-  qps_.reset(c.max_qp, 2);  // QPN 0 and 1 are SMI and GSI (§6.10)
+  qps_.reset(c.max_qp, 2u * c.num_ports);  // QPN 0 .. 2n-1: each port's SMI and GSI (§6.10)
 }
 
 // ---- §3 initialization segment ------------------------------------------
@@ -144,13 +145,17 @@ void Hca::enable_cmdq(bool on) {
 
 std::optional<Hca::Clock::time_point> Hca::next_due() const {
   std::optional<Clock::time_point> due = datapath_due();
-  if (pending_) return Clock::time_point::min();
+  if (pending_ || !loopback_.empty()) return Clock::time_point::min();
+  for (const Port& pt : ports_)  // §14.5 M_Key leases
+    if (pt.sma.lease_end && (!due || *pt.sma.lease_end < *due)) due = pt.sma.lease_end;
   if (current_ && (!due || current_due_ < *due)) due = current_due_;
   return due;
 }
 
 void Hca::run_due(Clock::time_point now) {
   now_ = now;
+  if (!loopback_.empty()) deliver_loopback();  // §12.7 packets to the device's own port
+  trap_tick();                                 // §14.6 traps not yet repressed
   datapath_tick();  // §12: doorbells rung, timers expired
   for (;;) {
     if (!current_) {

@@ -11,7 +11,9 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <string>
 #include <optional>
 #include <span>
 #include <vector>
@@ -21,7 +23,9 @@
 #include "sim/cable/link.hpp"
 #include "sim/simhca/codec.hpp"
 #include "sim/simhca/doorbell_scanner.hpp"
+#include "sim/simhca/port.hpp"
 #include "sim/simhca/resources.hpp"
+#include "sim/sma/engine.hpp"
 
 namespace openib::sim::wire {
 struct ParsedPacket;
@@ -51,8 +55,9 @@ class HostPort {
 };
 
 struct HcaOptions {
-  Caps caps;
+  Caps caps;                               // caps.num_ports: §13 --ports (1 or 2)
   std::chrono::milliseconds cmd_delay{0};  // §13 --cmd-delay-ms
+  std::string node_desc;                   // §14.3 NodeDescription (§13 --node-desc); "" = default
 };
 
 struct HcaStats {
@@ -77,6 +82,12 @@ struct DataStats {
   uint64_t acks_sent = 0, naks_sent = 0, rnr_naks_sent = 0, retransmits = 0, timeouts = 0;
   uint64_t cqes_written = 0, cqes_dropped = 0, cq_overruns = 0, wqes_executed = 0;
   uint64_t messages_received = 0;
+  // §14, §15: management datagrams
+  uint64_t tx_port_down = 0;       // a packet the port's state does not let out (IBA 7.2)
+  uint64_t loopback_packets = 0;   // packets to this device's own port, not on the wire (§12.7)
+  uint64_t rx_bad_vl = 0;          // QP0 not on VL15, or VL15 not to QP0 (IBA 7.6.5)
+  uint64_t smps_answered = 0, smps_to_driver = 0, smps_dropped = 0, mkey_violations = 0;
+  uint64_t gmps_answered = 0, gmps_to_driver = 0, mads_dropped = 0;
 };
 
 // A §6 command's result: the §5.5 status and syndrome.
@@ -90,6 +101,9 @@ class Hca {
   using Clock = std::chrono::steady_clock;
 
   Hca(HostPort& host, HcaOptions opts);
+  ~Hca();
+  Hca(const Hca&) = delete;
+  Hca& operator=(const Hca&) = delete;
 
   // §3: BAR0, 4-byte aligned accesses (the caller handles other sizes by
   // calling count_bad_access()).
@@ -114,8 +128,15 @@ class Hca {
   // outlive the Hca or be detached (nullptr) first. Packets it receives are
   // handed to receive_packet() on the device's thread.
   void attach_link(uint8_t port, sim::Link* link);
-  // §12.8: one packet from the port's link (LRH through VCRC).
+  // §12.8: one packet from the link of port 1 / of `port` (LRH through VCRC).
   void receive_packet(std::span<const std::byte> packet, Clock::time_point now);
+  void receive_packet(uint8_t port, std::span<const std::byte> packet, Clock::time_point now);
+  // §6.3 / §14: a port's state as QUERY_PORT shows it (port 1..num_ports).
+  const PortInfo& port_info(uint8_t port) const { return port_at(port).info; }
+  const sim::sma::PortCounterValues& pma_counters(uint8_t port) const { return port_at(port).pma; }
+  // §14 / §15 agent statistics.
+  const sim::sma::SmaStats& sma_stats() const { return sma_->stats(); }
+  const sim::sma::PmaStats& pma_stats() const { return pma_->stats(); }
 
   const HcaStats& stats() const { return stats_; }
   const DataStats& data_stats() const { return dstats_; }
@@ -181,8 +202,23 @@ class Hca {
   uint32_t mtu_bytes(const Qp& qp) const;
   Clock::duration ack_timeout(const Qp& qp) const;
 
+  // ports (port index 1..num_ports; out-of-range numbers mean port 1)
+  Port& port_at(uint8_t n) { return ports_[n >= 1 && n <= kMaxPorts ? n - 1 : 0]; }
+  const Port& port_at(uint8_t n) const { return ports_[n >= 1 && n <= kMaxPorts ? n - 1 : 0]; }
+  uint8_t qp_port(const Qp& qp) const;
+  void reset_ports();
+  void port_event_state(uint8_t port, uint8_t from, uint8_t to);
+  void port_event_lid(uint8_t port, uint16_t lid);
+  void port_event(uint8_t type, uint8_t port);  // §9.4 events whose data is the port
+
   // transport (transport.cpp), IBA chapter 9
-  void send_packet(sim::wire::Headers& h, std::span<const std::byte> payload, const Av& av);
+  void send_packet(sim::wire::Headers& h, std::span<const std::byte> payload, const Av& av,
+                   uint8_t port = 1);
+  // §12.7: a built packet to the wire of `port`, or back into this device
+  // when it is addressed to the port itself (loopback). false: dropped.
+  bool transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local);
+  bool for_own_port(uint8_t port, uint16_t dlid) const;
+  void deliver_loopback();
   void req_progress(uint32_t qpn, Qp& qp);
   void req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
   void req_go_back(Qp& qp, uint32_t psn);
@@ -192,11 +228,33 @@ class Hca {
   void req_on_response(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
   void resp_request(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
   void resp_duplicate(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
-  void resp_ud(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
+  void resp_ud(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p, uint8_t port = 1);
   bool resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len);
   void resp_nak(uint32_t qpn, Qp& qp, uint32_t psn, uint8_t code, uint8_t local_status,
                 uint8_t event);
   void send_ack(const Qp& qp, uint32_t psn, uint8_t syndrome);
+
+  // management datagrams (ports.cpp, sma.cpp, pma.cpp): §14, §15
+  class CaNode;  // the SMA/PMA engine's node model of this CA (sma.cpp)
+  void init_agents();
+  void init_sma_port(uint8_t port);
+  mad::PortInfo sma_port_info(uint8_t port) const;
+  uint16_t sma_set_port_info(uint8_t port, const mad::PortInfo& next);
+  void port_bounce(uint8_t port, bool disable);
+  void send_smp(uint8_t port, std::span<const std::byte> mad, uint16_t dlid, uint32_t dest_qp, bool local,
+                const sim::wire::ParsedPacket* req);
+  void trap_tick();
+  void receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local);
+  void receive_smp(uint8_t port, const sim::wire::ParsedPacket& p, bool local);
+  void receive_gmp(uint8_t port, const sim::wire::ParsedPacket& p, bool local);
+  // `mad`: the MAD to deliver instead of the packet's payload (the SMA's
+  // receive step of IBA 14.2.2 changed its hop pointer).
+  bool deliver_to_qp(uint32_t wire_qpn, uint8_t port, const sim::wire::ParsedPacket& p,
+                     std::span<const std::byte> mad = {});
+  void reply_gmp(uint8_t port, const sim::wire::ParsedPacket& req, std::span<const std::byte> mad, bool local);
+  bool smi_is_local(uint8_t port, std::span<const std::byte> mad, uint16_t dlid) const;
+  void count_tx(uint8_t port, size_t bytes);
+  void count_rx(uint8_t port, size_t bytes);
 
   // commands (commands.cpp), §6
   Outcome dispatch(uint16_t opcode, ByteView in, Bytes& out);
@@ -252,7 +310,12 @@ class Hca {
 
   bool initialized_ = false;
   bool fatal_ = false;
-  PortInfo port_;
+  std::array<Port, kMaxPorts> ports_;          // §12.7, §14, §15
+  sim::sma::NodeIdentity identity_;            // §14.2 NodeInfo / NodeDescription
+  std::unique_ptr<sim::sma::NodeModel> node_;  // a CaNode
+  std::unique_ptr<sim::sma::SmaEngine> sma_;   // §14
+  std::unique_ptr<sim::sma::PmaEngine> pma_;   // §15
+  std::deque<std::pair<uint8_t, std::vector<std::byte>>> loopback_;  // §12.7 packets to ourselves
   std::vector<PendingEvent> after_completion_;  // §9.4: raised after the completion
 
   Table<Pd> pds_;
@@ -267,7 +330,6 @@ class Hca {
 
   HcaStats stats_;
   DataStats dstats_;
-  sim::Link* link_ = nullptr;  // §12.7 port 1
   Clock::time_point now_{};    // the time of the current entry point (data path timers)
   bool in_command_ = false;    // events wait for the command's completion (§9.4)
 };

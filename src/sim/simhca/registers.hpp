@@ -154,7 +154,11 @@ enum EventType : uint8_t {
   kEvCqError = 0x0a,
   kEvSrqLimit = 0x0b,
   kEvSrqCatas = 0x0c,
+  kEvPkeyChange = 0x0d,        // §14.4: the SM changed the port's P_Key table
+  kEvSmChange = 0x0e,          // §14.3: MasterSMLID or MasterSMSL changed
   kEvDeviceFatal = 0x0f,
+  kEvClientReregister = 0x10,  // §14.3: the SM set PortInfo:ClientReregister
+  kEvGidChange = 0x11,         // §14.3: the SM changed the GID prefix
 };
 inline constexpr size_t kEqeSize = 32;
 inline constexpr size_t kCqeSize = 64;

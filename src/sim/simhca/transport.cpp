@@ -33,30 +33,31 @@ w::Transport transport_of(uint8_t qp_type) {
   return qp_type == kQpRc ? w::Transport::kRc : qp_type == kQpUc ? w::Transport::kUc : w::Transport::kUd;
 }
 
-bool is_response(Op o) {
-  return (o >= Op::kReadResponseFirst && o <= Op::kReadResponseOnly) || o == Op::kAcknowledge ||
-         o == Op::kAtomicAcknowledge;
-}
-
 uint8_t ack_syndrome(uint32_t msn) { return w::Aeth::ack(msn, w::kAethInvalidCredits).syndrome; }
 
 }  // namespace
 
 // §12.7: the packet from the LRH on; GRH when the path says so (IBA 8.3).
-void Hca::send_packet(w::Headers& h, std::span<const std::byte> payload, const Av& av) {
-  h.lrh.vl = 0;
+// QP0 sends on VL15 with the default P_Key (IBA 7.6.5, 14.2.1: SMPs are
+// not partitioned); everything else on VL0 with P_Key entry 0.
+void Hca::send_packet(w::Headers& h, std::span<const std::byte> payload, const Av& av, uint8_t port) {
+  const Port& pt = port_at(port);
+  const bool smi = h.deth && h.deth->src_qp == 0;
+  const bool gsi = h.deth && h.deth->src_qp == 1;
+  h.lrh.vl = smi ? 15 : pt.sma.sl2vl[av.sl & 0xf];
   h.lrh.sl = av.sl & 0xf;
   h.lrh.dlid = av.dlid;
-  h.lrh.slid = static_cast<uint16_t>(port_.lid | (av.src_path_bits & ((1u << port_.lmc) - 1)));
-  h.bth.pkey = port_.pkey0;  // P_Key index 0, the table's only entry (§6.3)
+  h.lrh.slid = static_cast<uint16_t>(pt.info.lid | (av.src_path_bits & ((1u << pt.info.lmc) - 1)));
+  if (smi && pt.info.lid == 0) h.lrh.slid = 0xffff;  // IBA 14.2.2: no LID yet: permissive
+  h.bth.pkey = smi ? 0xffff : pt.info.pkey0;  // P_Key index 0, the table's only entry (§6.3)
   if (av.grh()) {
     w::Grh g;
     g.tclass = av.traffic_class;
     g.flow_label = av.flow_label;
     g.hop_lmt = av.hop_limit;
     for (int i = 0; i < 8; ++i) {
-      g.sgid[i] = static_cast<uint8_t>(port_.gid_prefix >> (56 - 8 * i));
-      g.sgid[8 + i] = static_cast<uint8_t>(port_.port_guid >> (56 - 8 * i));
+      g.sgid[i] = static_cast<uint8_t>(pt.info.gid_prefix >> (56 - 8 * i));
+      g.sgid[8 + i] = static_cast<uint8_t>(pt.info.port_guid >> (56 - 8 * i));
     }
     g.dgid = av.dgid;
     h.grh = g;
@@ -65,7 +66,14 @@ void Hca::send_packet(w::Headers& h, std::span<const std::byte> payload, const A
     h.lrh.lnh = w::Lnh::kIbaLocal;
   }
   auto pkt = w::build_packet(h, payload);
-  if (!pkt || !link_ || !link_->send(*pkt)) {
+  if (!pkt) {
+    ++dstats_.tx_dropped;
+    return;
+  }
+  // §12.7 loopback: to this port's own LID, or (QP0) an SMP for this very
+  // port (a directed route of hop count 0, §14.1).
+  const bool local = for_own_port(port, av.dlid) || (smi && smi_is_local(port, payload, av.dlid));
+  if (!transmit(port, std::move(*pkt), smi || gsi, local)) {
     ++dstats_.tx_dropped;
     return;
   }
@@ -79,7 +87,7 @@ void Hca::send_ack(const Qp& qp, uint32_t psn, uint8_t syndrome) {
   h.bth.dest_qp = qp.attrs.dest_qpn;
   h.bth.psn = psn & kPsnMask;
   h.aeth = w::Aeth{syndrome, qp.rt.msn};
-  send_packet(h, {}, qp.attrs.av);
+  send_packet(h, {}, qp.attrs.av, qp_port(qp));
 }
 
 // ---- requester ----------------------------------------------------------------
@@ -150,9 +158,11 @@ void Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
     }
     av = ah->av;
     // IBA 10.2.5: a WQE Q_Key with bit 31 set means the QP's own Q_Key.
-    h.deth = w::Deth{(op.w.qkey & 0x80000000u) ? qp.attrs.qkey : op.w.qkey, qpn};
+    // §6.10: QP0 and QP1 are QPN 0 and 1 on the wire, whatever their number inside.
+    const uint32_t src = qp.cfg.type == kQpSmi ? 0 : qp.cfg.type == kQpGsi ? 1 : qpn;
+    h.deth = w::Deth{(op.w.qkey & 0x80000000u) ? qp.attrs.qkey : op.w.qkey, src};
   }
-  send_packet(h, payload, av);
+  send_packet(h, payload, av, qp_port(qp));
   if (rc && !qp.rt.ack_due && qp.attrs.timeout) qp.rt.ack_due = now_ + ack_timeout(qp);
 }
 
@@ -457,7 +467,7 @@ bool Hca::resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rk
     h.bth.dest_qp = qp.attrs.dest_qpn;
     h.bth.psn = psn_add(psn, k);
     if (o != Op::kReadResponseMiddle) h.aeth = w::Aeth{ack_syndrome(qp.rt.msn), qp.rt.msn};
-    send_packet(h, buf, qp.attrs.av);
+    send_packet(h, buf, qp.attrs.av, qp_port(qp));
   }
   return true;
 }
@@ -482,7 +492,7 @@ void Hca::resp_duplicate(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
         h.bth.psn = psn;
         h.aeth = w::Aeth{ack_syndrome(rt.msn), rt.msn};
         h.atomic_ack_eth = w::AtomicAckEth{s.orig};
-        send_packet(h, {}, qp.attrs.av);
+        send_packet(h, {}, qp.attrs.av, qp_port(qp));
       }
     return;
   }
@@ -578,7 +588,7 @@ void Hca::resp_request(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
     h.bth.psn = b.psn;
     h.aeth = w::Aeth{ack_syndrome(rt.msn), rt.msn};
     h.atomic_ack_eth = w::AtomicAckEth{orig};
-    send_packet(h, {}, qp.attrs.av);
+    send_packet(h, {}, qp.attrs.av, qp_port(qp));
     return;
   }
   if (!is_send && !is_write) return nak(w::NakCode::kInvalidRequest, 0, kEvQpReqErr);
@@ -688,15 +698,18 @@ void Hca::resp_request(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
 
 // UD receive (IBA 9.8.4, 10.2.5; §12.2: the first 40 bytes of the buffer
 // take the GRH, present or not).
-void Hca::resp_ud(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
+void Hca::resp_ud(uint32_t qpn, Qp& qp, const w::ParsedPacket& p, uint8_t port) {
   const Op o = w::opcode_op(p.hdr.bth.opcode);
   if ((o != Op::kSendOnly && o != Op::kSendOnlyImm) || !p.hdr.deth) {
     ++dstats_.rx_malformed;
     return;
   }
-  if (p.hdr.deth->qkey != qp.attrs.qkey) {  // IBA 10.2.5: a Q_Key mismatch is dropped
+  // IBA 10.2.5: a Q_Key mismatch is dropped. QP1 takes only the well-known
+  // GSI Q_Key (IBA 13.5.3.1); QP0 checks none (IBA 14.2.1).
+  const uint32_t want = qp.cfg.type == kQpGsi ? kGsiQkey : qp.attrs.qkey;
+  if (qp.cfg.type != kQpSmi && p.hdr.deth->qkey != want) {
     ++dstats_.rx_bad_qkey;
-    ++port_.qkey_violations;
+    ++port_at(port).info.qkey_violations;
     return;
   }
   const int r = fetch_recv(qpn, qp);
@@ -732,70 +745,13 @@ void Hca::resp_ud(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
   c.src_qp = p.hdr.deth->src_qp;
   c.slid = p.hdr.lrh.slid;
   c.sl = p.hdr.lrh.sl;
-  c.dlid_path_bits = static_cast<uint8_t>(p.hdr.lrh.dlid & ((1u << port_.lmc) - 1));
+  c.dlid_path_bits = static_cast<uint8_t>(p.hdr.lrh.dlid & ((1u << port_at(port).info.lmc) - 1));
   if (o == Op::kSendOnlyImm && p.hdr.imm_dt) {
     c.imm = p.hdr.imm_dt->imm;
     c.flags |= kCqeFlagImm;
   }
   if (p.hdr.bth.se) c.flags |= kCqeFlagSolicited;
   complete_recv(qpn, qp, c);
-}
-
-// ---- §12.7 ports -----------------------------------------------------------------
-
-void Hca::attach_link(uint8_t port, sim::Link* link) {
-  if (port == 1) link_ = link;
-}
-
-// §12.8: checks in order; each failure drops the packet and counts it.
-void Hca::receive_packet(std::span<const std::byte> packet, Clock::time_point now) {
-  now_ = now;
-  if (!initialized_ || fatal_) {
-    ++dstats_.rx_port_down;
-    return;
-  }
-  auto parsed = w::parse_packet(packet);  // IBA 7.8 CRCs, framing, opcode table
-  if (!parsed) {
-    ++dstats_.rx_malformed;
-    return;
-  }
-  const w::ParsedPacket& p = *parsed;
-  ++dstats_.rx_packets;
-  if (port_.state != 4) {  // data moves only through an Active port (IBA 7.2)
-    ++dstats_.rx_port_down;
-    return;
-  }
-  const uint16_t lmc_mask = static_cast<uint16_t>(~((1u << port_.lmc) - 1));
-  if (p.hdr.lrh.dlid >= 0xc000 || (p.hdr.lrh.dlid & lmc_mask) != (port_.lid & lmc_mask)) {
-    ++dstats_.rx_bad_dlid;  // IBA 7.11.1: not ours (multicast is not supported)
-    return;
-  }
-  // IBA 9.6.1.1 / 10.9.3: P_Keys match in their low 15 bits, one side a full member.
-  const uint16_t pk = p.hdr.bth.pkey, mine = port_.pkey0;
-  if ((pk & 0x7fff) == 0 || ((pk ^ mine) & 0x7fff) != 0 || !((pk | mine) & 0x8000)) {
-    ++dstats_.rx_bad_pkey;
-    ++port_.pkey_violations;
-    return;
-  }
-  const uint32_t qpn = p.hdr.bth.dest_qp;
-  Qp* qp = qps_.get(qpn);
-  if (!qp || w::opcode_transport(p.hdr.bth.opcode) != transport_of(qp->cfg.type)) {
-    ++dstats_.rx_no_qp;
-    return;
-  }
-  const uint8_t st = qp->attrs.state;
-  if (st != kRtr && st != kRts && st != kSqd && st != kSqe) {  // IBA 10.3.1
-    ++dstats_.rx_bad_state;
-    return;
-  }
-  const bool connected = qp->cfg.type == kQpRc || qp->cfg.type == kQpUc;
-  if (connected && st == kRtr && !qp->rt.comm_est) {  // IBA 11.6.3.1
-    qp->rt.comm_est = true;
-    emit_event(kEvQpCommEst, qpn);
-  }
-  if (qp->cfg.type == kQpRc && is_response(w::opcode_op(p.hdr.bth.opcode))) req_on_response(qpn, *qp, p);
-  else if (connected) resp_request(qpn, *qp, p);
-  else resp_ud(qpn, *qp, p);
 }
 
 }  // namespace openib::simhca

@@ -24,12 +24,11 @@ Result<std::unique_ptr<VfioModel>> VfioModel::create(HcaOptions opts) {
   if (p == MAP_FAILED) return sys_err("simhca: mmap BAR2");
   m->bar2_ = static_cast<std::byte*>(p);
   m->scanner_ = std::make_unique<DoorbellScanner>(m->bar2_);
-  OPENIB_TRY(m->scanner_->start());
   return m;
 }
 
 VfioModel::~VfioModel() {
-  scanner_.reset();  // stops the thread before its pages go
+  scanner_.reset();  // before its pages go
   if (bar2_) ::munmap(bar2_, kBar2Size);
 }
 
@@ -87,7 +86,7 @@ Result<void> VfioModel::write(uint32_t region, uint64_t off, std::span<const std
       return ok();
     case VFIO_PCI_BAR2_REGION_INDEX:
       // §4: the page keeps the value; an aligned 8-byte write is a doorbell.
-      // The scanner reads the page concurrently: one atomic store.
+      // Clients map the page too: one atomic store.
       if (in.size() == 8 && off % 8 == 0) {
         uint64_t v;
         std::memcpy(&v, in.data(), 8);
@@ -117,8 +116,8 @@ void VfioModel::zero_bar2() {
   std::memset(bar2_, 0, kBar2Size);
 }
 
-void VfioModel::take_doorbells() {
-  scanner_->drain([this](uint32_t page) { hca_->uar_scan(page); });
+size_t VfioModel::poll_doorbells() {
+  return scanner_->scan([this](uint32_t page) { hca_->uar_scan(page); });
 }
 
 void VfioModel::watch_uar(uint32_t uar, bool on) {

@@ -2,7 +2,8 @@
 // server framework (src/vfio/vfio_user_server.hpp). Regions: config space,
 // BAR0 (REGION_READ/WRITE only) and BAR2, whose UAR pages are memfd-backed
 // and offered one sparse mmap area per page (docs/simhca.md §2, §4); the
-// doorbell scanner (§12.5) watches the device's own mapping of that memfd.
+// doorbell scanner (§12.5) watches the device's own mapping of that memfd
+// from the device loop's thread.
 // IRQs: 32 MSI-X vectors (§10). DMA goes through the server's checked
 // dma_read/dma_write (§11.2).
 #pragma once
@@ -29,10 +30,11 @@ class VfioModel final : public vfio::user::DeviceModel, public HostPort {
 
   Hca& hca() { return *hca_; }
 
-  // §12.5: readable when the scanner noticed UAR pages; take_doorbells()
-  // hands them to the device core. Device (loop) thread only.
-  int doorbell_fd() const { return scanner_->notify_fd(); }
-  void take_doorbells();
+  // §12.5: the doorbell scanner, driven by the device loop (§13): one pass
+  // over the watched pages, handing each changed page to the device core.
+  // Returns the number of pages taken. Device (loop) thread only.
+  size_t poll_doorbells();
+  DoorbellScanner& scanner() { return *scanner_; }
   ScannerCounts scanner_counts() const override { return scanner_->counts(); }
 
  private:

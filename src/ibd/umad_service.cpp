@@ -1,0 +1,369 @@
+#include "ibd/umad_service.hpp"
+
+#include <fcntl.h>
+#include <infiniband/umad.h>
+#include <sys/inotify.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "common/log.hpp"
+
+namespace openib::ibd {
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr size_t kUmadHdr = sizeof(ib_user_mad);  // 64: the kernel's header
+static_assert(kUmadHdr == 64);
+constexpr size_t kMadHdr = 24;  // IBA 13.4.2 common MAD header
+constexpr size_t kMaxMessage = 4u << 20;  // one RMPP message, header included
+constexpr int kSocketBuf = 8 << 20;
+constexpr uint32_t kIsSmCap = 1u << 1;  // PortInfo:CapabilityMask.IsSM, IBA 14.2.5.6
+
+
+mad::MadAddress from_umad(const ib_mad_addr_t& a) {
+  mad::MadAddress m;
+  m.qpn = ntohl(a.qpn);
+  m.qkey = ntohl(a.qkey);
+  m.lid = ntohs(a.lid);
+  m.sl = a.sl;
+  m.path_bits = a.path_bits;
+  m.grh = a.grh_present != 0;
+  m.gid_index = a.gid_index;
+  m.hop_limit = a.hop_limit;
+  m.traffic_class = a.traffic_class;
+  std::memcpy(m.gid.data(), a.gid, 16);
+  m.flow_label = ntohl(a.flow_label);
+  m.pkey_index = a.pkey_index;
+  return m;
+}
+ib_mad_addr_t to_umad(const mad::MadAddress& m) {
+  ib_mad_addr_t a{};
+  a.qpn = htonl(m.qpn);
+  a.qkey = htonl(m.qkey);
+  a.lid = htons(m.lid);
+  a.sl = m.sl;
+  a.path_bits = m.path_bits;
+  a.grh_present = m.grh ? 1 : 0;
+  a.gid_index = m.gid_index;
+  a.hop_limit = m.hop_limit;
+  a.traffic_class = m.traffic_class;
+  std::memcpy(a.gid, m.gid.data(), 16);
+  a.flow_label = htonl(m.flow_label);
+  a.pkey_index = m.pkey_index;
+  return a;
+}
+
+}  // namespace
+
+UmadService::UmadService(asio::io_context& io, hca::Hca& hca, std::string socket_path, uint8_t num_ports)
+    : io_(io), hca_(hca), socket_path_(std::move(socket_path)), num_ports_(num_ports) {
+  setup_issm();
+}
+
+UmadService::~UmadService() {
+  while (!sessions_.empty()) close_session(sessions_.back().get());
+  layers_.clear();
+  if (inotify_sd_) {
+    boost::system::error_code ec;
+    inotify_sd_->cancel(ec);
+    inotify_sd_->release();
+  }
+  for (uint8_t p = 1; p <= num_ports_; ++p) ::unlink(issm_path(p).c_str());
+}
+
+std::string UmadService::issm_path(uint8_t port) const {
+  std::string base = socket_path_;
+  if (base.size() > 5 && base.compare(base.size() - 5, 5, ".sock") == 0) base.resize(base.size() - 5);
+  return base + ".issm" + std::to_string(port);
+}
+
+bool UmadService::is_sm(uint8_t port) const {
+  auto it = issm_opens_.find(port);
+  return it != issm_opens_.end() && it->second > 0;
+}
+
+// The issm files: plain files that ibd watches with inotify. An open is
+// IN_OPEN, a close (also by a dying process) IN_CLOSE_*.
+void UmadService::setup_issm() {
+  auto log = log::get("ibd");
+  int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0) {
+    log->warn("umad: inotify_init1: {}; the issm files will not set IsSM", std::strerror(errno));
+    return;
+  }
+  inotify_ = UniqueFd(fd);
+  for (uint8_t p = 1; p <= num_ports_; ++p) {
+    const std::string path = issm_path(p);
+    int f = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0666);
+    if (f < 0) {
+      log->warn("umad: creating {}: {}", path, std::strerror(errno));
+      continue;
+    }
+    (void)::fchmod(f, 0666);  // the socket's permissions decide who may use ibd; not the umask
+    ::close(f);
+    int wd = ::inotify_add_watch(fd, path.c_str(), IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE);
+    if (wd < 0) {
+      log->warn("umad: watching {}: {}", path, std::strerror(errno));
+      continue;
+    }
+    issm_watch_[wd] = p;
+    issm_opens_[p] = 0;
+  }
+  inotify_sd_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+  inotify_sd_->async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+    if (!ec) on_inotify();
+  });
+}
+
+void UmadService::on_inotify() {
+  alignas(inotify_event) char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(inotify_.get(), buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t off = 0; off < n;) {
+      auto* ev = reinterpret_cast<inotify_event*>(buf + off);
+      off += ssize_t(sizeof(inotify_event) + ev->len);
+      auto it = issm_watch_.find(ev->wd);
+      if (it == issm_watch_.end()) continue;
+      int& opens = issm_opens_[it->second];
+      const bool was = opens > 0;
+      if (ev->mask & IN_OPEN) ++opens;
+      if (ev->mask & (IN_CLOSE_WRITE | IN_CLOSE_NOWRITE)) opens = std::max(0, opens - 1);
+      if (was != (opens > 0)) {
+        // docs/simhca.md §6.3: the device's PortInfo:CapabilityMask, which
+        // subnet managers read, gets or loses IsSM.
+        hca::PortSetup ps;
+        if (opens > 0) ps.cap_set = kIsSmCap;
+        else ps.cap_clear = kIsSmCap;
+        auto r = hca_.set_port(it->second, ps);
+        log::get("ibd")->info("umad: port {}: IsSM {}{}", it->second, opens > 0 ? "set" : "cleared",
+                              r ? "" : " (SET_PORT failed: " + r.error().str() + ")");
+      }
+    }
+  }
+  inotify_sd_->async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+    if (!ec) on_inotify();
+  });
+}
+
+Result<proto::UmadPortRep> UmadService::port_info(uint8_t port) {
+  if (port < 1 || port > num_ports_) return err(EINVAL, "no port {}", port);
+  OPENIB_TRY_ASSIGN(auto a, hca_.query_port(port));
+  proto::UmadPortRep r;
+  r.state = a.state;
+  r.phys_state = a.phys_state;
+  r.lid = a.lid;
+  r.sm_lid = a.sm_lid;
+  r.lmc = a.lmc;
+  r.sm_sl = a.sm_sl;
+  r.active_width = a.active_width;
+  r.active_speed = a.active_speed;
+  r.cap_flags = a.cap_flags;  // IsSM included while the issm file is held
+  r.gid_prefix = a.gid_prefix;
+  r.port_guid = a.port_guid;
+  r.num_pkeys = 1;
+  r.pkeys[0] = uint8_t(a.pkey0);
+  r.pkeys[1] = uint8_t(a.pkey0 >> 8);
+  return r;
+}
+
+Result<mad::MadLayer*> UmadService::layer(uint8_t port) {
+  if (auto it = layers_.find(port); it != layers_.end()) return it->second.get();
+  OPENIB_TRY_ASSIGN(auto l, mad::MadLayer::open(io_, hca_, port));
+  auto* raw = l.get();
+  layers_.emplace(port, std::move(l));
+  log::get("ibd")->info("umad: port {}: QP0 and QP1 up (CQ {})", port, raw->cqn());
+  return raw;
+}
+
+bool UmadService::on_cq_event(uint32_t cqn) {
+  for (auto& [p, l] : layers_)
+    if (l->on_cq_event(cqn)) return true;
+  return false;
+}
+
+UmadService::Session* UmadService::find_session(uint32_t client, uint8_t port) {
+  for (auto& s : sessions_)
+    if (s->client == client && s->port == port) return s.get();
+  return nullptr;
+}
+
+Result<UniqueFd> UmadService::open(uint32_t client, uint8_t port) {
+  if (port < 1 || port > num_ports_) return err(EINVAL, "no port {}", port);
+  if (find_session(client, port)) return err(EBUSY, "port {} is already open on this connection", port);
+  OPENIB_TRY(layer(port));
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
+    return err(errno, "socketpair: {}", std::strerror(errno));
+  UniqueFd theirs(sv[1]);
+  // Room for RMPP messages in one datagram each way (ibd is root: FORCE).
+  for (int fd : sv)
+    for (int opt : {SO_SNDBUFFORCE, SO_RCVBUFFORCE}) (void)::setsockopt(fd, SOL_SOCKET, opt, &kSocketBuf, sizeof kSocketBuf);
+  // The client's end blocks (umad_recv polls first, as on the kernel's fd).
+  int fl = ::fcntl(sv[1], F_GETFL);
+  (void)::fcntl(sv[1], F_SETFL, fl & ~O_NONBLOCK);
+  auto s = std::make_unique<Session>();
+  s->client = client;
+  s->port = port;
+  s->sock = std::make_unique<asio::posix::stream_descriptor>(io_, sv[0]);
+  Session& ref = *s;
+  sessions_.push_back(std::move(s));
+  ++counters_.opens;
+  watch(ref);
+  return theirs;
+}
+
+Result<uint32_t> UmadService::register_agent(uint32_t client, const proto::UmadRegReq& r) {
+  // libibumad opens one connection per port: the session of this connection.
+  Session* s = nullptr;
+  for (auto& x : sessions_)
+    if (x->client == client) s = x.get();
+  if (!s) return err(EINVAL, "UMAD_REGISTER before UMAD_OPEN");
+  if (s->agents.size() >= UMAD_CA_MAX_AGENTS) return err(ENOMEM, "{} agents already", UMAD_CA_MAX_AGENTS);
+  if (r.flags & ~uint32_t(UMAD_USER_RMPP)) return err(EINVAL, "unknown flags {:#x}", r.flags);
+  mad::AgentSpec spec;
+  spec.mgmt_class = r.mgmt_class;
+  spec.class_version = r.class_version;
+  // UMAD_USER_RMPP: the process does RMPP itself; the layer passes segments.
+  spec.rmpp_version = (r.flags & UMAD_USER_RMPP) ? 0 : r.rmpp_version;
+  spec.oui = r.oui;
+  spec.methods[0] = r.method_mask_lo;
+  spec.methods[1] = r.method_mask_hi;
+  OPENIB_TRY_ASSIGN(mad::MadLayer * l, layer(s->port));
+  uint32_t id = s->next_agent;
+  while (s->agents.count(id)) id = (id + 1) % UMAD_CA_MAX_AGENTS;
+  const uint32_t client_id = s->client;
+  const uint8_t port = s->port;
+  OPENIB_TRY_ASSIGN(uint32_t key, l->register_agent(spec, [this, client_id, port, id](const mad::Delivery& d) {
+                      deliver(client_id, port, id, d);
+                    }));
+  s->agents[id] = key;
+  s->next_agent = (id + 1) % UMAD_CA_MAX_AGENTS;
+  log::get("ibd")->debug("umad: client {} port {}: agent {} class {:#04x} v{} rmpp {} methods {:#x}:{:#x}", client,
+                         s->port, id, spec.mgmt_class, spec.class_version, spec.rmpp_version, spec.methods[1],
+                         spec.methods[0]);
+  return id;
+}
+
+Result<void> UmadService::unregister_agent(uint32_t client, uint32_t agent) {
+  for (auto& s : sessions_) {
+    if (s->client != client) continue;
+    auto it = s->agents.find(agent);
+    if (it == s->agents.end()) continue;
+    if (auto l = layers_.find(s->port); l != layers_.end()) l->second->unregister_agent(it->second);
+    s->agents.erase(it);
+    return ok();
+  }
+  return err(EINVAL, "no agent {}", agent);
+}
+
+void UmadService::client_gone(uint32_t client) {
+  for (size_t i = sessions_.size(); i-- > 0;)
+    if (sessions_[i]->client == client) close_session(sessions_[i].get());
+}
+
+void UmadService::close_session(Session* s) {
+  if (auto l = layers_.find(s->port); l != layers_.end())
+    for (auto& [id, key] : s->agents) l->second->unregister_agent(key);
+  boost::system::error_code ec;
+  s->sock->cancel(ec);
+  s->sock->close(ec);
+  std::erase_if(sessions_, [&](auto& p) { return p.get() == s; });
+}
+
+void UmadService::watch(Session& session) {
+  const uint32_t client = session.client;
+  const uint8_t port = session.port;
+  session.sock->async_wait(asio::posix::stream_descriptor::wait_read, [this, client, port](boost::system::error_code ec) {
+    if (ec) return;
+    Session* s = find_session(client, port);
+    if (!s) return;
+    std::vector<std::byte> buf;
+    for (int i = 0; i < 64; ++i) {
+      std::byte probe;
+      ssize_t n = ::recv(s->sock->native_handle(), &probe, 1, MSG_DONTWAIT | MSG_PEEK | MSG_TRUNC);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n <= 0) {  // the client closed its MAD socket
+        close_session(s);
+        return;
+      }
+      buf.resize(std::min<size_t>(size_t(n), kMaxMessage));
+      ssize_t got = ::recv(s->sock->native_handle(), buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC);
+      if (got <= 0) break;
+      if (size_t(got) > buf.size()) {
+        ++counters_.bad_client_mads;
+        log::get("ibd")->warn("umad: client {}: a {}-byte write, over the {}-byte limit; dropped", client, got,
+                              kMaxMessage);
+        continue;
+      }
+      on_client_mad(*s, std::span<const std::byte>(buf.data(), size_t(got)));
+      s = find_session(client, port);
+      if (!s) return;
+    }
+    watch(*s);
+  });
+}
+
+// One write() of the client: struct ib_user_mad, then the MAD or RMPP message.
+void UmadService::on_client_mad(Session& s, std::span<const std::byte> msg) {
+  auto log = log::get("ibd");
+  if (msg.size() < kUmadHdr + kMadHdr) {
+    ++counters_.bad_client_mads;
+    return;
+  }
+  ib_user_mad hdr;
+  std::memcpy(&hdr, msg.data(), kUmadHdr);
+  auto ait = s.agents.find(hdr.agent_id);
+  if (ait == s.agents.end()) {
+    ++counters_.bad_client_mads;
+    log->debug("umad: client {}: send on unregistered agent {}", s.client, hdr.agent_id);
+    return;
+  }
+  auto l = layer(s.port);
+  if (!l) {
+    ++counters_.send_errors;
+    return;
+  }
+  mad::MadAddress to = from_umad(hdr.addr);
+  auto body = msg.subspan(kUmadHdr);
+  if (auto r = (*l)->send(ait->second, to, body, hdr.timeout_ms, hdr.retries); !r) {
+    ++counters_.send_errors;
+    log->debug("umad: client {}: send: {}", s.client, r.error().str());
+    // As a failed send with a timeout comes back from the kernel: the header.
+    if (!mad::is_response_mad(body) && hdr.timeout_ms) {
+      mad::Delivery d;
+      d.status = uint32_t(r.error().code == EAGAIN ? ETIMEDOUT : ECOMM);
+      d.from = to;
+      d.data.assign(body.begin(), body.begin() + kMadHdr);
+      deliver(s.client, s.port, hdr.agent_id, d);
+    }
+    return;
+  }
+  ++counters_.sent;
+}
+
+void UmadService::deliver(uint32_t client, uint8_t port, uint32_t agent, const mad::Delivery& d) {
+  Session* s = find_session(client, port);
+  if (!s) return;
+  ib_user_mad hdr{};
+  hdr.agent_id = agent;
+  hdr.status = d.status;
+  hdr.length = uint32_t(kUmadHdr + d.data.size());
+  hdr.addr = to_umad(d.from);
+  std::vector<std::byte> out(kUmadHdr + d.data.size());
+  std::memcpy(out.data(), &hdr, kUmadHdr);
+  std::memcpy(out.data() + kUmadHdr, d.data.data(), d.data.size());
+  ssize_t n = ::send(s->sock->native_handle(), out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n < 0) {
+    ++counters_.dropped;  // the client does not read: dropped, as the kernel's queue would
+    return;
+  }
+  ++counters_.delivered;
+}
+
+}  // namespace openib::ibd

@@ -1,0 +1,92 @@
+// ibd's user-MAD service (docs/umad.md, docs/client-protocol.md "User
+// MADs"): what the kernel's ib_umad gives a process through
+// /dev/infiniband/umadN, given to libibumad.so.3 clients instead. A client
+// opens a port (UMAD_OPEN) and gets a SOCK_SEQPACKET "MAD socket" that
+// carries exactly the kernel's read/write format (struct ib_user_mad, then
+// the MAD or RMPP message); it registers agents (UMAD_REGISTER), which
+// become agents of the port's MAD layer (src/mad/layer.hpp: TIDs,
+// timeouts, retries, RMPP).
+//
+// The issm file (`<socket minus .sock>.issm<port>`, see umad_get_issm_path):
+// while some process holds it open, the port's CapabilityMask has IsSM
+// (watched with inotify, so a killed SM drops it too).
+//
+// Single-threaded on ibd's io_context.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "clientproto/socket.hpp"
+#include "common/fd.hpp"
+#include "hca/hca.hpp"
+#include "mad/layer.hpp"
+
+namespace openib::ibd {
+
+struct UmadCounters {
+  uint64_t opens = 0, sent = 0, send_errors = 0, delivered = 0, dropped = 0, bad_client_mads = 0;
+};
+
+class UmadService {
+ public:
+  // `socket_path` names the issm files. The MAD ports are opened lazily, on
+  // the first UMAD_OPEN of a port.
+  UmadService(boost::asio::io_context& io, hca::Hca& hca, std::string socket_path, uint8_t num_ports);
+  ~UmadService();
+
+  // Client requests (the client's id is ibd's connection id).
+  Result<proto::UmadPortRep> port_info(uint8_t port);
+  Result<UniqueFd> open(uint32_t client, uint8_t port);       // the client's end of the MAD socket
+  Result<uint32_t> register_agent(uint32_t client, const proto::UmadRegReq& r);
+  Result<void> unregister_agent(uint32_t client, uint32_t agent);
+  // The client's connection closed: its MAD sockets and agents go.
+  void client_gone(uint32_t client);
+
+  // A completion event on CQ `cqn`: true if it was one of ours.
+  bool on_cq_event(uint32_t cqn);
+
+  std::string issm_path(uint8_t port) const;
+  bool is_sm(uint8_t port) const;
+  const UmadCounters& counters() const { return counters_; }
+
+ private:
+  struct Session {  // one UMAD_OPEN
+    uint32_t client = 0;
+    uint8_t port = 0;
+    std::unique_ptr<boost::asio::posix::stream_descriptor> sock;  // ibd's end
+    std::map<uint32_t, uint32_t> agents;  // umad agent id -> MAD layer agent
+    uint32_t next_agent = 0;
+  };
+
+  Result<mad::MadLayer*> layer(uint8_t port);
+  void watch(Session& s);
+  void on_client_mad(Session& s, std::span<const std::byte> msg);
+  void deliver(uint32_t client, uint8_t port, uint32_t agent, const mad::Delivery& d);
+  void close_session(Session* s);
+  void setup_issm();
+  void on_inotify();
+  Session* find_session(uint32_t client, uint8_t port);
+
+  boost::asio::io_context& io_;
+  hca::Hca& hca_;
+  std::string socket_path_;
+  uint8_t num_ports_;
+  std::map<uint8_t, std::unique_ptr<mad::MadLayer>> layers_;
+  std::vector<std::unique_ptr<Session>> sessions_;
+  // issm: the inotify fd, the watch per port, how many opens are live.
+  UniqueFd inotify_;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> inotify_sd_;
+  std::map<int, uint8_t> issm_watch_;
+  std::map<uint8_t, int> issm_opens_;
+  UmadCounters counters_;
+};
+
+}  // namespace openib::ibd

@@ -1,0 +1,194 @@
+#include "mad/mad_port.hpp"
+
+#include <cstring>
+
+#include "common/log.hpp"
+
+namespace openib::mad {
+namespace {
+
+// Buffer layout (one DMA buffer, one MKEY over it): for each QP kRecvSlots
+// receive slots of kRecvStride bytes (40-byte GRH, then the MAD: IBA
+// 11.4.1.2, a UD receive buffer holds the GRH first), then kSendSlots send
+// slots of kMadBytes.
+constexpr uint32_t kRecvSlots = 64, kSendSlots = 64;
+constexpr size_t kGrhBytes = 40;
+constexpr size_t kRecvStride = 320;  // >= 40 + 256, 64-byte multiple
+constexpr size_t kRecvArea = 2 * kRecvSlots * kRecvStride;
+constexpr size_t kBufBytes = (kRecvArea + kSendSlots * kMadBytes + 4095) & ~size_t{4095};
+constexpr uint8_t kLogCq = 8;         // 256 >= 2 * 64 receives + 64 sends
+constexpr uint8_t kLogQueue = 6;      // 64 WQEs each way
+constexpr uint64_t kSendTag = 1ull << 63;  // wr_id: bit 63 send, low bits the slot
+
+uint32_t be32(const std::byte* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<MadPort>> MadPort::open(hca::Hca& hca, uint8_t port) {
+  std::unique_ptr<MadPort> p(new MadPort(hca, port));
+  OPENIB_TRY(p->setup());
+  return p;
+}
+
+std::byte* MadPort::slot_ptr(size_t offset) const { return static_cast<std::byte*>(buf_.data()) + offset; }
+uint64_t MadPort::slot_va(size_t offset) const { return reinterpret_cast<uint64_t>(slot_ptr(offset)); }
+
+Result<void> MadPort::setup() {
+  OPENIB_TRY_ASSIGN(pdn_, hca_.alloc_pd());
+  have_pd_ = true;
+  OPENIB_TRY_ASSIGN(buf_, hca_.pool().alloc(kBufBytes, 4096));
+  std::memset(buf_.data(), 0, kBufBytes);
+  hca::MkeyParams mp;
+  mp.pdn = pdn_;
+  mp.access = hca::kAccessLocalWrite;
+  mp.start_va = slot_va(0);
+  mp.length = kBufBytes;
+  mp.log_page_size = 12;
+  for (size_t off = 0; off < kBufBytes; off += 4096) mp.pages.push_back(buf_.iova() + off);
+  OPENIB_TRY_ASSIGN(mkey_, hca_.create_mkey(mp));
+  have_mkey_ = true;
+  OPENIB_TRY_ASSIGN(cq_, hca_.create_cq(kLogCq));
+  have_cq_ = true;
+  for (uint8_t q = 0; q < 2; ++q) {
+    hca::QpInit in;
+    in.type = q == 0 ? hca::QpType::kSmi : hca::QpType::kGsi;
+    in.port = port_;
+    in.pdn = pdn_;
+    in.send_cqn = in.recv_cqn = cq_.cqn;
+    in.sig_all = true;
+    in.log_sq_size = in.log_rq_size = kLogQueue;
+    OPENIB_TRY_ASSIGN(qps_[q], hca_.create_qp(in));
+    have_qp_[q] = true;
+    hca::QpAttr a;
+    a.state = hca::QpState::kInit;
+    a.pkey_index = 0;
+    a.qkey = q == 0 ? 0 : kGsiQkey;
+    namespace qa = hca::qp_attr;
+    OPENIB_TRY(hca_.modify_qp(qps_[q].qpn, qa::kState | qa::kPkeyIndex | qa::kQkey, a));
+    a.state = hca::QpState::kRtr;
+    OPENIB_TRY(hca_.modify_qp(qps_[q].qpn, qa::kState, a));
+    a.state = hca::QpState::kRts;
+    a.sq_psn = 0;
+    OPENIB_TRY(hca_.modify_qp(qps_[q].qpn, qa::kState | qa::kSqPsn, a));
+    for (uint32_t s = 0; s < kRecvSlots; ++s) OPENIB_TRY(post_recv_slot(q, s));
+  }
+  for (uint32_t s = kSendSlots; s-- > 0;) free_send_.push_back(s);
+  OPENIB_TRY(hca_.arm_cq(cq_, false, cq_.ci));
+  return ok();
+}
+
+MadPort::~MadPort() {
+  for (int q = 1; q >= 0; --q)
+    if (have_qp_[q]) (void)hca_.destroy_qp(qps_[q]);
+  if (have_cq_) (void)hca_.destroy_cq(cq_);
+  for (auto& [key, ahn] : ahs_) (void)hca_.destroy_ah(ahn);
+  if (have_mkey_) (void)hca_.destroy_mkey(mkey_.lkey);
+  if (have_pd_) (void)hca_.dealloc_pd(pdn_);
+}
+
+Result<void> MadPort::post_recv_slot(uint8_t qp, uint32_t slot) {
+  const size_t off = (size_t(qp) * kRecvSlots + slot) * kRecvStride;
+  hca::RecvWr wr;
+  wr.wr_id = uint64_t(qp) << 32 | slot;
+  wr.sg.push_back({slot_va(off), uint32_t(kGrhBytes + kMadBytes), mkey_.lkey});
+  return hca_.post_recv(qps_[qp], wr);
+}
+
+Result<uint32_t> MadPort::ah_for(const MadAddress& to) {
+  auto key = std::make_tuple(to.lid, to.sl, to.path_bits, to.grh, to.gid, to.gid_index);
+  if (auto it = ahs_.find(key); it != ahs_.end()) return it->second;
+  hca::AddressVector av;
+  av.dlid = to.lid;
+  av.sl = to.sl;
+  av.src_path_bits = to.path_bits;
+  av.port = port_;
+  av.grh = to.grh;
+  av.hop_limit = to.hop_limit;
+  av.flow_label = to.flow_label;
+  av.sgid_index = to.gid_index;
+  av.traffic_class = to.traffic_class;
+  av.dgid = to.gid;
+  OPENIB_TRY_ASSIGN(uint32_t ahn, hca_.create_ah(pdn_, av));
+  ahs_.emplace(key, ahn);
+  return ahn;
+}
+
+Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) {
+  if (qp > 1) return err(EINVAL, "MAD send on QP{}", qp);
+  if (mad.size() != kMadBytes) return err(EINVAL, "a MAD is {} bytes, not {}", kMadBytes, mad.size());
+  if (free_send_.empty()) {
+    ++counters_.no_send_buffer;
+    return err(EAGAIN, "all {} MAD send buffers in flight", kSendSlots);
+  }
+  auto ahn = ah_for(to);
+  if (!ahn) {
+    ++counters_.send_errors;
+    return ahn.error();
+  }
+  const uint32_t slot = free_send_.back();
+  const size_t off = kRecvArea + size_t(slot) * kMadBytes;
+  std::memcpy(slot_ptr(off), mad.data(), kMadBytes);
+  hca::SendWr wr;
+  wr.wr_id = kSendTag | uint64_t(qp) << 32 | slot;
+  wr.opcode = hca::WrOpcode::kSend;
+  wr.sg.push_back({slot_va(off), uint32_t(kMadBytes), mkey_.lkey});
+  wr.ahn = *ahn;
+  wr.remote_qpn = to.qpn;
+  wr.remote_qkey = qp == 0 ? 0 : (to.qkey ? to.qkey : kGsiQkey);
+  if (auto r = hca_.post_send(qps_[qp], wr); !r) {
+    ++counters_.send_errors;
+    return r.error();
+  }
+  free_send_.pop_back();
+  ++counters_.sent;
+  return ok();
+}
+
+void MadPort::on_completion() {
+  for (;;) {
+    auto wcs = hca_.poll_cq(cq_, 32);
+    if (wcs.empty()) break;
+    for (const auto& wc : wcs) {
+      if (wc.wr_id & kSendTag) {
+        const uint32_t slot = uint32_t(wc.wr_id);
+        if (slot < kSendSlots) free_send_.push_back(slot);
+        if (wc.status != hca::kWcSuccess) ++counters_.send_errors;
+        continue;
+      }
+      const uint8_t qp = uint8_t(wc.wr_id >> 32);
+      const uint32_t slot = uint32_t(wc.wr_id);
+      if (qp > 1 || slot >= kRecvSlots) continue;
+      if (wc.status == hca::kWcSuccess && wc.byte_len >= kGrhBytes + kMadBytes) {
+        ++counters_.received;
+        const std::byte* p = slot_ptr((size_t(qp) * kRecvSlots + slot) * kRecvStride);
+        ReceivedMad r;
+        r.qp = qp;
+        r.from.qpn = wc.src_qp;
+        r.from.lid = wc.slid;
+        r.from.sl = wc.sl;
+        r.from.path_bits = wc.dlid_path_bits;
+        r.from.pkey_index = wc.pkey_index;
+        r.from.qkey = qp == 1 ? kGsiQkey : 0;
+        if (wc.grh) {  // IBA 8.3.1: the GRH's SGID is the sender's GID
+          r.from.grh = true;
+          const uint32_t w0 = be32(p);
+          r.from.traffic_class = uint8_t(w0 >> 20);
+          r.from.flow_label = w0 & 0xfffff;
+          r.from.hop_limit = uint8_t(p[7]);
+          for (int i = 0; i < 16; ++i) r.from.gid[i] = uint8_t(p[8 + i]);
+        }
+        std::memcpy(r.mad.data(), p + kGrhBytes, kMadBytes);
+        if (receiver_) receiver_(r);
+      } else if (wc.status != hca::kWcWrFlushErr) {
+        ++counters_.recv_errors;
+      }
+      if (wc.status != hca::kWcWrFlushErr)
+        if (auto r = post_recv_slot(qp, slot); !r) ++counters_.recv_errors;
+    }
+  }
+  (void)hca_.arm_cq(cq_, false, cq_.ci);
+}
+
+}  // namespace openib::mad

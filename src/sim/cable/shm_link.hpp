@@ -1,0 +1,119 @@
+// ShmLink: a same-host cable end over shared memory (docs/cables.md
+// "Shared-memory cable"). Two processes map one file (normally under
+// /dev/shm); it holds two single-producer single-consumer rings, one per
+// direction, of fixed slots that each carry one whole IBA packet, LRH
+// through VCRC, exactly the bytes a UdpLink would put in a datagram. End A
+// sends on ring 0 and receives on ring 1; end B the other way round.
+//
+//   send()   fault injection (FaultSpec), then the packet is copied into
+//            the next free slot and published (release store of the ring's
+//            head). A full ring drops the packet and counts tx_errors, as
+//            a congested wire would (RC retransmits it). If the receiver
+//            published that it sleeps, the sender clears the flag and
+//            FUTEX_WAKEs it (the only system call, and only then).
+//   poll()   driven by the owner's thread (no receive thread): takes up to
+//            `max` packets, captures each (pcap), checks it (rx_check.hpp)
+//            and hands it to the receiver straight from its slot; the slot
+//            is released after the receiver returns.
+//   sleep    the owner, idle, calls arm_sleep() (publish RX_SLEEPING, full
+//            fence, re-check the ring: Dekker with the sender's store of
+//            the head, fence, load of RX_SLEEPING), then waits on
+//            wake_word() (a shared futex, expected value 1), then
+//            disarm_sleep().
+//
+// A new end takes over the file as it finds it: its receive side skips
+// whatever was left in its ring, its send side continues from the ring's
+// head, so a restarted process rejoins a peer that kept running.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/fd.hpp"
+#include "common/result.hpp"
+#include "sim/cable/fault_injector.hpp"
+#include "sim/cable/link.hpp"
+#include "sim/cable/link_counters.hpp"
+
+namespace openib::sim::wire {
+class PcapErfWriter;
+}
+
+namespace openib::sim {
+
+struct ShmLinkOptions {
+  std::string path;        // the shared file; created (mode 0600) if missing
+  char end = 'A';          // 'A' or 'B'; the two ends of a cable must differ
+  FaultSpec faults;        // injected on send
+  wire::PcapErfWriter* pcap = nullptr;  // as UdpLinkOptions::pcap
+  std::uint8_t pcap_iface = 0;
+  std::string name = "shm";  // in log lines
+};
+
+class ShmLink final : public Link {
+ public:
+  // Ring geometry, fixed by the file format (version 1).
+  static constexpr std::uint32_t kSlots = 512;
+  static constexpr std::uint32_t kSlotBytes = 8256;  // 8-byte slot header + kMaxPacketBytes, 64-aligned
+
+  static Result<std::unique_ptr<ShmLink>> create(const ShmLinkOptions& opts);
+  ~ShmLink() override;
+  ShmLink(const ShmLink&) = delete;
+  ShmLink& operator=(const ShmLink&) = delete;
+
+  // EMSGSIZE for a packet over wire::kMaxPacketBytes; a full ring is a
+  // counted drop (ok()).
+  Result<void> send(std::span<const std::byte> packet) override;
+  void set_receiver(Receiver r) override;
+  LinkStats stats() const override { return counters_.snapshot(); }
+  void set_faults(const FaultSpec& spec);
+
+  // Owner's thread: delivers up to `max` packets; returns how many slots
+  // were taken (delivered or dropped).
+  std::size_t poll(std::size_t max);
+  // True if a packet waits in the receive ring.
+  bool pending() const;
+
+  // Idle protocol (see above). arm_sleep() returns false, with the flag
+  // cleared again, if a packet arrived meanwhile: do not sleep then.
+  bool arm_sleep();
+  void disarm_sleep();
+  std::uint32_t* wake_word() const;
+
+  const std::string& name() const { return name_; }
+  char end() const { return end_; }
+
+ private:
+  struct Ring;
+  ShmLink(const ShmLinkOptions& opts, std::byte* base, std::size_t size);
+  Ring& tx_ring() const;
+  Ring& rx_ring() const;
+  std::byte* slot(int ring, std::uint64_t index) const;
+  void write_slot(std::span<const std::byte> packet);
+  void capture(std::span<const std::byte> packet);
+
+  std::string name_;
+  char end_;
+  wire::PcapErfWriter* pcap_;
+  std::uint8_t pcap_iface_;
+  std::byte* base_;
+  std::size_t size_;
+
+  std::mutex send_mu_;  // one producer: serialises senders and fault injection
+  FaultInjector faults_;
+  std::uint64_t tx_head_ = 0;  // under send_mu_
+
+  std::uint64_t rx_tail_ = 0;  // owner's thread
+
+  std::mutex rx_mu_;
+  std::shared_ptr<const Receiver> receiver_;
+
+  LinkCounters counters_;
+  std::atomic<unsigned> warned_{0};
+  std::atomic<bool> warned_full_{false}, warned_pcap_{false}, warned_garbage_{false};
+};
+
+}  // namespace openib::sim

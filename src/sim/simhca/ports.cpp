@@ -1,0 +1,326 @@
+// simhca's ports (docs/simhca.md §12.7, §14.1): power-on state and cables,
+// the port-state events (§9.4), the receive side's first steps for every
+// packet (which port, CRCs, the QP0/QP1 split of §14.1, the data checks of
+// §12.8), loopback to the device's own port, and the PMA's traffic counters
+// (§15). The SMA is in sma.cpp, the PMA in pma.cpp.
+#include "mad/mad.hpp"
+#include "sim/simhca/hca.hpp"
+#include "sim/wire/packet.hpp"
+
+namespace openib::simhca {
+
+namespace w = sim::wire;
+
+namespace {
+
+// IBA 16.1.3.5: PortXmitData/PortRcvData count the octets from the LRH
+// through the ICRC (not the VCRC); the PMA reports them divided by 4.
+uint64_t data_octets(size_t bytes) { return bytes > w::kVcrcBytes ? bytes - w::kVcrcBytes : 0; }
+
+w::Transport transport_of_type(uint8_t t) {
+  return t == kQpRc ? w::Transport::kRc : t == kQpUc ? w::Transport::kUc : w::Transport::kUd;
+}
+
+bool is_response_opcode(uint8_t opcode) {
+  const w::Op o = w::opcode_op(opcode);
+  return (o >= w::Op::kReadResponseFirst && o <= w::Op::kReadResponseOnly) || o == w::Op::kAcknowledge ||
+         o == w::Op::kAtomicAcknowledge;
+}
+
+}  // namespace
+
+// §6.3 / §14.2 power-on values. A port with a cable trains its link at
+// once (PortPhysicalState LinkUp, PortState Init, IBA 7.2); one without
+// polls for a peer (Polling, Down).
+void Hca::reset_ports() {
+  for (uint8_t n = 1; n <= kMaxPorts; ++n) {
+    Port& pt = port_at(n);
+    pt.info = PortInfo{};
+    pt.info.port_guid = opts_.caps.node_guid + n;  // §14.2: port GUID = node GUID + port number
+    pt.info.cap_flags = kPortCapFlags;
+    pt.sma = SmaPortState{};
+    pt.pma = sim::sma::PortCounterValues{};
+    init_sma_port(n);
+    const bool up = pt.link && n <= opts_.caps.num_ports;
+    pt.info.phys_state = up ? kPhysLinkUp : kPhysPolling;
+    pt.info.state = up ? kPsInit : kPsDown;
+  }
+}
+
+uint8_t Hca::qp_port(const Qp& qp) const {
+  if (qp.cfg.type == kQpSmi || qp.cfg.type == kQpGsi) return qp.cfg.port;
+  const uint8_t p = qp.attrs.port;
+  return p >= 1 && p <= opts_.caps.num_ports ? p : 1;
+}
+
+// §9.4 PORT_STATE_CHANGE / LID_CHANGE: after the completion of the command
+// that caused them, or at once when the SM (a MAD) did.
+void Hca::port_event_state(uint8_t port, uint8_t from, uint8_t to) {
+  PendingEvent ev;
+  ev.type = kEvPortStateChange;
+  put8(ev.data, 0, port);
+  put8(ev.data, 1, from);
+  put8(ev.data, 2, to);
+  if (in_command_) after_completion_.push_back(ev);
+  else raise_event(ev);
+}
+
+void Hca::port_event_lid(uint8_t port, uint16_t lid) {
+  PendingEvent ev;
+  ev.type = kEvLidChange;
+  put8(ev.data, 0, port);
+  put16(ev.data, 2, lid);
+  if (in_command_) after_completion_.push_back(ev);
+  else raise_event(ev);
+}
+
+void Hca::port_event(uint8_t type, uint8_t port) {
+  PendingEvent ev;
+  ev.type = type;
+  put8(ev.data, 0, port);
+  if (in_command_) after_completion_.push_back(ev);
+  else raise_event(ev);
+}
+
+// §12.7: cabling a port brings its link up (Init); unplugging takes it
+// down. No event before INIT_HCA (there is no EQ).
+void Hca::attach_link(uint8_t port, sim::Link* link) {
+  if (port < 1 || port > kMaxPorts) return;
+  Port& pt = port_at(port);
+  pt.link = link;
+  if (port > opts_.caps.num_ports) return;
+  const uint8_t was = pt.info.state;
+  if (link && pt.info.state == kPsDown && pt.info.phys_state != kPhysDisabled) {
+    pt.info.phys_state = kPhysLinkUp;
+    pt.info.state = kPsInit;
+  } else if (link) {
+    pt.info.phys_state = kPhysLinkUp;
+  } else {
+    pt.info.phys_state = kPhysPolling;
+    pt.info.state = kPsDown;
+  }
+  if (initialized_ && was != pt.info.state) port_event_state(port, was, pt.info.state);
+}
+
+bool Hca::for_own_port(uint8_t port, uint16_t dlid) const {
+  const PortInfo& pi = port_at(port).info;
+  const uint16_t mask = static_cast<uint16_t>(~((1u << pi.lmc) - 1));
+  return pi.lid != 0 && dlid < 0xc000 && (dlid & mask) == (pi.lid & mask);
+}
+
+// §12.7: what may leave a port (IBA 7.2): nothing while the link is not
+// up; SMPs (QP0) and GMPs (QP1) from Init on; every other packet only when
+// Active. A packet for the port itself never reaches the wire: it is
+// queued and received by this device on its next turn (run_due).
+bool Hca::transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local) {
+  Port& pt = port_at(port);
+  const uint8_t st = pt.info.state;
+  if (port > opts_.caps.num_ports || (management ? st < kPsInit : st != kPsActive) ||
+      (!local && pt.info.phys_state != kPhysLinkUp)) {
+    ++dstats_.tx_port_down;
+    ++pt.pma.xmit_discards;
+    return false;
+  }
+  if (local) {
+    ++dstats_.loopback_packets;
+    loopback_.emplace_back(port, std::move(pkt));
+    return true;
+  }
+  if (!pt.link || !pt.link->send(pkt)) {
+    ++pt.pma.xmit_discards;
+    return false;
+  }
+  count_tx(port, pkt.size());
+  return true;
+}
+
+void Hca::count_tx(uint8_t port, size_t bytes) {
+  auto& c = port_at(port).pma;
+  c.xmit_bytes += data_octets(bytes);
+  ++c.xmit_pkts;
+  ++c.unicast_xmit_pkts;
+}
+
+void Hca::count_rx(uint8_t port, size_t bytes) {
+  auto& c = port_at(port).pma;
+  c.rcv_bytes += data_octets(bytes);
+  ++c.rcv_pkts;
+  ++c.unicast_rcv_pkts;
+}
+
+void Hca::deliver_loopback() {
+  // Packets queued while these are received (a reply to a loopback SMP)
+  // wait for the next turn.
+  auto batch = std::exchange(loopback_, {});
+  for (auto& [port, pkt] : batch) receive_on_port(port, pkt, true);
+}
+
+void Hca::receive_packet(std::span<const std::byte> packet, Clock::time_point now) {
+  receive_packet(1, packet, now);
+}
+
+void Hca::receive_packet(uint8_t port, std::span<const std::byte> packet, Clock::time_point now) {
+  now_ = now;
+  if (port < 1 || port > opts_.caps.num_ports) {
+    ++dstats_.rx_port_down;
+    return;
+  }
+  receive_on_port(port, packet, false);
+}
+
+// §12.8 / §14.1: checks in order; each failure drops the packet and counts it.
+void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local) {
+  Port& pt = port_at(port);
+  if (!initialized_ || fatal_ || (!local && pt.info.phys_state != kPhysLinkUp)) {
+    ++dstats_.rx_port_down;
+    return;
+  }
+  auto parsed = w::parse_packet(packet);  // IBA 7.8 CRCs, framing, opcode table
+  if (!parsed) {
+    ++dstats_.rx_malformed;
+    ++pt.pma.rcv_errors;
+    return;
+  }
+  const w::ParsedPacket& p = *parsed;
+  ++dstats_.rx_packets;
+  if (!local) count_rx(port, packet.size());
+  const uint32_t dest = p.hdr.bth.dest_qp;
+  if (dest == 0) return receive_smp(port, p, local);  // sma.cpp
+  if (p.hdr.lrh.vl == 15) {  // IBA 7.6.5: VL15 carries SMPs only
+    ++dstats_.rx_bad_vl;
+    return;
+  }
+  if (pt.info.state < kPsInit) {
+    ++dstats_.rx_port_down;
+    return;
+  }
+  if (dest == 1) return receive_gmp(port, p, local);  // pma.cpp
+  if (pt.info.state != kPsActive) {  // data moves only through an Active port (IBA 7.2)
+    ++dstats_.rx_port_down;
+    return;
+  }
+  const uint16_t lmc_mask = static_cast<uint16_t>(~((1u << pt.info.lmc) - 1));
+  if (p.hdr.lrh.dlid >= 0xc000 || (p.hdr.lrh.dlid & lmc_mask) != (pt.info.lid & lmc_mask)) {
+    ++dstats_.rx_bad_dlid;  // IBA 7.11.1: not ours (multicast is not supported)
+    ++pt.pma.rcv_switch_relay_errors;
+    return;
+  }
+  // IBA 9.6.1.1 / 10.9.3: P_Keys match in their low 15 bits, one side a full member.
+  if (!pkey_matches(p.hdr.bth.pkey, pt.info.pkey0)) {
+    ++dstats_.rx_bad_pkey;
+    ++pt.info.pkey_violations;
+    ++pt.pma.rcv_constraint_errors;
+    return;
+  }
+  Qp* qp = qps_.get(dest);
+  if (!qp || qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi || qp_port(*qp) != port ||
+      w::opcode_transport(p.hdr.bth.opcode) != transport_of_type(qp->cfg.type)) {
+    ++dstats_.rx_no_qp;
+    return;
+  }
+  const uint8_t st = qp->attrs.state;
+  if (st != kRtr && st != kRts && st != kSqd && st != kSqe) {  // IBA 10.3.1
+    ++dstats_.rx_bad_state;
+    return;
+  }
+  const bool connected = qp->cfg.type == kQpRc || qp->cfg.type == kQpUc;
+  if (connected && st == kRtr && !qp->rt.comm_est) {  // IBA 11.6.3.1
+    qp->rt.comm_est = true;
+    emit_event(kEvQpCommEst, dest);
+  }
+  if (qp->cfg.type == kQpRc && is_response_opcode(p.hdr.bth.opcode)) req_on_response(dest, *qp, p);
+  else if (connected) resp_request(dest, *qp, p);
+  else resp_ud(dest, *qp, p, port);
+}
+
+// §14.1: a MAD for the driver's QP0 or QP1 of `port` (wire QPN 0 or 1),
+// received as on any UD QP (§12.8: a receive WQE, the GRH area, a CQE).
+bool Hca::deliver_to_qp(uint32_t wire_qpn, uint8_t port, const w::ParsedPacket& p,
+                        std::span<const std::byte> mad) {
+  const uint32_t qpn = special_qpn(port, wire_qpn == 1);
+  Qp* qp = qps_.get(qpn);
+  if (!qp) {
+    ++dstats_.rx_no_qp;
+    return false;
+  }
+  const uint8_t st = qp->attrs.state;
+  if (st != kRtr && st != kRts && st != kSqd && st != kSqe) {
+    ++dstats_.rx_bad_state;
+    return false;
+  }
+  w::ParsedPacket q = p;
+  if (!mad.empty()) q.payload = mad;
+  const uint64_t before = dstats_.messages_received;
+  resp_ud(qpn, *qp, q, port);
+  return dstats_.messages_received != before;
+}
+
+namespace {
+void put_gid(w::Gid& g, uint64_t prefix, uint64_t guid) {
+  for (int i = 0; i < 8; ++i) {
+    g[i] = static_cast<uint8_t>(prefix >> (56 - 8 * i));
+    g[8 + i] = static_cast<uint8_t>(guid >> (56 - 8 * i));
+  }
+}
+}  // namespace
+
+// §14.1: an SMP the device itself sends (the SMA's response, a trap): a UD
+// SEND from QP0 on VL15 with the default P_Key (IBA 14.2.1), to `dlid`
+// (the permissive LID for a directed route), out of `port` or back into
+// this device (`local`: the request came from the driver's own QP0).
+void Hca::send_smp(uint8_t port, std::span<const std::byte> mad, uint16_t dlid, uint32_t dest_qp, bool local,
+                   const w::ParsedPacket* req) {
+  const Port& pt = port_at(port);
+  w::Headers h;
+  h.lrh.vl = 15;
+  h.lrh.sl = req ? req->hdr.lrh.sl : 0;
+  h.lrh.dlid = dlid;
+  // IBA 14.2.2: directed-route packets, and a port without a LID, use the permissive LID.
+  h.lrh.slid = (dlid == kPermissiveLid || pt.info.lid == 0) ? kPermissiveLid : pt.info.lid;
+  h.lrh.lnh = w::Lnh::kIbaLocal;
+  h.bth.opcode = w::opcode(w::Transport::kUd, w::Op::kSendOnly);
+  h.bth.pkey = 0xffff;
+  h.bth.dest_qp = dest_qp;
+  h.deth = w::Deth{0, 0};
+  auto pkt = w::build_packet(h, mad);
+  if (!pkt || !transmit(port, std::move(*pkt), true, local || for_own_port(port, dlid))) {
+    ++dstats_.smps_dropped;
+    return;
+  }
+  ++dstats_.tx_packets;
+}
+
+// §15: the PMA's response: a UD SEND from QP1 back to the requester's QP
+// with the request's P_Key and SL and the GSI Q_Key (IBA 13.5.4.2), where
+// the request came from (the wire, or this device itself).
+void Hca::reply_gmp(uint8_t port, const w::ParsedPacket& req, std::span<const std::byte> mad, bool local) {
+  const Port& pt = port_at(port);
+  w::Headers h;
+  h.lrh.vl = pt.sma.sl2vl[req.hdr.lrh.sl & 0xf];
+  h.lrh.sl = req.hdr.lrh.sl;
+  h.lrh.dlid = req.hdr.lrh.slid;
+  h.lrh.slid = req.hdr.lrh.dlid;  // the LID (with path bits) the request was sent to
+  h.bth.opcode = w::opcode(w::Transport::kUd, w::Op::kSendOnly);
+  h.bth.pkey = req.hdr.bth.pkey;
+  h.bth.dest_qp = req.hdr.deth ? req.hdr.deth->src_qp : 1;
+  h.deth = w::Deth{kGsiQkey, 1};
+  h.lrh.lnh = w::Lnh::kIbaLocal;
+  if (req.hdr.grh) {  // IBA 13.5.4.2: a request with a GRH is answered with one
+    w::Grh g;
+    g.tclass = req.hdr.grh->tclass;
+    g.flow_label = req.hdr.grh->flow_label;
+    g.hop_lmt = 0xff;
+    put_gid(g.sgid, pt.info.gid_prefix, pt.info.port_guid);
+    g.dgid = req.hdr.grh->sgid;
+    h.grh = g;
+    h.lrh.lnh = w::Lnh::kIbaGlobal;
+  }
+  auto pkt = w::build_packet(h, mad);
+  if (!pkt || !transmit(port, std::move(*pkt), true, local || for_own_port(port, h.lrh.dlid))) {
+    ++dstats_.mads_dropped;
+    return;
+  }
+  ++dstats_.tx_packets;
+}
+
+}  // namespace openib::simhca

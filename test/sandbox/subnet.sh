@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Issue 5's subnet tests on the sandbox (scripts/sandbox.sh): ibsim's example
+# net.2sw2path4hca (2 switches joined by two cables, 4 CAs), each CA in its
+# own network namespace with ibd + simhca, the switches in ibfabric, and
+# Debian's unmodified OpenSM and infiniband-diags through the project's
+# libibumad.so.3.
+#   subnet.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
+export OPENIB_BUILD=$build OPENIB_SANDBOX_PREFIX=sbt OPENIB_SANDBOX_NET=198.18.7
+export OPENIB_SANDBOX
+OPENIB_SANDBOX=$(mktemp -d "${TMPDIR:-/tmp}/subnet-test-XXXXXX")
+rmdir "$OPENIB_SANDBOX"
+sb() { bash "$here/../../scripts/sandbox.sh" "$@"; }
+pp_pid=''
+cleanup() {
+  [[ -n $pp_pid ]] && kill "$pp_pid" 2>/dev/null
+  sb down || true
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  [[ -f $OPENIB_SANDBOX/opensm.log ]] && { echo "--- opensm.log (tail)"; tail -30 "$OPENIB_SANDBOX/opensm.log"; }
+  [[ -f $OPENIB_SANDBOX/ibfabric.log ]] && { echo "--- ibfabric.log (tail)"; tail -15 "$OPENIB_SANDBOX/ibfabric.log"; }
+  exit 1
+}
+ok() { echo "ok: $*"; }
+field() { sb run "$1" ibstat simhca0 "${3:-1}" | awk -F': ' -v k="$2" '$1 ~ k {print $2}'; }
+lid_of() { field "$1" "Base lid"; }
+
+sb up "$topo" --sm Hca1 || fail "sandbox up"
+
+# --- OpenSM brings the subnet up: every port Active with a LID ------------
+declare -A lid
+for h in Hca1 Hca2 Hca3 Hca4; do
+  for _ in $(seq 50); do [[ $(field $h State) == Active ]] && break; sleep 0.2; done
+  [[ $(field $h State) == Active ]] || fail "$h port 1 is $(field $h State)"
+  lid[$h]=$(lid_of $h)
+  ((lid[$h] > 0)) || fail "$h has no LID"
+  [[ $(field $h "SM lid") == "${lid[Hca1]}" ]] || fail "$h: SM lid $(field $h 'SM lid'), the SM is ${lid[Hca1]}"
+done
+ok "SUBNET UP: Hca1..4 Active with LIDs ${lid[*]}"
+links=$(sb run Hca2 iblinkinfo 2>&1) || fail "iblinkinfo: $links"
+# Every cable of the file is up: 8 switch ports (4 to CAs, 2 x 2 between
+# the switches) and the 4 CA ports, each Active/LinkUp.
+nlinks=$(grep -c "Active/ *LinkUp" <<<"$links" || true)
+((nlinks == 12)) || fail "iblinkinfo: $nlinks ports Active/LinkUp, expected 12
+$links"
+! grep -q "Armed\|Initialize" <<<"$links" || fail "a port is not Active: $links"
+ok "iblinkinfo: the 8 switch ports with a cable and the 4 CA ports are Active/LinkUp"
+
+# --- ibnetdiscover prints the whole topology ------------------------------
+disc=$(sb run Hca3 ibnetdiscover) || fail "ibnetdiscover: $disc"
+(($(grep -c '^Switch' <<<"$disc") == 2)) || fail "ibnetdiscover switches: $disc"
+(($(grep -c '^Ca' <<<"$disc") == 4)) || fail "ibnetdiscover CAs: $disc"
+for h in Hca1 Hca2 Hca3 Hca4 Switch1 Switch2; do grep -q "\"$h\"" <<<"$disc" || fail "ibnetdiscover lacks $h"; done
+# The two cables between the switches, ports 3-3 and 5-5, as in the file.
+sw1=$(awk '/^Switch/ && /"Switch1"/ {f=1; next} f && /^$/ {exit} f' <<<"$disc")
+(($(grep -c '"Switch2"' <<<"$sw1") == 2)) || fail "Switch1's cables to Switch2: $sw1"
+grep -q '^\[3\].*\[3\]' <<<"$sw1" && grep -q '^\[5\].*\[5\]' <<<"$sw1" || fail "Switch1 ports 3, 5: $sw1"
+ok "ibnetdiscover: 2 switches, 4 CAs, cables as in $topo"
+
+# --- smpquery by LID and by directed route --------------------------------
+sw1_lid=$(awk '/"Switch1" .*lid/ {for (i=1;i<=NF;i++) if ($i=="lid") {print $(i+1); exit}}' <<<"$disc")
+[[ -n $sw1_lid ]] || fail "no LID of Switch1 in: $disc"
+out=$(sb run Hca2 smpquery nodeinfo "${lid[Hca4]}") || fail "smpquery nodeinfo: $out"
+grep -q "NodeType:.*Channel Adapter" <<<"$out" || fail "nodeinfo of Hca4: $out"
+out=$(sb run Hca2 smpquery portinfo "${lid[Hca3]}" 1) || fail "smpquery portinfo: $out"
+grep -q "^Lid:\.*${lid[Hca3]}$" <<<"$out" || fail "portinfo of Hca3: $out"
+out=$(sb run Hca2 smpquery pkeys "${lid[Hca1]}" 1) || fail "smpquery pkeys: $out"
+grep -q "0xffff" <<<"$out" || fail "pkeys of Hca1: $out"
+out=$(sb run Hca2 smpquery switchinfo "$sw1_lid") || fail "smpquery switchinfo: $out"
+grep -q "LinearFdbTop" <<<"$out" || fail "switchinfo: $out"
+# Hca1 -> Switch1 (port 1 out of Hca1), then out of Switch1 port 3 -> Switch2.
+out=$(sb run Hca1 smpquery -D nodedesc 0,1,3) || fail "smpquery -D nodedesc 0,1,3: $out"
+grep -q "Switch2" <<<"$out" || fail "DR 0,1,3 from Hca1 is not Switch2: $out"
+out=$(sb run Hca1 smpquery -D switchinfo 0,1) || fail "smpquery -D switchinfo 0,1: $out"
+grep -q "LinearFdbTop" <<<"$out" || fail "DR switchinfo: $out"
+out=$(sb run Hca1 smpquery -D portinfo 0,1,3,2 1) || fail "smpquery -D portinfo 0,1,3,2: $out"
+grep -q "^Lid:\.*${lid[Hca4]}$" <<<"$out" || fail "DR portinfo of Hca4: $out"
+ok "smpquery nodeinfo, portinfo, pkeys, switchinfo by LID and by directed route"
+
+# --- saquery: multi-MAD (RMPP) answers ------------------------------------
+out=$(sb run Hca4 saquery -N) || fail "saquery -N: $out"
+(($(grep -c "NodeRecord dump" <<<"$out") == 6)) || fail "saquery -N: $(grep -c 'NodeRecord dump' <<<"$out") records, expected 6"
+out=$(sb run Hca4 saquery -p) || fail "saquery -p: $out"
+(($(grep -c "PathRecord dump" <<<"$out") >= 16)) || fail "saquery -p: $(grep -c 'PathRecord dump' <<<"$out") path records"
+out=$(sb run Hca4 saquery -m) || fail "saquery -m: $out"
+grep -q "MCMemberRecord" <<<"$out" || fail "saquery -m: $out"
+ok "saquery -N (6 NodeRecords), -p, -m: multi-MAD RMPP responses"
+
+# --- ibtracert between two CAs across both switches -----------------------
+out=$(sb run Hca1 ibtracert "${lid[Hca1]}" "${lid[Hca4]}") || fail "ibtracert: $out"
+grep -q '"Switch1"' <<<"$out" && grep -q '"Switch2"' <<<"$out" && grep -q '"Hca4"' <<<"$out" ||
+  fail "ibtracert Hca1 -> Hca4: $out"
+ok "ibtracert Hca1 -> Switch1 -> Switch2 -> Hca4"
+
+# --- ibping with its server on another host -------------------------------
+sb run Hca3 ibping -S >"$OPENIB_SANDBOX/ibping-server.log" 2>&1 &
+srv=$!
+sleep 1
+out=$(sb run Hca2 ibping -c 5 "${lid[Hca3]}") || { kill $srv; fail "ibping: $out"; }
+kill $srv 2>/dev/null || true
+grep -q "5 packets transmitted, 5 received" <<<"$out" || fail "ibping: $out"
+ok "ibping Hca2 -> ibping -S on Hca3: 5 of 5"
+
+# --- perfquery: counters grow with traffic and reset with -R --------------
+xmit() { sb run Hca2 perfquery "${lid[Hca4]}" 1 | awk -F'[.:]+' '/^PortXmitPkts/ {print $NF}'; }
+sb run Hca2 perfquery -R "${lid[Hca4]}" 1 >/dev/null || fail "perfquery -R"
+before=$(xmit)
+((before < 10)) || fail "PortXmitPkts $before right after reset"
+sb run Hca4 ibping -S >"$OPENIB_SANDBOX/ibping4.log" 2>&1 &
+srv=$!
+sleep 1
+sb run Hca2 ibping -c 20 "${lid[Hca4]}" >/dev/null || { kill $srv; fail "ibping to Hca4"; }
+kill $srv 2>/dev/null || true
+after=$(xmit)
+((after >= before + 20)) || fail "PortXmitPkts of Hca4 $before -> $after after 20 pings"
+ok "perfquery: Hca4 PortXmitPkts $before -> $after with traffic; -R resets"
+
+# --- RC traffic between two hosts across two switches ---------------------
+pp=$build/examples/openib-rc-pingpong
+sb run Hca1 "$pp" -n 200 -s 4096 >"$OPENIB_SANDBOX/pp-server.log" 2>&1 &
+pp_pid=$!
+sleep 1
+out=$(sb run Hca4 timeout 60 "$pp" -n 200 -s 4096 "$OPENIB_SANDBOX_NET.10") || fail "rc-pingpong client: $out"
+wait "$pp_pid" || fail "rc-pingpong server: $(cat "$OPENIB_SANDBOX/pp-server.log")"
+pp_pid=''
+grep -q "200 iters" <<<"$out" || fail "rc-pingpong: $out"
+ok "RC pingpong Hca4 -> Hca1 across Switch2 and Switch1: 200 x 4 KiB"
+
+# --- a cable pulled: trap 128, OpenSM resweeps ----------------------------
+sweeps() { grep -c -- "-> SUBNET UP" "$OPENIB_SANDBOX/opensm.log" || true; }
+# The Switch1 port the route Hca1 -> Hca4 leaves by now (3 or 5); pull it.
+via() { sb run Hca1 ibtracert "${lid[Hca1]}" "${lid[Hca4]}" | awk '/"Switch2"/ {gsub(/[][]/, "", $1); print $1; exit}'; }
+used=$(via)
+[[ $used == 3 || $used == 5 ]] || fail "route Hca1 -> Hca4 leaves Switch1 by '$used'"
+other=$((used == 3 ? 5 : 3))
+s0=$(sweeps)
+sb fabric link down Switch1 "$used" >/dev/null || fail "link down"
+for _ in $(seq 100); do
+  grep -q "Received Generic Notice type:1 num:128" "$OPENIB_SANDBOX/opensm.log" && (($(sweeps) > s0)) && break
+  sleep 0.2
+done
+grep -q "num:128" "$OPENIB_SANDBOX/opensm.log" || fail "OpenSM got no trap 128"
+(($(sweeps) > s0)) || fail "no new sweep (SUBNET UP) after the trap"
+now=''
+for _ in $(seq 50); do now=$(via); [[ $now == "$other" ]] && break; sleep 0.2; done
+[[ $now == "$other" ]] || fail "after pulling Switch1 port $used the route leaves by '$now', not $other"
+sb fabric link up Switch1 "$used" >/dev/null || fail "link up"
+ok "link down Switch1 $used: trap 128, OpenSM resweeps, the route moves to port $other"
+
+# --- OpenSM stopped on Hca1 and started on Hca3 takes the subnet over ------
+sb sm Hca1 stop
+sb sm Hca3 start || fail "OpenSM on Hca3"
+for h in Hca1 Hca2 Hca3 Hca4; do
+  for _ in $(seq 100); do [[ $(field $h "SM lid") == "${lid[Hca3]}" ]] && break; sleep 0.2; done
+  [[ $(field $h "SM lid") == "${lid[Hca3]}" ]] || fail "$h: SM lid $(field $h 'SM lid'), expected Hca3's ${lid[Hca3]}"
+  [[ $(field $h State) == Active ]] || fail "$h not Active under the new SM"
+done
+ok "OpenSM moved from Hca1 to Hca3: every port's SM LID is ${lid[Hca3]}"
+echo "PASS: net.2sw2path4hca through OpenSM and infiniband-diags"
+exit 0

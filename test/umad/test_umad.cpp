@@ -1,0 +1,226 @@
+// The project's libibumad.so.3 against a real ibd (docs/umad.md): the C API
+// as OpenSM and infiniband-diags call it, through <infiniband/umad.h>.
+#include <fcntl.h>
+#include <infiniband/umad.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "harness.hpp"
+
+using namespace openib::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Env {
+  TempDir dir;
+  std::unique_ptr<Ibd> ibd;
+  explicit Env(uint16_t lid = 7) {
+    IbdOptions o;
+    o.lid = lid;
+    ibd = std::make_unique<Ibd>(dir.path(), "u", o);
+    ::setenv("OPENIB_SOCKET", ibd->socket().c_str(), 1);
+  }
+};
+
+// A PerfMgmt Get(ClassPortInfo) (IBA 16.1.2) with TID `tid`.
+void pma_get_classportinfo(uint8_t* mad, uint64_t tid) {
+  std::memset(mad, 0, 256);
+  mad[0] = 1;     // BaseVersion
+  mad[1] = 0x04;  // PerfMgmt
+  mad[2] = 1;     // ClassVersion
+  mad[3] = 0x01;  // Get
+  for (int i = 0; i < 8; ++i) mad[8 + i] = uint8_t(tid >> (56 - 8 * i));
+  mad[16] = 0x00;
+  mad[17] = 0x01;  // ClassPortInfo
+}
+
+uint32_t cap_mask(int port) {
+  umad_port_t p;
+  REQUIRE(umad_get_port(nullptr, port, &p) == 0);
+  uint32_t c = be32toh(p.capmask);
+  umad_release_port(&p);
+  return c;
+}
+
+bool wait_cap(uint32_t bit, bool set) {
+  for (int i = 0; i < 100; ++i) {
+    if (((cap_mask(1) & bit) != 0) == set) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("umad: no ibd, no CA", "[umad]") {
+  TempDir dir;
+  ::setenv("OPENIB_SOCKET", (dir.path() + "/nobody.sock").c_str(), 1);
+  char cas[UMAD_MAX_DEVICES][UMAD_CA_NAME_LEN];
+  CHECK(umad_get_cas_names(cas, UMAD_MAX_DEVICES) == 0);
+  umad_ca_t ca;
+  CHECK(umad_get_ca(nullptr, &ca) < 0);
+  CHECK(umad_open_port(nullptr, 0) < 0);
+  CHECK(umad_get_ca_device_list() == nullptr);
+}
+
+TEST_CASE("umad: the CA and its port, live from the device", "[umad]") {
+  Env env(7);
+  char cas[UMAD_MAX_DEVICES][UMAD_CA_NAME_LEN];
+  REQUIRE(umad_get_cas_names(cas, UMAD_MAX_DEVICES) == 1);
+  CHECK(std::string(cas[0]) == "simhca0");
+  umad_ca_t ca;
+  REQUIRE(umad_get_ca(cas[0], &ca) == 0);
+  CHECK(ca.node_type == 1);
+  REQUIRE(ca.numports >= 1);
+  CHECK(ca.node_guid != 0);
+  REQUIRE(ca.ports[1] != nullptr);
+  CHECK(ca.ports[1]->base_lid == 7);
+  CHECK(ca.ports[1]->state == 4);  // Active (ibd's static setup)
+  CHECK(std::string(ca.ports[1]->link_layer) == "InfiniBand");
+  CHECK(ca.ports[1]->pkeys_size >= 1);
+  CHECK(ca.ports[1]->pkeys[0] == 0xffff);
+  CHECK(ca.ports[1]->port_guid != 0);
+  const uint64_t port_guid = ca.ports[1]->port_guid;
+  CHECK(umad_release_ca(&ca) == 0);
+  CHECK(umad_get_ca("mlx5_0", &ca) < 0);  // not a CA of this ibd
+
+  __be64 guids[4] = {};
+  REQUIRE(umad_get_ca_portguids(nullptr, guids, 4) == ca.numports + 1);
+  CHECK(guids[1] == port_guid);
+  umad_port_t p;
+  REQUIRE(umad_get_port(nullptr, 0, &p) == 0);  // port 0: the first Active one
+  CHECK(p.portnum == 1);
+  CHECK(p.base_lid == 7);
+  umad_release_port(&p);
+  umad_device_node* list = umad_get_ca_device_list();
+  REQUIRE(list != nullptr);
+  CHECK(std::string(list->ca_name) == "simhca0");
+  CHECK(list->next == nullptr);
+  umad_free_ca_device_list(list);
+}
+
+TEST_CASE("umad: agents are one per class, version and method", "[umad]") {
+  Env env;
+  int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  CHECK(umad_get_fd(fd) == fd);
+  long trap_mask[2] = {1L << 0x05, 0};  // Trap
+  int a = umad_register(fd, 0x81, 1, 0, trap_mask);
+  REQUIRE(a >= 0);
+  CHECK(umad_register(fd, 0x81, 1, 0, trap_mask) < 0);  // the method is taken
+  int b = umad_register(fd, 0x01, 1, 0, trap_mask);       // another class: fine
+  REQUIRE(b >= 0);
+  CHECK(b != a);
+  CHECK(umad_register(fd, 0x81, 1, 0, nullptr) >= 0);     // no methods: responses only
+  CHECK(umad_register(fd, 0x03, 2, 2, nullptr) < 0);       // RMPP version 2 does not exist
+  CHECK(umad_unregister(fd, a) == 0);
+  CHECK(umad_unregister(fd, a) < 0);
+  CHECK(umad_register(fd, 0x81, 1, 0, trap_mask) >= 0);  // free again
+  CHECK(umad_close_port(fd) == 0);
+  CHECK(umad_close_port(fd) < 0);
+}
+
+TEST_CASE("umad: a request nobody answers comes back ETIMEDOUT after its retries", "[umad]") {
+  Env env;
+  int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  int agent = umad_register(fd, 0x04, 1, 0, nullptr);
+  REQUIRE(agent >= 0);
+  std::vector<uint8_t> buf(umad_size() + 256);
+  pma_get_classportinfo(static_cast<uint8_t*>(umad_get_mad(buf.data())), 0x1122334455667788ull);
+  umad_set_addr(buf.data(), 0x1234 /* nobody */, 1, 0, 0x80010000);
+  const auto t0 = Clock::now();
+  REQUIRE(umad_send(fd, agent, buf.data(), 256, 100, 2) == 0);
+  std::vector<uint8_t> in(umad_size() + 256);
+  // A buffer too small for what is queued: the header, the length needed,
+  // ENOSPC, and the MAD stays queued.
+  int len = 8;
+  int r = umad_recv(fd, in.data(), &len, 5000);
+  REQUIRE(r == -ENOSPC);
+  CHECK(len == 24);
+  len = 256;
+  r = umad_recv(fd, in.data(), &len, 1000);
+  const auto waited = Clock::now() - t0;
+  REQUIRE(r == agent);
+  CHECK(umad_status(in.data()) == ETIMEDOUT);
+  CHECK(len == 24);  // the common header only, as from the kernel
+  auto* mad = static_cast<uint8_t*>(umad_get_mad(in.data()));
+  uint64_t tid = 0;
+  for (int i = 0; i < 8; ++i) tid = tid << 8 | mad[8 + i];
+  CHECK((tid & 0xffffffffu) == 0x55667788u);  // ibd owns bits 63:32, the sender the rest
+  CHECK(waited >= std::chrono::milliseconds(290));  // three sends, 100 ms each
+  CHECK(waited < std::chrono::seconds(5));
+  len = 256;
+  CHECK(umad_recv(fd, in.data(), &len, 200) == -ETIMEDOUT);  // nothing more
+  umad_close_port(fd);
+}
+
+TEST_CASE("umad: the issm file sets IsSM while it is held, also by a process that dies", "[umad]") {
+  Env env;
+  char path[256];
+  REQUIRE(umad_get_issm_path(nullptr, 1, path, sizeof path) == 0);
+  constexpr uint32_t kIsSm = 1u << 1;
+  CHECK((cap_mask(1) & kIsSm) == 0);
+  int f = ::open(path, O_RDONLY | O_NONBLOCK);
+  REQUIRE(f >= 0);
+  CHECK(wait_cap(kIsSm, true));
+  ::close(f);
+  CHECK(wait_cap(kIsSm, false));
+  pid_t child = ::fork();
+  if (child == 0) {
+    int g = ::open(path, O_RDONLY | O_NONBLOCK);
+    if (g < 0) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  CHECK(wait_cap(kIsSm, true));
+  ::kill(child, SIGKILL);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  CHECK(wait_cap(kIsSm, false));
+}
+
+TEST_CASE("umad: a client killed with agents registered leaves none behind", "[umad]") {
+  Env env;
+  long get_mask[2] = {1L << 0x01, 0};
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    int fd = umad_open_port(nullptr, 0);
+    int a = fd >= 0 ? umad_register(fd, 0x09, 1, 0, get_mask) : -1;  // a vendor class, method Get
+    char c = a >= 0 ? 'y' : 'n';
+    (void)!::write(pipefd[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  char c = 0;
+  REQUIRE(::read(pipefd[0], &c, 1) == 1);
+  REQUIRE(c == 'y');
+  int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  CHECK(umad_register(fd, 0x09, 1, 0, get_mask) < 0);  // held by the child
+  ::kill(child, SIGKILL);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  int a = -1;
+  for (int i = 0; i < 100 && a < 0; ++i) {
+    a = umad_register(fd, 0x09, 1, 0, get_mask);
+    if (a < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(a >= 0);
+  umad_close_port(fd);
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+}

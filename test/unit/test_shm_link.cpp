@@ -1,0 +1,265 @@
+// The shared-memory cable (src/sim/cable/shm_link.*, docs/cables.md
+// "Shared-memory cable"): two ends on one file exchange packets intact both
+// ways; a full ring drops and counts; corrupted packets are counted and never
+// reach the receiver; the sleeping receiver is woken by a send (and only a
+// sleeping one); a restarted end skips stale packets; bad files and options
+// are refused; the pcap tap shows valid IBA packets to tshark.
+#include <catch2/catch.hpp>
+
+#include "tshark.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sim/cable/shm_link.hpp"
+#include "sim/wire/packet.hpp"
+#include "sim/wire/pcap_erf.hpp"
+
+using namespace openib::sim;
+using namespace openib::sim::wire;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using Bytes = std::vector<std::byte>;
+
+namespace {
+
+Bytes packet(std::uint32_t psn, std::size_t len) {
+  Headers h;
+  h.lrh.dlid = 2;
+  h.lrh.slid = 1;
+  h.bth.opcode = opcode(Transport::kRc, Op::kSendOnly);
+  h.bth.pkey = 0xFFFF;
+  h.bth.dest_qp = 0x12;
+  h.bth.psn = psn & 0xFFFFFF;
+  Bytes pl(len);
+  for (std::size_t i = 0; i < len; ++i) pl[i] = static_cast<std::byte>((psn * 31 + i) & 0xFF);
+  auto r = build_packet(h, pl);
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+// A fresh cable file path, removed at the end of the test.
+struct TempFile {
+  fs::path path;
+  explicit TempFile(const char* tag)
+      : path(fs::temp_directory_path() / ("openib_shm_" + std::string(tag) + "." + std::to_string(::getpid()))) {
+    fs::remove(path);
+  }
+  ~TempFile() { fs::remove(path); }
+};
+
+std::unique_ptr<ShmLink> end_of(const fs::path& p, char end, FaultSpec f = {}, PcapErfWriter* pcap = nullptr,
+                                std::uint8_t iface = 0) {
+  ShmLinkOptions o;
+  o.path = p.string();
+  o.end = end;
+  o.faults = f;
+  o.pcap = pcap;
+  o.pcap_iface = iface;
+  o.name = std::string("shm-") + end;
+  auto r = ShmLink::create(o);
+  INFO((r.ok() ? std::string() : r.error().str()));
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+struct Sink {
+  std::vector<Bytes> got;
+  Link::Receiver receiver() {
+    return [this](std::span<const std::byte> p) { got.emplace_back(p.begin(), p.end()); };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ShmLink: two ends exchange packets intact, both ways", "[cable][shm]") {
+  TempFile f("pair");
+  auto a = end_of(f.path, 'A');
+  auto b = end_of(f.path, 'B');
+  Sink at_a, at_b;
+  a->set_receiver(at_a.receiver());
+  b->set_receiver(at_b.receiver());
+  std::vector<Bytes> sent_a, sent_b;
+  for (std::uint32_t i = 0; i < 300; ++i) {
+    sent_a.push_back(packet(i, (i * 37) % 4097));
+    sent_b.push_back(packet(1000 + i, i % 7));
+    REQUIRE(a->send(sent_a.back()).ok());
+    REQUIRE(b->send(sent_b.back()).ok());
+    if (i % 50 == 49) {  // drained in batches, across the ring's wrap-around
+      CHECK(b->poll(SIZE_MAX) == 50);
+      CHECK(a->poll(SIZE_MAX) == 50);
+    }
+  }
+  CHECK(!a->pending());
+  CHECK(at_b.got == sent_a);
+  CHECK(at_a.got == sent_b);
+  CHECK(a->stats().tx_packets == 300);
+  CHECK(b->stats().rx_packets == 300);
+  CHECK(b->stats().rx_dropped_bad_crc == 0);
+  // poll(max) takes no more than asked.
+  for (std::uint32_t i = 0; i < 5; ++i) REQUIRE(a->send(packet(i, 8)).ok());
+  CHECK(b->poll(2) == 2);
+  CHECK(b->pending());
+  CHECK(b->poll(10) == 3);
+  CHECK(b->poll(10) == 0);
+}
+
+TEST_CASE("ShmLink: a full ring drops and counts, as a congested wire", "[cable][shm]") {
+  TempFile f("full");
+  auto a = end_of(f.path, 'A');
+  auto b = end_of(f.path, 'B');
+  Sink at_b;
+  b->set_receiver(at_b.receiver());
+  for (std::uint32_t i = 0; i < ShmLink::kSlots + 10; ++i) REQUIRE(a->send(packet(i, 64)).ok());
+  CHECK(a->stats().tx_errors == 10);
+  CHECK(b->poll(SIZE_MAX) == ShmLink::kSlots);
+  REQUIRE(at_b.got.size() == ShmLink::kSlots);
+  CHECK(at_b.got.back() == packet(ShmLink::kSlots - 1, 64));
+  // Room again once the receiver caught up.
+  REQUIRE(a->send(packet(7, 64)).ok());
+  CHECK(a->stats().tx_errors == 10);
+  CHECK(b->poll(SIZE_MAX) == 1);
+}
+
+TEST_CASE("ShmLink: corrupted packets are counted and never reach the receiver", "[cable][shm][faults]") {
+  TempFile f("corrupt");
+  FaultSpec all_bad;
+  all_bad.corrupt = 1.0;
+  auto a = end_of(f.path, 'A', all_bad);
+  auto b = end_of(f.path, 'B');
+  Sink at_b;
+  b->set_receiver(at_b.receiver());
+  for (std::uint32_t i = 0; i < 100; ++i) REQUIRE(a->send(packet(i, 100)).ok());
+  CHECK(b->poll(SIZE_MAX) == 100);
+  CHECK(at_b.got.empty());
+  CHECK(a->stats().injected_corruptions == 100);
+  CHECK(b->stats().rx_dropped_bad_crc + b->stats().rx_dropped_malformed == 100);
+  // Oversized packets are refused at send.
+  CHECK(a->send(Bytes(kMaxPacketBytes + 1)).error().code == EMSGSIZE);
+}
+
+TEST_CASE("ShmLink: a sleeping receiver is woken by a send, and only then", "[cable][shm][sleep]") {
+  TempFile f("sleep");
+  auto a = end_of(f.path, 'A');
+  auto b = end_of(f.path, 'B');
+  Sink at_b;
+  b->set_receiver(at_b.receiver());
+
+  // Not sleeping: the sender leaves the flag alone (no wake-up needed).
+  REQUIRE(a->send(packet(1, 8)).ok());
+  CHECK(*b->wake_word() == 0);
+  // A packet waits: arming refuses (the receiver must not sleep).
+  CHECK_FALSE(b->arm_sleep());
+  CHECK(*b->wake_word() == 0);
+  CHECK(b->poll(SIZE_MAX) == 1);
+
+  // Armed and asleep in FUTEX_WAIT: a send clears the flag and wakes it.
+  REQUIRE(b->arm_sleep());
+  CHECK(*b->wake_word() == 1);
+  std::atomic<bool> woke{false};
+  std::thread sleeper([&] {
+    const timespec limit{5, 0};
+    while (std::atomic_ref<std::uint32_t>(*b->wake_word()).load() == 1)
+      ::syscall(SYS_futex, b->wake_word(), FUTEX_WAIT, 1, &limit, nullptr, 0);
+    woke = true;
+  });
+  std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(woke.load());
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(a->send(packet(2, 8)).ok());
+  sleeper.join();
+  CHECK(woke.load());
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // woken, not timed out
+  CHECK(*b->wake_word() == 0);
+  b->disarm_sleep();
+  CHECK(b->poll(SIZE_MAX) == 1);
+  CHECK(at_b.got.size() == 2);
+}
+
+TEST_CASE("ShmLink: a restarted end skips stale packets and rejoins", "[cable][shm]") {
+  TempFile f("restart");
+  auto a = end_of(f.path, 'A');
+  {
+    auto b = end_of(f.path, 'B');
+    for (std::uint32_t i = 0; i < 10; ++i) REQUIRE(a->send(packet(i, 16)).ok());
+  }  // B goes away with 10 packets unread
+  for (std::uint32_t i = 0; i < 3; ++i) REQUIRE(a->send(packet(i, 16)).ok());  // sent to nobody
+  auto b = end_of(f.path, 'B');
+  Sink at_b;
+  b->set_receiver(at_b.receiver());
+  CHECK(b->poll(SIZE_MAX) == 0);  // the stale ones are skipped
+  REQUIRE(a->send(packet(42, 16)).ok());
+  CHECK(b->poll(SIZE_MAX) == 1);
+  REQUIRE(at_b.got.size() == 1);
+  CHECK(at_b.got[0] == packet(42, 16));
+  // And the other way: B's sends reach A, which kept running.
+  Sink at_a;
+  a->set_receiver(at_a.receiver());
+  REQUIRE(b->send(packet(43, 16)).ok());
+  CHECK(a->poll(SIZE_MAX) == 1);
+  CHECK(at_a.got.size() == 1);
+}
+
+TEST_CASE("ShmLink: bad files and options are refused", "[cable][shm]") {
+  TempFile f("bad");
+  ShmLinkOptions o;
+  o.path = f.path.string();
+  o.end = 'C';
+  CHECK(ShmLink::create(o).error().code == EINVAL);
+  o.end = 'A';
+  {
+    std::ofstream(f.path) << "not a cable";
+  }
+  auto r = ShmLink::create(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == EINVAL);
+  fs::remove(f.path);
+  o.path = fs::temp_directory_path().string();  // a directory
+  CHECK_FALSE(ShmLink::create(o).ok());
+  o.path = "/nonexistent-dir/x";
+  CHECK_FALSE(ShmLink::create(o).ok());
+}
+
+TEST_CASE("ShmLink pcap tap: sent and received packets, decoded by tshark", "[cable][shm][pcap][tshark]") {
+  int status = 0;
+  openib::test::run_command("command -v tshark >/dev/null", status);
+  if (status != 0) FAIL("tshark not found: it is a test prerequisite, installed by scripts/setup.sh");
+  TempFile f("pcap");
+  const auto path = fs::temp_directory_path() / ("openib_shm." + std::to_string(::getpid()) + ".pcap");
+  {
+    auto w = PcapErfWriter::open(path.string());
+    REQUIRE(w.ok());
+    auto a = end_of(f.path, 'A', {}, w->get(), 0);
+    auto b = end_of(f.path, 'B', {}, w->get(), 1);
+    Sink at_b;
+    b->set_receiver(at_b.receiver());
+    for (std::uint32_t i = 0; i < 10; ++i) REQUIRE(a->send(packet(i, 4096 - i)).ok());
+    CHECK(b->poll(SIZE_MAX) == 10);
+    CHECK((*w)->records() == 20);
+    REQUIRE((*w)->close().ok());
+  }
+  auto out = openib::test::run_command(
+      openib::test::tshark_read(path.string()) + " -T fields -E separator=, -e frame.protocols -e infiniband.bth.psn -e _ws.malformed",
+      status);
+  INFO(out.substr(0, 4000));
+  REQUIRE(status == 0);
+  std::size_t frames = 0;
+  for (std::size_t pos = 0, nl; (nl = out.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    const std::string line = out.substr(pos, nl - pos);
+    ++frames;
+    CHECK(line.rfind("erf:infiniband", 0) == 0);
+    CHECK(line.back() == ',');  // _ws.malformed empty
+  }
+  CHECK(frames == 20);
+  fs::remove(path);
+}
