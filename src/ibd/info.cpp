@@ -107,6 +107,8 @@ std::string Server::info_json(const Client& asker, uint32_t flags) {
                    {"dma_mapped_bytes", pool.mapped_bytes},
                    {"dma_maps_total", pool.maps_total},
                    {"dma_unmaps_total", pool.unmaps_total}};
+  if (umad_)
+    for (const auto& [name, value] : umad_->counter_list()) j["counters"][name] = value;
   // kInfoObjects: every client's objects for root, the asker's own otherwise.
   const bool all_objects = (flags & proto::kInfoObjects) && asker.uid == 0;
   const bool own_objects = (flags & proto::kInfoObjects) != 0;

@@ -347,6 +347,27 @@ void UmadService::on_client_mad(Session& s, std::span<const std::byte> msg) {
   ++counters_.sent;
 }
 
+std::vector<std::pair<std::string, uint64_t>> UmadService::counter_list() const {
+  std::vector<std::pair<std::string, uint64_t>> v{
+      {"umad_sessions", sessions_.size()},      {"umad_opens", counters_.opens},
+      {"umad_sent", counters_.sent},            {"umad_send_errors", counters_.send_errors},
+      {"umad_delivered", counters_.delivered},  {"umad_dropped", counters_.dropped},
+      {"umad_bad_client_mads", counters_.bad_client_mads}};
+  for (const auto& [port, l] : layers_) {
+    const auto& c = l->counters();
+    const auto& q = l->port_counters();
+    const std::string p = "mad_port" + std::to_string(port) + "_";
+    for (auto [k, n] : std::initializer_list<std::pair<const char*, uint64_t>>{
+             {"sent", c.sent}, {"send_errors", c.send_errors}, {"received", c.received},
+             {"timeouts", c.timeouts}, {"retries", c.retries}, {"unmatched_responses", c.unmatched_responses},
+             {"unclaimed_requests", c.unclaimed_requests}, {"rmpp_sent", c.rmpp_sent},
+             {"rmpp_received", c.rmpp_received}, {"rmpp_aborted", c.rmpp_aborted},
+             {"recv_errors", q.recv_errors}, {"no_send_buffer", q.no_send_buffer}})
+      v.emplace_back(p + k, n);
+  }
+  return v;
+}
+
 void UmadService::deliver(uint32_t client, uint8_t port, uint32_t agent, const mad::Delivery& d) {
   Session* s = find_session(client, port);
   if (!s) return;

@@ -56,6 +56,8 @@ class UmadService {
   std::string issm_path(uint8_t port) const;
   bool is_sm(uint8_t port) const;
   const UmadCounters& counters() const { return counters_; }
+  // Flat name -> value pairs for INFO's counters (ibdctl counters).
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
 
  private:
   struct Session {  // one UMAD_OPEN

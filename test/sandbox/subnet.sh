@@ -89,7 +89,11 @@ out=$(sb run Hca4 saquery -p) || fail "saquery -p: $out"
 (($(grep -c "PathRecord dump" <<<"$out") >= 16)) || fail "saquery -p: $(grep -c 'PathRecord dump' <<<"$out") path records"
 out=$(sb run Hca4 saquery -m) || fail "saquery -m: $out"
 grep -q "MCMemberRecord" <<<"$out" || fail "saquery -m: $out"
-ok "saquery -N (6 NodeRecords), -p, -m: multi-MAD RMPP responses"
+# ibd's MAD layers did the RMPP: OpenSM's answers segmented on Hca1, reassembled on Hca4.
+counter() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" counters | awk -v k="$2" '$1 == k {print $2}'; }
+(($(counter Hca1 mad_port1_rmpp_sent) >= 3)) || fail "Hca1's MAD layer sent $(counter Hca1 mad_port1_rmpp_sent) RMPP messages"
+(($(counter Hca4 mad_port1_rmpp_received) >= 3)) || fail "Hca4's MAD layer reassembled $(counter Hca4 mad_port1_rmpp_received)"
+ok "saquery -N (6 NodeRecords), -p, -m: multi-MAD RMPP responses ($(counter Hca4 mad_port1_rmpp_received) reassembled on Hca4)"
 
 # --- ibtracert between two CAs across both switches -----------------------
 out=$(sb run Hca1 ibtracert "${lid[Hca1]}" "${lid[Hca4]}") || fail "ibtracert: $out"

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <infiniband/umad.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -223,4 +224,50 @@ TEST_CASE("umad: a client killed with agents registered leaves none behind", "[u
   umad_close_port(fd);
   ::close(pipefd[0]);
   ::close(pipefd[1]);
+}
+
+TEST_CASE("umad: garbage on the MAD socket is dropped, the session and ibd go on", "[umad]") {
+  Env env;
+  int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  int agent = umad_register(fd, 0x04, 1, 0, nullptr);
+  REQUIRE(agent >= 0);
+  // Raw writes past the library: too short, an agent never registered, a
+  // header claiming more than was sent, pure noise of many sizes.
+  std::vector<uint8_t> junk(umad_size() + 256, 0xA5);
+  CHECK(::send(fd, junk.data(), 3, MSG_NOSIGNAL) == 3);
+  auto* hdr = reinterpret_cast<ib_user_mad*>(junk.data());
+  hdr->agent_id = 31;
+  CHECK(::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL) == ssize_t(junk.size()));
+  hdr->agent_id = uint32_t(agent);
+  hdr->length = 1u << 30;
+  CHECK(::send(fd, junk.data(), umad_size() + 10, MSG_NOSIGNAL) == ssize_t(umad_size() + 10));
+  uint32_t x = 12345;
+  for (size_t n = 1; n < junk.size(); n += 37) {
+    for (auto& b : junk) b = uint8_t((x = x * 1103515245 + 12345) >> 16);
+    (void)::send(fd, junk.data(), n, MSG_NOSIGNAL);
+  }
+  // The session still works: a request to nobody comes back timed out.
+  std::vector<uint8_t> buf(umad_size() + 256);
+  pma_get_classportinfo(static_cast<uint8_t*>(umad_get_mad(buf.data())), 77);
+  umad_set_addr(buf.data(), 0x1234, 1, 0, 0x80010000);
+  REQUIRE(umad_send(fd, agent, buf.data(), 256, 50, 0) == 0);
+  int len = 256;
+  int got = -1;
+  for (int i = 0; i < 200 && got != agent; ++i) {  // junk that parsed as a request of ours may come back first
+    len = 256;
+    got = umad_recv(fd, buf.data(), &len, 2000);
+    if (got == agent) {
+      auto* mad = static_cast<uint8_t*>(umad_get_mad(buf.data()));
+      if (mad[15] != 77) got = -1;  // not our TID
+    }
+    if (got < 0 && got != -1) break;
+  }
+  CHECK(got == agent);
+  CHECK(umad_status(buf.data()) == ETIMEDOUT);
+  CHECK(env.ibd->alive());
+  umad_ca_t ca;
+  CHECK(umad_get_ca(nullptr, &ca) == 0);
+  umad_release_ca(&ca);
+  umad_close_port(fd);
 }
