@@ -50,12 +50,30 @@ host_index() {  # NAME -> i
   die "no host '$1' (hosts: $(tr '\n' ' ' <"$dir/hosts"))"
 }
 
+# Runs COMMAND in host NAME's namespace, with its ibd and our libibumad. It
+# execs (ip netns exec -> env -> COMMAND): started with `&`, $! is the
+# command's own PID.
 in_host() {  # NAME COMMAND...
   local name=$1 i
   shift
   i=$(host_index "$name")
-  ip netns exec "$prefix-$i" env LD_LIBRARY_PATH="$build/src/umad${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  exec ip netns exec "$prefix-$i" env LD_LIBRARY_PATH="$build/src/umad${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     OPENIB_SOCKET="$dir/$name/ibd.sock" OSM_CACHE_DIR="$dir/$name/opensm-cache" "$@"
+}
+
+# SIGTERM to PIDs, then up to SECONDS for them to go, then SIGKILL.
+stop_pids() {  # SECONDS PID...
+  local secs=$1 p alive
+  shift
+  (($#)) || return 0
+  kill "$@" 2>/dev/null || true
+  for _ in $(seq $((secs * 10))); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || return 0
+    sleep 0.1
+  done
+  kill -9 "$@" 2>/dev/null || true
 }
 
 wait_for() {  # FILE PATTERN SECONDS PID
@@ -71,11 +89,11 @@ wait_for() {  # FILE PATTERN SECONDS PID
 sm_start() {
   local name=$1 guid
   [[ -f $dir/opensm.pid ]] && sm_stop
-  guid=$(in_host "$name" ibstat -p | head -1)
+  guid=$( (in_host "$name" ibstat -p) | head -1)
   [[ -n $guid ]] || die "no port GUID on $name (is its ibd up?)"
   mkdir -p "$dir/$name/opensm-cache"
   : >"$dir/opensm.log"
-  in_host "$name" opensm -g "$guid" -f "$dir/opensm.log" -d2 -s 5 >"$dir/opensm.out" 2>&1 &
+  (in_host "$name" opensm -g "$guid" -f "$dir/opensm.log" -d2 -s 5) >"$dir/opensm.out" 2>&1 &
   echo $! >"$dir/opensm.pid"
   echo "$name" >"$dir/opensm.host"
   if ! wait_for "$dir/opensm.log" "SUBNET UP" 60 "$(cat "$dir/opensm.pid")"; then
@@ -87,37 +105,27 @@ sm_start() {
 
 sm_stop() {
   [[ -f $dir/opensm.pid ]] || return 0
-  local pid
-  pid=$(cat "$dir/opensm.pid")
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$pid" 2>/dev/null || true
+  stop_pids 10 "$(cat "$dir/opensm.pid")"
   rm -f "$dir/opensm.pid" "$dir/opensm.host"
 }
 
 down() {
-  sm_stop
-  local f pid
-  for f in "$dir"/*/ibd.pid "$dir"/ibfabric.pid; do
-    [[ -f $f ]] || continue
-    pid=$(cat "$f")
-    kill "$pid" 2>/dev/null || true
+  sm_stop  # first: an SM whose ibd went away first would only log errors
+  local f i n
+  local -a pids=()
+  for f in "$dir"/*/ibd.pid; do [[ -f $f ]] && pids+=("$(cat "$f")"); done
+  # Whatever else still runs in the hosts' namespaces was started there by
+  # this sandbox (`run ... &`): it goes too.
+  n=$( [[ -f $dir/hosts ]] && wc -l <"$dir/hosts" || echo 0)
+  for ((i = 0; i < n; i++)); do
+    mapfile -t -O "${#pids[@]}" pids < <(ip netns pids "$prefix-$i" 2>/dev/null)
   done
-  for f in "$dir"/*/ibd.pid "$dir"/ibfabric.pid; do
-    [[ -f $f ]] || continue
-    pid=$(cat "$f")
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-    rm -f "$f"
+  stop_pids 10 "${pids[@]}"
+  [[ -f $dir/ibfabric.pid ]] && stop_pids 10 "$(cat "$dir/ibfabric.pid")"
+  for ((i = 0; i < n; i++)); do
+    ip netns del "$prefix-$i" 2>/dev/null || true
+    ip link del "${prefix}h$i" 2>/dev/null || true
   done
-  if [[ -f $dir/hosts ]]; then
-    local i=0
-    while read -r _; do
-      ip netns del "$prefix-$i" 2>/dev/null || true
-      ip link del "${prefix}h$i" 2>/dev/null || true
-      i=$((i + 1))
-    done <"$dir/hosts"
-  fi
   ip link del "$bridge" 2>/dev/null || true
   rm -rf "$dir"
 }
@@ -187,8 +195,8 @@ up() {
     topo_ports=$(awk -v n="\"$name\"" '($1 == "Hca" || $1 == "Ca") && $3 == n {print $2; exit}' "$topo")
     [[ ${topo_ports:-1} -ge 2 ]] && extra+=("--simhca-arg=--ports" "--simhca-arg=2")
     mkdir -p "$dir/$name"
-    in_host "$name" "$build/src/ibd/ibd" --socket "$dir/$name/ibd.sock" --run-dir "$dir/$name" --lid 0 \
-      --log info "${cable[@]}" "${extra[@]}" >"$dir/$name/ibd.log" 2>&1 &
+    (in_host "$name" "$build/src/ibd/ibd" --socket "$dir/$name/ibd.sock" --run-dir "$dir/$name" --lid 0 \
+      --log info "${cable[@]}" "${extra[@]}") >"$dir/$name/ibd.log" 2>&1 </dev/null &
     echo $! >"$dir/$name/ibd.pid"
     wait_for "$dir/$name/ibd.log" "ibd: ready" 30 "$(cat "$dir/$name/ibd.pid")" ||
       { tail -20 "$dir/$name/ibd.log" >&2; die "ibd on $name did not start"; }
@@ -210,7 +218,7 @@ case $cmd in
   run)
     (($# >= 2)) || die "usage: sandbox.sh run HOST COMMAND..."
     host=$1; shift
-    in_host "$host" "$@" ;;
+    in_host "$host" "$@" ;;  # execs: this process becomes COMMAND
   sm)
     (($# == 2)) || die "usage: sandbox.sh sm HOST start|stop"
     case $2 in start) sm_start "$1" ;; stop) sm_stop ;; *) die "sm HOST start|stop" ;; esac ;;

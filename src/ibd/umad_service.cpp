@@ -177,7 +177,7 @@ Result<mad::MadLayer*> UmadService::layer(uint8_t port) {
   OPENIB_TRY_ASSIGN(auto l, mad::MadLayer::open(io_, hca_, port));
   auto* raw = l.get();
   layers_.emplace(port, std::move(l));
-  log::get("ibd")->info("umad: port {}: QP0 and QP1 up (CQ {})", port, raw->cqn());
+  log::get("ibd")->info("umad: port {}: QP0 and QP1 up", port);
   return raw;
 }
 

@@ -6,11 +6,14 @@
 // dropped, so a short buffer can never be overrun (decoders still check sizes).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "common/result.hpp"
 
 namespace openib::mad {
 
@@ -69,6 +72,22 @@ inline void put_bits(MutBytes b, std::size_t bitoff, unsigned len, std::uint64_t
     b[byte] = std::byte(static_cast<std::uint8_t>(cur));
     v >>= 1;
   }
+}
+
+// ---- helpers of the attribute decoders (sma_attrs.cpp, pma_attrs.cpp) ---
+// EPROTO unless `in` holds at least n bytes.
+inline Result<void> need(ConstBytes in, std::size_t n, const char* what) {
+  if (in.size() < n) return err(EPROTO, "{}: {} bytes, need {}", what, in.size(), n);
+  return {};
+}
+// A bit field as type T.
+template <typename T>
+T bits(ConstBytes in, std::size_t off, unsigned len) {
+  return static_cast<T>(get_bits(in, off, len));
+}
+// Zeroes the first n bytes (at most the span).
+inline void zero(MutBytes out, std::size_t n) {
+  std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(std::min(n, out.size())), std::byte{0});
 }
 
 }  // namespace openib::mad

@@ -35,19 +35,17 @@ bool is_response_mad(ConstBytes mad) {
 }
 
 Result<std::unique_ptr<MadLayer>> MadLayer::open(asio::io_context& io, hca::Hca& hca, uint8_t port) {
-  std::unique_ptr<MadLayer> l(new MadLayer(io));
-  OPENIB_TRY_ASSIGN(l->port_, MadPort::open(hca, port));
-  l->port_->set_receiver([raw = l.get()](const ReceivedMad& r) { raw->on_receive(r); });
-  return l;
+  OPENIB_TRY_ASSIGN(auto p, MadPort::open(hca, port));
+  return std::make_unique<MadLayer>(io, std::move(p));
+}
+
+MadLayer::MadLayer(asio::io_context& io, std::unique_ptr<MadTransport> port) : io_(io), port_(std::move(port)) {
+  port_->set_receiver([this](const ReceivedMad& r) { on_receive(r); });
 }
 
 MadLayer::~MadLayer() = default;
 
-bool MadLayer::on_cq_event(uint32_t cqn) {
-  if (cqn != port_->cqn()) return false;
-  port_->on_completion();
-  return true;
-}
+bool MadLayer::on_cq_event(uint32_t cqn) { return port_->on_cq_event(cqn); }
 
 Result<uint32_t> MadLayer::register_agent(const AgentSpec& spec, Handler h) {
   if (spec.rmpp_version > 1) return err(EINVAL, "RMPP version {} (1 is the only one)", spec.rmpp_version);

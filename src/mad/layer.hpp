@@ -65,11 +65,13 @@ class MadLayer {
  public:
   using Handler = std::function<void(const Delivery&)>;
 
+  // The layer over `port`'s QP0 and QP1 on the HCA driver.
   static Result<std::unique_ptr<MadLayer>> open(boost::asio::io_context& io, hca::Hca& hca, uint8_t port);
+  // The layer over any transport (tests, the fuzz target).
+  MadLayer(boost::asio::io_context& io, std::unique_ptr<MadTransport> port);
   ~MadLayer();
 
   uint8_t port() const { return port_->port(); }
-  uint32_t cqn() const { return port_->cqn(); }
 
   // EBUSY: another agent takes one of the methods for this class/version.
   Result<uint32_t> register_agent(const AgentSpec& spec, Handler h);
@@ -118,7 +120,6 @@ class MadLayer {
   };
   using TransferKey = std::tuple<uint64_t /*TID*/, uint16_t /*LID*/, uint32_t /*QPN*/>;
 
-  MadLayer(boost::asio::io_context& io) : io_(io) {}
   void on_receive(const ReceivedMad& r);
   void on_rmpp(const ReceivedMad& r, const RmppHeader& h);
   Agent* agent_for_request(ConstBytes mad, uint32_t* key);
@@ -133,7 +134,7 @@ class MadLayer {
   void arm_outbound_timer(uint64_t tid);
 
   boost::asio::io_context& io_;
-  std::unique_ptr<MadPort> port_;
+  std::unique_ptr<MadTransport> port_;
   std::map<uint32_t, Agent> agents_;  // key = the TID bits 63:32
   uint32_t next_key_ = 1;
   std::map<uint64_t, Pending> pending_;     // by TID

@@ -50,9 +50,23 @@ struct MadPortCounters {
   uint64_t sent = 0, send_errors = 0, received = 0, recv_errors = 0, no_send_buffer = 0;
 };
 
-class MadPort {
+// What the MAD layer needs from the port below it (DESIGN: a small
+// interface, so that tests and the fuzz target put a fake under the layer).
+class MadTransport {
  public:
   using Receiver = std::function<void(const ReceivedMad&)>;
+  virtual ~MadTransport() = default;
+  virtual uint8_t port() const = 0;
+  virtual void set_receiver(Receiver r) = 0;
+  // One MAD (exactly kMadBytes) on QP `qp` (0 or 1) to `to`.
+  virtual Result<void> send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) = 0;
+  // A completion event on CQ `cqn`: true if it was this port's (and handled).
+  virtual bool on_cq_event(uint32_t cqn) = 0;
+  virtual const MadPortCounters& counters() const = 0;
+};
+
+class MadPort final : public MadTransport {
+ public:
 
   // Creates the CQ, QP0 and QP1 on `port`, moves both to RTS (P_Key index
   // 0; QP1's Q_Key kGsiQkey), posts the receive buffers and arms the CQ.
@@ -61,19 +75,24 @@ class MadPort {
   MadPort(const MadPort&) = delete;
   MadPort& operator=(const MadPort&) = delete;
 
-  uint8_t port() const { return port_; }
+  uint8_t port() const override { return port_; }
   uint32_t cqn() const { return cq_.cqn; }
-  void set_receiver(Receiver r) { receiver_ = std::move(r); }
+  void set_receiver(Receiver r) override { receiver_ = std::move(r); }
 
   // Posts one MAD (exactly kMadBytes) on QP `qp` (0 or 1) to `to`.
   // EAGAIN: every send buffer is in flight.
-  Result<void> send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad);
+  Result<void> send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) override;
+  bool on_cq_event(uint32_t cqn) override {
+    if (cqn != cq_.cqn) return false;
+    on_completion();
+    return true;
+  }
 
   // Polls the CQ: receives go to the receiver (their buffers reposted),
   // sends free their buffers; then re-arms the CQ.
   void on_completion();
 
-  const MadPortCounters& counters() const { return counters_; }
+  const MadPortCounters& counters() const override { return counters_; }
 
  private:
   MadPort(hca::Hca& hca, uint8_t port) : hca_(hca), port_(port) {}

@@ -4,22 +4,6 @@
 #include <algorithm>
 
 namespace openib::mad {
-namespace {
-
-Result<void> need(ConstBytes in, std::size_t n, const char* what) {
-  if (in.size() < n) return err(EPROTO, "{}: {} bytes, need {}", what, in.size(), n);
-  return {};
-}
-template <typename T>
-T bits(ConstBytes in, std::size_t off, unsigned len) {
-  return static_cast<T>(get_bits(in, off, len));
-}
-void zero(MutBytes out, std::size_t n) {
-  std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(std::min(n, out.size())), std::byte{0});
-}
-
-}  // namespace
-
 // ---- ClassPortInfo, IBA 13.4.8.1 Table 109 -----------------------------
 void encode_class_port_info(MutBytes out, const ClassPortInfo& v) {
   zero(out, kClassPortInfoBytes);

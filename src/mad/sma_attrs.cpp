@@ -5,22 +5,6 @@
 #include <algorithm>
 
 namespace openib::mad {
-namespace {
-
-Result<void> need(ConstBytes in, std::size_t n, const char* what) {
-  if (in.size() < n) return err(EPROTO, "{}: {} bytes, need {}", what, in.size(), n);
-  return {};
-}
-template <typename T>
-T bits(ConstBytes in, std::size_t off, unsigned len) {
-  return static_cast<T>(get_bits(in, off, len));
-}
-void zero(MutBytes out, std::size_t n) {
-  std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(std::min(n, out.size())), std::byte{0});
-}
-
-}  // namespace
-
 // ---- NodeInfo, IBA 14.2.5.3 Table 135 ----------------------------------
 void encode_node_info(MutBytes out, const NodeInfo& v) {
   zero(out, kNodeInfoBytes);

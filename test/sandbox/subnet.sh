@@ -13,7 +13,9 @@ export OPENIB_BUILD=$build OPENIB_SANDBOX_PREFIX=sbt OPENIB_SANDBOX_NET=198.18.7
 export OPENIB_SANDBOX
 OPENIB_SANDBOX=$(mktemp -d "${TMPDIR:-/tmp}/subnet-test-XXXXXX")
 rmdir "$OPENIB_SANDBOX"
-sb() { bash "$here/../../scripts/sandbox.sh" "$@"; }
+sandbox=$here/../../scripts/sandbox.sh
+sb() { bash "$sandbox" "$@"; }
+# In the background: `run` execs, so $! is the command itself.
 pp_pid=''
 cleanup() {
   [[ -n $pp_pid ]] && kill "$pp_pid" 2>/dev/null
@@ -102,7 +104,7 @@ grep -q '"Switch1"' <<<"$out" && grep -q '"Switch2"' <<<"$out" && grep -q '"Hca4
 ok "ibtracert Hca1 -> Switch1 -> Switch2 -> Hca4"
 
 # --- ibping with its server on another host -------------------------------
-sb run Hca3 ibping -S >"$OPENIB_SANDBOX/ibping-server.log" 2>&1 &
+bash "$sandbox" run Hca3 ibping -S >"$OPENIB_SANDBOX/ibping-server.log" 2>&1 &
 srv=$!
 sleep 1
 out=$(sb run Hca2 ibping -c 5 "${lid[Hca3]}") || { kill $srv; fail "ibping: $out"; }
@@ -115,7 +117,7 @@ xmit() { sb run Hca2 perfquery "${lid[Hca4]}" 1 | awk -F'[.:]+' '/^PortXmitPkts/
 sb run Hca2 perfquery -R "${lid[Hca4]}" 1 >/dev/null || fail "perfquery -R"
 before=$(xmit)
 ((before < 10)) || fail "PortXmitPkts $before right after reset"
-sb run Hca4 ibping -S >"$OPENIB_SANDBOX/ibping4.log" 2>&1 &
+bash "$sandbox" run Hca4 ibping -S >"$OPENIB_SANDBOX/ibping4.log" 2>&1 &
 srv=$!
 sleep 1
 sb run Hca2 ibping -c 20 "${lid[Hca4]}" >/dev/null || { kill $srv; fail "ibping to Hca4"; }
@@ -126,7 +128,7 @@ ok "perfquery: Hca4 PortXmitPkts $before -> $after with traffic; -R resets"
 
 # --- RC traffic between two hosts across two switches ---------------------
 pp=$build/examples/openib-rc-pingpong
-sb run Hca1 "$pp" -n 200 -s 4096 >"$OPENIB_SANDBOX/pp-server.log" 2>&1 &
+bash "$sandbox" run Hca1 "$pp" -n 200 -s 4096 >"$OPENIB_SANDBOX/pp-server.log" 2>&1 &
 pp_pid=$!
 sleep 1
 out=$(sb run Hca4 timeout 60 "$pp" -n 200 -s 4096 "$OPENIB_SANDBOX_NET.10") || fail "rc-pingpong client: $out"

@@ -14,7 +14,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/opensm-pair-XXXXXX")
 source "$here/../../scripts/ibd_pair.sh"
 sm_pid=''
 cleanup() {
-  if [[ -n $sm_pid ]]; then kill "$sm_pid" 2>/dev/null; wait "$sm_pid" 2>/dev/null || true; fi
+  if [[ -n $sm_pid ]]; then  # OpenSM first, then the daemons; bounded
+    kill "$sm_pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$sm_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$sm_pid" 2>/dev/null || true
+    wait "$sm_pid" 2>/dev/null || true
+  fi
   stop_daemons
   rm -rf "$work"
 }
@@ -45,7 +50,8 @@ guid_a=$(on a ibstat -p | head -1)
 guid_b=$(on b ibstat -p | head -1)
 [[ $guid_a != "$guid_b" ]] || fail "both ports have GUID $guid_a"
 mkdir -p "$work/cache"
-OSM_CACHE_DIR=$work/cache on a opensm -g "$guid_a" -f "$work/opensm.log" -d2 -s 2 >"$work/opensm.out" 2>&1 &
+(export OPENIB_SOCKET=$work/a.sock OSM_CACHE_DIR=$work/cache
+ exec opensm -g "$guid_a" -f "$work/opensm.log" -d2 -s 2) >"$work/opensm.out" 2>&1 &
 sm_pid=$!
 for _ in $(seq 300); do
   grep -q "SUBNET UP" "$work/opensm.log" 2>/dev/null && break
