@@ -34,11 +34,6 @@ bool is_response_mad(ConstBytes mad) {
   return (m & 0x80) || m == kTrapRepress;
 }
 
-Result<std::unique_ptr<MadLayer>> MadLayer::open(asio::io_context& io, hca::Hca& hca, uint8_t port) {
-  OPENIB_TRY_ASSIGN(auto p, MadPort::open(hca, port));
-  return std::make_unique<MadLayer>(io, std::move(p));
-}
-
 MadLayer::MadLayer(asio::io_context& io, std::unique_ptr<MadTransport> port) : io_(io), port_(std::move(port)) {
   port_->set_receiver([this](const ReceivedMad& r) { on_receive(r); });
 }

@@ -31,10 +31,13 @@
 #include <vector>
 
 #include "common/result.hpp"
-#include "hca/hca.hpp"
 #include "mad/bytes.hpp"
-#include "mad/mad_port.hpp"
+#include "mad/transport.hpp"
 #include "mad/rmpp.hpp"
+
+namespace openib::hca {
+class Hca;
+}
 
 namespace openib::mad {
 
@@ -65,7 +68,8 @@ class MadLayer {
  public:
   using Handler = std::function<void(const Delivery&)>;
 
-  // The layer over `port`'s QP0 and QP1 on the HCA driver.
+  // The layer over `port`'s QP0 and QP1 on the HCA driver (defined in
+  // mad_port.cpp, with the driver-facing half).
   static Result<std::unique_ptr<MadLayer>> open(boost::asio::io_context& io, hca::Hca& hca, uint8_t port);
   // The layer over any transport (tests, the fuzz target).
   MadLayer(boost::asio::io_context& io, std::unique_ptr<MadTransport> port);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "mad/layer.hpp"
 
 namespace openib::mad {
 namespace {
@@ -189,6 +190,11 @@ void MadPort::on_completion() {
     }
   }
   (void)hca_.arm_cq(cq_, false, cq_.ci);
+}
+
+Result<std::unique_ptr<MadLayer>> MadLayer::open(boost::asio::io_context& io, hca::Hca& hca, uint8_t port) {
+  OPENIB_TRY_ASSIGN(auto p, MadPort::open(hca, port));
+  return std::make_unique<MadLayer>(io, std::move(p));
 }
 
 }  // namespace openib::mad

@@ -20,50 +20,9 @@
 #include "common/result.hpp"
 #include "hca/hca.hpp"
 #include "mad/bytes.hpp"
+#include "mad/transport.hpp"
 
 namespace openib::mad {
-
-inline constexpr uint32_t kGsiQkey = 0x80010000;  // IBA 13.5.3.1: the well-known Q_Key of QP1
-
-// Where a MAD came from (receive) or goes to (send). The fields of
-// rdma-core's struct ib_mad_addr, host byte order.
-struct MadAddress {
-  uint32_t qpn = 0;    // remote QP (0 or 1 for management, any for redirected GSI)
-  uint32_t qkey = 0;
-  uint16_t lid = 0;    // remote LID; 0xFFFF permissive (directed-route SMPs)
-  uint8_t sl = 0;
-  uint8_t path_bits = 0;
-  bool grh = false;
-  uint8_t gid_index = 0, hop_limit = 0, traffic_class = 0;
-  std::array<uint8_t, 16> gid{};
-  uint32_t flow_label = 0;
-  uint16_t pkey_index = 0;
-};
-
-struct ReceivedMad {
-  uint8_t qp = 0;  // 0 or 1: the QP it arrived on
-  MadAddress from;
-  std::array<std::byte, kMadBytes> mad{};
-};
-
-struct MadPortCounters {
-  uint64_t sent = 0, send_errors = 0, received = 0, recv_errors = 0, no_send_buffer = 0;
-};
-
-// What the MAD layer needs from the port below it (DESIGN: a small
-// interface, so that tests and the fuzz target put a fake under the layer).
-class MadTransport {
- public:
-  using Receiver = std::function<void(const ReceivedMad&)>;
-  virtual ~MadTransport() = default;
-  virtual uint8_t port() const = 0;
-  virtual void set_receiver(Receiver r) = 0;
-  // One MAD (exactly kMadBytes) on QP `qp` (0 or 1) to `to`.
-  virtual Result<void> send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) = 0;
-  // A completion event on CQ `cqn`: true if it was this port's (and handled).
-  virtual bool on_cq_event(uint32_t cqn) = 0;
-  virtual const MadPortCounters& counters() const = 0;
-};
 
 class MadPort final : public MadTransport {
  public:
