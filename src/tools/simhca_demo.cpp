@@ -118,9 +118,14 @@ struct Children {
 // registered buffer whose virtual addresses are this process's pointers.
 struct Side {
   Side(const std::string& sock, uint16_t lid) : lid(lid) {
-    for (int i = 0; i < 500 && !fs::exists(sock) && !g_stop; ++i)
+    // The socket file appears at bind(), before listen(): until then a
+    // connect is refused. Retry for up to 5 s.
+    auto d = vfio::open_device("vfio-user:" + sock);
+    for (int i = 0; i < 500 && !d && !g_stop; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    dev = must(vfio::open_device("vfio-user:" + sock), "connect");
+      d = vfio::open_device("vfio-user:" + sock);
+    }
+    dev = must(std::move(d), "connect");
     hca = must(hca::Hca::open(*dev, io), "bring-up");
     hca::PortSetup ps;
     ps.state = hca::kPortActive;
