@@ -90,8 +90,14 @@ class SimhcaProcess {
 };
 
 inline std::unique_ptr<vfio::Device> connect(const SimhcaProcess& p) {
+  // The socket file exists from bind(), before listen(): a connect in
+  // between is refused. Retry for up to 5 s.
   auto d = vfio::open_device(p.spec());
-  REQUIRE(d.ok());
+  for (int i = 0; i < 500 && !d.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    d = vfio::open_device(p.spec());
+  }
+  if (!d.ok()) FAIL(d.error().str());
   return std::move(d).value();
 }
 
