@@ -370,12 +370,17 @@ int main(int argc, char** argv) {
   std::mutex device_mu;
   std::unique_lock device_lock(device_mu);
   bool client_gone = false;  // the watcher saw the client go: the loop resets
+  std::string serve_error;   // the watcher's handle_message() failed: the loop exits
   std::optional<Hca::Clock::time_point> due;  // hca.next_due() as of the last time the device ran
   bool due_known = false, carried = false;
   Hca::Clock::time_point sleep_until{};  // the loop's wake-up time while it sleeps
   SocketWatch sock(waiter, device_mu, [&] {
     auto r = server.handle_message(0);
-    if (!r || !*r) {  // an error or a disconnect: the loop deals with it
+    if (!r) {  // as in the loop: the server failed, simhca ends
+      serve_error = r.error().str();
+      return 2;
+    }
+    if (!*r) {  // the client went: the loop resets the device
       client_gone = true;
       return 2;
     }
@@ -429,6 +434,10 @@ int main(int argc, char** argv) {
       if (server.connected()) sock.set_fd(server.client_fd());
       due_known = false;
       continue;
+    }
+    if (!serve_error.empty()) {
+      log->error("{}", serve_error);
+      return 1;
     }
     if (client_gone) {  // seen by the socket watcher
       client_gone = false;
