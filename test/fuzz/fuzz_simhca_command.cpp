@@ -13,31 +13,14 @@
 #include "sim/simhca/codec.hpp"
 #include "sim/simhca/hca.hpp"
 #include "sim/simhca/qp_state.hpp"
+#include "fake_host.hpp"
 
 namespace {
 
 using namespace openib;
 using namespace openib::simhca;
 
-// 256 KiB of "mapped" host memory at IOVA 1 MiB; everything else faults.
-class FakeHost final : public HostPort {
- public:
-  static constexpr uint64_t kBase = 1ull << 20, kSize = 256 * 1024;
-  std::vector<std::byte> mem = std::vector<std::byte>(kSize);
-  Result<void> dma_read(uint64_t iova, std::span<std::byte> out) override {
-    if (iova < kBase || iova - kBase > kSize || out.size() > kSize - (iova - kBase))
-      return err(EFAULT, "unmapped");
-    if (!out.empty()) std::memcpy(out.data(), mem.data() + (iova - kBase), out.size());
-    return ok();
-  }
-  Result<void> dma_write(uint64_t iova, std::span<const std::byte> in) override {
-    if (iova < kBase || iova - kBase > kSize || in.size() > kSize - (iova - kBase))
-      return err(EFAULT, "unmapped");
-    if (!in.empty()) std::memcpy(mem.data() + (iova - kBase), in.data(), in.size());
-    return ok();
-  }
-  bool signal_msix(uint32_t) override { return true; }
-};
+using fuzz::FakeHost;
 
 constexpr uint64_t kCmdq = FakeHost::kBase;            // 32 entries
 constexpr uint64_t kMailbox = FakeHost::kBase + 4096;  // fuzzed mailbox bytes
