@@ -105,7 +105,7 @@ sb run Hca1 ibtracert 1 "$lid4"
 echo "-- saquery -N from Hca4 (NodeRecords, a multi-MAD RMPP answer from OpenSM's SA):"
 sb run Hca4 saquery -N | grep -E "NodeDescription|lid\b" | head -12
 echo "-- perfquery of Hca4 port 1 from Hca2:"
-sb run Hca2 perfquery "$lid4" 1 | grep -E "Xmit|Rcv" | head -4
+sb run Hca2 perfquery "$lid4" 1 | grep -E "^Port(Xmit|Rcv)(Data|Pkts)"
 port=$(sb run Hca1 ibtracert 1 "$lid4" | awk '/"Switch2"/ {gsub(/[][]/, "", $1); print $1; exit}')
 echo "-- pulling the cable the route takes, Switch1[$port]: trap 128, OpenSM resweeps, the route moves"
 sb fabric link down Switch1 "$port"
