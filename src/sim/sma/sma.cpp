@@ -227,6 +227,25 @@ struct SmaEngineAccess {
     return st;
   }
 
+  // The Set-then-Get of a table attribute block: a Set decodes and stores
+  // the block (undecodable or refused: kInvalid; a table the model does not
+  // have: kUnsupported, answered at once); then the block as it now is
+  // answers, or `missing` when the model has no such block.
+  template <class Decode, class Store, class Load, class Encode>
+  static std::uint16_t table_block(MutBytes data, bool set, Decode decode, Store store, Load load, Encode encode,
+                                   std::uint16_t missing = kUnsupported) {
+    std::uint16_t st = kOk;
+    if (set) {
+      auto v = decode(data);
+      st = v ? store(*v) : kInvalid;
+      if (st == kUnsupported) return st;
+    }
+    auto cur = load();
+    if (!cur) return missing;
+    encode(data, *cur);
+    return st;
+  }
+
   std::uint16_t sl2vl(MutBytes data, bool set, std::uint32_t mod, std::uint8_t in_port) {
     std::uint8_t in = 0, out = in_port;
     if (is_switch()) {
@@ -234,16 +253,10 @@ struct SmaEngineAccess {
       out = static_cast<std::uint8_t>(mod);
       if ((mod >> 16) != 0 || in > num_ports() || out > num_ports()) return kInvalid;
     }
-    std::uint16_t st = kOk;
-    if (set) {
-      auto v = decode_sl2vl(data);
-      st = v ? e.model_.set_sl2vl(in, out, *v) : kInvalid;
-      if (st == kUnsupported) return st;
-    }
-    auto cur = e.model_.sl2vl(in, out);
-    if (!cur) return kUnsupported;
-    encode_sl2vl(data, *cur);
-    return st;
+    return table_block(
+        data, set, [&](ConstBytes d) { return decode_sl2vl(d); },
+        [&](const auto& v) { return e.model_.set_sl2vl(in, out, v); }, [&] { return e.model_.sl2vl(in, out); },
+        [&](MutBytes d, const auto& v) { encode_sl2vl(d, v); });
   }
 
   std::uint16_t vlarb(MutBytes data, bool set, std::uint32_t mod, std::uint8_t in_port) {
@@ -254,16 +267,10 @@ struct SmaEngineAccess {
       if ((mod & 0xFFFF) > num_ports()) return kInvalid;
       port = static_cast<std::uint8_t>(mod & 0xFFFF);
     }
-    std::uint16_t st = kOk;
-    if (set) {
-      auto v = decode_vlarb_block(data);
-      st = v ? e.model_.set_vlarb(port, part, *v) : kInvalid;
-      if (st == kUnsupported) return st;
-    }
-    auto cur = e.model_.vlarb(port, part);
-    if (!cur) return kUnsupported;
-    encode_vlarb_block(data, *cur);
-    return st;
+    return table_block(
+        data, set, [&](ConstBytes d) { return decode_vlarb_block(d); },
+        [&](const auto& v) { return e.model_.set_vlarb(port, part, v); }, [&] { return e.model_.vlarb(port, part); },
+        [&](MutBytes d, const auto& v) { encode_vlarb_block(d, v); });
   }
 
   std::uint16_t guid_info(MutBytes data, bool set, std::uint32_t mod, std::uint8_t in_port) {
@@ -272,16 +279,10 @@ struct SmaEngineAccess {
     if (mod > 0xFFFF) return kInvalid;
     auto block = static_cast<std::uint16_t>(mod);
     if (pi.guid_cap != 0 && std::size_t{block} * kGuidsPerBlock >= pi.guid_cap) return kInvalid;
-    std::uint16_t st = kOk;
-    if (set) {
-      auto v = decode_guid_block(data);
-      st = v ? e.model_.set_guid_block(port, block, *v) : kInvalid;
-      if (st == kUnsupported) return st;
-    }
-    auto cur = e.model_.guid_block(port, block);
-    if (!cur) return block == 0 ? kUnsupported : kInvalid;
-    encode_guid_block(data, *cur);
-    return st;
+    return table_block(
+        data, set, [&](ConstBytes d) { return decode_guid_block(d); },
+        [&](const auto& v) { return e.model_.set_guid_block(port, block, v); }, [&] { return e.model_.guid_block(port, block); },
+        [&](MutBytes d, const auto& v) { encode_guid_block(d, v); }, block == 0 ? kUnsupported : kInvalid);
   }
 
   std::uint16_t switch_info(MutBytes data, bool set) {
@@ -318,16 +319,10 @@ struct SmaEngineAccess {
     if (mod > 0xFFFF) return kInvalid;
     auto block = static_cast<std::uint16_t>(mod);
     if (std::size_t{block} * kLftEntriesPerBlock >= std::max<std::size_t>(si->linear_fdb_cap, 1)) return kInvalid;
-    std::uint16_t st = kOk;
-    if (set) {
-      auto v = decode_lft_block(data);
-      st = v ? e.model_.set_lft_block(block, *v) : kInvalid;
-      if (st == kUnsupported) return st;
-    }
-    auto cur = e.model_.lft_block(block);
-    if (!cur) return kUnsupported;
-    encode_lft_block(data, *cur);
-    return st;
+    return table_block(
+        data, set, [&](ConstBytes d) { return decode_lft_block(d); },
+        [&](const auto& v) { return e.model_.set_lft_block(block, v); }, [&] { return e.model_.lft_block(block); },
+        [&](MutBytes d, const auto& v) { encode_lft_block(d, v); });
   }
 
   std::uint16_t mft(MutBytes data, bool set, std::uint32_t mod) {
@@ -338,16 +333,10 @@ struct SmaEngineAccess {
     if ((mod & 0x0FFFFE00u) != 0) return kInvalid;
     if (std::size_t{pos} * 16 > num_ports()) return kInvalid;
     if (std::size_t{block} * kMftEntriesPerBlock >= std::max<std::size_t>(si->multicast_fdb_cap, 1)) return kInvalid;
-    std::uint16_t st = kOk;
-    if (set) {
-      auto v = decode_mft_block(data);
-      st = v ? e.model_.set_mft_block(block, pos, *v) : kInvalid;
-      if (st == kUnsupported) return st;
-    }
-    auto cur = e.model_.mft_block(block, pos);
-    if (!cur) return kUnsupported;
-    encode_mft_block(data, *cur);
-    return st;
+    return table_block(
+        data, set, [&](ConstBytes d) { return decode_mft_block(d); },
+        [&](const auto& v) { return e.model_.set_mft_block(block, pos, v); }, [&] { return e.model_.mft_block(block, pos); },
+        [&](MutBytes d, const auto& v) { encode_mft_block(d, v); });
   }
 
   // Dispatch of one Get/Set at this node's SMA (IBA 14.2.5 Table 145).
