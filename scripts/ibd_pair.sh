@@ -70,7 +70,7 @@ start_ibd_cable() {
   local name=$1 lid=$2 cable=$3 var=$4
   shift 4
   mkdir -p "$work/$name.run"
-  "$IBD" --socket "$work/$name.sock" --lid "$lid" --log warn --run-dir "$work/$name.run" \
+  "$IBD" --socket "$work/$name.sock" --lid "$lid" --log ${IBD_LOG:-warn} --run-dir "$work/$name.run" \
     --cable "$cable" "$@" >"$work/$name.log" 2>&1 </dev/null &
   local pid=$!
   daemons+=("$pid")

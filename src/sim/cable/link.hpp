@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 
+#include "common/function_ref.hpp"
 #include "common/result.hpp"
 
 namespace openib::sim {
@@ -42,6 +43,12 @@ class Link {
   // Sends one packet. Never blocks for long; a full socket buffer drops the
   // packet (counted), as a congested wire would.
   virtual Result<void> send(std::span<const std::byte> packet) = 0;
+  // Sends a packet of `len` bytes that `fill` writes in place: straight
+  // into a cable slot where the link has one (ShmLink), saving a copy;
+  // here, into a buffer handed to send(). `fill` returns false to abandon
+  // the packet: nothing is sent, the result is ECANCELED.
+  using Filler = FunctionRef<bool(std::span<std::byte>)>;
+  virtual Result<void> send_with(std::size_t len, Filler fill);
   // Installs the receiver of well-formed packets (bad-CRC and malformed
   // ones are counted and dropped before it).
   virtual void set_receiver(Receiver r) = 0;

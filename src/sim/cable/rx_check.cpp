@@ -25,7 +25,7 @@ RxVerdict check_received(std::span<const std::byte> d, std::string* why) {
     if (why) *why = "bad VCRC";
     return RxVerdict::kBadCrc;
   }
-  auto p = parse_packet(d);
+  auto p = parse_packet(d, ParseOptions{.check_vcrc = false});  // the VCRC was just checked
   if (p.ok()) return RxVerdict::kGood;
   if (why) *why = p.error().str();
   return p.error().code == EBADMSG ? RxVerdict::kBadCrc : RxVerdict::kMalformed;

@@ -166,32 +166,69 @@ Result<void> ShmLink::send(std::span<const std::byte> packet) {
       for (const auto& p : out) write_slot(p);
     }
   }
-  // Notification suppression (docs/cables.md): the head store above, a full
-  // fence, then the receiver's RX_SLEEPING; the receiver stores RX_SLEEPING,
-  // fences, then reads the head (arm_sleep). One of the two sees the other.
+  wake_receiver();
+  return ok();
+}
+
+Result<void> ShmLink::send_with(std::size_t len, Filler fill) {
+  if (len > wire::kMaxPacketBytes) {
+    LinkCounters::bump(counters_.tx_errors);
+    return err(EMSGSIZE, "{}: packet of {} bytes exceeds the IBA maximum {}", name_, len, wire::kMaxPacketBytes);
+  }
+  {
+    std::unique_lock lk(send_mu_);
+    if (faults_.active()) {  // the injector works on whole packets
+      lk.unlock();
+      return Link::send_with(len, fill);
+    }
+    std::byte* s = reserve_slot();
+    if (s) {
+      if (!fill(std::span<std::byte>(s + 8, len))) return err(ECANCELED, "{}: packet abandoned by its sender", name_);
+      publish_slot(s, static_cast<std::uint32_t>(len));
+    }
+    LinkCounters::bump(counters_.tx_packets);
+    LinkCounters::bump(counters_.tx_bytes, len);
+  }
+  wake_receiver();
+  return ok();
+}
+
+// Notification suppression (docs/cables.md): the head store (publish_slot),
+// a full fence, then the receiver's RX_SLEEPING; the receiver stores
+// RX_SLEEPING, fences, then reads the head (arm_sleep). One of the two
+// sees the other.
+void ShmLink::wake_receiver() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   std::uint32_t& word = tx_ring().rx_sleeping;
   if (at(word).load(std::memory_order_relaxed) != 0 && at(word).exchange(0, std::memory_order_seq_cst) != 0)
     ::syscall(SYS_futex, &word, FUTEX_WAKE, 1, nullptr, nullptr, 0);  // shared: the peer is another process
-  return ok();
+}
+
+// Under send_mu_.
+std::byte* ShmLink::reserve_slot() {
+  const std::uint64_t tail = at(tx_ring().tail).load(std::memory_order_acquire);
+  if (tx_head_ - tail >= kSlots) {  // the receiver is behind (or gone): the wire is congested
+    LinkCounters::bump(counters_.tx_errors);
+    log_once(warned_full_, "{}: ring full, packet dropped (the peer is behind or not running)", name_);
+    return nullptr;
+  }
+  return slot(end_ == 'A' ? 0 : 1, tx_head_);
+}
+
+// Under send_mu_: the slot's length, then the head (a release store publishes it).
+void ShmLink::publish_slot(std::byte* s, std::uint32_t len) {
+  std::memcpy(s, &len, sizeof len);
+  ++tx_head_;
+  at(tx_ring().head).store(tx_head_, std::memory_order_release);
+  capture(std::span<const std::byte>(s + 8, len));
 }
 
 // Under send_mu_.
 void ShmLink::write_slot(std::span<const std::byte> packet) {
-  Ring& r = tx_ring();
-  const std::uint64_t tail = at(r.tail).load(std::memory_order_acquire);
-  if (tx_head_ - tail >= kSlots) {  // the receiver is behind (or gone): the wire is congested
-    LinkCounters::bump(counters_.tx_errors);
-    log_once(warned_full_, "{}: ring full, packet dropped (the peer is behind or not running)", name_);
-    return;
-  }
-  std::byte* s = slot(end_ == 'A' ? 0 : 1, tx_head_);
-  const auto len = static_cast<std::uint32_t>(packet.size());
-  std::memcpy(s, &len, sizeof len);
+  std::byte* s = reserve_slot();
+  if (!s) return;
   std::memcpy(s + 8, packet.data(), packet.size());
-  ++tx_head_;
-  at(r.head).store(tx_head_, std::memory_order_release);  // publishes the slot
-  capture(packet);
+  publish_slot(s, static_cast<std::uint32_t>(packet.size()));
 }
 
 bool ShmLink::pending() const {

@@ -67,6 +67,10 @@ class ShmLink final : public Link {
   // EMSGSIZE for a packet over wire::kMaxPacketBytes; a full ring is a
   // counted drop (ok()).
   Result<void> send(std::span<const std::byte> packet) override;
+  // Without fault injection, `fill` writes the packet straight into the
+  // next free slot (no copy); a full ring is a counted drop without
+  // calling it.
+  Result<void> send_with(std::size_t len, Filler fill) override;
   void set_receiver(Receiver r) override;
   LinkStats stats() const override { return counters_.snapshot(); }
   void set_faults(const FaultSpec& spec);
@@ -93,6 +97,9 @@ class ShmLink final : public Link {
   Ring& rx_ring() const;
   std::byte* slot(int ring, std::uint64_t index) const;
   void write_slot(std::span<const std::byte> packet);
+  std::byte* reserve_slot();  // under send_mu_: the next free slot, null if full (counted)
+  void publish_slot(std::byte* s, std::uint32_t len);
+  void wake_receiver();
   void capture(std::span<const std::byte> packet);
 
   std::string name_;

@@ -158,6 +158,7 @@ void Hca::req_fail(uint32_t qpn, Qp& qp, uint8_t status) {
 void Hca::qp_to_error(uint32_t qpn, Qp& qp, uint8_t state) {
   const uint8_t was = qp.attrs.state;
   qp.attrs.state = state;
+  track_live(qpn, &qp);
   qp.rt.ack_due.reset();
   qp.rt.rnr_until.reset();
   qp.rt.pace_until.reset();
@@ -353,16 +354,11 @@ bool Hca::fetch_send(uint32_t qpn, Qp& qp) {
       if (s.length && resolve(s.lkey, qp.cfg.pdn, s.addr, s.length, kMrLocalWrite, op.local) != KeyFault::kNone)
         return fail(kWcLocProtErr);
   } else {
-    op.data.resize(op.len);
-    uint64_t off = 0;
-    for (const Sge& s : op.w.sges) {
-      if (!s.length) continue;
-      std::vector<Extent> ext;
-      if (resolve(s.lkey, qp.cfg.pdn, s.addr, s.length, 0, ext) != KeyFault::kNone ||
-          !gather(ext, 0, std::span<std::byte>(op.data).subspan(off, s.length)))
+    // The keys are checked now; the data is read as each packet goes out
+    // (req_send_packet), straight into the packet.
+    for (const Sge& s : op.w.sges)
+      if (s.length && resolve(s.lkey, qp.cfg.pdn, s.addr, s.length, 0, op.local) != KeyFault::kNone)
         return fail(kWcLocProtErr);
-      off += s.length;
-    }
   }
   op.npkts = op.w.is_atomic() ? 1 : static_cast<uint32_t>(std::max<uint64_t>(1, (op.len + mtu - 1) / mtu));
   op.first_psn = rt.next_psn;
@@ -438,9 +434,32 @@ void Hca::complete_recv(uint32_t qpn, Qp& qp, Cqe c) {
 
 // ---- timers and doorbells, from run_due() ------------------------------------
 
+void Hca::track_live(uint32_t qpn, const Qp* qp) {
+  if (qpn / 64 >= live_qps_.size()) return;
+  const uint8_t st = qp ? qp->attrs.state : static_cast<uint8_t>(kReset);
+  const uint64_t bit = uint64_t{1} << (qpn % 64);
+  if (st == kRts || st == kSqd || st == kSqe || st == kErr) live_qps_[qpn / 64] |= bit;
+  else live_qps_[qpn / 64] &= ~bit;
+}
+
+// In QPs of other states (RESET, INIT, RTR) the requester does nothing:
+// a doorbell's `kick` waits for RTS (on_qp_transition kicks then), and no
+// timer runs.
+template <typename F>
+void Hca::for_each_live(F&& f) const {
+  for (size_t w = 0; w < live_qps_.size(); ++w)
+    for (uint64_t bits = live_qps_[w]; bits; bits &= bits - 1) {
+      const auto qpn = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(bits)));
+      f(qpn);
+    }
+}
+
 void Hca::datapath_tick() {
   if (!initialized_) return;
-  qps_.for_each([&](uint32_t qpn, Qp& qp) {
+  for_each_live([&](uint32_t qpn) {
+    Qp* q = qps_.get(qpn);
+    if (!q) return;
+    Qp& qp = *q;
     QpRuntime& rt = qp.rt;
     if (qp.attrs.state == kErr || qp.attrs.state == kSqe) {
       if (rt.kick) flush_posted(qpn, qp);  // WQEs posted to a QP in error: flushed (§12.4)
@@ -465,11 +484,13 @@ std::optional<Hca::Clock::time_point> Hca::datapath_due() const {
   auto take = [&](const std::optional<Clock::time_point>& t) {
     if (t && (!due || *t < *due)) due = t;
   };
-  qps_.for_each([&](uint32_t, const Qp& qp) {
-    if (qp.rt.kick) take(Clock::time_point::min());
-    take(qp.rt.ack_due);
-    take(qp.rt.rnr_until);
-    take(qp.rt.pace_until);
+  for_each_live([&](uint32_t qpn) {
+    const Qp* qp = qps_.get(qpn);
+    if (!qp) return;
+    if (qp->rt.kick) take(Clock::time_point::min());
+    take(qp->rt.ack_due);
+    take(qp->rt.rnr_until);
+    take(qp->rt.pace_until);
   });
   return due;
 }

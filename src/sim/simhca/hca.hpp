@@ -198,6 +198,9 @@ class Hca {
   bool gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::byte> out);
   bool scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in);
   void datapath_tick();
+  void track_live(uint32_t qpn, const Qp* qp);  // after a state change or destroy (null)
+  template <typename F>
+  void for_each_live(F&& f) const;
   std::optional<Clock::time_point> datapath_due() const;
   uint32_t mtu_bytes(const Qp& qp) const;
   Clock::duration ack_timeout(const Qp& qp) const;
@@ -212,15 +215,34 @@ class Hca {
   void port_event(uint8_t type, uint8_t port);  // §9.4 events whose data is the port
 
   // transport (transport.cpp), IBA chapter 9
+  // A packet's payload: bytes in hand, or `len` bytes at offset `off` of
+  // a local buffer (`ext`), read by DMA while the packet is written, so
+  // that a WQE's data goes from host memory straight into the cable's
+  // slot (§12.7).
+  struct Payload {
+    std::span<const std::byte> bytes;
+    const std::vector<Extent>* ext = nullptr;
+    uint64_t off = 0;
+    size_t len = 0;
+    size_t size() const { return ext ? len : bytes.size(); }
+  };
+  // false only if the payload could not be read from host memory (the
+  // caller fails its WQE); a packet the port drops is counted, true.
+  bool send_packet(sim::wire::Headers& h, const Payload& payload, const Av& av, uint8_t port = 1);
   void send_packet(sim::wire::Headers& h, std::span<const std::byte> payload, const Av& av,
-                   uint8_t port = 1);
-  // §12.7: a built packet to the wire of `port`, or back into this device
-  // when it is addressed to the port itself (loopback). false: dropped.
+                   uint8_t port = 1) {
+    (void)send_packet(h, Payload{payload}, av, port);
+  }
+  // §12.7: a packet of `len` bytes, written by `fill`, to the wire of
+  // `port` (in place where the link allows), or back into this device when
+  // it is addressed to the port itself (loopback). false: dropped, or
+  // `fill` gave up.
+  bool transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local);
   bool transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local);
   bool for_own_port(uint8_t port, uint16_t dlid) const;
   void deliver_loopback();
   void req_progress(uint32_t qpn, Qp& qp);
-  void req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
+  bool req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
   void req_go_back(Qp& qp, uint32_t psn);
   bool req_ack_through(uint32_t qpn, Qp& qp, uint32_t psn);
   void req_progress_made(Qp& qp);
@@ -327,6 +349,10 @@ class Hca {
   std::vector<uint8_t> mkey_tags_;  // §6.7 per-index key tag
   Table<Ah> ahs_;
   Table<Qp> qps_;
+  // Bit n: QP n is in a state that gives the data path work (RTS, SQD,
+  // SQE, ERR). datapath_tick() and datapath_due() visit only these, so a
+  // command costs the device the same with 10,000 idle QPs as with none.
+  std::vector<uint64_t> live_qps_;
 
   HcaStats stats_;
   DataStats dstats_;

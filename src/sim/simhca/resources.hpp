@@ -152,8 +152,12 @@ struct SendOp {
   uint32_t first_psn = 0, npkts = 1;
   uint32_t sent = 0;   // packets sent in the current pass (READ: request covers [sent, npkts))
   uint32_t rcvd = 0;   // READ: response packets received, in order
-  Bytes data;          // SEND/WRITE: the gathered message
-  std::vector<Extent> local;  // READ/atomic: where the response goes
+  Bytes data;          // SEND/WRITE inline: the message (§12.1 INLINE)
+  // The WQE's local buffer, its SGEs' extents in order (§12.6): SEND and
+  // WRITE packets read their payload from it as they are sent (IBA
+  // 9.7.6.1: a retransmission reads it again); READ and atomic responses
+  // land in it.
+  std::vector<Extent> local;
   bool signaled = false;
   bool reads() const { return w.opcode == kWrRead || w.is_atomic(); }
 };

@@ -40,7 +40,7 @@ uint8_t ack_syndrome(uint32_t msn) { return w::Aeth::ack(msn, w::kAethInvalidCre
 // §12.7: the packet from the LRH on; GRH when the path says so (IBA 8.3).
 // QP0 sends on VL15 with the default P_Key (IBA 7.6.5, 14.2.1: SMPs are
 // not partitioned); everything else on VL0 with P_Key entry 0.
-void Hca::send_packet(w::Headers& h, std::span<const std::byte> payload, const Av& av, uint8_t port) {
+bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8_t port) {
   const Port& pt = port_at(port);
   const bool smi = h.deth && h.deth->src_qp == 0;
   const bool gsi = h.deth && h.deth->src_qp == 1;
@@ -65,19 +65,45 @@ void Hca::send_packet(w::Headers& h, std::span<const std::byte> payload, const A
   } else {
     h.lrh.lnh = w::Lnh::kIbaLocal;
   }
-  auto pkt = w::build_packet(h, payload);
-  if (!pkt) {
+  // An SMP is looked at before it leaves (loopback, §14.1): read it first.
+  Bytes smp;
+  const Payload* pl = &payload;
+  Payload staged;
+  if (smi && payload.ext) {
+    smp.resize(payload.len);
+    if (!gather(*payload.ext, payload.off, smp)) return false;
+    staged.bytes = smp;
+    pl = &staged;
+  }
+  auto frame = w::frame_packet(h, pl->size());
+  if (!frame) {
     ++dstats_.tx_dropped;
-    return;
+    return true;
   }
   // §12.7 loopback: to this port's own LID, or (QP0) an SMP for this very
   // port (a directed route of hop count 0, §14.1).
-  const bool local = for_own_port(port, av.dlid) || (smi && smi_is_local(port, payload, av.dlid));
-  if (!transmit(port, std::move(*pkt), smi || gsi, local)) {
-    ++dstats_.tx_dropped;
-    return;
+  const bool local = for_own_port(port, av.dlid) ||
+                     (smi && smi_is_local(port, pl->bytes, av.dlid));
+  // Headers, then the payload straight from host memory (or the bytes
+  // given), then pad and CRCs, all into the packet's final place.
+  bool readable = true;
+  auto fill = [&](std::span<std::byte> out) {
+    std::copy(frame->headers.begin(), frame->headers.end(), out.begin());
+    auto dst = out.subspan(frame->payload_offset(), pl->size());
+    if (pl->ext) {
+      if (!gather(*pl->ext, pl->off, dst)) return readable = false;
+    } else {
+      std::copy(pl->bytes.begin(), pl->bytes.end(), dst.begin());
+    }
+    w::finish_packet(*frame, out);
+    return true;
+  };
+  if (!transmit(port, frame->size, fill, smi || gsi, local)) {
+    if (readable) ++dstats_.tx_dropped;
+    return readable;
   }
   ++dstats_.tx_packets;
+  return true;
 }
 
 // An Acknowledge packet (IBA 9.7.5.1.3): ACK, RNR NAK or NAK by syndrome.
@@ -87,14 +113,14 @@ void Hca::send_ack(const Qp& qp, uint32_t psn, uint8_t syndrome) {
   h.bth.dest_qp = qp.attrs.dest_qpn;
   h.bth.psn = psn & kPsnMask;
   h.aeth = w::Aeth{syndrome, qp.rt.msn};
-  send_packet(h, {}, qp.attrs.av, qp_port(qp));
+  send_packet(h, Payload{}, qp.attrs.av, qp_port(qp));
 }
 
 // ---- requester ----------------------------------------------------------------
 
 // Sends the next packet of `op` (op.sent is its index; IBA 9.7.1 segments
 // a message into first/middle/last or only packets of the path MTU).
-void Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
+bool Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
   const bool rc = qp.cfg.type == kQpRc;
   const w::Transport tr = transport_of(qp.cfg.type);
   const uint32_t mtu = mtu_bytes(qp);
@@ -102,7 +128,7 @@ void Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
   w::Headers h;
   h.bth.dest_qp = is_ud_type(qp.cfg.type) ? op.w.dest_qpn : qp.attrs.dest_qpn;
   h.bth.psn = psn_add(op.first_psn, k);
-  std::span<const std::byte> payload;
+  Payload payload;
   Av av = qp.attrs.av;
   switch (op.w.opcode) {
     case kWrRead: {
@@ -146,7 +172,9 @@ void Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
       if (last && (send || imm)) h.bth.se = op.w.flags & kWqeSolicited;  // IBA 9.2.3
       h.bth.ack_req = rc && (last || k % kAckEvery == kAckEvery - 1);
       const uint64_t off = uint64_t{k} * mtu;
-      payload = std::span<const std::byte>(op.data).subspan(off, std::min<uint64_t>(mtu, op.len - off));
+      const auto n = static_cast<size_t>(std::min<uint64_t>(mtu, op.len - off));
+      if (op.w.flags & kWqeInline) payload.bytes = std::span<const std::byte>(op.data).subspan(off, n);
+      else payload = Payload{{}, &op.local, off, n};
       ++op.sent;
     }
   }
@@ -154,7 +182,7 @@ void Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
     const Ah* ah = ahs_.get(op.w.ahn);
     if (!ah) {
       ++dstats_.tx_dropped;
-      return;
+      return true;
     }
     av = ah->av;
     // IBA 10.2.5: a WQE Q_Key with bit 31 set means the QP's own Q_Key.
@@ -162,8 +190,9 @@ void Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
     const uint32_t src = qp.cfg.type == kQpSmi ? 0 : qp.cfg.type == kQpGsi ? 1 : qpn;
     h.deth = w::Deth{(op.w.qkey & 0x80000000u) ? qp.attrs.qkey : op.w.qkey, src};
   }
-  send_packet(h, payload, av, qp_port(qp));
+  if (!send_packet(h, payload, av, qp_port(qp))) return false;
   if (rc && !qp.rt.ack_due && qp.attrs.timeout) qp.rt.ack_due = now_ + ack_timeout(qp);
+  return true;
 }
 
 // Sends what the window allows and takes new WQEs while in RTS (§12.5;
@@ -193,7 +222,12 @@ void Hca::req_progress(uint32_t qpn, Qp& qp) {
       continue;
     }
     if (rc && psn_diff(psn_add(op->first_psn, op->sent), rt.una) >= kWindow) return;
-    req_send_packet(qpn, qp, *op);
+    if (!req_send_packet(qpn, qp, *op)) {
+      // The WQE's buffer can no longer be read (its memory went away since
+      // the keys were checked): a local protection error (IBA 10.8.3).
+      req_fail(qpn, qp, kWcLocProtErr);
+      return;
+    }
     // UC and UD complete a WQE once its last packet is sent (IBA 9.8).
     if (!rc && op->sent == op->npkts) complete_front(qpn, qp, kWcSuccess);
   }
@@ -451,14 +485,9 @@ bool Hca::resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rk
   }
   const uint32_t mtu = mtu_bytes(qp);
   const uint32_t n = std::max<uint32_t>(1, (len + mtu - 1) / mtu);
-  Bytes buf;
   for (uint32_t k = 0; k < n; ++k) {
     const uint64_t off = uint64_t{k} * mtu;
-    buf.resize(std::min<uint64_t>(mtu, len - std::min<uint64_t>(len, off)));
-    if (!gather(ext, off, buf)) {
-      resp_nak(qpn, qp, psn, static_cast<uint8_t>(w::NakCode::kRemoteOperationalError), 0, kEvQpFatal);
-      return false;
-    }
+    const Payload payload{{}, &ext, off, static_cast<size_t>(std::min<uint64_t>(mtu, len - std::min<uint64_t>(len, off)))};
     w::Headers h;
     const Op o = n == 1 ? Op::kReadResponseOnly : k == 0 ? Op::kReadResponseFirst
                                             : k + 1 == n ? Op::kReadResponseLast
@@ -467,7 +496,10 @@ bool Hca::resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rk
     h.bth.dest_qp = qp.attrs.dest_qpn;
     h.bth.psn = psn_add(psn, k);
     if (o != Op::kReadResponseMiddle) h.aeth = w::Aeth{ack_syndrome(qp.rt.msn), qp.rt.msn};
-    send_packet(h, buf, qp.attrs.av, qp_port(qp));
+    if (!send_packet(h, payload, qp.attrs.av, qp_port(qp))) {
+      resp_nak(qpn, qp, psn, static_cast<uint8_t>(w::NakCode::kRemoteOperationalError), 0, kEvQpFatal);
+      return false;
+    }
   }
   return true;
 }
@@ -492,7 +524,7 @@ void Hca::resp_duplicate(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
         h.bth.psn = psn;
         h.aeth = w::Aeth{ack_syndrome(rt.msn), rt.msn};
         h.atomic_ack_eth = w::AtomicAckEth{s.orig};
-        send_packet(h, {}, qp.attrs.av, qp_port(qp));
+        send_packet(h, Payload{}, qp.attrs.av, qp_port(qp));
       }
     return;
   }
@@ -588,7 +620,7 @@ void Hca::resp_request(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
     h.bth.psn = b.psn;
     h.aeth = w::Aeth{ack_syndrome(rt.msn), rt.msn};
     h.atomic_ack_eth = w::AtomicAckEth{orig};
-    send_packet(h, {}, qp.attrs.av, qp_port(qp));
+    send_packet(h, Payload{}, qp.attrs.av, qp_port(qp));
     return;
   }
   if (!is_send && !is_write) return nak(w::NakCode::kInvalidRequest, 0, kEvQpReqErr);

@@ -1,5 +1,6 @@
 #include "sim/wire/packet.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "sim/wire/crc.hpp"
@@ -17,9 +18,6 @@ std::uint32_t get_le32(std::span<const std::byte> b) {
 std::uint16_t get_le16(std::span<const std::byte> b) {
   return static_cast<std::uint16_t>(std::to_integer<unsigned>(b[0]) |
                                     (std::to_integer<unsigned>(b[1]) << 8));
-}
-void put_le(std::vector<std::byte>& out, std::uint32_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xFF));
 }
 
 // Decode one extension header if `ext` asks for it, advancing `rest`.
@@ -49,7 +47,7 @@ ExtHeaders Headers::present_ext() const {
   return e;
 }
 
-Result<ParsedPacket> parse_packet(std::span<const std::byte> dgram) {
+Result<ParsedPacket> parse_packet(std::span<const std::byte> dgram, ParseOptions opts) {
   ParsedPacket p;
   OPENIB_TRY_ASSIGN(p.hdr.lrh, decode_lrh(dgram));
   const Lrh& lrh = p.hdr.lrh;
@@ -71,7 +69,7 @@ Result<ParsedPacket> parse_packet(std::span<const std::byte> dgram) {
 
   // IBA 7.8.2: check the link CRC first, as a receiving port would.
   p.vcrc = get_le16(dgram.subspan(pkt_bytes));
-  if (std::uint16_t v = compute_vcrc(dgram.first(pkt_bytes)); v != p.vcrc)
+  if (std::uint16_t v = opts.check_vcrc ? compute_vcrc(dgram.first(pkt_bytes)) : p.vcrc; v != p.vcrc)
     return err(EBADMSG, "bad VCRC {:#06x}, computed {:#06x}", p.vcrc, v);
 
   auto body = dgram.first(pkt_bytes - kIcrcBytes);  // LRH .. end of pad
@@ -125,35 +123,38 @@ Result<ParsedPacket> parse_packet(std::span<const std::byte> dgram) {
   p.payload = rest.first(rest.size() - bth.pad_cnt);
 
   // IBA 7.8.1: end-to-end check last; a switch would skip it.
-  if (std::uint32_t c = compute_icrc(body); c != p.icrc)
+  if (std::uint32_t c = opts.check_icrc ? compute_icrc(body) : p.icrc; c != p.icrc)
     return err(EBADMSG, "bad ICRC {:#010x}, computed {:#010x}", p.icrc, c);
   return p;
 }
 
-Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const std::byte> payload) {
+Result<PacketFrame> frame_packet(const Headers& hdr, std::size_t payload_len) {
   auto info = opcode_info(hdr.bth.opcode);
   if (!info) return err(EINVAL, "unsupported OpCode {:#04x}", hdr.bth.opcode);
   if (hdr.present_ext() != info->ext)
     return err(EINVAL, "{}: extension headers {:#x} given, OpCode needs {:#x}", info->name,
                hdr.present_ext(), info->ext);
-  if (!info->payload && !payload.empty())
-    return err(EINVAL, "{} carries no payload, {} bytes given", info->name, payload.size());
+  if (!info->payload && payload_len != 0)
+    return err(EINVAL, "{} carries no payload, {} bytes given", info->name, payload_len);
 
   // IBA 9.2: pad the payload to a multiple of 4 bytes.
-  auto pad = static_cast<std::uint8_t>((4 - payload.size() % 4) % 4);
+  PacketFrame f;
+  f.payload_len = payload_len;
+  f.pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
   std::size_t hdr_bytes = kLrhBytes + (hdr.grh ? kGrhBytes : 0) + kBthBytes + ext_headers_size(info->ext);
-  std::size_t pkt_bytes = hdr_bytes + payload.size() + pad + kIcrcBytes;
+  std::size_t pkt_bytes = hdr_bytes + payload_len + f.pad_cnt + kIcrcBytes;
   if (pkt_bytes + kVcrcBytes > kMaxPacketBytes)
     return err(EINVAL, "packet of {} bytes exceeds the 11-bit PktLen", pkt_bytes);
+  f.size = pkt_bytes + kVcrcBytes;
 
   Lrh lrh = hdr.lrh;
   lrh.lnh = hdr.grh ? Lnh::kIbaGlobal : Lnh::kIbaLocal;  // IBA 7.7.5
   lrh.pkt_len = static_cast<std::uint16_t>(pkt_bytes / 4);  // IBA 7.7.8
   Bth bth = hdr.bth;
-  bth.pad_cnt = pad;
+  bth.pad_cnt = f.pad_cnt;
 
-  std::vector<std::byte> out;
-  out.reserve(pkt_bytes + kVcrcBytes);
+  std::vector<std::byte>& out = f.headers;
+  out.reserve(hdr_bytes);
   append_lrh(out, lrh);
   if (hdr.grh) {
     Grh g = *hdr.grh;
@@ -169,11 +170,26 @@ Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const 
   if (hdr.atomic_ack_eth) append_atomic_ack_eth(out, *hdr.atomic_ack_eth);
   if (hdr.imm_dt) append_imm_dt(out, *hdr.imm_dt);
   if (hdr.ieth) append_ieth(out, *hdr.ieth);
-  out.insert(out.end(), payload.begin(), payload.end());
-  out.insert(out.end(), pad, std::byte{0});  // IBA 9.2: pad bytes are 0
+  return f;
+}
 
-  put_le(out, compute_icrc(out), 4);  // IBA 7.8.1
-  put_le(out, compute_vcrc(out), 2);  // IBA 7.8.2
+void finish_packet(const PacketFrame& f, std::span<std::byte> d) {
+  const std::size_t pad_at = f.headers.size() + f.payload_len;
+  std::fill_n(d.begin() + static_cast<std::ptrdiff_t>(pad_at), f.pad_cnt, std::byte{0});  // IBA 9.2: pad bytes are 0
+  const std::size_t icrc_at = pad_at + f.pad_cnt;
+  auto put = [&](std::size_t at, std::uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) d[at + static_cast<std::size_t>(i)] = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
+  };
+  put(icrc_at, compute_icrc(d.first(icrc_at)), 4);                   // IBA 7.8.1
+  put(icrc_at + kIcrcBytes, compute_vcrc(d.first(icrc_at + kIcrcBytes)), 2);  // IBA 7.8.2
+}
+
+Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const std::byte> payload) {
+  OPENIB_TRY_ASSIGN(PacketFrame f, frame_packet(hdr, payload.size()));
+  std::vector<std::byte> out(f.size);
+  std::copy(f.headers.begin(), f.headers.end(), out.begin());
+  std::copy(payload.begin(), payload.end(), out.begin() + static_cast<std::ptrdiff_t>(f.payload_offset()));
+  finish_packet(f, out);
   return out;
 }
 

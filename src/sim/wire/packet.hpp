@@ -50,8 +50,34 @@ struct ParsedPacket {
   std::uint16_t vcrc = 0;
 };
 
+// Which CRCs parse_packet() checks. A receiver behind a Link may skip
+// both: every Link checks them before its receiver sees a packet
+// (link.hpp), so the device does not check each packet twice.
+struct ParseOptions {
+  bool check_vcrc = true;
+  bool check_icrc = true;
+};
+
 // Parse and validate one datagram (IBA 7.7, 7.8, 8.3, 9.2, 9.3).
-Result<ParsedPacket> parse_packet(std::span<const std::byte> datagram);
+Result<ParsedPacket> parse_packet(std::span<const std::byte> datagram, ParseOptions opts = {});
+
+// A packet laid out but not yet written: its encoded headers (LRH through
+// the last extension header, every computed field set), then payload_len
+// bytes of payload and pad_cnt zero bytes, then ICRC and VCRC; `size` is
+// the whole datagram. For senders that write the payload straight into
+// its destination (a cable slot): frame_packet(), write headers() and the
+// payload, then finish_packet() pads and fills in both CRCs.
+struct PacketFrame {
+  std::vector<std::byte> headers;
+  std::size_t payload_len = 0;
+  std::uint8_t pad_cnt = 0;
+  std::size_t size = 0;
+  std::size_t payload_offset() const { return headers.size(); }
+};
+Result<PacketFrame> frame_packet(const Headers& hdr, std::size_t payload_len);
+// `datagram` is frame.size bytes holding the headers and the payload:
+// writes the pad, the ICRC (IBA 7.8.1) and the VCRC (IBA 7.8.2).
+void finish_packet(const PacketFrame& frame, std::span<std::byte> datagram);
 
 // Build a datagram: LRH.LNH, LRH.PktLen, GRH.PayLen and BTH.PadCnt are set
 // from the headers and payload given (their values in `hdr` are ignored);

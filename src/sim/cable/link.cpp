@@ -1,0 +1,16 @@
+#include "sim/cable/link.hpp"
+
+#include <cerrno>
+#include <vector>
+
+namespace openib::sim {
+
+// The general form of send_with(): the packet is written into a buffer,
+// then sent as any other. Links with slots of their own override it.
+Result<void> Link::send_with(std::size_t len, Filler fill) {
+  std::vector<std::byte> buf(len);
+  if (!fill(buf)) return err(ECANCELED, "packet abandoned by its sender");
+  return send(buf);
+}
+
+}  // namespace openib::sim
