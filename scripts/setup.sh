@@ -10,7 +10,6 @@ PKGS=(
   clang libclang-rt-14-dev
   qemu-system-x86 busybox-static cpio kmod
   tshark
-  libisal-dev
   opensm ibsim-utils infiniband-diags libibumad-dev libibmad-dev
 )
 

@@ -10,8 +10,8 @@
 //   final complement, over every byte from the LRH through the ICRC. On the
 //   wire least significant byte first, like the ICRC (both are serial CRCs
 //   sent in the order the bits were shifted in).
-// Speed (docs/performance.md): the CRC-32 is ISA-L's crc32_gzip_refl, the
-// CRC-16 a PCLMULQDQ folding written here (crc.cpp); both fall back to
+// Speed (docs/performance.md): both are folded with PCLMULQDQ (VPCLMULQDQ
+// where the CPU has it) by one routine in crc.cpp, and fall back to
 // slicing-by-8 tables, which the unit tests compare them with.
 #pragma once
 
@@ -36,8 +36,7 @@ std::uint32_t compute_icrc(std::span<const std::byte> packet);
 std::uint16_t compute_vcrc(std::span<const std::byte> packet);
 
 // The byte-table (slicing-by-8) forms of crc32() and crc16_vcrc(): the
-// reference the fast paths (ISA-L for the CRC-32, carry-less folding for
-// the CRC-16) are tested against.
+// reference the fast paths (carry-less folding) are tested against.
 namespace detail {
 std::uint32_t crc32_table(std::uint32_t crc, std::span<const std::byte> data);
 std::uint16_t crc16_vcrc_table(std::uint16_t crc, std::span<const std::byte> data);
