@@ -3,6 +3,7 @@
 //
 //   openib-bench --socket-a A.sock --socket-b B.sock [--ibd-pid PID] [--quick]
 //                [--nap-us N] [--yield-every N] [--skip-many-qps] [--procs N] [--qps-per-proc N]
+//                [--scale N]
 //   openib-bench --baselines-only
 //
 // What it measures, and how:
@@ -492,6 +493,7 @@ struct Args {
   int ibd_pid = 0;
   bool quick = false, baselines_only = false, skip_many = false;
   int procs = 100, per_proc = 100;
+  int scale = 1;  // --scale N: N times the openib iterations (for profiling)
 };
 
 }  // namespace
@@ -524,13 +526,15 @@ int main(int argc, char** argv) {
       g_yield_every = static_cast<unsigned>(std::max(1, std::atoi(next().c_str())));
     } else if (s == "--skip-many-qps") {
       a.skip_many = true;
+    } else if (s == "--scale") {
+      a.scale = std::max(1, std::atoi(next().c_str()));
     } else if (s == "--quick") {
       a.quick = true;
     } else if (s == "--baselines-only") {
       a.baselines_only = true;
     } else {
       die("usage: openib-bench --socket-a A --socket-b B [--ibd-pid PID] [--quick] "
-          "[--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] | --baselines-only");
+          "[--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] [--scale N] | --baselines-only");
     }
   }
   const int reps = a.quick ? 3 : 5;
@@ -555,10 +559,10 @@ int main(int argc, char** argv) {
     auto A = must_side(a.sock_a, kBlock, cap);
     auto B = must_side(a.sock_b, kBlock, cap);
     if (auto r = connect(*A, *B); !r) die("connect: " + r.error().str());
-    lat = openib_latency_us(*A, *B, reps, a.quick ? 300 : 2000);
+    lat = openib_latency_us(*A, *B, reps, (a.quick ? 300 : 2000) * a.scale);
     std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", lat);
     std::fflush(stdout);
-    bw = openib_write_mbs(*A, *B, reps, kBlock, a.quick ? 100 : 1000);
+    bw = openib_write_mbs(*A, *B, reps, kBlock, (a.quick ? 100 : 1000) * a.scale);
     std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", bw);
   }
   std::printf("%-44s %12.2f   target <= 0.5  %s\n", "latency ratio openib/TCP", lat / tcp_lat,

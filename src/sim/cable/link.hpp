@@ -20,6 +20,10 @@
 #include "common/function_ref.hpp"
 #include "common/result.hpp"
 
+namespace openib::sim::wire {
+struct ParsedPacket;
+}
+
 namespace openib::sim {
 
 struct LinkStats {

@@ -1,6 +1,7 @@
 // The counters behind Link::stats(), as relaxed atomics: a link's receive
 // thread and any number of send() callers bump them concurrently, and
 // stats() reads a snapshot (each counter exact; the set not one instant).
+// The rx counters have one writer, the link's receive side.
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,12 @@ struct LinkCounters {
   C injected_drops{0}, injected_dups{0}, injected_reorders{0}, injected_corruptions{0};
 
   static void bump(C& c, std::uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+  // For a counter with one writer at a time (the receive side's rx
+  // counters; a send path under its lock): a plain load and store, no
+  // locked read-modify-write on the packet path.
+  static void bump_owned(C& c, std::uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
 
   LinkStats snapshot() const {
     auto ld = [](const C& c) { return c.load(std::memory_order_relaxed); };

@@ -9,7 +9,7 @@
 
 namespace openib::sim {
 
-RxVerdict check_received(std::span<const std::byte> d, std::string* why) {
+RxVerdict check_received(std::span<const std::byte> d, std::string* why, wire::ParsedPacket* parsed) {
   using namespace wire;
   // Shortest IBA packet: LRH, BTH, ICRC, VCRC (IBA 7.7.8). Below that there
   // is nothing a CRC could be taken over.
@@ -26,20 +26,23 @@ RxVerdict check_received(std::span<const std::byte> d, std::string* why) {
     return RxVerdict::kBadCrc;
   }
   auto p = parse_packet(d, ParseOptions{.check_vcrc = false});  // the VCRC was just checked
-  if (p.ok()) return RxVerdict::kGood;
+  if (p.ok()) {
+    if (parsed) *parsed = *p;
+    return RxVerdict::kGood;
+  }
   if (why) *why = p.error().str();
   return p.error().code == EBADMSG ? RxVerdict::kBadCrc : RxVerdict::kMalformed;
 }
 
 bool count_received(std::span<const std::byte> d, LinkCounters& c, const std::string& link_name,
-                    std::atomic<unsigned>& warned) {
-  LinkCounters::bump(c.rx_packets);
-  LinkCounters::bump(c.rx_bytes, d.size());
+                    std::atomic<unsigned>& warned, wire::ParsedPacket* parsed) {
+  LinkCounters::bump_owned(c.rx_packets);
+  LinkCounters::bump_owned(c.rx_bytes, d.size());
   std::string why;
-  const RxVerdict v = check_received(d, &why);
+  const RxVerdict v = check_received(d, &why, parsed);
   if (v == RxVerdict::kGood) return true;
   const bool crc = v == RxVerdict::kBadCrc;
-  LinkCounters::bump(crc ? c.rx_dropped_bad_crc : c.rx_dropped_malformed);
+  LinkCounters::bump_owned(crc ? c.rx_dropped_bad_crc : c.rx_dropped_malformed);
   const unsigned bit = crc ? 1u : 2u;
   const bool first = (warned.fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
   log::get("cable")->log(first ? spdlog::level::warn : spdlog::level::debug,

@@ -21,15 +21,18 @@ enum class RxVerdict {
   kMalformed,  // anything else parse_packet() rejects: rx_dropped_malformed
 };
 
-// Classifies one received datagram; `why` (if given) gets the reason of a drop.
-RxVerdict check_received(std::span<const std::byte> datagram, std::string* why = nullptr);
+// Classifies one received datagram; `why` (if given) gets the reason of a
+// drop, `parsed` (if given) the packet of a kGood verdict.
+RxVerdict check_received(std::span<const std::byte> datagram, std::string* why = nullptr,
+                         wire::ParsedPacket* parsed = nullptr);
 
 // Counts a verdict in `c` (rx_packets and rx_bytes for every datagram, as
 // IBA's PortRcvPkts counts packets with errors too, plus the drop counter)
 // and logs a drop: the first of each kind per link at warning level, the
 // rest at debug. `warned` is the link's memory of which kinds it has
 // logged (bit 0 bad CRC, bit 1 malformed). Returns true for kGood.
+// `parsed` (if given) gets the packet when the result is true.
 bool count_received(std::span<const std::byte> datagram, LinkCounters& c, const std::string& link_name,
-                    std::atomic<unsigned>& warned);
+                    std::atomic<unsigned>& warned, wire::ParsedPacket* parsed = nullptr);
 
 }  // namespace openib::sim

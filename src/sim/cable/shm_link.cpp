@@ -142,6 +142,12 @@ void ShmLink::set_receiver(Receiver r) {
   receiver_ = std::move(p);
 }
 
+void ShmLink::set_parsed_receiver(ParsedReceiver r) {
+  auto p = std::make_shared<const ParsedReceiver>(std::move(r));
+  std::lock_guard lk(rx_mu_);
+  parsed_receiver_ = std::move(p);
+}
+
 void ShmLink::capture(std::span<const std::byte> packet) {
   if (!pcap_) return;
   if (auto r = pcap_->write(packet, pcap_iface_); !r)
@@ -154,10 +160,10 @@ Result<void> ShmLink::send(std::span<const std::byte> packet) {
     return err(EMSGSIZE, "{}: packet of {} bytes exceeds the IBA maximum {}", name_, packet.size(),
                wire::kMaxPacketBytes);
   }
-  LinkCounters::bump(counters_.tx_packets);
-  LinkCounters::bump(counters_.tx_bytes, packet.size());
   {
     std::lock_guard lk(send_mu_);
+    LinkCounters::bump_owned(counters_.tx_packets);
+    LinkCounters::bump_owned(counters_.tx_bytes, packet.size());
     if (!faults_.active()) {
       write_slot(packet);
     } else {
@@ -186,8 +192,8 @@ Result<void> ShmLink::send_with(std::size_t len, Filler fill) {
       if (!fill(std::span<std::byte>(s + 8, len))) return err(ECANCELED, "{}: packet abandoned by its sender", name_);
       publish_slot(s, static_cast<std::uint32_t>(len));
     }
-    LinkCounters::bump(counters_.tx_packets);
-    LinkCounters::bump(counters_.tx_bytes, len);
+    LinkCounters::bump_owned(counters_.tx_packets);
+    LinkCounters::bump_owned(counters_.tx_bytes, len);
   }
   wake_receiver();
   return ok();
@@ -206,9 +212,12 @@ void ShmLink::wake_receiver() {
 
 // Under send_mu_.
 std::byte* ShmLink::reserve_slot() {
-  const std::uint64_t tail = at(tx_ring().tail).load(std::memory_order_acquire);
-  if (tx_head_ - tail >= kSlots) {  // the receiver is behind (or gone): the wire is congested
-    LinkCounters::bump(counters_.tx_errors);
+  // The consumer's tail is read only when the last value read says the
+  // ring is full: its cache line then moves between the two CPUs once per
+  // ring's worth of packets, not once per packet.
+  if (tx_head_ - tx_tail_seen_ >= kSlots) tx_tail_seen_ = at(tx_ring().tail).load(std::memory_order_acquire);
+  if (tx_head_ - tx_tail_seen_ >= kSlots) {  // the receiver is behind (or gone): the wire is congested
+    LinkCounters::bump_owned(counters_.tx_errors);
     log_once(warned_full_, "{}: ring full, packet dropped (the peer is behind or not running)", name_);
     return nullptr;
   }
@@ -248,30 +257,38 @@ std::size_t ShmLink::poll(std::size_t max) {
     return 0;
   }
   std::shared_ptr<const Receiver> rx;
+  std::shared_ptr<const ParsedReceiver> prx;
   {
     std::lock_guard lk(rx_mu_);
     rx = receiver_;
+    prx = parsed_receiver_;
   }
+  wire::ParsedPacket parsed;
   std::size_t n = 0;
   for (; n < max && rx_tail_ != head; ++n) {
     const std::byte* s = slot(end_ == 'A' ? 1 : 0, rx_tail_);
     std::uint32_t len;
     std::memcpy(&len, s, sizeof len);
     if (len > wire::kMaxPacketBytes) {
-      LinkCounters::bump(counters_.rx_packets);
-      LinkCounters::bump(counters_.rx_dropped_malformed);
+      LinkCounters::bump_owned(counters_.rx_packets);
+      LinkCounters::bump_owned(counters_.rx_dropped_malformed);
     } else {
       // Handed over in place: the slot is ours until the tail moves past it.
       const std::span<const std::byte> d(s + 8, len);
       capture(d);  // before validation, as on the UDP cable
-      if (count_received(d, counters_, name_, warned_)) {
-        if (rx && *rx) (*rx)(d);
-        else LinkCounters::bump(counters_.rx_dropped_no_receiver);
+      if (count_received(d, counters_, name_, warned_, prx && *prx ? &parsed : nullptr)) {
+        if (prx && *prx) (*prx)(d, parsed);
+        else if (rx && *rx) (*rx)(d);
+        else LinkCounters::bump_owned(counters_.rx_dropped_no_receiver);
       }
     }
     ++rx_tail_;
-    at(r.tail).store(rx_tail_, std::memory_order_release);
+    // The slots go back to the sender a quarter ring at a time (and at the
+    // end of the batch), so the tail's cache line is not pulled back and
+    // forth between the two processes on every packet.
+    if ((rx_tail_ & (kSlots / 4 - 1)) == 0) at(r.tail).store(rx_tail_, std::memory_order_release);
   }
+  at(r.tail).store(rx_tail_, std::memory_order_release);
   return n;
 }
 

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -72,6 +73,10 @@ class ShmLink final : public Link {
   // calling it.
   Result<void> send_with(std::size_t len, Filler fill) override;
   void set_receiver(Receiver r) override;
+  // Instead of the plain receiver: one that also gets the packet as the
+  // link's check parsed it, so that it need not parse it again.
+  using ParsedReceiver = std::function<void(std::span<const std::byte>, const wire::ParsedPacket&)>;
+  void set_parsed_receiver(ParsedReceiver r);
   LinkStats stats() const override { return counters_.snapshot(); }
   void set_faults(const FaultSpec& spec);
 
@@ -111,12 +116,14 @@ class ShmLink final : public Link {
 
   std::mutex send_mu_;  // one producer: serialises senders and fault injection
   FaultInjector faults_;
-  std::uint64_t tx_head_ = 0;  // under send_mu_
+  std::uint64_t tx_head_ = 0;       // under send_mu_
+  std::uint64_t tx_tail_seen_ = 0;  // under send_mu_: the consumer's tail as last read
 
   std::uint64_t rx_tail_ = 0;  // owner's thread
 
   std::mutex rx_mu_;
   std::shared_ptr<const Receiver> receiver_;
+  std::shared_ptr<const ParsedReceiver> parsed_receiver_;
 
   LinkCounters counters_;
   std::atomic<unsigned> warned_{0};

@@ -131,6 +131,10 @@ class Hca {
   // §12.8: one packet from the link of port 1 / of `port` (LRH through VCRC).
   void receive_packet(std::span<const std::byte> packet, Clock::time_point now);
   void receive_packet(uint8_t port, std::span<const std::byte> packet, Clock::time_point now);
+  // The same for a packet its link has already checked and parsed
+  // (ShmLink::set_parsed_receiver): not parsed again.
+  void receive_packet(uint8_t port, std::span<const std::byte> packet, const sim::wire::ParsedPacket& parsed,
+                      Clock::time_point now);
   // §6.3 / §14: a port's state as QUERY_PORT shows it (port 1..num_ports).
   const PortInfo& port_info(uint8_t port) const { return port_at(port).info; }
   const sim::sma::PortCounterValues& pma_counters(uint8_t port) const { return port_at(port).pma; }
@@ -266,7 +270,8 @@ class Hca {
   void send_smp(uint8_t port, std::span<const std::byte> mad, uint16_t dlid, uint32_t dest_qp, bool local,
                 const sim::wire::ParsedPacket* req);
   void trap_tick();
-  void receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local);
+  void receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local,
+                       const sim::wire::ParsedPacket* parsed = nullptr);
   void receive_smp(uint8_t port, const sim::wire::ParsedPacket& p, bool local);
   void receive_gmp(uint8_t port, const sim::wire::ParsedPacket& p, bool local);
   // `mad`: the MAD to deliver instead of the packet's payload (the SMA's

@@ -324,6 +324,7 @@ int main(int argc, char** argv) {
   PacketInbox inbox(waiter);
   std::unique_ptr<sim::UdpLink> link;
   std::unique_ptr<sim::ShmLink> shm;
+  Hca::Clock::time_point rx_now{};
   if (port1) {
     port1->faults = faults;
     port1->pcap = pcap.get();
@@ -346,7 +347,10 @@ int main(int argc, char** argv) {
     }
     shm = std::move(l).value();
     // Polled by this loop: packets go to the device straight from their slot.
-    shm->set_receiver([&hca](std::span<const std::byte> p) { hca.receive_packet(p, Hca::Clock::now()); });
+    // The time is read once per batch (rx_now), not once per packet.
+    shm->set_parsed_receiver([&hca, &rx_now](std::span<const std::byte> p, const sim::wire::ParsedPacket& parsed) {
+      hca.receive_packet(1, p, parsed, rx_now);
+    });
     hca.attach_link(1, shm.get());
     log->info("simhca: port 1 on shared memory {} end {}", port1_shm->path, port1_shm->end);
   }
@@ -425,6 +429,7 @@ int main(int argc, char** argv) {
     if (!server.connected()) {
       sock.set_fd(-1);
       deliver();  // the device is reset: counted and dropped (§12.8)
+      rx_now = Hca::Clock::now();
       if (shm) shm->poll(SIZE_MAX);
       auto a = server.accept_client(50);
       if (!a && a.error().code != ETIMEDOUT) {
@@ -450,6 +455,7 @@ int main(int argc, char** argv) {
     }
     // One pass over every source (§13 "The device loop").
     bool work = (*model)->poll_doorbells() > 0;  // §12.5 scanner
+    rx_now = Hca::Clock::now();
     if (shm && shm->poll(kShmBatch) > 0) work = true;
     if (deliver()) work = true;
     if (sock.ready()) {

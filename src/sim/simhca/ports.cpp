@@ -184,8 +184,19 @@ void Hca::receive_packet(uint8_t port, std::span<const std::byte> packet, Clock:
   receive_on_port(port, packet, false);
 }
 
+void Hca::receive_packet(uint8_t port, std::span<const std::byte> packet, const w::ParsedPacket& parsed,
+                         Clock::time_point now) {
+  now_ = now;
+  if (port < 1 || port > opts_.caps.num_ports) {
+    ++dstats_.rx_port_down;
+    return;
+  }
+  receive_on_port(port, packet, false, &parsed);
+}
+
 // §12.8 / §14.1: checks in order; each failure drops the packet and counts it.
-void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local) {
+void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local,
+                          const w::ParsedPacket* given) {
   Port& pt = port_at(port);
   if (!initialized_ || fatal_ || (!local && pt.info.phys_state != kPhysLinkUp)) {
     ++dstats_.rx_port_down;
@@ -194,13 +205,18 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
   // Framing and the opcode table (IBA 7.7, 9.2). The CRCs (IBA 7.8) are
   // checked once, by the Link, before a packet gets here (link.hpp);
   // loopback packets are the device's own.
-  auto parsed = w::parse_packet(packet, w::ParseOptions{.check_vcrc = false, .check_icrc = false});
-  if (!parsed) {
-    ++dstats_.rx_malformed;
-    ++pt.pma.rcv_errors;
-    return;
+  std::optional<w::ParsedPacket> own;
+  if (!given) {
+    auto parsed = w::parse_packet(packet, w::ParseOptions{.check_vcrc = false, .check_icrc = false});
+    if (!parsed) {
+      ++dstats_.rx_malformed;
+      ++pt.pma.rcv_errors;
+      return;
+    }
+    own = std::move(*parsed);
+    given = &*own;
   }
-  const w::ParsedPacket& p = *parsed;
+  const w::ParsedPacket& p = *given;
   ++dstats_.rx_packets;
   if (!local) count_rx(port, packet.size());
   const uint32_t dest = p.hdr.bth.dest_qp;
