@@ -89,7 +89,7 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.add_option("--run-dir", o.run_dir, "simhca socket and locks; default: the socket's directory");
   app.add_option("--simhca", o.simhca, "simhca binary for the embedded device");
   app.add_option("--cable", o.cable,
-                 "embedded simhca: --port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT (UDP) or SHM=FILE,END=A|B (same host)");
+                 "embedded simhca: --port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT (UDP) or SHM=FILE,END=A|B[,CRC=always|offload] (same host)");
   app.add_option("--pcap", o.pcap, "embedded simhca: --pcap FILE");
   app.add_option("--faults", o.faults, "embedded simhca: --faults drop=P,dup=P,...");
   app.add_option("--simhca-arg", o.simhca_args,

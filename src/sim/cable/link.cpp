@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <vector>
 
+#include "sim/wire/packet.hpp"
+
 namespace openib::sim {
 
 // The general form of send_with(): the packet is written into a buffer,
@@ -10,6 +12,7 @@ namespace openib::sim {
 Result<void> Link::send_with(std::size_t len, Filler fill) {
   std::vector<std::byte> buf(len);
   if (!fill(buf)) return err(ECANCELED, "packet abandoned by its sender");
+  wire::seal_packet(buf);
   return send(buf);
 }
 

@@ -49,8 +49,11 @@ class Link {
   virtual Result<void> send(std::span<const std::byte> packet) = 0;
   // Sends a packet of `len` bytes that `fill` writes in place: straight
   // into a cable slot where the link has one (ShmLink), saving a copy;
-  // here, into a buffer handed to send(). `fill` returns false to abandon
-  // the packet: nothing is sent, the result is ECANCELED.
+  // here, into a buffer handed to send(). `fill` writes all but the ICRC
+  // and VCRC (the last 6 bytes): the link computes them (wire::seal_packet),
+  // or leaves them to the hardware where the cable offloads them (ShmLink,
+  // docs/cables.md). `fill` returns false to abandon the packet: nothing
+  // is sent, the result is ECANCELED.
   using Filler = FunctionRef<bool(std::span<std::byte>)>;
   virtual Result<void> send_with(std::size_t len, Filler fill);
   // Installs the receiver of well-formed packets (bad-CRC and malformed

@@ -9,7 +9,7 @@
 
 namespace openib::sim {
 
-RxVerdict check_received(std::span<const std::byte> d, std::string* why, wire::ParsedPacket* parsed) {
+RxVerdict check_received(std::span<const std::byte> d, std::string* why, wire::ParsedPacket* parsed, bool crcs) {
   using namespace wire;
   // Shortest IBA packet: LRH, BTH, ICRC, VCRC (IBA 7.7.8). Below that there
   // is nothing a CRC could be taken over.
@@ -21,11 +21,11 @@ RxVerdict check_received(std::span<const std::byte> d, std::string* why, wire::P
   const std::size_t n = d.size() - kVcrcBytes;
   const auto stored = static_cast<std::uint16_t>(std::to_integer<unsigned>(d[n]) |
                                                  (std::to_integer<unsigned>(d[n + 1]) << 8));
-  if (compute_vcrc(d.first(n)) != stored) {
+  if (crcs && compute_vcrc(d.first(n)) != stored) {
     if (why) *why = "bad VCRC";
     return RxVerdict::kBadCrc;
   }
-  auto p = parse_packet(d, ParseOptions{.check_vcrc = false});  // the VCRC was just checked
+  auto p = parse_packet(d, ParseOptions{.check_vcrc = false, .check_icrc = crcs});  // the VCRC was just checked
   if (p.ok()) {
     if (parsed) *parsed = *p;
     return RxVerdict::kGood;
@@ -35,11 +35,11 @@ RxVerdict check_received(std::span<const std::byte> d, std::string* why, wire::P
 }
 
 bool count_received(std::span<const std::byte> d, LinkCounters& c, const std::string& link_name,
-                    std::atomic<unsigned>& warned, wire::ParsedPacket* parsed) {
+                    std::atomic<unsigned>& warned, wire::ParsedPacket* parsed, bool crcs) {
   LinkCounters::bump_owned(c.rx_packets);
   LinkCounters::bump_owned(c.rx_bytes, d.size());
   std::string why;
-  const RxVerdict v = check_received(d, &why, parsed);
+  const RxVerdict v = check_received(d, &why, parsed, crcs);
   if (v == RxVerdict::kGood) return true;
   const bool crc = v == RxVerdict::kBadCrc;
   LinkCounters::bump_owned(crc ? c.rx_dropped_bad_crc : c.rx_dropped_malformed);

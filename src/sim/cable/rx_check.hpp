@@ -23,8 +23,9 @@ enum class RxVerdict {
 
 // Classifies one received datagram; `why` (if given) gets the reason of a
 // drop, `parsed` (if given) the packet of a kGood verdict.
+// `crcs` false: the sender's cable offloaded the CRCs (ShmLink): framing only.
 RxVerdict check_received(std::span<const std::byte> datagram, std::string* why = nullptr,
-                         wire::ParsedPacket* parsed = nullptr);
+                         wire::ParsedPacket* parsed = nullptr, bool crcs = true);
 
 // Counts a verdict in `c` (rx_packets and rx_bytes for every datagram, as
 // IBA's PortRcvPkts counts packets with errors too, plus the drop counter)
@@ -33,6 +34,6 @@ RxVerdict check_received(std::span<const std::byte> datagram, std::string* why =
 // logged (bit 0 bad CRC, bit 1 malformed). Returns true for kGood.
 // `parsed` (if given) gets the packet when the result is true.
 bool count_received(std::span<const std::byte> datagram, LinkCounters& c, const std::string& link_name,
-                    std::atomic<unsigned>& warned, wire::ParsedPacket* parsed = nullptr);
+                    std::atomic<unsigned>& warned, wire::ParsedPacket* parsed = nullptr, bool crcs = true);
 
 }  // namespace openib::sim

@@ -33,7 +33,7 @@ void log_once(std::atomic<bool>& warned, fmt::format_string<Args...> f, Args&&..
 // File format, version 1 (docs/cables.md "Shared-memory cable"); all
 // fields in host byte order (the file never leaves the host).
 constexpr std::uint64_t kMagic = 0x314d48534249504fULL;  // "OPIBSHM1" little-endian
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;  // 2: slot header flags (kSlotCrcsAbsent)
 constexpr std::size_t kRingsOffset = 4096;  // two ring control blocks of 256 bytes
 constexpr std::size_t kSlotsOffset = 8192;  // then ring 0's slots, then ring 1's
 constexpr std::size_t kRingSlotsBytes = std::size_t{ShmLink::kSlots} * ShmLink::kSlotBytes;
@@ -112,6 +112,7 @@ ShmLink::ShmLink(const ShmLinkOptions& opts, std::byte* base, std::size_t size)
       end_(opts.end),
       pcap_(opts.pcap),
       pcap_iface_(opts.pcap_iface),
+      crc_offload_(opts.crc_offload),
       base_(base),
       size_(size),
       faults_(opts.faults) {}
@@ -189,8 +190,12 @@ Result<void> ShmLink::send_with(std::size_t len, Filler fill) {
     }
     std::byte* s = reserve_slot();
     if (s) {
-      if (!fill(std::span<std::byte>(s + 8, len))) return err(ECANCELED, "{}: packet abandoned by its sender", name_);
-      publish_slot(s, static_cast<std::uint32_t>(len));
+      const std::span<std::byte> pkt(s + 8, len);
+      if (!fill(pkt)) return err(ECANCELED, "{}: packet abandoned by its sender", name_);
+      // Offloaded unless a capture here must show them (faults went above).
+      const bool offload = crc_offload_ && !pcap_;
+      if (!offload) wire::seal_packet(pkt);
+      publish_slot(s, static_cast<std::uint32_t>(len), offload ? kSlotCrcsAbsent : 0);
     }
     LinkCounters::bump_owned(counters_.tx_packets);
     LinkCounters::bump_owned(counters_.tx_bytes, len);
@@ -225,8 +230,9 @@ std::byte* ShmLink::reserve_slot() {
 }
 
 // Under send_mu_: the slot's length, then the head (a release store publishes it).
-void ShmLink::publish_slot(std::byte* s, std::uint32_t len) {
+void ShmLink::publish_slot(std::byte* s, std::uint32_t len, std::uint32_t flags) {
   std::memcpy(s, &len, sizeof len);
+  std::memcpy(s + 4, &flags, sizeof flags);
   ++tx_head_;
   at(tx_ring().head).store(tx_head_, std::memory_order_release);
   capture(std::span<const std::byte>(s + 8, len));
@@ -237,7 +243,7 @@ void ShmLink::write_slot(std::span<const std::byte> packet) {
   std::byte* s = reserve_slot();
   if (!s) return;
   std::memcpy(s + 8, packet.data(), packet.size());
-  publish_slot(s, static_cast<std::uint32_t>(packet.size()));
+  publish_slot(s, static_cast<std::uint32_t>(packet.size()), 0);
 }
 
 bool ShmLink::pending() const {
@@ -266,17 +272,21 @@ std::size_t ShmLink::poll(std::size_t max) {
   wire::ParsedPacket parsed;
   std::size_t n = 0;
   for (; n < max && rx_tail_ != head; ++n) {
-    const std::byte* s = slot(end_ == 'A' ? 1 : 0, rx_tail_);
-    std::uint32_t len;
+    std::byte* s = slot(end_ == 'A' ? 1 : 0, rx_tail_);
+    std::uint32_t len, flags;
     std::memcpy(&len, s, sizeof len);
+    std::memcpy(&flags, s + 4, sizeof flags);
     if (len > wire::kMaxPacketBytes) {
       LinkCounters::bump_owned(counters_.rx_packets);
       LinkCounters::bump_owned(counters_.rx_dropped_malformed);
     } else {
       // Handed over in place: the slot is ours until the tail moves past it.
       const std::span<const std::byte> d(s + 8, len);
+      const bool crcs = !(flags & kSlotCrcsAbsent);
+      // A capture shows whole packets: offloaded CRCs are computed for it.
+      if (!crcs && pcap_) wire::seal_packet(std::span<std::byte>(s + 8, len));
       capture(d);  // before validation, as on the UDP cable
-      if (count_received(d, counters_, name_, warned_, prx && *prx ? &parsed : nullptr)) {
+      if (count_received(d, counters_, name_, warned_, prx && *prx ? &parsed : nullptr, crcs)) {
         if (prx && *prx) (*prx)(d, parsed);
         else if (rx && *rx) (*rx)(d);
         else LinkCounters::bump_owned(counters_.rx_dropped_no_receiver);

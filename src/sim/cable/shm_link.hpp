@@ -50,6 +50,12 @@ struct ShmLinkOptions {
   char end = 'A';          // 'A' or 'B'; the two ends of a cable must differ
   FaultSpec faults;        // injected on send
   wire::PcapErfWriter* pcap = nullptr;  // as UdpLinkOptions::pcap
+  // CRC offload (docs/cables.md "Shared-memory cable"): a packet that
+  // neither a capture nor fault injection can see crosses the ring without
+  // its ICRC and VCRC computed or checked, as a NIC's checksum offload and
+  // the kernel's loopback device treat checksums; false computes and
+  // checks them on every packet (simhca's CRC=always).
+  bool crc_offload = true;
   std::uint8_t pcap_iface = 0;
   std::string name = "shm";  // in log lines
 };
@@ -59,6 +65,7 @@ class ShmLink final : public Link {
   // Ring geometry, fixed by the file format (version 1).
   static constexpr std::uint32_t kSlots = 512;
   static constexpr std::uint32_t kSlotBytes = 8256;  // 8-byte slot header + kMaxPacketBytes, 64-aligned
+  static constexpr std::uint32_t kSlotCrcsAbsent = 1;  // slot header flags: ICRC and VCRC not computed
 
   static Result<std::unique_ptr<ShmLink>> create(const ShmLinkOptions& opts);
   ~ShmLink() override;
@@ -103,7 +110,7 @@ class ShmLink final : public Link {
   std::byte* slot(int ring, std::uint64_t index) const;
   void write_slot(std::span<const std::byte> packet);
   std::byte* reserve_slot();  // under send_mu_: the next free slot, null if full (counted)
-  void publish_slot(std::byte* s, std::uint32_t len);
+  void publish_slot(std::byte* s, std::uint32_t len, std::uint32_t flags);
   void wake_receiver();
   void capture(std::span<const std::byte> packet);
 
@@ -111,6 +118,7 @@ class ShmLink final : public Link {
   char end_;
   wire::PcapErfWriter* pcap_;
   std::uint8_t pcap_iface_;
+  bool crc_offload_;
   std::byte* base_;
   std::size_t size_;
 

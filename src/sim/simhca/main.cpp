@@ -1,7 +1,7 @@
 // simhca: the emulated HCA as a vfio-user server (docs/simhca.md §13).
 //
 //   simhca --socket PATH [--log LEVEL] [--guid HEX] [--cmd-delay-ms N]
-//          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B]
+//          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]
 //          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]
 //          [--spin-us N] [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT]
 //          [--node-desc TEXT]
@@ -50,7 +50,7 @@ void on_signal(int) { g_stop = 1; }
 int usage(const char* prog) {
   std::fprintf(stderr,
                "usage: %s --socket PATH [--log LEVEL] [--guid HEX] [--cmd-delay-ms N]\n"
-               "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B]\n"
+               "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]\n"
                "          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
                "          [--spin-us N] [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT]\n"
                "          [--node-desc TEXT]\n",
@@ -257,6 +257,7 @@ int main(int argc, char** argv) {
             else if (k == "PEER") lo.peer = v;
             else if (k == "SHM") shm = true, so.path = v;
             else if (k == "END" && v.size() == 1) end_given = true, so.end = v[0];
+            else if (k == "CRC" && (v == "always" || v == "offload")) so.crc_offload = v == "offload";
             else return false;
             return true;
           }))

@@ -124,6 +124,7 @@ bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool manage
   if (local) {
     std::vector<std::byte> pkt(len);
     if (!fill(pkt)) return false;
+    w::seal_packet(pkt);
     ++dstats_.loopback_packets;
     loopback_.emplace_back(port, std::move(pkt));
     return true;
@@ -143,7 +144,7 @@ bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool manage
 bool Hca::transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local) {
   return transmit(
       port, pkt.size(),
-      [&](std::span<std::byte> out) {
+      [&](std::span<std::byte> out) {  // built whole, CRCs too (sealed again: the same values)
         std::copy(pkt.begin(), pkt.end(), out.begin());
         return true;
       },

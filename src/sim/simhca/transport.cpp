@@ -95,7 +95,7 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
     } else {
       std::copy(pl->bytes.begin(), pl->bytes.end(), dst.begin());
     }
-    w::finish_packet(*frame, out);
+    w::pad_packet(*frame, out);  // the CRCs are the link's (Link::send_with)
     return true;
   };
   if (!transmit(port, frame->size, fill, smi || gsi, local)) {

@@ -173,14 +173,18 @@ Result<PacketFrame> frame_packet(const Headers& hdr, std::size_t payload_len) {
   return f;
 }
 
-void finish_packet(const PacketFrame& f, std::span<std::byte> d) {
+void pad_packet(const PacketFrame& f, std::span<std::byte> d) {
   const std::size_t pad_at = f.headers.size() + f.payload_len;
   std::fill_n(d.begin() + static_cast<std::ptrdiff_t>(pad_at), f.pad_cnt, std::byte{0});  // IBA 9.2: pad bytes are 0
-  const std::size_t icrc_at = pad_at + f.pad_cnt;
+}
+
+void seal_packet(std::span<std::byte> d) {
+  if (d.size() < kLrhBytes + kIcrcBytes + kVcrcBytes) return;
+  const std::size_t icrc_at = d.size() - kIcrcBytes - kVcrcBytes;
   auto put = [&](std::size_t at, std::uint32_t v, int bytes) {
     for (int i = 0; i < bytes; ++i) d[at + static_cast<std::size_t>(i)] = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
   };
-  put(icrc_at, compute_icrc(d.first(icrc_at)), 4);                   // IBA 7.8.1
+  put(icrc_at, compute_icrc(d.first(icrc_at)), 4);                            // IBA 7.8.1
   put(icrc_at + kIcrcBytes, compute_vcrc(d.first(icrc_at + kIcrcBytes)), 2);  // IBA 7.8.2
 }
 
@@ -189,7 +193,8 @@ Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const 
   std::vector<std::byte> out(f.size);
   std::copy(f.headers.begin(), f.headers.end(), out.begin());
   std::copy(payload.begin(), payload.end(), out.begin() + static_cast<std::ptrdiff_t>(f.payload_offset()));
-  finish_packet(f, out);
+  pad_packet(f, out);
+  seal_packet(out);
   return out;
 }
 

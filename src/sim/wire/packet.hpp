@@ -66,7 +66,7 @@ Result<ParsedPacket> parse_packet(std::span<const std::byte> datagram, ParseOpti
 // bytes of payload and pad_cnt zero bytes, then ICRC and VCRC; `size` is
 // the whole datagram. For senders that write the payload straight into
 // its destination (a cable slot): frame_packet(), write headers() and the
-// payload, then finish_packet() pads and fills in both CRCs.
+// payload, pad_packet() writes the pad, seal_packet() both CRCs.
 struct PacketFrame {
   std::vector<std::byte> headers;
   std::size_t payload_len = 0;
@@ -76,8 +76,13 @@ struct PacketFrame {
 };
 Result<PacketFrame> frame_packet(const Headers& hdr, std::size_t payload_len);
 // `datagram` is frame.size bytes holding the headers and the payload:
-// writes the pad, the ICRC (IBA 7.8.1) and the VCRC (IBA 7.8.2).
-void finish_packet(const PacketFrame& frame, std::span<std::byte> datagram);
+// writes the pad (IBA 9.2: zeros).
+void pad_packet(const PacketFrame& frame, std::span<std::byte> datagram);
+// A whole datagram but its last 6 bytes: computes the ICRC (IBA 7.8.1)
+// over all but those and the VCRC (IBA 7.8.2) over all but the last 2,
+// and stores them there. Reads LRH.LNH (the ICRC's variant fields depend
+// on it); a datagram shorter than LRH + CRCs is left as it is.
+void seal_packet(std::span<std::byte> datagram);
 
 // Build a datagram: LRH.LNH, LRH.PktLen, GRH.PayLen and BTH.PadCnt are set
 // from the headers and payload given (their values in `hdr` are ignored);
