@@ -1,7 +1,7 @@
 // openib-bench: libopenib through two ibd daemons against TCP over loopback
 // and memcpy, on the same machine, in one run (docs/performance.md).
 //
-//   openib-bench --socket-a A.sock --socket-b B.sock [--ibd-pid PID] [--quick]
+//   openib-bench --socket-a A.sock --socket-b B.sock [--ibd-pid PID] [--simhca-pid PID] [--quick]
 //                [--nap-us N] [--yield-every N] [--skip-many-qps] [--procs N] [--qps-per-proc N]
 //                [--scale N]
 //   openib-bench --baselines-only
@@ -395,13 +395,14 @@ struct ManyQps {
   std::map<std::string, long> ibd_before, ibd_after, sim_before, sim_after;
 };
 
-ManyQps many_qps(const std::string& self, const std::string& sock, int ibd_pid, int procs,
+ManyQps many_qps(const std::string& self, const std::string& sock, int ibd_pid, int sim_pid, int procs,
                  int per_proc) {
   ManyQps m;
-  int sim_pid = 0;
   if (ibd_pid > 0) {
-    auto kids = children_of(ibd_pid);
-    if (!kids.empty()) sim_pid = kids.front();
+    if (sim_pid <= 0) {  // the embedded simhca: ibd's child
+      auto kids = children_of(ibd_pid);
+      if (!kids.empty()) sim_pid = kids.front();
+    }
     m.ibd_before = smaps_rollup(ibd_pid);
     if (sim_pid) m.sim_before = smaps_rollup(sim_pid);
   }
@@ -491,6 +492,7 @@ ManyQps many_qps(const std::string& self, const std::string& sock, int ibd_pid, 
 struct Args {
   std::string sock_a, sock_b;
   int ibd_pid = 0;
+  int simhca_pid = 0;  // --simhca-pid: a simhca that is not ibd's child
   bool quick = false, baselines_only = false, skip_many = false;
   int procs = 100, per_proc = 100;
   int scale = 1;  // --scale N: N times the openib iterations (for profiling)
@@ -516,6 +518,8 @@ int main(int argc, char** argv) {
       a.sock_b = next();
     } else if (s == "--ibd-pid") {
       a.ibd_pid = std::atoi(next().c_str());
+    } else if (s == "--simhca-pid") {
+      a.simhca_pid = std::atoi(next().c_str());
     } else if (s == "--procs") {
       a.procs = std::atoi(next().c_str());
     } else if (s == "--qps-per-proc") {
@@ -533,7 +537,7 @@ int main(int argc, char** argv) {
     } else if (s == "--baselines-only") {
       a.baselines_only = true;
     } else {
-      die("usage: openib-bench --socket-a A --socket-b B [--ibd-pid PID] [--quick] "
+      die("usage: openib-bench --socket-a A --socket-b B [--ibd-pid PID] [--simhca-pid PID] [--quick] "
           "[--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] [--scale N] | --baselines-only");
     }
   }
@@ -577,7 +581,7 @@ int main(int argc, char** argv) {
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) die("readlink /proc/self/exe");
   self[n] = 0;
-  ManyQps m = many_qps(self, a.sock_a, a.ibd_pid, a.procs, a.per_proc);
+  ManyQps m = many_qps(self, a.sock_a, a.ibd_pid, a.simhca_pid, a.procs, a.per_proc);
   int want = a.procs * a.per_proc;
   std::printf("%-44s %12d of %d (%d processes; %d failed%s%s)\n", "QPs created", m.created, want,
               a.procs, m.failed_children, m.first_error.empty() ? "" : ": ",

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Runs openib-bench (docs/performance.md): starts two ibd daemons, each with
-# its embedded simhca, cabled back to back (LIDs 1 and 2) over a
-# shared-memory cable (default) or over UDP on 127.0.0.1, runs the bench
-# against them, stops them by PID.
+# Runs openib-bench (docs/performance.md): starts two ibd daemons on two
+# simhca devices cabled back to back (LIDs 1 and 2) over a shared-memory
+# cable (default) or over UDP on 127.0.0.1, runs the bench against them,
+# stops everything by PID.
 #
-#   bash bench/run.sh [BUILD_DIR] [--cable shm|udp] [--ibd-arg ARG]... [-- openib-bench options, e.g. --quick]
+#   bash bench/run.sh [BUILD_DIR] [--cable shm|udp] [--simhca one|each]
+#                     [--ibd-arg ARG]... [--simhca-arg ARG]... [-- openib-bench options, e.g. --quick]
 #
-# --ibd-arg passes ARG to both daemons (repeat it), e.g. the embedded
-# simhca's device-loop spin window: --ibd-arg --simhca-arg=--spin-us --ibd-arg --simhca-arg=50
+# --simhca one (default): one simhca process serves both devices, and its
+# device loop runs both (docs/simhca.md §13 "Several devices"); each ibd
+# opens its device with --device vfio-user:SOCKET. --simhca each: every
+# ibd starts its own embedded simhca, as a plain `ibd` does.
+# --ibd-arg passes ARG to both daemons, --simhca-arg to the simhca (with
+# --simhca each: to both embedded ones), e.g. --simhca-arg --spin-us --simhca-arg 50
 #
 # BUILD_DIR defaults to build/ (as scripts/ use). Exit status: the bench's.
 set -euo pipefail
@@ -16,17 +21,25 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${1:-$here/../build}
 [[ $# -gt 0 ]] && shift
 cable=shm
+layout=one
 ibd_args=()
-while [[ ${1:-} == --cable || ${1:-} == --ibd-arg ]]; do
+simhca_args=()
+while [[ ${1:-} == --cable || ${1:-} == --ibd-arg || ${1:-} == --simhca || ${1:-} == --simhca-arg ]]; do
   [[ $# -ge 2 ]] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
-  if [[ $1 == --cable ]]; then cable=$2; else ibd_args+=("$2"); fi
+  case $1 in
+    --cable) cable=$2 ;;
+    --simhca) layout=$2 ;;
+    --ibd-arg) ibd_args+=("$2") ;;
+    --simhca-arg) simhca_args+=("$2") ;;
+  esac
   shift 2
 done
 [[ $cable == shm || $cable == udp ]] || { echo "run.sh: --cable shm or udp, not '$cable'" >&2; exit 2; }
+[[ $layout == one || $layout == each ]] || { echo "run.sh: --simhca one or each, not '$layout'" >&2; exit 2; }
 [[ ${1:-} == -- ]] && shift
 build=$(cd "$build" && pwd)
-IBD=$build/src/ibd/ibd BENCH=$build/bench/openib-bench
-for b in "$IBD" "$BENCH"; do
+IBD=$build/src/ibd/ibd BENCH=$build/bench/openib-bench SIMHCA=$build/src/sim/simhca/simhca
+for b in "$IBD" "$BENCH" "$SIMHCA"; do
   [[ -x $b ]] || { echo "run.sh: $b is not built (ninja -C $build)" >&2; exit 2; }
 done
 
@@ -41,26 +54,41 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PID_A='' PID_B=''
+PID_A='' PID_B='' PID_SIM=''
 if [[ $cable == shm ]]; then
   shm_file=$(shm_cable_file)
-  start_ibd_cable a 1 "SHM=$shm_file,END=A" PID_A "${ibd_args[@]}" || exit 2
-  start_ibd_cable b 2 "SHM=$shm_file,END=B" PID_B "${ibd_args[@]}" || exit 2
-  echo "run.sh: ibd A (pid $PID_A) and ibd B (pid $PID_B), shared-memory cable $shm_file"
+  end_a="SHM=$shm_file,END=A" end_b="SHM=$shm_file,END=B"
+  what="shared-memory cable $shm_file"
 else
   pa=$(free_port)
   pb=$pa
   while ((pb == pa)); do pb=$(free_port); done
-  start_ibd a 1 "$pa" "$pb" PID_A "${ibd_args[@]}" || exit 2
-  start_ibd b 2 "$pb" "$pa" PID_B "${ibd_args[@]}" || exit 2
-  echo "run.sh: ibd A (pid $PID_A) and ibd B (pid $PID_B), UDP cable 127.0.0.1:$pa <-> 127.0.0.1:$pb"
+  end_a="LOCAL=127.0.0.1:$pa,PEER=127.0.0.1:$pb" end_b="LOCAL=127.0.0.1:$pb,PEER=127.0.0.1:$pa"
+  what="UDP cable 127.0.0.1:$pa <-> 127.0.0.1:$pb"
+fi
+if [[ $layout == one ]]; then
+  start_simhca PID_SIM --log warn "${simhca_args[@]}" \
+    --socket "$work/hca-a.sock" --guid 0x0002c90300b0a001 --node-desc "bench HCA A" --port1 "$end_a" \
+    --device --socket "$work/hca-b.sock" --guid 0x0002c90300b0b001 --node-desc "bench HCA B" --port1 "$end_b" || exit 2
+  start_ibd_device a 1 "vfio-user:$work/hca-a.sock" PID_A "${ibd_args[@]}" || exit 2
+  start_ibd_device b 2 "vfio-user:$work/hca-b.sock" PID_B "${ibd_args[@]}" || exit 2
+  echo "run.sh: ibd A (pid $PID_A) and ibd B (pid $PID_B) on two devices of one simhca (pid $PID_SIM), $what"
+else
+  sargs=()
+  for x in "${simhca_args[@]}"; do sargs+=(--simhca-arg "$x"); done
+  start_ibd_cable a 1 "$end_a" PID_A "${ibd_args[@]}" "${sargs[@]}" || exit 2
+  start_ibd_cable b 2 "$end_b" PID_B "${ibd_args[@]}" "${sargs[@]}" || exit 2
+  echo "run.sh: ibd A (pid $PID_A) and ibd B (pid $PID_B), each with its embedded simhca, $what"
 fi
 echo "run.sh: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "run.sh: load average before the run: $(cut -d" " -f1-3 /proc/loadavg) (other processes share these CPUs)"
 
 rc=0
-timeout 900 "$BENCH" --socket-a "$work/a.sock" --socket-b "$work/b.sock" --ibd-pid "$PID_A" "$@" || rc=$?
+simpid=()
+[[ -n $PID_SIM ]] && simpid=(--simhca-pid "$PID_SIM")
+timeout 900 "$BENCH" --socket-a "$work/a.sock" --socket-b "$work/b.sock" --ibd-pid "$PID_A" "${simpid[@]}" "$@" || rc=$?
 if ((rc != 0)); then
   for n in a b; do echo "--- ibd $n log (tail):"; tail -20 "$work/$n.log"; done
+  [[ -n $PID_SIM ]] && { echo "--- simhca log (tail):"; tail -20 "$work/simhca.log"; }
 fi
 exit "$rc"

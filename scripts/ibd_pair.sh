@@ -1,6 +1,7 @@
 # Sourced by scripts and tests that need ibd daemons on this host
 # (scripts/demo.sh, bench/run.sh, test/ibd/examples.sh). Needs IBD (the ibd
-# binary) and work (a scratch directory) set by the caller; the caller's EXIT
+# binary; SIMHCA, the simhca binary, for start_simhca) and work (a scratch
+# directory) set by the caller; the caller's EXIT
 # trap calls stop_daemons.
 #   free_port                      a UDP/TCP port not bound on this host now
 #   start_ibd NAME LID LP PP VAR [ibd args...]
@@ -16,6 +17,16 @@
 #                                  the same with any --cable value, e.g. a
 #                                  shared-memory cable SHM=FILE,END=A (the
 #                                  other daemon END=B; docs/cables.md)
+#   start_ibd_device NAME LID DEVICE VAR [ibd args...]
+#                                  the same on --device DEVICE (e.g.
+#                                  vfio-user:SOCKET of a simhca started
+#                                  separately, see start_simhca)
+#   start_simhca VAR SIMHCA-ARGS...
+#                                  a simhca of its own (one or more
+#                                  devices, each --socket PATH ...
+#                                  separated by --device), log
+#                                  $work/simhca.log; waits until every
+#                                  --socket exists; stopped by stop_daemons
 #   shm_cable_file                 a fresh path for a shared-memory cable
 #                                  file (under /dev/shm when it exists);
 #                                  the caller removes it
@@ -69,9 +80,23 @@ start_ibd() {
 start_ibd_cable() {
   local name=$1 lid=$2 cable=$3 var=$4
   shift 4
+  start_ibd_with "$name" "$lid" "$var" --cable "$cable" "$@"
+}
+
+# start_ibd_device NAME LID DEVICE VAR [ibd args...]: ibd on a device of its
+# own choosing (--device vfio-user:SOCKET, a simhca started separately).
+start_ibd_device() {
+  local name=$1 lid=$2 device=$3 var=$4
+  shift 4
+  start_ibd_with "$name" "$lid" "$var" --device "$device" "$@"
+}
+
+start_ibd_with() {
+  local name=$1 lid=$2 var=$3
+  shift 3
   mkdir -p "$work/$name.run"
-  "$IBD" --socket "$work/$name.sock" --lid "$lid" --log ${IBD_LOG:-warn} --run-dir "$work/$name.run" \
-    --cable "$cable" "$@" >"$work/$name.log" 2>&1 </dev/null &
+  "$IBD" --socket "$work/$name.sock" --lid "$lid" --log "${IBD_LOG:-warn}" --run-dir "$work/$name.run" \
+    "$@" >"$work/$name.log" 2>&1 </dev/null &
   local pid=$!
   daemons+=("$pid")
   for _ in $(seq 300); do
@@ -84,6 +109,32 @@ start_ibd_cable() {
   done
   echo "ibd $name did not get ready:" >&2
   tail -20 "$work/$name.log" >&2
+  return 1
+}
+
+start_simhca() {
+  local var=$1 a prev='' s
+  shift
+  local -a socks=()
+  for a in "$@"; do
+    [[ $prev == --socket ]] && socks+=("$a")
+    prev=$a
+  done
+  "$SIMHCA" "$@" >"$work/simhca.log" 2>&1 </dev/null &
+  local pid=$!
+  daemons+=("$pid")
+  for _ in $(seq 100); do
+    local ready=1
+    for s in "${socks[@]}"; do [[ -S $s ]] || ready=0; done
+    if ((ready)); then
+      printf -v "$var" '%s' "$pid"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "simhca did not get ready:" >&2
+  tail -20 "$work/simhca.log" >&2
   return 1
 }
 

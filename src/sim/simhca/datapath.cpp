@@ -438,8 +438,13 @@ void Hca::track_live(uint32_t qpn, const Qp* qp) {
   if (qpn / 64 >= live_qps_.size()) return;
   const uint8_t st = qp ? qp->attrs.state : static_cast<uint8_t>(kReset);
   const uint64_t bit = uint64_t{1} << (qpn % 64);
-  if (st == kRts || st == kSqd || st == kSqe || st == kErr) live_qps_[qpn / 64] |= bit;
-  else live_qps_[qpn / 64] &= ~bit;
+  uint64_t& word = live_qps_[qpn / 64];
+  if (st == kRts || st == kSqd || st == kSqe || st == kErr) word |= bit;
+  else word &= ~bit;
+  const size_t w = qpn / 64;
+  const uint64_t wbit = uint64_t{1} << (w % 64);
+  if (word) live_words_[w / 64] |= wbit;
+  else live_words_[w / 64] &= ~wbit;
 }
 
 // In QPs of other states (RESET, INIT, RTR) the requester does nothing:
@@ -447,10 +452,13 @@ void Hca::track_live(uint32_t qpn, const Qp* qp) {
 // timer runs.
 template <typename F>
 void Hca::for_each_live(F&& f) const {
-  for (size_t w = 0; w < live_qps_.size(); ++w)
-    for (uint64_t bits = live_qps_[w]; bits; bits &= bits - 1) {
-      const auto qpn = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(bits)));
-      f(qpn);
+  for (size_t s = 0; s < live_words_.size(); ++s)
+    for (uint64_t words = live_words_[s]; words; words &= words - 1) {
+      const size_t w = s * 64 + static_cast<size_t>(__builtin_ctzll(words));
+      for (uint64_t bits = live_qps_[w]; bits; bits &= bits - 1) {
+        const auto qpn = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(bits)));
+        f(qpn);
+      }
     }
 }
 

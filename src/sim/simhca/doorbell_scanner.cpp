@@ -101,7 +101,7 @@ void DeviceWaiter::relax() {
 #endif
 }
 
-bool DeviceWaiter::arm(DoorbellScanner& scanner, std::span<sim::ShmLink* const> links) {
+bool DeviceWaiter::arm(std::span<DoorbellScanner* const> scanners, std::span<sim::ShmLink* const> links) {
   sleeping_.store(1, std::memory_order_seq_cst);
   waitv_.clear();
   waitv_.push_back({word_.load(std::memory_order_seq_cst), reinterpret_cast<uint64_t>(&word_),
@@ -117,25 +117,39 @@ bool DeviceWaiter::arm(DoorbellScanner& scanner, std::span<sim::ShmLink* const> 
     armed_links_.push_back(l);
     waitv_.push_back({1, reinterpret_cast<uint64_t>(l->wake_word()), FUTEX_32, 0});
   }
-  const bool pages = have_waitv_ && scanner.arm_sleep(waitv_, FUTEX_WAITV_MAX - waitv_.size());
+  // Every scanner's pages, or (too many for one futex_waitv) naps.
+  bool pages = have_waitv_;
+  armed_scanners_.assign(scanners.size(), false);
+  for (size_t i = 0; i < scanners.size(); ++i) {
+    if (!scanners[i]) continue;
+    armed_scanners_[i] = have_waitv_ && scanners[i]->arm_sleep(waitv_, FUTEX_WAITV_MAX - waitv_.size());
+    pages = pages && armed_scanners_[i];
+  }
   // Step 2: our stores before the re-check's loads (the clients and the
   // peer do the mirror image).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return pages;
 }
 
-void DeviceWaiter::disarm(bool pages, DoorbellScanner& scanner) {
-  const bool woken = scanner.disarm_sleep();
+void DeviceWaiter::disarm(bool pages, std::span<DoorbellScanner* const> scanners) {
+  for (size_t i = 0; i < scanners.size(); ++i) {
+    if (!scanners[i]) continue;
+    const bool woken = scanners[i]->disarm_sleep();
+    if (pages && woken && armed_scanners_[i]) ++scanners[i]->mutable_counts().wakeups;
+  }
   for (sim::ShmLink* l : armed_links_) l->disarm_sleep();
   armed_links_.clear();
   sleeping_.store(0, std::memory_order_relaxed);
-  if (pages && woken) ++scanner.mutable_counts().wakeups;
 }
 
-void DeviceWaiter::wait(bool pages, DoorbellScanner& scanner, std::chrono::steady_clock::time_point until) {
-  auto& c = scanner.mutable_counts();
+void DeviceWaiter::wait(bool pages, std::span<DoorbellScanner* const> scanners,
+                        std::chrono::steady_clock::time_point until) {
+  auto each = [&](auto f) {
+    for (DoorbellScanner* sc : scanners)
+      if (sc) f(sc->mutable_counts());
+  };
   if (!have_waitv_) {
-    ++c.polled_sleeps;
+    each([](ScannerCounts& c) { ++c.polled_sleeps; });
     ++naps_;
     const timespec nap{0, std::chrono::nanoseconds(kNap).count()};
     ::nanosleep(&nap, nullptr);
@@ -151,10 +165,12 @@ void DeviceWaiter::wait(bool pages, DoorbellScanner& scanner, std::chrono::stead
     return;
   }
   if (pages) {
-    ++c.sleeps;
-    if (r < 0 && e == ETIMEDOUT) ++c.timeouts;
+    each([&](ScannerCounts& c) {
+      ++c.sleeps;
+      if (r < 0 && e == ETIMEDOUT) ++c.timeouts;
+    });
   } else {
-    ++c.polled_sleeps;
+    each([](ScannerCounts& c) { ++c.polled_sleeps; });
   }
   ++sleeps_;
 }

@@ -151,15 +151,16 @@ class DeviceWaiter {
   // Loop thread. After a pass: `work` says whether it did anything. While
   // busy or within the spin window it yields the CPU (sched_yield) and
   // returns; once idle past the window it sleeps: publishes the flags of
-  // `scanner` and `links`, calls `recheck()` (true: work arrived, do not
-  // sleep) and waits on every word until woken, a flag changed, or
-  // `deadline` (CLOCK_MONOTONIC; at most kMaxSleep away).
-  // `device` (held by the loop) is released while it sleeps, so another
-  // thread may run the device meanwhile (§13: the socket watcher).
+  // every scanner (one per device) and of `links`, calls `recheck()`
+  // (true: work arrived, do not sleep) and waits on every word until
+  // woken, a flag changed, or `deadline` (CLOCK_MONOTONIC; at most
+  // kMaxSleep away). The `devices` locks (held by the loop) are released
+  // while it sleeps, so another thread may run a device meanwhile (§13:
+  // the socket watchers).
   template <typename Recheck>
-  void after_pass(bool work, DoorbellScanner& scanner, std::span<sim::ShmLink* const> links,
-                  std::chrono::steady_clock::time_point deadline, std::unique_lock<std::mutex>& device,
-                  Recheck&& recheck) {
+  void after_pass(bool work, std::span<DoorbellScanner* const> scanners, std::span<sim::ShmLink* const> links,
+                  std::chrono::steady_clock::time_point deadline,
+                  std::span<std::unique_lock<std::mutex>* const> devices, Recheck&& recheck) {
     const auto now = std::chrono::steady_clock::now();
     if (work) {
       last_work_ = now;
@@ -170,13 +171,13 @@ class DeviceWaiter {
       return;
     }
     // §12.5.2 steps 1-2 for every word at once, then step 3 (recheck).
-    const bool pages = arm(scanner, links);
+    const bool pages = arm(scanners, links);
     if (!pending_ && !recheck()) {
-      device.unlock();
-      wait(pages, scanner, pages ? deadline : std::min(deadline, now + kNap));
-      device.lock();
+      for (auto* d : devices) d->unlock();
+      wait(pages, scanners, pages ? deadline : std::min(deadline, now + kNap));
+      for (auto* d : devices) d->lock();
     }
-    disarm(pages, scanner);
+    disarm(pages, scanners);
     last_work_ = std::chrono::steady_clock::now();
     contended_ = false;
   }
@@ -188,10 +189,11 @@ class DeviceWaiter {
 
  private:
   void relax();
-  // Publishes every flag; true if the pages' SCANNER_SLEEPING are among them.
-  bool arm(DoorbellScanner& scanner, std::span<sim::ShmLink* const> links);
-  void disarm(bool pages, DoorbellScanner& scanner);
-  void wait(bool pages, DoorbellScanner& scanner, std::chrono::steady_clock::time_point until);
+  // Publishes every flag; true if every scanner's pages' SCANNER_SLEEPING
+  // are among them.
+  bool arm(std::span<DoorbellScanner* const> scanners, std::span<sim::ShmLink* const> links);
+  void disarm(bool pages, std::span<DoorbellScanner* const> scanners);
+  void wait(bool pages, std::span<DoorbellScanner* const> scanners, std::chrono::steady_clock::time_point until);
 
   std::chrono::microseconds spin_;
   bool yield_;
@@ -201,6 +203,7 @@ class DeviceWaiter {
   std::atomic<uint32_t> sleeping_{0};  // 1 while the loop is (about to be) asleep
   std::vector<futex_waitv> waitv_;
   std::vector<sim::ShmLink*> armed_links_;
+  std::vector<bool> armed_scanners_;
   bool pending_ = false;  // a cable had a packet when we armed it
   bool have_waitv_ = true;
   uint64_t sleeps_ = 0, naps_ = 0;

@@ -358,6 +358,7 @@ class Hca {
   // SQE, ERR). datapath_tick() and datapath_due() visit only these, so a
   // command costs the device the same with 10,000 idle QPs as with none.
   std::vector<uint64_t> live_qps_;
+  std::vector<uint64_t> live_words_;  // bit w: live_qps_[w] is not 0 (a pass reads a few words, not 256)
 
   HcaStats stats_;
   DataStats dstats_;

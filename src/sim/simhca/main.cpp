@@ -1,22 +1,26 @@
 // simhca: the emulated HCA as a vfio-user server (docs/simhca.md §13).
 //
-//   simhca --socket PATH [--log LEVEL] [--guid HEX] [--cmd-delay-ms N]
-//          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]
-//          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]
-//          [--spin-us N] [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT]
-//          [--node-desc TEXT]
+//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] DEVICE [--device DEVICE]...
+//   DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]
+//           [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]
+//           [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]
+//           [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT] [--node-desc TEXT]
 //
-// One client at a time; the device is reset between clients. One thread,
-// the device loop (§13), runs everything the device does: commands (after
-// the doorbell write is answered, §5.3), UAR doorbells (it scans the
-// watched pages itself, §12.5), packets from a shared-memory cable (taken
-// from the ring in place) or from a UDP cable (handed over by the link's
-// receive thread through an inbox), and the data path's timers. Busy, it
-// polls all of them, yielding the CPU between empty passes; idle for
-// --spin-us, it sleeps in futex_waitv on the UAR pages' SCANNER_SLEEPING,
-// the cable's RX_SLEEPING and a private word that the UDP receive thread
-// and the socket watcher (a thread blocked in epoll on the vfio-user
-// socket) bump.
+// One process serves one device, or several (`--device` starts the next
+// one's options): each its own vfio-user socket, client and state, as
+// separate HCAs in one host. One thread, the device loop (§13), runs
+// everything every device does: commands (after the doorbell write is
+// answered, §5.3), UAR doorbells (it scans the watched pages itself,
+// §12.5), packets from a shared-memory cable (taken from the ring in
+// place) or from a UDP cable (handed over by the link's receive thread
+// through an inbox), and the data path's timers. Busy, it polls all of
+// them, yielding the CPU between empty passes; idle for --spin-us, it
+// sleeps in futex_waitv on the UAR pages' SCANNER_SLEEPING, the cables'
+// RX_SLEEPING and a private word that the UDP receive threads and the
+// socket watchers (a thread per device blocked in epoll on its vfio-user
+// socket) bump. Two devices cabled to each other in one process pass a
+// packet from one to the other within one turn of the loop, without a
+// wake-up or a context switch (§13 "Several devices").
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -30,7 +34,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,11 +55,11 @@ void on_signal(int) { g_stop = 1; }
 
 int usage(const char* prog) {
   std::fprintf(stderr,
-               "usage: %s --socket PATH [--log LEVEL] [--guid HEX] [--cmd-delay-ms N]\n"
+               "usage: %s [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] DEVICE [--device DEVICE]...\n"
+               "  DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]\n"
                "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]\n"
                "          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
-               "          [--spin-us N] [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT]\n"
-               "          [--node-desc TEXT]\n",
+               "          [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT] [--node-desc TEXT]\n",
                prog);
   return 2;
 }
@@ -204,32 +210,297 @@ bool parse_u64(const char* s, int base, uint64_t& out) {
   return errno == 0 && end != s && *end == '\0';
 }
 
+// What one device is given on the command line.
+struct DeviceConfig {
+  std::string path, pcap_path;
+  openib::simhca::HcaOptions opts;
+  std::optional<openib::sim::UdpLinkOptions> port1;
+  std::optional<openib::sim::ShmLinkOptions> port1_shm;
+  std::optional<openib::sim::UdpLinkOptions> port2;  // §13 --port2 (with --ports 2)
+  openib::sim::FaultSpec faults;
+};
+
+// One device of this process: its model and vfio-user server, its cables,
+// its socket watcher, and its part of the loop's pass (§13).
+class Device {
+ public:
+  using Hca = openib::simhca::Hca;
+  Device(DeviceConfig cfg, openib::simhca::DeviceWaiter& waiter, bool shared_loop)
+      : cfg_(std::move(cfg)), waiter_(waiter), shared_(shared_loop), inbox_(waiter), inbox2_(waiter),
+        lock_(mu_, std::defer_lock) {}
+
+  // Everything up to the first client; false (logged) if something failed.
+  bool start() {
+    using namespace openib;
+    auto model = simhca::VfioModel::create(cfg_.opts);
+    if (!model) return fail(model.error().str());
+    model_ = std::move(model).value();
+    server_ = std::make_unique<vfio::user::VfioUserServer>(*model_);
+    if (auto r = server_->listen(cfg_.path); !r) return fail(r.error().str());
+    log_->info("simhca {:04x}:{:04x} listening on {}", simhca::kVendorId, simhca::kDeviceId, cfg_.path);
+    Hca& hca = model_->hca();
+    // §12.7 port 1: capture file, then the cable end.
+    if (!cfg_.pcap_path.empty()) {
+      auto w = sim::wire::PcapErfWriter::open(cfg_.pcap_path);
+      if (!w) return fail(w.error().str());
+      pcap_ = std::move(w).value();
+    }
+    if (cfg_.port1) {
+      cfg_.port1->faults = cfg_.faults;
+      cfg_.port1->pcap = pcap_.get();
+      auto l = sim::UdpLink::create(*cfg_.port1);
+      if (!l) return fail(l.error().str());
+      link_ = std::move(l).value();
+      link_->set_receiver([this](std::span<const std::byte> p) { inbox_.push(p); });
+      hca.attach_link(1, link_.get());
+      log_->info("simhca: port 1 on udp {} -> {}", cfg_.port1->local, cfg_.port1->peer);
+    } else if (cfg_.port1_shm) {
+      cfg_.port1_shm->faults = cfg_.faults;
+      cfg_.port1_shm->pcap = pcap_.get();
+      auto l = sim::ShmLink::create(*cfg_.port1_shm);
+      if (!l) return fail(l.error().str());
+      shm_ = std::move(l).value();
+      // Polled by the loop: packets go to the device straight from their
+      // slot, with the link's parse; the time is read once per batch.
+      shm_->set_parsed_receiver([this](std::span<const std::byte> p, const sim::wire::ParsedPacket& parsed) {
+        model_->hca().receive_packet(1, p, parsed, rx_now_);
+      });
+      hca.attach_link(1, shm_.get());
+      log_->info("simhca: port 1 on shared memory {} end {}", cfg_.port1_shm->path, cfg_.port1_shm->end);
+    }
+    // §13 port 2: a UDP cable end of its own (no capture, no faults).
+    if (cfg_.port2) {
+      auto l = sim::UdpLink::create(*cfg_.port2);
+      if (!l) return fail(l.error().str());
+      link2_ = std::move(l).value();
+      link2_->set_receiver([this](std::span<const std::byte> p) { inbox2_.push(p); });
+      hca.attach_link(2, link2_.get());
+      log_->info("simhca: port 2 on udp {} -> {}", cfg_.port2->local, cfg_.port2->peer);
+    }
+    // The device is run by whoever holds mu_: the loop, except while it
+    // sleeps, when the socket watcher may serve a message (§13).
+    lock_.lock();
+    watch_ = std::make_unique<SocketWatch>(waiter_, mu_, [this] {
+      auto r = server_->handle_message(0);
+      if (!r) {  // as in the loop: the server failed, simhca ends
+        serve_error_ = r.error().str();
+        return 2;
+      }
+      if (!*r) {  // the client went: the loop resets the device
+        client_gone_ = true;
+        return 2;
+      }
+      // The command (§5.3) runs now; the loop is woken only if it must
+      // watch other pages or wake earlier.
+      const uint64_t gen = model_->scanner().generation();
+      model_->hca().run_due(Hca::Clock::now());
+      due_ = model_->hca().next_due();
+      due_known_ = true;
+      return model_->scanner().generation() != gen || (due_ && *due_ < sleep_until_) ? 2 : 1;
+    });
+    if (!watch_->start()) return fail(std::string("socket watcher: ") + std::strerror(errno));
+    return true;
+  }
+
+  // One pass over this device's sources (§13 "The device loop"): -1 the
+  // device failed (logged), 0 nothing done, 1 work done, 2 work done and
+  // the loop must not sleep (reset, or a single device accepting).
+  int pass() {
+    Hca& hca = model_->hca();
+    if (!server_->connected()) {
+      watch_->set_fd(-1);
+      deliver();  // the device is reset: counted and dropped (§12.8)
+      rx_now_ = Hca::Clock::now();
+      if (shm_) shm_->poll(SIZE_MAX);
+      // Alone, the loop waits in accept; sharing it, it only looks.
+      auto a = server_->accept_client(shared_ ? 0 : 50);
+      if (!a && a.error().code != ETIMEDOUT) {
+        fail(a.error().str());
+        return -1;
+      }
+      due_known_ = false;
+      if (server_->connected()) {
+        watch_->set_fd(server_->client_fd());
+        return 2;
+      }
+      sleep_until_ = Hca::Clock::now() + kAcceptPoll;
+      return shared_ ? 0 : 2;
+    }
+    if (!serve_error_.empty()) {
+      fail(serve_error_);
+      return -1;
+    }
+    if (client_gone_) {  // seen by the socket watcher
+      client_gone_ = false;
+      reset_device();
+      return 2;
+    }
+    bool work = model_->poll_doorbells() > 0;  // §12.5 scanner
+    rx_now_ = Hca::Clock::now();
+    if (shm_ && shm_->poll(kShmBatch) > 0) work = true;
+    if (deliver()) work = true;
+    if (watch_->ready()) {
+      work = true;
+      auto r = server_->handle_message(0);
+      if (!r) {
+        fail(r.error().str());
+        return -1;
+      }
+      if (!*r) {
+        reset_device();
+        return 2;
+      }
+      watch_->rearm();
+    }
+    auto now = Hca::Clock::now();
+    // Commands, doorbells taken, data-path timers (RNR, pacing,
+    // retransmission), --cmd-delay-ms: whatever is due. next_due() is
+    // asked again only after the device did something (nothing else
+    // changes its answer).
+    if (work || carried_ || !due_known_ || (due_ && *due_ <= now)) {
+      work = true;
+      carried_ = false;
+      hca.run_due(now);
+      due_ = hca.next_due();
+      due_known_ = true;
+    }
+    sleep_until_ = now + openib::simhca::DeviceWaiter::kMaxSleep;
+    if (due_ && *due_ < sleep_until_) sleep_until_ = *due_;
+    return work ? 1 : 0;
+  }
+
+  // When the loop should come back for this device at the latest.
+  Hca::Clock::time_point deadline() const { return sleep_until_; }
+  void set_sleep_until(Hca::Clock::time_point t) { sleep_until_ = t; }
+
+  // §12.5.2 step 3: anything that came in while the loop published its
+  // flags is taken now, and the loop does not sleep.
+  bool recheck() {
+    if (model_->poll_doorbells() > 0) carried_ = true;  // taken; run_due() on the next pass
+    return carried_ || (shm_ && shm_->pending()) || inbox_.nonempty() || inbox2_.nonempty() || watch_->ready();
+  }
+
+  openib::simhca::DoorbellScanner* scanner() { return model_ ? &model_->scanner() : nullptr; }
+  openib::sim::ShmLink* shm() { return shm_.get(); }
+  std::unique_lock<std::mutex>* lock() { return &lock_; }
+
+  // At the end: stops the cables and logs the counters.
+  void finish() {
+    if (!model_) return;
+    Hca& hca = model_->hca();
+    hca.attach_link(1, nullptr);
+    hca.attach_link(2, nullptr);
+    if (link_) link_->stop();
+    if (link2_) link2_->stop();
+    if (shm_)
+      log_->info("simhca: port 1 shared-memory cable: tx {} packets ({} dropped), rx {} ({} bad CRC, {} malformed)",
+                 shm_->stats().tx_packets, shm_->stats().tx_errors, shm_->stats().rx_packets,
+                 shm_->stats().rx_dropped_bad_crc, shm_->stats().rx_dropped_malformed);
+    log_data_stats();
+    const openib::simhca::HcaStats& s = hca.stats();
+    const auto& ss = server_->stats();
+    log_->info(
+        "simhca: exiting; commands {} (failed {}, dropped {}), bad accesses {}, events {} "
+        "(dropped {}), irqs {}, vfio-user messages {} (malformed {}), dma faults {}",
+        s.cmds_completed, s.cmds_failed, s.cmds_dropped, s.bad_access, s.events_written,
+        s.events_dropped, s.irqs_signalled, ss.messages, ss.bad_messages, ss.dma_faults);
+    const openib::simhca::ScannerCounts sc = model_->scanner_counts();
+    log_->info(
+        "simhca: doorbell scanner: mmap doorbells {} (ignored {}), bad SQ records {}, pages "
+        "noticed {}, sleeps {}, wakeups {}, timeouts {}, polled naps {}; device loop sleeps {}",
+        s.mmap_doorbells, s.mmap_doorbells_bad, s.sq_records_bad, sc.notices, sc.sleeps, sc.wakeups,
+        sc.timeouts, sc.polled_sleeps, waiter_.sleeps());
+  }
+
+  ~Device() {
+    watch_.reset();  // its thread uses the server and the model
+  }
+
+ private:
+  static constexpr size_t kShmBatch = 64;  // packets per pass, so doorbells and messages interleave
+  // A device without a client, in a shared loop, looks for one this often.
+  static constexpr auto kAcceptPoll = std::chrono::milliseconds(20);
+
+  bool fail(const std::string& what) {
+    log_->error("{}", what);
+    return false;
+  }
+  bool deliver() {
+    if (!inbox_.nonempty() && !inbox2_.nonempty()) return false;
+    Hca& hca = model_->hca();
+    for (auto& p : inbox_.take()) hca.receive_packet(p, Hca::Clock::now());
+    for (auto& p : inbox2_.take()) hca.receive_packet(2, p, Hca::Clock::now());
+    return true;
+  }
+  void reset_device() {
+    log_->info("simhca: client gone; device reset");
+    log_data_stats();
+    model_->reset();
+    watch_->set_fd(-1);
+    due_known_ = false;
+  }
+  void log_data_stats() {
+    const openib::simhca::DataStats& d = model_->hca().data_stats();
+    log_->info(
+        "simhca: data path: tx {} (dropped {}), rx {} (malformed {}, bad dlid {}, bad pkey {}, "
+        "bad qkey {}, no qp {}, out of sequence {}, duplicates {}), acks {}, naks {}, rnr naks {}, "
+        "retransmits {}, timeouts {}, cqes {}, inbox drops {}",
+        d.tx_packets, d.tx_dropped, d.rx_packets, d.rx_malformed, d.rx_bad_dlid, d.rx_bad_pkey,
+        d.rx_bad_qkey, d.rx_no_qp, d.rx_dropped_seq, d.rx_duplicates, d.acks_sent, d.naks_sent,
+        d.rnr_naks_sent, d.retransmits, d.timeouts, d.cqes_written, inbox_.dropped());
+    log_->info(  // §14, §15
+        "simhca: management: SMPs answered {}, to the driver {}, dropped {}, M_Key violations {}; "
+        "PMA answers {}, GMPs to the driver {}, MADs dropped {}; loopback {}, not sent (port state) {}, "
+        "bad VL {}",
+        d.smps_answered, d.smps_to_driver, d.smps_dropped, d.mkey_violations, d.gmps_answered,
+        d.gmps_to_driver, d.mads_dropped, d.loopback_packets, d.tx_port_down, d.rx_bad_vl);
+  }
+
+  DeviceConfig cfg_;
+  openib::simhca::DeviceWaiter& waiter_;
+  bool shared_;
+  std::shared_ptr<spdlog::logger> log_ = openib::log::get("simhca");
+  std::unique_ptr<openib::simhca::VfioModel> model_;
+  std::unique_ptr<openib::vfio::user::VfioUserServer> server_;
+  std::unique_ptr<openib::sim::wire::PcapErfWriter> pcap_;
+  PacketInbox inbox_, inbox2_;
+  std::unique_ptr<openib::sim::UdpLink> link_, link2_;
+  std::unique_ptr<openib::sim::ShmLink> shm_;
+  Hca::Clock::time_point rx_now_{};
+  std::mutex mu_;
+  std::unique_lock<std::mutex> lock_;
+  bool client_gone_ = false;  // the watcher saw the client go: the loop resets
+  std::string serve_error_;   // the watcher's handle_message() failed: the loop exits
+  std::optional<Hca::Clock::time_point> due_;  // hca.next_due() as of the last time the device ran
+  bool due_known_ = false, carried_ = false;
+  Hca::Clock::time_point sleep_until_{};  // the loop's wake-up time for this device
+  std::unique_ptr<SocketWatch> watch_;  // last: stopped first
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace openib;
   using namespace openib::simhca;
-  std::string path, pcap_path;
-  HcaOptions opts;
-  std::optional<sim::UdpLinkOptions> port1;
-  std::optional<sim::ShmLinkOptions> port1_shm;
-  std::optional<sim::UdpLinkOptions> port2;  // §13 --port2 (with --ports 2)
+  std::vector<DeviceConfig> cfgs(1);
   std::chrono::microseconds spin = DeviceWaiter::kDefaultSpin;
   bool spin_yield = true;
-  sim::FaultSpec faults;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     const bool has_value = i + 1 < argc;
-    if (a == "--socket" && has_value) {
-      path = argv[++i];
+    DeviceConfig& c = cfgs.back();
+    if (a == "--device") {  // the next device's options follow
+      cfgs.emplace_back();
+    } else if (a == "--socket" && has_value) {
+      c.path = argv[++i];
     } else if (a == "--log" && has_value) {
       log::set_level(argv[++i]);
     } else if (a == "--node-desc" && has_value) {  // §14.2 NodeDescription
-      opts.node_desc = argv[++i];
+      c.opts.node_desc = argv[++i];
     } else if (a == "--ports" && has_value) {  // §13: 1 or 2 ports
       uint64_t n = 0;
       if (!parse_u64(argv[++i], 10, n) || n < 1 || n > kMaxPorts) return usage(argv[0]);
-      opts.caps.num_ports = static_cast<uint8_t>(n);
+      c.opts.caps.num_ports = static_cast<uint8_t>(n);
     } else if (a == "--port2" && has_value) {  // §13: port 2's UDP cable end
       sim::UdpLinkOptions lo;
       lo.name = "port2";
@@ -240,13 +511,13 @@ int main(int argc, char** argv) {
             return true;
           }))
         return usage(argv[0]);
-      port2 = lo;
+      c.port2 = lo;
     } else if (a == "--guid" && has_value) {
-      if (!parse_u64(argv[++i], 16, opts.caps.node_guid)) return usage(argv[0]);
+      if (!parse_u64(argv[++i], 16, c.opts.caps.node_guid)) return usage(argv[0]);
     } else if (a == "--cmd-delay-ms" && has_value) {
       uint64_t ms = 0;
       if (!parse_u64(argv[++i], 10, ms) || ms > 60000) return usage(argv[0]);
-      opts.cmd_delay = std::chrono::milliseconds(ms);
+      c.opts.cmd_delay = std::chrono::milliseconds(ms);
     } else if (a == "--port1" && has_value) {  // §13: the port's cable end, UDP or shared memory
       sim::UdpLinkOptions lo;
       sim::ShmLinkOptions so;
@@ -263,8 +534,8 @@ int main(int argc, char** argv) {
           }))
         return usage(argv[0]);
       if (shm != end_given) return usage(argv[0]);  // SHM= and END= go together
-      if (shm) port1_shm = so;
-      else port1 = lo;
+      if (shm) c.port1_shm = so;
+      else c.port1 = lo;
     } else if (a == "--spin-us" && has_value) {
       uint64_t us = 0;
       if (!parse_u64(argv[++i], 10, us) || us > 1000000) return usage(argv[0]);
@@ -274,14 +545,14 @@ int main(int argc, char** argv) {
       if (m != "yield" && m != "pause") return usage(argv[0]);
       spin_yield = m == "yield";
     } else if (a == "--pcap" && has_value) {
-      pcap_path = argv[++i];
+      c.pcap_path = argv[++i];
     } else if (a == "--faults" && has_value) {
       if (!parse_pairs(argv[++i], [&](std::string_view k, std::string v) {
-            if (k == "drop") return parse_rate(v, faults.drop);
-            if (k == "dup") return parse_rate(v, faults.duplicate);
-            if (k == "reorder") return parse_rate(v, faults.reorder);
-            if (k == "corrupt") return parse_rate(v, faults.corrupt);
-            if (k == "seed") return parse_u64(v.c_str(), 10, faults.seed);
+            if (k == "drop") return parse_rate(v, c.faults.drop);
+            if (k == "dup") return parse_rate(v, c.faults.duplicate);
+            if (k == "reorder") return parse_rate(v, c.faults.reorder);
+            if (k == "corrupt") return parse_rate(v, c.faults.corrupt);
+            if (k == "seed") return parse_u64(v.c_str(), 10, c.faults.seed);
             return false;
           }))
         return usage(argv[0]);
@@ -289,8 +560,8 @@ int main(int argc, char** argv) {
       return usage(argv[0]);
     }
   }
-  if (path.empty() || (port2 && opts.caps.num_ports < 2)) return usage(argv[0]);
-  auto log = log::get("simhca");
+  for (const DeviceConfig& c : cfgs)
+    if (c.path.empty() || (c.port2 && c.opts.caps.num_ports < 2)) return usage(argv[0]);
 
   struct sigaction sa{};
   sa.sa_handler = on_signal;
@@ -298,227 +569,46 @@ int main(int argc, char** argv) {
   ::sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto model = VfioModel::create(opts);
-  if (!model) {
-    log->error("{}", model.error().str());
-    return 1;
-  }
-  vfio::user::VfioUserServer server(**model);
-  if (auto r = server.listen(path); !r) {
-    log->error("{}", r.error().str());
-    return 1;
-  }
-  log->info("simhca {:04x}:{:04x} listening on {}", kVendorId, kDeviceId, path);
-  Hca& hca = (*model)->hca();
-
-  // §12.7 port 1: capture file, then the cable end.
-  std::unique_ptr<sim::wire::PcapErfWriter> pcap;
-  if (!pcap_path.empty()) {
-    auto w = sim::wire::PcapErfWriter::open(pcap_path);
-    if (!w) {
-      log->error("{}", w.error().str());
-      return 1;
-    }
-    pcap = std::move(w).value();
-  }
   DeviceWaiter waiter(spin, spin_yield);
-  PacketInbox inbox(waiter);
-  std::unique_ptr<sim::UdpLink> link;
-  std::unique_ptr<sim::ShmLink> shm;
-  Hca::Clock::time_point rx_now{};
-  if (port1) {
-    port1->faults = faults;
-    port1->pcap = pcap.get();
-    auto l = sim::UdpLink::create(*port1);
-    if (!l) {
-      log->error("{}", l.error().str());
-      return 1;
-    }
-    link = std::move(l).value();
-    link->set_receiver([&inbox](std::span<const std::byte> p) { inbox.push(p); });
-    hca.attach_link(1, link.get());
-    log->info("simhca: port 1 on udp {} -> {}", port1->local, port1->peer);
-  } else if (port1_shm) {
-    port1_shm->faults = faults;
-    port1_shm->pcap = pcap.get();
-    auto l = sim::ShmLink::create(*port1_shm);
-    if (!l) {
-      log->error("{}", l.error().str());
-      return 1;
-    }
-    shm = std::move(l).value();
-    // Polled by this loop: packets go to the device straight from their slot.
-    // The time is read once per batch (rx_now), not once per packet.
-    shm->set_parsed_receiver([&hca, &rx_now](std::span<const std::byte> p, const sim::wire::ParsedPacket& parsed) {
-      hca.receive_packet(1, p, parsed, rx_now);
-    });
-    hca.attach_link(1, shm.get());
-    log->info("simhca: port 1 on shared memory {} end {}", port1_shm->path, port1_shm->end);
+  const bool shared = cfgs.size() > 1;
+  std::vector<std::unique_ptr<Device>> devs;
+  for (DeviceConfig& c : cfgs) {
+    devs.push_back(std::make_unique<Device>(std::move(c), waiter, shared));
+    if (!devs.back()->start()) return 1;
   }
-  // §13 port 2: a UDP cable end of its own (no capture, no faults).
-  PacketInbox inbox2(waiter);
-  std::unique_ptr<sim::UdpLink> link2;
-  if (port2) {
-    auto l = sim::UdpLink::create(*port2);
-    if (!l) {
-      log->error("{}", l.error().str());
-      return 1;
-    }
-    link2 = std::move(l).value();
-    link2->set_receiver([&inbox2](std::span<const std::byte> p) { inbox2.push(p); });
-    hca.attach_link(2, link2.get());
-    log->info("simhca: port 2 on udp {} -> {}", port2->local, port2->peer);
+  std::vector<DoorbellScanner*> scanners;
+  std::vector<sim::ShmLink*> links;
+  std::vector<std::unique_lock<std::mutex>*> locks;
+  for (auto& d : devs) {
+    scanners.push_back(d->scanner());
+    links.push_back(d->shm());
+    locks.push_back(d->lock());
   }
-  sim::ShmLink* const shm_links[1] = {shm.get()};
-  // The device is run by whoever holds this: the loop, except while it
-  // sleeps, when the socket watcher may serve a message (§13).
-  std::mutex device_mu;
-  std::unique_lock device_lock(device_mu);
-  bool client_gone = false;  // the watcher saw the client go: the loop resets
-  std::string serve_error;   // the watcher's handle_message() failed: the loop exits
-  std::optional<Hca::Clock::time_point> due;  // hca.next_due() as of the last time the device ran
-  bool due_known = false, carried = false;
-  Hca::Clock::time_point sleep_until{};  // the loop's wake-up time while it sleeps
-  SocketWatch sock(waiter, device_mu, [&] {
-    auto r = server.handle_message(0);
-    if (!r) {  // as in the loop: the server failed, simhca ends
-      serve_error = r.error().str();
-      return 2;
-    }
-    if (!*r) {  // the client went: the loop resets the device
-      client_gone = true;
-      return 2;
-    }
-    // The command (§5.3) runs now; the loop is woken only if it must
-    // watch other pages or wake earlier. next_due() and run_due() walk
-    // every QP, so each runs once here.
-    const uint64_t gen = (*model)->scanner().generation();
-    hca.run_due(Hca::Clock::now());
-    due = hca.next_due();
-    due_known = true;
-    return (*model)->scanner().generation() != gen || (due && *due < sleep_until) ? 2 : 1;
-  });
-  if (!sock.start()) {
-    log->error("simhca: socket watcher: {}", std::strerror(errno));
-    return 1;
-  }
-  auto log_data_stats = [&] {
-    const DataStats& d = hca.data_stats();
-    log->info(
-        "simhca: data path: tx {} (dropped {}), rx {} (malformed {}, bad dlid {}, bad pkey {}, "
-        "bad qkey {}, no qp {}, out of sequence {}, duplicates {}), acks {}, naks {}, rnr naks {}, "
-        "retransmits {}, timeouts {}, cqes {}, inbox drops {}",
-        d.tx_packets, d.tx_dropped, d.rx_packets, d.rx_malformed, d.rx_bad_dlid, d.rx_bad_pkey,
-        d.rx_bad_qkey, d.rx_no_qp, d.rx_dropped_seq, d.rx_duplicates, d.acks_sent, d.naks_sent,
-        d.rnr_naks_sent, d.retransmits, d.timeouts, d.cqes_written, inbox.dropped());
-    log->info(  // §14, §15
-        "simhca: management: SMPs answered {}, to the driver {}, dropped {}, M_Key violations {}; "
-        "PMA answers {}, GMPs to the driver {}, MADs dropped {}; loopback {}, not sent (port state) {}, "
-        "bad VL {}",
-        d.smps_answered, d.smps_to_driver, d.smps_dropped, d.mkey_violations, d.gmps_answered,
-        d.gmps_to_driver, d.mads_dropped, d.loopback_packets, d.tx_port_down, d.rx_bad_vl);
-  };
-  auto deliver = [&] {
-    if (!inbox.nonempty() && !inbox2.nonempty()) return false;
-    for (auto& p : inbox.take()) hca.receive_packet(p, Hca::Clock::now());
-    for (auto& p : inbox2.take()) hca.receive_packet(2, p, Hca::Clock::now());
-    return true;
-  };
-  constexpr size_t kShmBatch = 64;  // packets per pass, so doorbells and messages interleave
 
+  int rc = 0;
   while (!g_stop) {
-    if (!server.connected()) {
-      sock.set_fd(-1);
-      deliver();  // the device is reset: counted and dropped (§12.8)
-      rx_now = Hca::Clock::now();
-      if (shm) shm->poll(SIZE_MAX);
-      auto a = server.accept_client(50);
-      if (!a && a.error().code != ETIMEDOUT) {
-        log->error("{}", a.error().str());
-        return 1;
+    // One pass over every device (§13 "The device loop").
+    bool work = false, again = false;
+    auto deadline = Hca::Clock::now() + DeviceWaiter::kMaxSleep;
+    for (auto& d : devs) {
+      const int r = d->pass();
+      if (r < 0) {
+        rc = 1;
+        break;
       }
-      if (server.connected()) sock.set_fd(server.client_fd());
-      due_known = false;
-      continue;
+      work = work || r > 0;
+      again = again || r == 2;
+      deadline = std::min(deadline, d->deadline());
     }
-    if (!serve_error.empty()) {
-      log->error("{}", serve_error);
-      return 1;
-    }
-    if (client_gone) {  // seen by the socket watcher
-      client_gone = false;
-      log->info("simhca: client gone; device reset");
-      log_data_stats();
-      (*model)->reset();
-      sock.set_fd(-1);
-      due_known = false;
-      continue;
-    }
-    // One pass over every source (§13 "The device loop").
-    bool work = (*model)->poll_doorbells() > 0;  // §12.5 scanner
-    rx_now = Hca::Clock::now();
-    if (shm && shm->poll(kShmBatch) > 0) work = true;
-    if (deliver()) work = true;
-    if (sock.ready()) {
-      work = true;
-      auto r = server.handle_message(0);
-      if (!r) {
-        log->error("{}", r.error().str());
-        return 1;
-      }
-      if (!*r) {
-        log->info("simhca: client gone; device reset");
-        log_data_stats();
-        (*model)->reset();
-        sock.set_fd(-1);
-        due_known = false;
-        continue;
-      }
-      sock.rearm();
-    }
-    auto now = Hca::Clock::now();
-    // Commands, doorbells taken, data-path timers (RNR, pacing,
-    // retransmission), --cmd-delay-ms: whatever is due. next_due() walks
-    // every QP, so it is asked again only after the device did something
-    // (nothing else changes its answer).
-    if (work || carried || !due_known || (due && *due <= now)) {
-      work = true;
-      carried = false;
-      hca.run_due(now);
-      due = hca.next_due();
-      due_known = true;
-    }
-    auto deadline = now + DeviceWaiter::kMaxSleep;
-    if (due && *due < deadline) deadline = *due;
-    sleep_until = deadline;
-    waiter.after_pass(work, (*model)->scanner(), shm_links, deadline, device_lock, [&] {
-      // §12.5.2 step 3 for every source: anything that came in while we
-      // published the flags is taken now, and the loop does not sleep.
-      if ((*model)->poll_doorbells() > 0) carried = true;  // taken; run_due() on the next pass
-      return carried || (shm && shm->pending()) || inbox.nonempty() || inbox2.nonempty() || sock.ready() ||
-             g_stop;
+    if (rc) break;
+    if (again) continue;
+    for (auto& d : devs) d->set_sleep_until(deadline);
+    waiter.after_pass(work, scanners, links, deadline, locks, [&] {
+      bool any = false;
+      for (auto& d : devs) any = d->recheck() || any;
+      return any || g_stop;
     });
   }
-  hca.attach_link(1, nullptr);
-  hca.attach_link(2, nullptr);
-  if (link) link->stop();
-  if (link2) link2->stop();
-  if (shm) log->info("simhca: port 1 shared-memory cable: tx {} packets ({} dropped), rx {} ({} bad CRC, {} malformed)",
-                     shm->stats().tx_packets, shm->stats().tx_errors, shm->stats().rx_packets,
-                     shm->stats().rx_dropped_bad_crc, shm->stats().rx_dropped_malformed);
-  log_data_stats();
-  const HcaStats& s = hca.stats();
-  const auto& ss = server.stats();
-  log->info(
-      "simhca: exiting; commands {} (failed {}, dropped {}), bad accesses {}, events {} "
-      "(dropped {}), irqs {}, vfio-user messages {} (malformed {}), dma faults {}",
-      s.cmds_completed, s.cmds_failed, s.cmds_dropped, s.bad_access, s.events_written,
-      s.events_dropped, s.irqs_signalled, ss.messages, ss.bad_messages, ss.dma_faults);
-  const ScannerCounts sc = (*model)->scanner_counts();
-  log->info(
-      "simhca: doorbell scanner: mmap doorbells {} (ignored {}), bad SQ records {}, pages "
-      "noticed {}, sleeps {}, wakeups {}, timeouts {}, polled naps {}; device loop sleeps {}",
-      s.mmap_doorbells, s.mmap_doorbells_bad, s.sq_records_bad, sc.notices, sc.sleeps, sc.wakeups,
-      sc.timeouts, sc.polled_sleeps, waiter.sleeps());
-  return 0;
+  for (auto& d : devs) d->finish();
+  return rc;
 }
