@@ -33,12 +33,12 @@ void log_once(std::atomic<bool>& warned, fmt::format_string<Args...> f, Args&&..
 // File format, version 1 (docs/cables.md "Shared-memory cable"); all
 // fields in host byte order (the file never leaves the host).
 constexpr std::uint64_t kMagic = 0x314d48534249504fULL;  // "OPIBSHM1" little-endian
-constexpr std::uint32_t kVersion = 2;  // 2: slot header flags (kSlotCrcsAbsent)
+constexpr std::uint32_t kVersion = 3;  // 2: slot header flags (kSlotCrcsAbsent); 3: 4224-byte slots
 constexpr std::size_t kRingsOffset = 4096;  // two ring control blocks of 256 bytes
 constexpr std::size_t kSlotsOffset = 8192;  // then ring 0's slots, then ring 1's
 constexpr std::size_t kRingSlotsBytes = std::size_t{ShmLink::kSlots} * ShmLink::kSlotBytes;
 constexpr std::size_t kFileBytes = kSlotsOffset + 2 * kRingSlotsBytes;
-static_assert(ShmLink::kSlotBytes >= 8 + wire::kMaxPacketBytes && ShmLink::kSlotBytes % 64 == 0);
+static_assert(ShmLink::kSlotBytes >= 8 + ShmLink::kMaxSlotPacket && ShmLink::kSlotBytes % 64 == 0);
 static_assert((ShmLink::kSlots & (ShmLink::kSlots - 1)) == 0);
 
 struct FileHeader {
@@ -156,10 +156,9 @@ void ShmLink::capture(std::span<const std::byte> packet) {
 }
 
 Result<void> ShmLink::send(std::span<const std::byte> packet) {
-  if (packet.size() > wire::kMaxPacketBytes) {
+  if (packet.size() > kMaxSlotPacket) {
     LinkCounters::bump(counters_.tx_errors);
-    return err(EMSGSIZE, "{}: packet of {} bytes exceeds the IBA maximum {}", name_, packet.size(),
-               wire::kMaxPacketBytes);
+    return err(EMSGSIZE, "{}: packet of {} bytes exceeds a slot's {}", name_, packet.size(), kMaxSlotPacket);
   }
   {
     std::lock_guard lk(send_mu_);
@@ -178,9 +177,9 @@ Result<void> ShmLink::send(std::span<const std::byte> packet) {
 }
 
 Result<void> ShmLink::send_with(std::size_t len, Filler fill) {
-  if (len > wire::kMaxPacketBytes) {
+  if (len > kMaxSlotPacket) {
     LinkCounters::bump(counters_.tx_errors);
-    return err(EMSGSIZE, "{}: packet of {} bytes exceeds the IBA maximum {}", name_, len, wire::kMaxPacketBytes);
+    return err(EMSGSIZE, "{}: packet of {} bytes exceeds a slot's {}", name_, len, kMaxSlotPacket);
   }
   {
     std::unique_lock lk(send_mu_);
@@ -246,6 +245,10 @@ void ShmLink::write_slot(std::span<const std::byte> packet) {
   publish_slot(s, static_cast<std::uint32_t>(packet.size()), 0);
 }
 
+std::uint64_t ShmLink::backlog() const {
+  return at(rx_ring().head).load(std::memory_order_acquire) - rx_tail_;
+}
+
 bool ShmLink::pending() const {
   return at(rx_ring().head).load(std::memory_order_acquire) != rx_tail_;
 }
@@ -276,7 +279,7 @@ std::size_t ShmLink::poll(std::size_t max) {
     std::uint32_t len, flags;
     std::memcpy(&len, s, sizeof len);
     std::memcpy(&flags, s + 4, sizeof flags);
-    if (len > wire::kMaxPacketBytes) {
+    if (len > kMaxSlotPacket) {
       LinkCounters::bump_owned(counters_.rx_packets);
       LinkCounters::bump_owned(counters_.rx_dropped_malformed);
     } else {

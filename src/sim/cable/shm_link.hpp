@@ -64,7 +64,12 @@ class ShmLink final : public Link {
  public:
   // Ring geometry, fixed by the file format (version 1).
   static constexpr std::uint32_t kSlots = 512;
-  static constexpr std::uint32_t kSlotBytes = 8256;  // 8-byte slot header + kMaxPacketBytes, 64-aligned
+  // The largest packet a slot takes: the largest IBA MTU, 4096 bytes
+  // (IBA 7.7.8 allows PktLen up to 8 KiB, but no MTU gives one), with
+  // every header (LRH, GRH, BTH, the longest extension headers) and both
+  // CRCs. Slots this size keep a ring's working set in the caches.
+  static constexpr std::size_t kMaxSlotPacket = 4096 + 8 + 40 + 12 + 28 + 4 + 4 + 2;
+  static constexpr std::uint32_t kSlotBytes = 4224;  // 8-byte slot header + kMaxSlotPacket, 64-aligned
   static constexpr std::uint32_t kSlotCrcsAbsent = 1;  // slot header flags: ICRC and VCRC not computed
 
   static Result<std::unique_ptr<ShmLink>> create(const ShmLinkOptions& opts);
@@ -92,6 +97,8 @@ class ShmLink final : public Link {
   std::size_t poll(std::size_t max);
   // True if a packet waits in the receive ring.
   bool pending() const;
+  // How many packets wait in the receive ring.
+  std::uint64_t backlog() const;
 
   // Idle protocol (see above). arm_sleep() returns false, with the flag
   // cleared again, if a packet arrived meanwhile: do not sleep then.

@@ -23,7 +23,9 @@
 // wake-up or a context switch (§13 "Several devices").
 #include <poll.h>
 #include <sys/epoll.h>
+#include <linux/futex.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -279,7 +281,7 @@ class Device {
     }
     // The device is run by whoever holds mu_: the loop, except while it
     // sleeps, when the socket watcher may serve a message (§13).
-    lock_.lock();
+    if (!shared_) lock_.lock();  // shared: taken for each pass (the loop's or the helper's)
     watch_ = std::make_unique<SocketWatch>(waiter_, mu_, [this] {
       auto r = server_->handle_message(0);
       if (!r) {  // as in the loop: the server failed, simhca ends
@@ -383,6 +385,9 @@ class Device {
   openib::simhca::DoorbellScanner* scanner() { return model_ ? &model_->scanner() : nullptr; }
   openib::sim::ShmLink* shm() { return shm_.get(); }
   std::unique_lock<std::mutex>* lock() { return &lock_; }
+  std::mutex& mutex() { return mu_; }
+  // Packets waiting in this device's cable ring: the loop is behind.
+  uint64_t backlog() const { return shm_ ? shm_->backlog() : 0; }
 
   // At the end: stops the cables and logs the counters.
   void finish() {
@@ -475,6 +480,71 @@ class Device {
   bool due_known_ = false, carried_ = false;
   Hca::Clock::time_point sleep_until_{};  // the loop's wake-up time for this device
   std::unique_ptr<SocketWatch> watch_;  // last: stopped first
+};
+
+// Shared loop (several devices): a second thread that runs devices too
+// while a bulk flow keeps the loop behind, so that a flow between two
+// devices of this process has a CPU for each end; idle, it sleeps, and a
+// ping-pong between the devices stays on the loop alone, without
+// hand-offs (§13 "Several devices"). Each pass holds the device's lock.
+class Helper {
+ public:
+  static constexpr uint64_t kBacklog = 32;  // packets waiting in a ring: wake the helper
+  static constexpr auto kLinger = std::chrono::microseconds(200);  // idle this long: sleep again
+
+  Helper(std::vector<std::unique_ptr<Device>>& devs, openib::simhca::DeviceWaiter& loop) : devs_(devs), loop_(loop) {}
+  ~Helper() { stop(); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+  void wake() {
+    if (!asleep_.load(std::memory_order_acquire)) return;
+    word_.fetch_add(1, std::memory_order_seq_cst);
+    ::syscall(SYS_futex, &word_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    word_.fetch_add(1, std::memory_order_seq_cst);
+    ::syscall(SYS_futex, &word_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    thread_.join();
+  }
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+
+ private:
+  void run() {
+    while (!stop_.load()) {
+      // Sleep until the loop sees a backlog (Dekker: asleep_ then word_).
+      const uint32_t w = word_.load(std::memory_order_seq_cst);
+      asleep_.store(true, std::memory_order_seq_cst);
+      if (!stop_.load()) ::syscall(SYS_futex, &word_, FUTEX_WAIT_PRIVATE, w, nullptr, nullptr, 0);
+      asleep_.store(false, std::memory_order_seq_cst);
+      auto last = std::chrono::steady_clock::now();
+      while (!stop_.load() && std::chrono::steady_clock::now() - last < kLinger) {
+        bool work = false;
+        // From the last device backwards: the loop starts from the first.
+        for (auto it = devs_.rbegin(); it != devs_.rend(); ++it) {
+          std::unique_lock lk((*it)->mutex(), std::try_to_lock);
+          if (!lk) continue;
+          const int r = (*it)->pass();
+          if (r < 0) {
+            failed_.store(true);
+            return;
+          }
+          work = work || r > 0;
+        }
+        if (work) last = std::chrono::steady_clock::now();
+        else ::sched_yield();
+      }
+      loop_.notify();  // the loop takes the devices' timers over again
+    }
+  }
+
+  std::vector<std::unique_ptr<Device>>& devs_;
+  openib::simhca::DeviceWaiter& loop_;
+  std::thread thread_;
+  std::atomic<uint32_t> word_{0};
+  std::atomic<bool> asleep_{false}, stop_{false}, failed_{false};
 };
 
 }  // namespace
@@ -578,19 +648,30 @@ int main(int argc, char** argv) {
   }
   std::vector<DoorbellScanner*> scanners;
   std::vector<sim::ShmLink*> links;
-  std::vector<std::unique_lock<std::mutex>*> locks;
+  std::vector<std::unique_lock<std::mutex>*> locks;  // held by the loop (one device only)
   for (auto& d : devs) {
     scanners.push_back(d->scanner());
     links.push_back(d->shm());
-    locks.push_back(d->lock());
+    if (!shared) locks.push_back(d->lock());
   }
-
   int rc = 0;
-  while (!g_stop) {
-    // One pass over every device (§13 "The device loop").
+  Helper helper(devs, waiter);
+  if (shared) helper.start();
+
+  while (!g_stop && !helper.failed()) {
+    // One pass over every device (§13 "The device loop"); shared, a device
+    // the helper is running is left to it this time.
     bool work = false, again = false;
     auto deadline = Hca::Clock::now() + DeviceWaiter::kMaxSleep;
     for (auto& d : devs) {
+      std::unique_lock<std::mutex> lk;
+      if (shared) {
+        lk = std::unique_lock(d->mutex(), std::try_to_lock);
+        if (!lk) {
+          work = true;
+          continue;
+        }
+      }
       const int r = d->pass();
       if (r < 0) {
         rc = 1;
@@ -599,16 +680,31 @@ int main(int argc, char** argv) {
       work = work || r > 0;
       again = again || r == 2;
       deadline = std::min(deadline, d->deadline());
+      // A ring that fills faster than this loop empties it: a bulk flow.
+      if (shared && d->backlog() >= Helper::kBacklog) helper.wake();
     }
     if (rc) break;
     if (again) continue;
-    for (auto& d : devs) d->set_sleep_until(deadline);
+    for (auto& d : devs) {
+      std::unique_lock<std::mutex> lk;
+      if (shared) lk = std::unique_lock(d->mutex(), std::try_to_lock);
+      if (!shared || lk) d->set_sleep_until(deadline);
+    }
     waiter.after_pass(work, scanners, links, deadline, locks, [&] {
       bool any = false;
-      for (auto& d : devs) any = d->recheck() || any;
+      for (auto& d : devs) {
+        std::unique_lock<std::mutex> lk;
+        if (shared) {
+          lk = std::unique_lock(d->mutex(), std::try_to_lock);
+          if (!lk) return true;  // the helper runs it: not idle
+        }
+        any = d->recheck() || any;
+      }
       return any || g_stop;
     });
   }
+  helper.stop();
+  if (helper.failed()) rc = 1;
   for (auto& d : devs) d->finish();
   return rc;
 }
