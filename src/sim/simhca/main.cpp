@@ -492,7 +492,13 @@ class Helper {
   static constexpr uint64_t kBacklog = 32;  // packets waiting in a ring: wake the helper
   static constexpr auto kLinger = std::chrono::microseconds(200);  // idle this long: sleep again
 
-  Helper(std::vector<std::unique_ptr<Device>>& devs, openib::simhca::DeviceWaiter& loop) : devs_(devs), loop_(loop) {}
+  Helper(std::vector<std::unique_ptr<Device>>& devs, openib::simhca::DeviceWaiter& loop)
+      : devs_(devs), loop_(loop), split_(devs.size() / 2) {}
+  // While the helper is awake it runs devices [split, n) and the loop the
+  // others, so the two threads do not contend for the devices' locks
+  // (each pass still takes its device's lock: the socket watchers and the
+  // hand-overs at wake and sleep).
+  bool owns(size_t device) const { return device >= split_ && active_.load(std::memory_order_acquire); }
   ~Helper() { stop(); }
   void start() {
     thread_ = std::thread([this] { run(); });
@@ -519,16 +525,16 @@ class Helper {
       asleep_.store(true, std::memory_order_seq_cst);
       if (!stop_.load()) ::syscall(SYS_futex, &word_, FUTEX_WAIT_PRIVATE, w, nullptr, nullptr, 0);
       asleep_.store(false, std::memory_order_seq_cst);
+      active_.store(true, std::memory_order_release);
       auto last = std::chrono::steady_clock::now();
       while (!stop_.load() && std::chrono::steady_clock::now() - last < kLinger) {
         bool work = false;
-        // From the last device backwards: the loop starts from the first.
-        for (auto it = devs_.rbegin(); it != devs_.rend(); ++it) {
-          std::unique_lock lk((*it)->mutex(), std::try_to_lock);
-          if (!lk) continue;
-          const int r = (*it)->pass();
+        for (size_t i = split_; i < devs_.size(); ++i) {
+          std::lock_guard lk(devs_[i]->mutex());
+          const int r = devs_[i]->pass();
           if (r < 0) {
             failed_.store(true);
+            active_.store(false);
             return;
           }
           work = work || r > 0;
@@ -536,12 +542,15 @@ class Helper {
         if (work) last = std::chrono::steady_clock::now();
         else ::sched_yield();
       }
-      loop_.notify();  // the loop takes the devices' timers over again
+      active_.store(false, std::memory_order_release);
+      loop_.notify();  // the loop takes the devices and their timers over again
     }
   }
 
   std::vector<std::unique_ptr<Device>>& devs_;
   openib::simhca::DeviceWaiter& loop_;
+  size_t split_;
+  std::atomic<bool> active_{false};
   std::thread thread_;
   std::atomic<uint32_t> word_{0};
   std::atomic<bool> asleep_{false}, stop_{false}, failed_{false};
@@ -663,14 +672,15 @@ int main(int argc, char** argv) {
     // the helper is running is left to it this time.
     bool work = false, again = false;
     auto deadline = Hca::Clock::now() + DeviceWaiter::kMaxSleep;
-    for (auto& d : devs) {
+    for (size_t i = 0; i < devs.size(); ++i) {
+      Device* d = devs[i].get();
       std::unique_lock<std::mutex> lk;
       if (shared) {
-        lk = std::unique_lock(d->mutex(), std::try_to_lock);
-        if (!lk) {
+        if (helper.owns(i)) {
           work = true;
           continue;
         }
+        lk = std::unique_lock(d->mutex());
       }
       const int r = d->pass();
       if (r < 0) {
@@ -685,20 +695,23 @@ int main(int argc, char** argv) {
     }
     if (rc) break;
     if (again) continue;
-    for (auto& d : devs) {
+    for (size_t i = 0; i < devs.size(); ++i) {
       std::unique_lock<std::mutex> lk;
-      if (shared) lk = std::unique_lock(d->mutex(), std::try_to_lock);
-      if (!shared || lk) d->set_sleep_until(deadline);
+      if (shared) {
+        if (helper.owns(i)) continue;
+        lk = std::unique_lock(devs[i]->mutex());
+      }
+      devs[i]->set_sleep_until(deadline);
     }
     waiter.after_pass(work, scanners, links, deadline, locks, [&] {
       bool any = false;
-      for (auto& d : devs) {
+      for (size_t i = 0; i < devs.size(); ++i) {
         std::unique_lock<std::mutex> lk;
         if (shared) {
-          lk = std::unique_lock(d->mutex(), std::try_to_lock);
-          if (!lk) return true;  // the helper runs it: not idle
+          if (helper.owns(i)) return true;  // the helper runs it: not idle
+          lk = std::unique_lock(devs[i]->mutex());
         }
-        any = d->recheck() || any;
+        any = devs[i]->recheck() || any;
       }
       return any || g_stop;
     });
