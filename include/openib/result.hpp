@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <optional>
 #include <variant>
 
 #include <fmt/format.h>
@@ -60,20 +61,25 @@ class [[nodiscard]] Result {
   std::variant<T, Error> v_;
 };
 
+// Success holds no Error at all: building and destroying an ok() result
+// touches one byte, which matters on the packet path (a header parse makes
+// a dozen of them).
 template <>
 class [[nodiscard]] Result<void> {
  public:
   Result() = default;
-  Result(Error e) : e_(std::move(e)), failed_(true) {}
+  Result(Error e) : e_(std::move(e)) {}
 
-  bool ok() const { return !failed_; }
+  bool ok() const { return !e_.has_value(); }
   explicit operator bool() const { return ok(); }
-  const Error& error() const { return e_; }
-  Error&& take_error() { return std::move(e_); }
+  const Error& error() const {
+    static const Error none;
+    return e_ ? *e_ : none;
+  }
+  Error take_error() { return e_ ? std::move(*e_) : Error{}; }
 
  private:
-  Error e_;
-  bool failed_ = false;
+  std::optional<Error> e_;
 };
 
 inline Result<void> ok() { return {}; }

@@ -25,11 +25,10 @@ RxVerdict check_received(std::span<const std::byte> d, std::string* why, wire::P
     if (why) *why = "bad VCRC";
     return RxVerdict::kBadCrc;
   }
-  auto p = parse_packet(d, ParseOptions{.check_vcrc = false, .check_icrc = crcs});  // the VCRC was just checked
-  if (p.ok()) {
-    if (parsed) *parsed = *p;
-    return RxVerdict::kGood;
-  }
+  ParsedPacket local;
+  // The VCRC was just checked.
+  auto p = parse_packet_into(d, parsed ? *parsed : local, ParseOptions{.check_vcrc = false, .check_icrc = crcs});
+  if (p.ok()) return RxVerdict::kGood;
   if (why) *why = p.error().str();
   return p.error().code == EBADMSG ? RxVerdict::kBadCrc : RxVerdict::kMalformed;
 }

@@ -49,6 +49,12 @@ ExtHeaders Headers::present_ext() const {
 
 Result<ParsedPacket> parse_packet(std::span<const std::byte> dgram, ParseOptions opts) {
   ParsedPacket p;
+  OPENIB_TRY(parse_packet_into(dgram, p, opts));
+  return p;
+}
+
+Result<void> parse_packet_into(std::span<const std::byte> dgram, ParsedPacket& p, ParseOptions opts) {
+  p.hdr = Headers{};
   OPENIB_TRY_ASSIGN(p.hdr.lrh, decode_lrh(dgram));
   const Lrh& lrh = p.hdr.lrh;
 
@@ -125,7 +131,7 @@ Result<ParsedPacket> parse_packet(std::span<const std::byte> dgram, ParseOptions
   // IBA 7.8.1: end-to-end check last; a switch would skip it.
   if (std::uint32_t c = opts.check_icrc ? compute_icrc(body) : p.icrc; c != p.icrc)
     return err(EBADMSG, "bad ICRC {:#010x}, computed {:#010x}", p.icrc, c);
-  return p;
+  return ok();
 }
 
 Result<PacketFrame> frame_packet(const Headers& hdr, std::size_t payload_len) {

@@ -60,6 +60,9 @@ struct ParseOptions {
 
 // Parse and validate one datagram (IBA 7.7, 7.8, 8.3, 9.2, 9.3).
 Result<ParsedPacket> parse_packet(std::span<const std::byte> datagram, ParseOptions opts = {});
+// The same into `out` (on the packet path: no copy of the result; `out`
+// is unspecified after an error).
+Result<void> parse_packet_into(std::span<const std::byte> datagram, ParsedPacket& out, ParseOptions opts = {});
 
 // A packet laid out but not yet written: its encoded headers (LRH through
 // the last extension header, every computed field set), then payload_len
