@@ -93,7 +93,8 @@ void DeviceWaiter::relax() {
   if (yield_) {
     const auto t0 = std::chrono::steady_clock::now();
     ::sched_yield();
-    if (std::chrono::steady_clock::now() - t0 > kContended) contended_ = true;
+    const auto t1 = std::chrono::steady_clock::now();
+    if (t1 - t0 > kContended) contended_until_ = t1 + kContendedFor;
     return;
   }
 #if defined(__x86_64__) || defined(__i386__)

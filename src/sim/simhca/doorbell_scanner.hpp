@@ -137,6 +137,9 @@ class DeviceWaiter {
   // delays whoever we wait for, so the loop goes to sleep at once and
   // leaves the wake-up to the futex (§13 "The device loop").
   static constexpr auto kContended = std::chrono::microseconds(50);
+  // ... and then sleeps at once when idle for this long before it tries
+  // spinning again.
+  static constexpr auto kContendedFor = std::chrono::milliseconds(20);
 
   // `spin`: how long the loop keeps polling after its last work; `yield`:
   // sched_yield between empty passes (else a CPU pause hint only).
@@ -166,7 +169,7 @@ class DeviceWaiter {
       last_work_ = now;
       return;
     }
-    if (now - last_work_ < spin_ && !contended_) {
+    if (now - last_work_ < spin_ && now >= contended_until_) {
       relax();
       return;
     }
@@ -179,8 +182,10 @@ class DeviceWaiter {
     }
     disarm(pages, scanners);
     last_work_ = std::chrono::steady_clock::now();
-    contended_ = false;
   }
+
+  // Loop thread: a recent yield came back late (other tasks want the CPUs).
+  bool contended() const { return std::chrono::steady_clock::now() < contended_until_; }
 
   // True while the loop sleeps (or is about to): any thread.
   bool asleep() const { return sleeping_.load(std::memory_order_acquire) != 0; }
@@ -197,7 +202,10 @@ class DeviceWaiter {
 
   std::chrono::microseconds spin_;
   bool yield_;
-  bool contended_ = false;  // this idle spell saw a long yield: sleep now
+  // A long yield was seen: until then the loop sleeps as soon as it is
+  // idle instead of spinning (each idle spell would otherwise give a whole
+  // time slice to the other tasks first).
+  std::chrono::steady_clock::time_point contended_until_{};
   std::chrono::steady_clock::time_point last_work_{};
   std::atomic<uint32_t> word_{0};      // bumped by notify(); the loop's private futex
   std::atomic<uint32_t> sleeping_{0};  // 1 while the loop is (about to be) asleep

@@ -1,6 +1,6 @@
 // simhca: the emulated HCA as a vfio-user server (docs/simhca.md §13).
 //
-//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] DEVICE [--device DEVICE]...
+//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] DEVICE [--device DEVICE]...
 //   DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]
 //           [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]
 //           [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]
@@ -57,7 +57,7 @@ void on_signal(int) { g_stop = 1; }
 
 int usage(const char* prog) {
   std::fprintf(stderr,
-               "usage: %s [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] DEVICE [--device DEVICE]...\n"
+               "usage: %s [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] DEVICE [--device DEVICE]...\n"
                "  DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]\n"
                "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]\n"
                "          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
@@ -539,8 +539,14 @@ class Helper {
           }
           work = work || r > 0;
         }
-        if (work) last = std::chrono::steady_clock::now();
-        else ::sched_yield();
+        if (work) {
+          last = std::chrono::steady_clock::now();
+          continue;
+        }
+        // Other tasks want this CPU (the yield came back late): sleep.
+        const auto t0 = std::chrono::steady_clock::now();
+        ::sched_yield();
+        if (std::chrono::steady_clock::now() - t0 > openib::simhca::DeviceWaiter::kContended) break;
       }
       active_.store(false, std::memory_order_release);
       loop_.notify();  // the loop takes the devices and their timers over again
@@ -564,6 +570,7 @@ int main(int argc, char** argv) {
   std::vector<DeviceConfig> cfgs(1);
   std::chrono::microseconds spin = DeviceWaiter::kDefaultSpin;
   bool spin_yield = true;
+  bool use_helper = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -619,6 +626,8 @@ int main(int argc, char** argv) {
       uint64_t us = 0;
       if (!parse_u64(argv[++i], 10, us) || us > 1000000) return usage(argv[0]);
       spin = std::chrono::microseconds(us);
+    } else if (a == "--helper") {  // §13: several devices, a second thread for bulk flows
+      use_helper = true;
     } else if (a == "--spin-mode" && has_value) {
       std::string_view m = argv[++i];
       if (m != "yield" && m != "pause") return usage(argv[0]);
@@ -665,7 +674,7 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   Helper helper(devs, waiter);
-  if (shared) helper.start();
+  if (shared && use_helper) helper.start();
 
   while (!g_stop && !helper.failed()) {
     // One pass over every device (§13 "The device loop"); shared, a device
@@ -691,7 +700,9 @@ int main(int argc, char** argv) {
       again = again || r == 2;
       deadline = std::min(deadline, d->deadline());
       // A ring that fills faster than this loop empties it: a bulk flow.
-      if (shared && d->backlog() >= Helper::kBacklog) helper.wake();
+      // Not when the CPUs are contended: a helper preempted in a pass holds
+      // its devices up for a whole time slice of someone else.
+      if (shared && d->backlog() >= Helper::kBacklog && !waiter.contended()) helper.wake();
     }
     if (rc) break;
     if (again) continue;
