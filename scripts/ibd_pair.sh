@@ -99,21 +99,36 @@ start_ibd_with() {
     "$@" >"$work/$name.log" 2>&1 </dev/null &
   local pid=$!
   daemons+=("$pid")
+  await_ready "$pid" "$var" "ibd $name" "$work/$name.log" grep -qs "ibd: ready on $work/$name.sock" "$work/$name.log"
+}
+
+# await_ready PID VAR WHAT LOG CHECK...: runs CHECK every 0.1 s (30 s at
+# most) until it succeeds, then sets VAR to PID; if PID dies first or time
+# runs out, prints WHAT and the tail of LOG and fails.
+await_ready() {
+  local pid=$1 var=$2 what=$3 log=$4
+  shift 4
   for _ in $(seq 300); do
-    if grep -q "ibd: ready on $work/$name.sock" "$work/$name.log" 2>/dev/null; then
+    if "$@"; then
       printf -v "$var" '%s' "$pid"
       return 0
     fi
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  echo "ibd $name did not get ready:" >&2
-  tail -20 "$work/$name.log" >&2
+  echo "$what did not get ready:" >&2
+  tail -20 "$log" >&2
   return 1
 }
 
+# sockets_exist PATH...: every PATH is a socket.
+sockets_exist() {
+  local s
+  for s in "$@"; do [[ -S $s ]] || return 1; done
+}
+
 start_simhca() {
-  local var=$1 a prev='' s
+  local var=$1 a prev=''
   shift
   local -a socks=()
   for a in "$@"; do
@@ -123,19 +138,7 @@ start_simhca() {
   "$SIMHCA" "$@" >"$work/simhca.log" 2>&1 </dev/null &
   local pid=$!
   daemons+=("$pid")
-  for _ in $(seq 100); do
-    local ready=1
-    for s in "${socks[@]}"; do [[ -S $s ]] || ready=0; done
-    if ((ready)); then
-      printf -v "$var" '%s' "$pid"
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "simhca did not get ready:" >&2
-  tail -20 "$work/simhca.log" >&2
-  return 1
+  await_ready "$pid" "$var" simhca "$work/simhca.log" sockets_exist "${socks[@]}"
 }
 
 shm_cable_file() {

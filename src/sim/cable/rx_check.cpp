@@ -1,6 +1,7 @@
 #include "sim/cable/rx_check.hpp"
 
 #include <cerrno>
+#include <optional>
 
 #include "common/log.hpp"
 #include "sim/wire/crc.hpp"
@@ -25,9 +26,9 @@ RxVerdict check_received(std::span<const std::byte> d, std::string* why, wire::P
     if (why) *why = "bad VCRC";
     return RxVerdict::kBadCrc;
   }
-  ParsedPacket local;
+  std::optional<ParsedPacket> local;  // built only when the caller wants no parse back
   // The VCRC was just checked.
-  auto p = parse_packet_into(d, parsed ? *parsed : local, ParseOptions{.check_vcrc = false, .check_icrc = crcs});
+  auto p = parse_packet_into(d, parsed ? *parsed : local.emplace(), ParseOptions{.check_vcrc = false, .check_icrc = crcs});
   if (p.ok()) return RxVerdict::kGood;
   if (why) *why = p.error().str();
   return p.error().code == EBADMSG ? RxVerdict::kBadCrc : RxVerdict::kMalformed;

@@ -155,11 +155,15 @@ void ShmLink::capture(std::span<const std::byte> packet) {
     log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
 }
 
+// Any thread, before send_mu_: tx_errors is bumped atomically everywhere.
+Result<void> ShmLink::check_size(std::size_t len) {
+  if (len <= kMaxSlotPacket) return ok();
+  LinkCounters::bump(counters_.tx_errors);
+  return err(EMSGSIZE, "{}: packet of {} bytes exceeds a slot's {}", name_, len, kMaxSlotPacket);
+}
+
 Result<void> ShmLink::send(std::span<const std::byte> packet) {
-  if (packet.size() > kMaxSlotPacket) {
-    LinkCounters::bump(counters_.tx_errors);
-    return err(EMSGSIZE, "{}: packet of {} bytes exceeds a slot's {}", name_, packet.size(), kMaxSlotPacket);
-  }
+  OPENIB_TRY(check_size(packet.size()));
   {
     std::lock_guard lk(send_mu_);
     LinkCounters::bump_owned(counters_.tx_packets);
@@ -177,10 +181,7 @@ Result<void> ShmLink::send(std::span<const std::byte> packet) {
 }
 
 Result<void> ShmLink::send_with(std::size_t len, Filler fill) {
-  if (len > kMaxSlotPacket) {
-    LinkCounters::bump(counters_.tx_errors);
-    return err(EMSGSIZE, "{}: packet of {} bytes exceeds a slot's {}", name_, len, kMaxSlotPacket);
-  }
+  OPENIB_TRY(check_size(len));
   {
     std::unique_lock lk(send_mu_);
     if (faults_.active()) {  // the injector works on whole packets
@@ -221,7 +222,7 @@ std::byte* ShmLink::reserve_slot() {
   // ring's worth of packets, not once per packet.
   if (tx_head_ - tx_tail_seen_ >= kSlots) tx_tail_seen_ = at(tx_ring().tail).load(std::memory_order_acquire);
   if (tx_head_ - tx_tail_seen_ >= kSlots) {  // the receiver is behind (or gone): the wire is congested
-    LinkCounters::bump_owned(counters_.tx_errors);
+    LinkCounters::bump(counters_.tx_errors);  // also bumped outside send_mu_ (check_size)
     log_once(warned_full_, "{}: ring full, packet dropped (the peer is behind or not running)", name_);
     return nullptr;
   }

@@ -116,6 +116,7 @@ class ShmLink final : public Link {
   Ring& rx_ring() const;
   std::byte* slot(int ring, std::uint64_t index) const;
   void write_slot(std::span<const std::byte> packet);
+  Result<void> check_size(std::size_t len);  // EMSGSIZE (counted) for a packet no slot holds
   std::byte* reserve_slot();  // under send_mu_: the next free slot, null if full (counted)
   void publish_slot(std::byte* s, std::uint32_t len, std::uint32_t flags);
   void wake_receiver();

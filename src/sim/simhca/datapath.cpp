@@ -434,37 +434,17 @@ void Hca::complete_recv(uint32_t qpn, Qp& qp, Cqe c) {
 
 // ---- timers and doorbells, from run_due() ------------------------------------
 
-void Hca::track_live(uint32_t qpn, const Qp* qp) {
-  if (qpn / 64 >= live_qps_.size()) return;
-  const uint8_t st = qp ? qp->attrs.state : static_cast<uint8_t>(kReset);
-  const uint64_t bit = uint64_t{1} << (qpn % 64);
-  uint64_t& word = live_qps_[qpn / 64];
-  if (st == kRts || st == kSqd || st == kSqe || st == kErr) word |= bit;
-  else word &= ~bit;
-  const size_t w = qpn / 64;
-  const uint64_t wbit = uint64_t{1} << (w % 64);
-  if (word) live_words_[w / 64] |= wbit;
-  else live_words_[w / 64] &= ~wbit;
-}
-
 // In QPs of other states (RESET, INIT, RTR) the requester does nothing:
 // a doorbell's `kick` waits for RTS (on_qp_transition kicks then), and no
 // timer runs.
-template <typename F>
-void Hca::for_each_live(F&& f) const {
-  for (size_t s = 0; s < live_words_.size(); ++s)
-    for (uint64_t words = live_words_[s]; words; words &= words - 1) {
-      const size_t w = s * 64 + static_cast<size_t>(__builtin_ctzll(words));
-      for (uint64_t bits = live_qps_[w]; bits; bits &= bits - 1) {
-        const auto qpn = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(bits)));
-        f(qpn);
-      }
-    }
+void Hca::track_live(uint32_t qpn, const Qp* qp) {
+  const uint8_t st = qp ? qp->attrs.state : static_cast<uint8_t>(kReset);
+  live_qps_.set(qpn, st == kRts || st == kSqd || st == kSqe || st == kErr);
 }
 
 void Hca::datapath_tick() {
   if (!initialized_) return;
-  for_each_live([&](uint32_t qpn) {
+  live_qps_.for_each([&](uint32_t qpn) {
     Qp* q = qps_.get(qpn);
     if (!q) return;
     Qp& qp = *q;
@@ -492,7 +472,7 @@ std::optional<Hca::Clock::time_point> Hca::datapath_due() const {
   auto take = [&](const std::optional<Clock::time_point>& t) {
     if (t && (!due || *t < *due)) due = t;
   };
-  for_each_live([&](uint32_t qpn) {
+  live_qps_.for_each([&](uint32_t qpn) {
     const Qp* qp = qps_.get(qpn);
     if (!qp) return;
     if (qp->rt.kick) take(Clock::time_point::min());

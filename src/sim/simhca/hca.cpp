@@ -47,8 +47,7 @@ void Hca::reset_tables() {
   mkey_tags_.assign(c.max_mkey, 0);
   ahs_.reset(c.max_ah);
   qps_.reset(c.max_qp, 2u * c.num_ports);  // QPN 0 .. 2n-1: each port's SMI and GSI (§6.10)
-  live_qps_.assign((c.max_qp + 63) / 64, 0);
-  live_words_.assign((live_qps_.size() + 63) / 64, 0);
+  live_qps_.reset(c.max_qp);
 }
 
 // ---- §3 initialization segment ------------------------------------------

@@ -203,8 +203,6 @@ class Hca {
   bool scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in);
   void datapath_tick();
   void track_live(uint32_t qpn, const Qp* qp);  // after a state change or destroy (null)
-  template <typename F>
-  void for_each_live(F&& f) const;
   std::optional<Clock::time_point> datapath_due() const;
   uint32_t mtu_bytes(const Qp& qp) const;
   Clock::duration ack_timeout(const Qp& qp) const;
@@ -270,6 +268,8 @@ class Hca {
   void send_smp(uint8_t port, std::span<const std::byte> mad, uint16_t dlid, uint32_t dest_qp, bool local,
                 const sim::wire::ParsedPacket* req);
   void trap_tick();
+  void receive_from_link(uint8_t port, std::span<const std::byte> packet, const sim::wire::ParsedPacket* parsed,
+                         Clock::time_point now);
   void receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local,
                        const sim::wire::ParsedPacket* parsed = nullptr);
   void receive_smp(uint8_t port, const sim::wire::ParsedPacket& p, bool local);
@@ -354,11 +354,10 @@ class Hca {
   std::vector<uint8_t> mkey_tags_;  // §6.7 per-index key tag
   Table<Ah> ahs_;
   Table<Qp> qps_;
-  // Bit n: QP n is in a state that gives the data path work (RTS, SQD,
-  // SQE, ERR). datapath_tick() and datapath_due() visit only these, so a
+  // The QPs in a state that gives the data path work (RTS, SQD, SQE,
+  // ERR). datapath_tick() and datapath_due() visit only these, so a
   // command costs the device the same with 10,000 idle QPs as with none.
-  std::vector<uint64_t> live_qps_;
-  std::vector<uint64_t> live_words_;  // bit w: live_qps_[w] is not 0 (a pass reads a few words, not 256)
+  SparseBitSet live_qps_;
 
   HcaStats stats_;
   DataStats dstats_;

@@ -674,7 +674,16 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   Helper helper(devs, waiter);
-  if (shared && use_helper) helper.start();
+  const bool helping = shared && use_helper;
+  if (helping) helper.start();
+  // The loop's hold on device i for one step: nothing alone; shared, the
+  // device's lock, unless the helper runs the device now (false).
+  auto claim = [&](size_t i, std::unique_lock<std::mutex>& lk) {
+    if (!shared) return true;
+    if (helper.owns(i)) return false;
+    lk = std::unique_lock(devs[i]->mutex());
+    return true;
+  };
 
   while (!g_stop && !helper.failed()) {
     // One pass over every device (§13 "The device loop"); shared, a device
@@ -684,12 +693,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < devs.size(); ++i) {
       Device* d = devs[i].get();
       std::unique_lock<std::mutex> lk;
-      if (shared) {
-        if (helper.owns(i)) {
-          work = true;
-          continue;
-        }
-        lk = std::unique_lock(d->mutex());
+      if (!claim(i, lk)) {
+        work = true;
+        continue;
       }
       const int r = d->pass();
       if (r < 0) {
@@ -702,26 +708,19 @@ int main(int argc, char** argv) {
       // A ring that fills faster than this loop empties it: a bulk flow.
       // Not when the CPUs are contended: a helper preempted in a pass holds
       // its devices up for a whole time slice of someone else.
-      if (shared && d->backlog() >= Helper::kBacklog && !waiter.contended()) helper.wake();
+      if (helping && d->backlog() >= Helper::kBacklog && !waiter.contended()) helper.wake();
     }
     if (rc) break;
     if (again) continue;
     for (size_t i = 0; i < devs.size(); ++i) {
       std::unique_lock<std::mutex> lk;
-      if (shared) {
-        if (helper.owns(i)) continue;
-        lk = std::unique_lock(devs[i]->mutex());
-      }
-      devs[i]->set_sleep_until(deadline);
+      if (claim(i, lk)) devs[i]->set_sleep_until(deadline);
     }
     waiter.after_pass(work, scanners, links, deadline, locks, [&] {
       bool any = false;
       for (size_t i = 0; i < devs.size(); ++i) {
         std::unique_lock<std::mutex> lk;
-        if (shared) {
-          if (helper.owns(i)) return true;  // the helper runs it: not idle
-          lk = std::unique_lock(devs[i]->mutex());
-        }
+        if (!claim(i, lk)) return true;  // the helper runs it: not idle
         any = devs[i]->recheck() || any;
       }
       return any || g_stop;

@@ -177,22 +177,22 @@ void Hca::receive_packet(std::span<const std::byte> packet, Clock::time_point no
 }
 
 void Hca::receive_packet(uint8_t port, std::span<const std::byte> packet, Clock::time_point now) {
-  now_ = now;
-  if (port < 1 || port > opts_.caps.num_ports) {
-    ++dstats_.rx_port_down;
-    return;
-  }
-  receive_on_port(port, packet, false);
+  receive_from_link(port, packet, nullptr, now);
 }
 
 void Hca::receive_packet(uint8_t port, std::span<const std::byte> packet, const w::ParsedPacket& parsed,
                          Clock::time_point now) {
+  receive_from_link(port, packet, &parsed, now);
+}
+
+void Hca::receive_from_link(uint8_t port, std::span<const std::byte> packet, const w::ParsedPacket* parsed,
+                            Clock::time_point now) {
   now_ = now;
   if (port < 1 || port > opts_.caps.num_ports) {
     ++dstats_.rx_port_down;
     return;
   }
-  receive_on_port(port, packet, false, &parsed);
+  receive_on_port(port, packet, false, parsed);
 }
 
 // §12.8 / §14.1: checks in order; each failure drops the packet and counts it.

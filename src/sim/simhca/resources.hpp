@@ -92,6 +92,37 @@ class Table {
   uint32_t first_ = 0, cursor_ = 0, count_ = 0;
 };
 
+// A set of small numbers as a two-level bitmap: a word of bits per 64
+// numbers, and a summary bit per word that is not 0, so that for_each()
+// reads only the words with members (a few, out of 256 for 16384 QPs).
+class SparseBitSet {
+ public:
+  void reset(uint32_t capacity) {
+    bits_.assign((capacity + 63) / 64, 0);
+    summary_.assign((bits_.size() + 63) / 64, 0);
+  }
+  void set(uint32_t k, bool on) {
+    const size_t w = k / 64;
+    if (w >= bits_.size()) return;
+    const uint64_t bit = uint64_t{1} << (k % 64), wbit = uint64_t{1} << (w % 64);
+    bits_[w] = on ? bits_[w] | bit : bits_[w] & ~bit;
+    summary_[w / 64] = bits_[w] ? summary_[w / 64] | wbit : summary_[w / 64] & ~wbit;
+  }
+  // In increasing order; f may change the set (each word is read once).
+  template <typename F>
+  void for_each(F&& f) const {
+    for (size_t s = 0; s < summary_.size(); ++s)
+      for (uint64_t words = summary_[s]; words; words &= words - 1) {
+        const size_t w = s * 64 + static_cast<size_t>(__builtin_ctzll(words));
+        for (uint64_t bits = bits_[w]; bits; bits &= bits - 1)
+          f(static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(bits))));
+      }
+  }
+
+ private:
+  std::vector<uint64_t> bits_, summary_;
+};
+
 struct Pd {
   uint32_t users = 0;  // QPs, SRQs, MKEYs, AHs
 };
