@@ -69,6 +69,7 @@ void VfioUserServer::adopt_client(UniqueFd sock) {
 void VfioUserServer::drop_client() {
   for (auto& [iova, r] : dma_) ::munmap(r.addr, r.size);
   dma_.clear();
+  dma_last_ = nullptr;
   irq_fds_.clear();
   client_.reset();
   versioned_ = false;
@@ -220,6 +221,7 @@ Result<Bytes> VfioUserServer::on_dma_unmap(ByteSpan p) {
     return err(ENOENT, "DMA_UNMAP [{:#x}, +{:#x}) matches no mapping", u.address, u.size);
   ::munmap(it->second.addr, it->second.size);
   dma_.erase(it);
+  dma_last_ = nullptr;
   return encode_dma_unmap(u);
 }
 
@@ -336,6 +338,17 @@ Result<Bytes> VfioUserServer::on_reset(ByteSpan p) {
 
 // ---- device side -------------------------------------------------------------
 
+// The last region found is tried first: a device's accesses mostly fall
+// in the region of the one before (one buffer, packet after packet).
+const VfioUserServer::DmaEntry* VfioUserServer::find_dma(uint64_t iova) {
+  if (dma_last_ && iova >= dma_last_->first && iova - dma_last_->first < dma_last_->second.size) return dma_last_;
+  auto it = dma_.upper_bound(iova);
+  if (it == dma_.begin()) return nullptr;
+  --it;
+  dma_last_ = &*it;
+  return dma_last_;
+}
+
 template <typename F>
 bool VfioUserServer::dma_walk(uint64_t iova, uint64_t len, uint32_t need, F&& f) {
   if (len == 0) return true;
@@ -346,11 +359,10 @@ bool VfioUserServer::dma_walk(uint64_t iova, uint64_t len, uint32_t need, F&& f)
     uint64_t cur = iova, done = 0;
     for (size_t steps = 0; done < len; ++steps) {
       if (steps > dma_.size()) return false;
-      auto it = dma_.upper_bound(cur);
-      if (it == dma_.begin()) return false;
-      --it;
-      const DmaRegion& r = it->second;
-      const uint64_t off = cur - it->first;
+      const DmaEntry* e = find_dma(cur);
+      if (!e) return false;
+      const DmaRegion& r = e->second;
+      const uint64_t off = cur - e->first;
       if (off >= r.size || (r.flags & need) != need) return false;
       const uint64_t n = std::min(len - done, r.size - off);
       if (pass == 1) f(static_cast<std::byte*>(r.addr) + off, done, n);

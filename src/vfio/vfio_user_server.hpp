@@ -159,6 +159,9 @@ class VfioUserServer {
   int reply_fd_ = -1;  // an fd to send with the current reply (region info)
   Capabilities client_caps_;
   std::map<uint64_t, DmaRegion> dma_;                  // by IOVA
+  using DmaEntry = std::pair<const uint64_t, DmaRegion>;
+  const DmaEntry* dma_last_ = nullptr;  // find_dma()'s last hit (reset when dma_ loses one)
+  const DmaEntry* find_dma(uint64_t iova);
   std::map<uint32_t, std::vector<UniqueFd>> irq_fds_;  // per IRQ index, per vector
   ServerStats stats_;
 };

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -92,7 +93,8 @@ struct Side {
     return must(f.hca->create_qp(in));
   }
   // RESET -> INIT -> RTR -> RTS (§8.2).
-  void connect(const hca::Qp& q, uint16_t dlid, uint32_t dest_qpn, uint8_t mtu) {
+  void connect(const hca::Qp& q, uint16_t dlid, uint32_t dest_qpn, uint8_t mtu, uint8_t retry_cnt = 7,
+               uint8_t timeout = 12) {
     using namespace hca::qp_attr;
     hca::QpAttr a;
     a.port = 1;
@@ -102,8 +104,8 @@ struct Side {
     a.dest_qpn = dest_qpn;
     a.av.dlid = dlid;
     a.av.port = 1;
-    a.timeout = 12;  // 16.8 ms
-    a.retry_cnt = 7;
+    a.timeout = timeout;  // 12: 16.8 ms
+    a.retry_cnt = retry_cnt;
     a.rnr_retry = 7;
     a.min_rnr_timer = 1;
     a.max_rd_atomic = a.max_dest_rd_atomic = 16;
@@ -143,6 +145,15 @@ struct Cable {
   explicit Cable(std::string faults = "") : pa(free_udp_port()), pb(free_udp_port()),
     a(1, port_args(pa, pb, faults)), b(2, port_args(pb, pa, faults)) {}
   uint16_t pa, pb;
+  Side a, b;
+};
+
+// Two simhca processes on a shared-memory cable (docs/cables.md).
+struct ShmCable {
+  static std::string file() { return "/dev/shm/openib-test-cable-" + std::to_string(::getpid()); }
+  ShmCable() : path(file()), a(1, {"--port1", "SHM=" + path + ",END=A"}), b(2, {"--port1", "SHM=" + path + ",END=B"}) {}
+  ~ShmCable() { ::unlink(path.c_str()); }
+  std::string path;
   Side a, b;
 };
 
@@ -384,4 +395,80 @@ TEST_CASE("simhca data path over UDP: RC under 5% loss, duplication, reordering,
     CHECK(rx[i].byte_len == lens[i]);
   }
   CHECK(std::memcmp(B.p(0), A.p(0), off) == 0);
+}
+
+// §12.8 and docs/cables.md: the shared-memory cable's ring holds 128
+// packets, one QP's window. READ responses for four QPs at once, four
+// times that, then the ACK of a SEND queued behind them, must be paced by
+// the cable's credits, not dropped: with retry_cnt 0 a single lost packet
+// would end in a retry-exceeded error (IBA 9.7.6.1.3) instead of these
+// completions.
+TEST_CASE("simhca over a shared-memory cable: READ and WRITE bursts beyond the ring are paced, not dropped",
+          "[simhca][datapath][shm]") {
+  ShmCable c;
+  auto& A = c.a;
+  auto& B = c.b;
+  constexpr int kQps = 4;
+  constexpr uint8_t kNoRetry = 0, kTimeout1s = 18;  // 4.096 us * 2^18
+  std::vector<hca::Qp> qa, qb;
+  for (int q = 0; q < kQps; ++q) {
+    qa.push_back(A.qp(QpType::kRc));
+    qb.push_back(B.qp(QpType::kRc));
+  }
+  for (int q = 0; q < kQps; ++q) {
+    A.connect(qa[q], 2, qb[q].qpn, 5, kNoRetry, kTimeout1s);
+    B.connect(qb[q], 1, qa[q].qpn, 5, kNoRetry, kTimeout1s);
+  }
+  constexpr int kReads = 16;           // four per QP: each QP's 128-packet window
+  constexpr size_t kLen = 128u << 10;  // 32 packets of 4096 bytes each: 512 in all
+  fill(B.p(0), kReads * kLen, 5);
+  fill(A.p(0), 64, 6);
+  REQUIRE(B.f.hca->post_recv(qb[0], {1000, {hca::Sge{B.va(kBuf / 2), 64, B.key(kBuf / 2)}}}).ok());
+  for (int i = 0; i < kReads; ++i) {
+    SendWr r;
+    r.wr_id = uint64_t(i);
+    r.opcode = WrOpcode::kRead;
+    r.sg = {hca::Sge{A.va(kBuf / 2 + i * kLen), uint32_t(kLen), A.key(kBuf / 2)}};
+    r.remote_addr = B.va(i * kLen);
+    r.rkey = B.key(0);
+    REQUIRE(A.f.hca->post_send(qa[i % kQps], r).ok());
+  }
+  SendWr s;  // behind QP 0's READs
+  s.wr_id = 999;
+  s.sg = {hca::Sge{A.va(0), 64, A.key(0)}};
+  REQUIRE(A.f.hca->post_send(qa[0], s).ok());
+
+  auto got = A.wait(kReads + 1);
+  REQUIRE(got.size() == kReads + 1);
+  std::vector<uint64_t> qp0;
+  for (const auto& e : got) {
+    INFO("wr_id " << e.wr_id);
+    CHECK(int(e.status) == hca::kWcSuccess);
+    if (e.wr_id == 999 || e.wr_id % kQps == 0) qp0.push_back(e.wr_id);
+  }
+  CHECK(qp0 == std::vector<uint64_t>{0, 4, 8, 12, 999});  // in order, the SEND last
+  CHECK(std::memcmp(A.p(kBuf / 2), B.p(0), kReads * kLen) == 0);
+  auto rx = B.wait(1);
+  check_one(rx, hca::kWcRecv, 64);
+  CHECK(std::memcmp(B.p(kBuf / 2), A.p(0), 64) == 0);
+
+  // The requester's side: WRITEs from the four QPs at once, 512 packets,
+  // sent no faster than the cable takes them.
+  fill(A.p(0), kReads * kLen, 7);
+  for (int i = 0; i < kReads; ++i) {
+    SendWr w;
+    w.wr_id = uint64_t(100 + i);
+    w.opcode = WrOpcode::kWrite;
+    w.sg = {hca::Sge{A.va(i * kLen), uint32_t(kLen), A.key(0)}};
+    w.remote_addr = B.va(kBuf / 2 + i * kLen);
+    w.rkey = B.key(kBuf / 2);
+    REQUIRE(A.f.hca->post_send(qa[i % kQps], w).ok());
+  }
+  got = A.wait(kReads);
+  REQUIRE(got.size() == kReads);
+  for (const auto& e : got) {
+    INFO("wr_id " << e.wr_id);
+    CHECK(int(e.status) == hca::kWcSuccess);
+  }
+  CHECK(std::memcmp(B.p(kBuf / 2), A.p(0), kReads * kLen) == 0);
 }

@@ -131,6 +131,59 @@ TEST_CASE("ShmLink: a full ring drops and counts, as a congested wire", "[cable]
   CHECK(b->poll(SIZE_MAX) == 1);
 }
 
+TEST_CASE("ShmLink: tx_room gives the free slots, the link-level credits", "[cable][shm]") {
+  TempFile f("room");
+  auto a = end_of(f.path, 'A');
+  auto b = end_of(f.path, 'B');
+  Sink at_b;
+  b->set_receiver(at_b.receiver());
+  CHECK(a->tx_room() == ShmLink::kSlots);
+  for (std::uint32_t i = 0; i < 5; ++i) REQUIRE(a->send(packet(i, 64)).ok());
+  CHECK(a->tx_room() == ShmLink::kSlots - 5);
+  // A sender that sends no more than tx_room() loses nothing.
+  std::uint32_t n = 5;
+  for (std::size_t room = a->tx_room(); room > 0; --room) REQUIRE(a->send(packet(n++, 64)).ok());
+  CHECK(a->tx_room() == 0);
+  CHECK(a->stats().tx_errors == 0);
+  // The receiver's progress comes back as room (its tail is published at
+  // the end of a poll).
+  CHECK(b->poll(SIZE_MAX) == ShmLink::kSlots);
+  CHECK(a->tx_room() == ShmLink::kSlots);
+  REQUIRE(at_b.got.size() == ShmLink::kSlots);
+  CHECK(at_b.got.back() == packet(ShmLink::kSlots - 1, 64));
+  // The UDP cable has no credits to give: unbounded.
+  CHECK(Link::kUnboundedRoom == ~std::size_t{0});
+}
+
+TEST_CASE("ShmLink: a batch wakes a sleeping receiver once, at its end", "[cable][shm]") {
+  TempFile f("batch");
+  auto a = end_of(f.path, 'A');
+  auto b = end_of(f.path, 'B');
+  Sink at_b;
+  b->set_receiver(at_b.receiver());
+  REQUIRE(b->arm_sleep());
+  CHECK(*b->wake_word() == 1);
+  {
+    LinkBatch batch(a.get());
+    for (std::uint32_t i = 0; i < 3; ++i) REQUIRE(a->send(packet(i, 32)).ok());
+    CHECK(b->pending());            // the packets are out at once ...
+    CHECK(*b->wake_word() == 1);    // ... but the receiver is told only at the end
+    {
+      LinkBatch inner(a.get());     // batches nest: the outermost end counts
+      REQUIRE(a->send(packet(3, 32)).ok());
+    }
+    CHECK(*b->wake_word() == 1);
+  }
+  CHECK(*b->wake_word() == 0);  // woken
+  b->disarm_sleep();
+  CHECK(b->poll(SIZE_MAX) == 4);
+  // An empty batch wakes nobody.
+  REQUIRE(b->arm_sleep());
+  { LinkBatch batch(a.get()); }
+  CHECK(*b->wake_word() == 1);
+  b->disarm_sleep();
+}
+
 TEST_CASE("ShmLink: corrupted packets are counted and never reach the receiver", "[cable][shm][faults]") {
   TempFile f("corrupt");
   FaultSpec all_bad;

@@ -56,10 +56,39 @@ class Link {
   // is sent, the result is ECANCELED.
   using Filler = FunctionRef<bool(std::span<std::byte>)>;
   virtual Result<void> send_with(std::size_t len, Filler fill);
+  // How many packets the link takes now without dropping one: its
+  // link-level flow-control credits (IBA 7.9; docs/cables.md). A sender
+  // with packets it may hold back (the RC/UC requester) sends no more
+  // than this and tries again on its next turn; the UDP cable has no
+  // credits to give (unbounded here: a full socket buffer drops).
+  virtual std::size_t tx_room() { return kUnboundedRoom; }
+  static constexpr std::size_t kUnboundedRoom = ~std::size_t{0};
+  // A burst of sends (as a NIC driver's xmit_more): between begin_batch()
+  // and end_batch() a link may defer telling the receiver about each
+  // packet to end_batch() (ShmLink: its wake-up check and the fence it
+  // costs). The packets still leave at once. Use LinkBatch.
+  virtual void begin_batch() {}
+  virtual void end_batch() {}
   // Installs the receiver of well-formed packets (bad-CRC and malformed
   // ones are counted and dropped before it).
   virtual void set_receiver(Receiver r) = 0;
   virtual LinkStats stats() const = 0;
+};
+
+// begin_batch() .. end_batch() over a scope; a null link is allowed.
+class LinkBatch {
+ public:
+  explicit LinkBatch(Link* l) : l_(l) {
+    if (l_) l_->begin_batch();
+  }
+  ~LinkBatch() {
+    if (l_) l_->end_batch();
+  }
+  LinkBatch(const LinkBatch&) = delete;
+  LinkBatch& operator=(const LinkBatch&) = delete;
+
+ private:
+  Link* l_;
 };
 
 // Per-direction fault injection for tests (issue 3: drop, duplicate,

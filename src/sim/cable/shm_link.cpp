@@ -33,7 +33,7 @@ void log_once(std::atomic<bool>& warned, fmt::format_string<Args...> f, Args&&..
 // File format, version 1 (docs/cables.md "Shared-memory cable"); all
 // fields in host byte order (the file never leaves the host).
 constexpr std::uint64_t kMagic = 0x314d48534249504fULL;  // "OPIBSHM1" little-endian
-constexpr std::uint32_t kVersion = 3;  // 2: slot header flags (kSlotCrcsAbsent); 3: 4224-byte slots
+constexpr std::uint32_t kVersion = 4;  // 2: slot header flags (kSlotCrcsAbsent); 3: 4224-byte slots; 4: 128 slots
 constexpr std::size_t kRingsOffset = 4096;  // two ring control blocks of 256 bytes
 constexpr std::size_t kSlotsOffset = 8192;  // then ring 0's slots, then ring 1's
 constexpr std::size_t kRingSlotsBytes = std::size_t{ShmLink::kSlots} * ShmLink::kSlotBytes;
@@ -132,8 +132,7 @@ std::byte* ShmLink::slot(int ring, std::uint64_t index) const {
          static_cast<std::size_t>(index & (kSlots - 1)) * kSlotBytes;
 }
 
-void ShmLink::set_faults(const FaultSpec& spec) {
-  std::lock_guard lk(send_mu_);
+void ShmLink::set_faults(const FaultSpec& spec) {  // the producer's side
   faults_.reset(spec);
 }
 
@@ -155,7 +154,7 @@ void ShmLink::capture(std::span<const std::byte> packet) {
     log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
 }
 
-// Any thread, before send_mu_: tx_errors is bumped atomically everywhere.
+// tx_errors is bumped atomically everywhere (the stats may be read anywhere).
 Result<void> ShmLink::check_size(std::size_t len) {
   if (len <= kMaxSlotPacket) return ok();
   LinkCounters::bump(counters_.tx_errors);
@@ -164,44 +163,47 @@ Result<void> ShmLink::check_size(std::size_t len) {
 
 Result<void> ShmLink::send(std::span<const std::byte> packet) {
   OPENIB_TRY(check_size(packet.size()));
-  {
-    std::lock_guard lk(send_mu_);
-    LinkCounters::bump_owned(counters_.tx_packets);
-    LinkCounters::bump_owned(counters_.tx_bytes, packet.size());
-    if (!faults_.active()) {
-      write_slot(packet);
-    } else {
-      std::vector<FaultInjector::Packet> out;
-      faults_.apply(packet, out, counters_);
-      for (const auto& p : out) write_slot(p);
-    }
+  LinkCounters::bump_owned(counters_.tx_packets);
+  LinkCounters::bump_owned(counters_.tx_bytes, packet.size());
+  if (!faults_.active()) {
+    write_slot(packet);
+  } else {
+    std::vector<FaultInjector::Packet> out;
+    faults_.apply(packet, out, counters_);
+    for (const auto& p : out) write_slot(p);
   }
-  wake_receiver();
+  sent();
   return ok();
 }
 
 Result<void> ShmLink::send_with(std::size_t len, Filler fill) {
   OPENIB_TRY(check_size(len));
-  {
-    std::unique_lock lk(send_mu_);
-    if (faults_.active()) {  // the injector works on whole packets
-      lk.unlock();
-      return Link::send_with(len, fill);
-    }
-    std::byte* s = reserve_slot();
-    if (s) {
-      const std::span<std::byte> pkt(s + 8, len);
-      if (!fill(pkt)) return err(ECANCELED, "{}: packet abandoned by its sender", name_);
-      // Offloaded unless a capture here must show them (faults went above).
-      const bool offload = crc_offload_ && !pcap_;
-      if (!offload) wire::seal_packet(pkt);
-      publish_slot(s, static_cast<std::uint32_t>(len), offload ? kSlotCrcsAbsent : 0);
-    }
-    LinkCounters::bump_owned(counters_.tx_packets);
-    LinkCounters::bump_owned(counters_.tx_bytes, len);
+  if (faults_.active()) return Link::send_with(len, fill);  // the injector works on whole packets
+  std::byte* s = reserve_slot();
+  if (s) {
+    const std::span<std::byte> pkt(s + 8, len);
+    if (!fill(pkt)) return err(ECANCELED, "{}: packet abandoned by its sender", name_);
+    // Offloaded unless a capture here must show them (faults went above).
+    const bool offload = crc_offload_ && !pcap_;
+    if (!offload) wire::seal_packet(pkt);
+    publish_slot(s, static_cast<std::uint32_t>(len), offload ? kSlotCrcsAbsent : 0);
   }
-  wake_receiver();
+  LinkCounters::bump_owned(counters_.tx_packets);
+  LinkCounters::bump_owned(counters_.tx_bytes, len);
+  sent();
   return ok();
+}
+
+void ShmLink::sent() {
+  if (batch_depth_ > 0) wake_pending_ = true;
+  else wake_receiver();
+}
+
+void ShmLink::end_batch() {
+  if (batch_depth_ > 0 && --batch_depth_ == 0 && wake_pending_) {
+    wake_pending_ = false;
+    wake_receiver();
+  }
 }
 
 // Notification suppression (docs/cables.md): the head store (publish_slot),
@@ -215,21 +217,26 @@ void ShmLink::wake_receiver() {
     ::syscall(SYS_futex, &word, FUTEX_WAKE, 1, nullptr, nullptr, 0);  // shared: the peer is another process
 }
 
-// Under send_mu_.
+std::size_t ShmLink::tx_room() {
+  if (tx_head_ - tx_tail_seen_ >= kSlots) tx_tail_seen_ = at(tx_ring().tail).load(std::memory_order_acquire);
+  const std::uint64_t used = tx_head_ - tx_tail_seen_;
+  return used >= kSlots ? 0 : static_cast<std::size_t>(kSlots - used);
+}
+
 std::byte* ShmLink::reserve_slot() {
   // The consumer's tail is read only when the last value read says the
   // ring is full: its cache line then moves between the two CPUs once per
   // ring's worth of packets, not once per packet.
   if (tx_head_ - tx_tail_seen_ >= kSlots) tx_tail_seen_ = at(tx_ring().tail).load(std::memory_order_acquire);
   if (tx_head_ - tx_tail_seen_ >= kSlots) {  // the receiver is behind (or gone): the wire is congested
-    LinkCounters::bump(counters_.tx_errors);  // also bumped outside send_mu_ (check_size)
+    LinkCounters::bump(counters_.tx_errors);
     log_once(warned_full_, "{}: ring full, packet dropped (the peer is behind or not running)", name_);
     return nullptr;
   }
   return slot(end_ == 'A' ? 0 : 1, tx_head_);
 }
 
-// Under send_mu_: the slot's length, then the head (a release store publishes it).
+// The slot's length, then the head (a release store publishes it).
 void ShmLink::publish_slot(std::byte* s, std::uint32_t len, std::uint32_t flags) {
   std::memcpy(s, &len, sizeof len);
   std::memcpy(s + 4, &flags, sizeof flags);
@@ -238,7 +245,6 @@ void ShmLink::publish_slot(std::byte* s, std::uint32_t len, std::uint32_t flags)
   capture(std::span<const std::byte>(s + 8, len));
 }
 
-// Under send_mu_.
 void ShmLink::write_slot(std::span<const std::byte> packet) {
   std::byte* s = reserve_slot();
   if (!s) return;
@@ -275,6 +281,9 @@ std::size_t ShmLink::poll(std::size_t max) {
   }
   wire::ParsedPacket parsed;
   std::size_t n = 0;
+  // What the receiver sends back through this end (ACKs, the requests an
+  // ACK lets go) is one batch: the peer is told once, after the loop.
+  LinkBatch batch(this);
   for (; n < max && rx_tail_ != head; ++n) {
     std::byte* s = slot(end_ == 'A' ? 1 : 0, rx_tail_);
     std::uint32_t len, flags;

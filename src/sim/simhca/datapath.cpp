@@ -439,7 +439,7 @@ void Hca::complete_recv(uint32_t qpn, Qp& qp, Cqe c) {
 // timer runs.
 void Hca::track_live(uint32_t qpn, const Qp* qp) {
   const uint8_t st = qp ? qp->attrs.state : static_cast<uint8_t>(kReset);
-  live_qps_.set(qpn, st == kRts || st == kSqd || st == kSqe || st == kErr);
+  live_qps_.set(qpn, st == kRtr || st == kRts || st == kSqd || st == kSqe || st == kErr);
 }
 
 void Hca::datapath_tick() {
@@ -450,8 +450,11 @@ void Hca::datapath_tick() {
     Qp& qp = *q;
     QpRuntime& rt = qp.rt;
     if (qp.attrs.state == kErr || qp.attrs.state == kSqe) {
-      if (rt.kick) flush_posted(qpn, qp);  // WQEs posted to a QP in error: flushed (§12.4)
-      rt.kick = false;
+      if (rt.kick) {
+        rt.kick = false;
+        resp_out_progress(qpn, qp, false);  // SQE still responds; ERR drops the queue
+        flush_posted(qpn, qp);  // WQEs posted to a QP in error: flushed (§12.4)
+      }
       return;
     }
     if (rt.ack_due && *rt.ack_due <= now_) req_timeout(qpn, qp);
@@ -462,6 +465,7 @@ void Hca::datapath_tick() {
       }
     if (rt.kick) {
       rt.kick = false;
+      resp_out_progress(qpn, qp, false);
       req_progress(qpn, qp);
     }
   });

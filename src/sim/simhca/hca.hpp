@@ -245,6 +245,8 @@ class Hca {
   void deliver_loopback();
   void req_progress(uint32_t qpn, Qp& qp);
   bool req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
+  sim::Link* qp_link(const Qp& qp);
+  static size_t link_room(sim::Link* link);
   void req_go_back(Qp& qp, uint32_t psn);
   bool req_ack_through(uint32_t qpn, Qp& qp, uint32_t psn);
   void req_progress_made(Qp& qp);
@@ -256,7 +258,9 @@ class Hca {
   bool resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len);
   void resp_nak(uint32_t qpn, Qp& qp, uint32_t psn, uint8_t code, uint8_t local_status,
                 uint8_t event);
-  void send_ack(const Qp& qp, uint32_t psn, uint8_t syndrome);
+  void send_ack(Qp& qp, uint32_t psn, uint8_t syndrome);
+  void resp_send(Qp& qp, sim::wire::Headers& h);
+  void resp_out_progress(uint32_t qpn, Qp& qp, bool force);
 
   // management datagrams (ports.cpp, sma.cpp, pma.cpp): §14, §15
   class CaNode;  // the SMA/PMA engine's node model of this CA (sma.cpp)
@@ -354,8 +358,8 @@ class Hca {
   std::vector<uint8_t> mkey_tags_;  // §6.7 per-index key tag
   Table<Ah> ahs_;
   Table<Qp> qps_;
-  // The QPs in a state that gives the data path work (RTS, SQD, SQE,
-  // ERR). datapath_tick() and datapath_due() visit only these, so a
+  // The QPs in a state that gives the data path work (RTR, RTS, SQD,
+  // SQE, ERR). datapath_tick() and datapath_due() visit only these, so a
   // command costs the device the same with 10,000 idle QPs as with none.
   SparseBitSet live_qps_;
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sim/simhca/codec.hpp"
+#include "sim/wire/packet.hpp"
 #include "sim/simhca/wqe.hpp"
 
 namespace openib::simhca {
@@ -229,6 +230,17 @@ struct QpRuntime {
   };
   std::vector<SavedAtomic> atomics;  // for duplicate atomic requests (IBA 9.7.5.1.1)
   bool comm_est = false;
+  // The responder's packets not yet sent, in PSN order (§12.8): RDMA READ
+  // responses go out as the cable takes them (sim::Link::tx_room), and an
+  // ACK, NAK or atomic ACK queues behind them.
+  struct RespOut {
+    bool read = false;
+    sim::wire::Headers h;  // !read: the whole packet (no payload)
+    // read: [va, va+len) as `ext`, packets from `psn`, `sent` of `npkts` sent
+    uint32_t psn = 0, len = 0, npkts = 0, sent = 0, msn = 0;
+    std::vector<Extent> ext;
+  };
+  std::deque<RespOut> resp_out;
 };
 
 // §6.10, §7.7

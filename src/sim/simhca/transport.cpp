@@ -88,7 +88,7 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
   // given), then pad and CRCs, all into the packet's final place.
   bool readable = true;
   auto fill = [&](std::span<std::byte> out) {
-    std::copy(frame->headers.begin(), frame->headers.end(), out.begin());
+    std::copy(frame->headers().begin(), frame->headers().end(), out.begin());
     auto dst = out.subspan(frame->payload_offset(), pl->size());
     if (pl->ext) {
       if (!gather(*pl->ext, pl->off, dst)) return readable = false;
@@ -107,13 +107,24 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
 }
 
 // An Acknowledge packet (IBA 9.7.5.1.3): ACK, RNR NAK or NAK by syndrome.
-void Hca::send_ack(const Qp& qp, uint32_t psn, uint8_t syndrome) {
+void Hca::send_ack(Qp& qp, uint32_t psn, uint8_t syndrome) {
   w::Headers h;
   h.bth.opcode = w::opcode(w::Transport::kRc, Op::kAcknowledge);
   h.bth.dest_qp = qp.attrs.dest_qpn;
   h.bth.psn = psn & kPsnMask;
   h.aeth = w::Aeth{syndrome, qp.rt.msn};
-  send_packet(h, Payload{}, qp.attrs.av, qp_port(qp));
+  resp_send(qp, h);
+}
+
+// A responder packet without payload: now, or behind the READ responses
+// still queued (responses leave in PSN order, IBA 9.7.5.1).
+void Hca::resp_send(Qp& qp, w::Headers& h) {
+  if (qp.rt.resp_out.empty()) {
+    send_packet(h, Payload{}, qp.attrs.av, qp_port(qp));
+    return;
+  }
+  QpRuntime::RespOut& o = qp.rt.resp_out.emplace_back();
+  o.h = h;
 }
 
 // ---- requester ----------------------------------------------------------------
@@ -195,6 +206,18 @@ bool Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
   return true;
 }
 
+// Packets a cable takes now (sim::Link::tx_room); unbounded without one
+// (transmit counts the discard, or the packet loops back).
+size_t Hca::link_room(sim::Link* link) { return link ? link->tx_room() : sim::Link::kUnboundedRoom; }
+
+// The cable a QP's packets leave by: none for a port without one, or for
+// packets that loop back inside the device (§12.7).
+sim::Link* Hca::qp_link(const Qp& qp) {
+  const uint8_t port = qp_port(qp);
+  if (port > opts_.caps.num_ports || for_own_port(port, qp.attrs.av.dlid)) return nullptr;
+  return port_at(port).link;
+}
+
 // Sends what the window allows and takes new WQEs while in RTS (§12.5;
 // in SQD the WQEs already started finish, IBA 10.3.1).
 void Hca::req_progress(uint32_t qpn, Qp& qp) {
@@ -202,6 +225,12 @@ void Hca::req_progress(uint32_t qpn, Qp& qp) {
   const uint8_t st = qp.attrs.state;
   if ((st != kRts && st != kSqd) || rt.rnr_until || rt.pace_until) return;
   const bool rc = qp.cfg.type == kQpRc;
+  // §12.8: no more than the link's credits (IBA 7.9): a full cable holds
+  // the packets back for the next turn instead of dropping them.
+  sim::Link* link = qp_link(qp);
+  const size_t room = link_room(link);
+  sim::LinkBatch batch(link);  // the receiver hears of the burst once, at its end
+  size_t sent = 0;
   for (int budget = kWindow;; --budget) {
     if (qp.attrs.state != st) return;  // an error moved the QP
     if (budget == 0) {  // a window's worth per turn (§12.8)
@@ -222,6 +251,11 @@ void Hca::req_progress(uint32_t qpn, Qp& qp) {
       continue;
     }
     if (rc && psn_diff(psn_add(op->first_psn, op->sent), rt.una) >= kWindow) return;
+    if (sent == room) {  // the cable is full: on the next turn
+      rt.kick = true;
+      return;
+    }
+    ++sent;
     if (!req_send_packet(qpn, qp, *op)) {
       // The WQE's buffer can no longer be read (its memory went away since
       // the keys were checked): a local protection error (IBA 10.8.3).
@@ -458,6 +492,9 @@ void Hca::resp_nak(uint32_t qpn, Qp& qp, uint32_t psn, uint8_t code, uint8_t loc
   log_->debug("simhca: QP {:#x} responder error: NAK code {}, local status {}", qpn, code,
               wc_status_name(local_status));
   if (rc) {
+    // What the responder queued before the error goes out first (it stops
+    // responding now), then the NAK.
+    resp_out_progress(qpn, qp, true);
     send_ack(qp, psn, w::Aeth::nak(qp.rt.msn, static_cast<w::NakCode>(code)).syndrome);
     ++dstats_.naks_sent;
   }
@@ -475,7 +512,9 @@ void Hca::resp_nak(uint32_t qpn, Qp& qp, uint32_t psn, uint8_t code, uint8_t loc
   }
 }
 
-// RDMA READ responses for [va, va+len) from PSN `psn` (IBA 9.4.3, 9.7.5.1.4).
+// RDMA READ responses for [va, va+len) from PSN `psn` (IBA 9.4.3,
+// 9.7.5.1.4): the keys are checked now; the responses are queued and sent
+// as the cable takes them (resp_out_progress).
 bool Hca::resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
   std::vector<Extent> ext;
   if (len > 0 && (!(qp.attrs.access & kMrRemoteRead) ||
@@ -484,24 +523,64 @@ bool Hca::resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rk
     return false;
   }
   const uint32_t mtu = mtu_bytes(qp);
-  const uint32_t n = std::max<uint32_t>(1, (len + mtu - 1) / mtu);
-  for (uint32_t k = 0; k < n; ++k) {
-    const uint64_t off = uint64_t{k} * mtu;
-    const Payload payload{{}, &ext, off, static_cast<size_t>(std::min<uint64_t>(mtu, len - std::min<uint64_t>(len, off)))};
-    w::Headers h;
-    const Op o = n == 1 ? Op::kReadResponseOnly : k == 0 ? Op::kReadResponseFirst
-                                            : k + 1 == n ? Op::kReadResponseLast
-                                                         : Op::kReadResponseMiddle;
-    h.bth.opcode = w::opcode(w::Transport::kRc, o);
-    h.bth.dest_qp = qp.attrs.dest_qpn;
-    h.bth.psn = psn_add(psn, k);
-    if (o != Op::kReadResponseMiddle) h.aeth = w::Aeth{ack_syndrome(qp.rt.msn), qp.rt.msn};
-    if (!send_packet(h, payload, qp.attrs.av, qp_port(qp))) {
-      resp_nak(qpn, qp, psn, static_cast<uint8_t>(w::NakCode::kRemoteOperationalError), 0, kEvQpFatal);
-      return false;
-    }
-  }
+  QpRuntime::RespOut& o = qp.rt.resp_out.emplace_back();
+  o.read = true;
+  o.psn = psn;
+  o.len = len;
+  o.npkts = std::max<uint32_t>(1, (len + mtu - 1) / mtu);
+  o.msn = qp.rt.msn;
+  o.ext = std::move(ext);
+  resp_out_progress(qpn, qp, false);
   return true;
+}
+
+// Sends the queued responder packets the cable takes now (all of them if
+// `force`: the QP is about to stop responding); the rest on a later turn
+// (rt.kick). A READ response whose memory went away since its keys were
+// checked ends the queue with a NAK (IBA 9.7.5.2.5).
+void Hca::resp_out_progress(uint32_t qpn, Qp& qp, bool force) {
+  QpRuntime& rt = qp.rt;
+  if (rt.resp_out.empty()) return;
+  const uint8_t st = qp.attrs.state;
+  if (st != kRtr && st != kRts && st != kSqd && st != kSqe) {
+    rt.resp_out.clear();  // a QP in ERR or RESET sends nothing (§12.4)
+    return;
+  }
+  sim::Link* link = qp_link(qp);
+  size_t room = force ? sim::Link::kUnboundedRoom : link_room(link);
+  sim::LinkBatch batch(link);
+  const uint32_t mtu = mtu_bytes(qp);
+  while (!rt.resp_out.empty()) {
+    if (room == 0) {
+      rt.kick = true;
+      return;
+    }
+    if (room != sim::Link::kUnboundedRoom) --room;
+    QpRuntime::RespOut& o = rt.resp_out.front();
+    if (!o.read) {
+      send_packet(o.h, Payload{}, qp.attrs.av, qp_port(qp));
+      rt.resp_out.pop_front();
+      continue;
+    }
+    const uint32_t k = o.sent;
+    const uint64_t off = uint64_t{k} * mtu;
+    const Payload payload{{}, &o.ext, off, static_cast<size_t>(std::min<uint64_t>(mtu, o.len - std::min<uint64_t>(o.len, off)))};
+    w::Headers h;
+    const Op op = o.npkts == 1 ? Op::kReadResponseOnly : k == 0 ? Op::kReadResponseFirst
+                                                 : k + 1 == o.npkts ? Op::kReadResponseLast
+                                                                    : Op::kReadResponseMiddle;
+    h.bth.opcode = w::opcode(w::Transport::kRc, op);
+    h.bth.dest_qp = qp.attrs.dest_qpn;
+    h.bth.psn = psn_add(o.psn, k);
+    if (op != Op::kReadResponseMiddle) h.aeth = w::Aeth{ack_syndrome(o.msn), o.msn};
+    if (!send_packet(h, payload, qp.attrs.av, qp_port(qp))) {
+      const uint32_t psn = o.psn;
+      rt.resp_out.clear();
+      resp_nak(qpn, qp, psn, static_cast<uint8_t>(w::NakCode::kRemoteOperationalError), 0, kEvQpFatal);
+      return;
+    }
+    if (++o.sent == o.npkts) rt.resp_out.pop_front();
+  }
 }
 
 // IBA 9.7.5.1.1: duplicate requests are answered again, never re-executed
@@ -524,7 +603,7 @@ void Hca::resp_duplicate(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
         h.bth.psn = psn;
         h.aeth = w::Aeth{ack_syndrome(rt.msn), rt.msn};
         h.atomic_ack_eth = w::AtomicAckEth{s.orig};
-        send_packet(h, Payload{}, qp.attrs.av, qp_port(qp));
+        resp_send(qp, h);
       }
     return;
   }
@@ -620,7 +699,7 @@ void Hca::resp_request(uint32_t qpn, Qp& qp, const w::ParsedPacket& p) {
     h.bth.psn = b.psn;
     h.aeth = w::Aeth{ack_syndrome(rt.msn), rt.msn};
     h.atomic_ack_eth = w::AtomicAckEth{orig};
-    send_packet(h, Payload{}, qp.attrs.av, qp_port(qp));
+    resp_send(qp, h);
     return;
   }
   if (!is_send && !is_write) return nak(w::NakCode::kInvalidRequest, 0, kEvQpReqErr);

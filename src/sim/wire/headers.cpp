@@ -7,31 +7,35 @@ namespace openib::sim::wire {
 
 namespace {
 
-// Big-endian byte helpers (IBA 1.2.1 Vol 1 1.6: most significant byte first).
-void put8(ByteVec& out, std::uint32_t v) { out.push_back(static_cast<std::byte>(v & 0xFF)); }
-void put16(ByteVec& out, std::uint32_t v) {
+// Big-endian byte writer (IBA 1.2.1 Vol 1 1.6: most significant byte
+// first) over memory the caller sized.
+struct Out {
+  std::byte* p;
+};
+void put8(Out& out, std::uint32_t v) { *out.p++ = static_cast<std::byte>(v & 0xFF); }
+void put16(Out& out, std::uint32_t v) {
   put8(out, v >> 8);
   put8(out, v);
 }
-void put24(ByteVec& out, std::uint32_t v) {
+void put24(Out& out, std::uint32_t v) {
   put8(out, v >> 16);
   put16(out, v);
 }
-void put32(ByteVec& out, std::uint32_t v) {
+void put32(Out& out, std::uint32_t v) {
   put16(out, v >> 16);
   put16(out, v);
 }
-void put64(ByteVec& out, std::uint64_t v) {
+void put64(Out& out, std::uint64_t v) {
   put32(out, static_cast<std::uint32_t>(v >> 32));
   put32(out, static_cast<std::uint32_t>(v));
 }
 
-std::uint32_t get8(ConstBytes in, std::size_t off) { return std::to_integer<std::uint32_t>(in[off]); }
-std::uint32_t get16(ConstBytes in, std::size_t off) { return (get8(in, off) << 8) | get8(in, off + 1); }
-std::uint32_t get24(ConstBytes in, std::size_t off) { return (get8(in, off) << 16) | get16(in, off + 1); }
-std::uint32_t get32(ConstBytes in, std::size_t off) { return (get16(in, off) << 16) | get16(in, off + 2); }
-std::uint64_t get64(ConstBytes in, std::size_t off) {
-  return (std::uint64_t{get32(in, off)} << 32) | get32(in, off + 4);
+// append_*(): the header's bytes at the end of `out`, by write_*().
+template <std::size_t N, typename H>
+void append_with(ByteVec& out, const H& h, std::byte* (*write)(std::byte*, const H&)) {
+  const std::size_t at = out.size();
+  out.resize(at + N);
+  write(out.data() + at, h);
 }
 
 Result<void> need(ConstBytes in, std::size_t n, const char* what) {
@@ -45,64 +49,49 @@ Result<void> need(ConstBytes in, std::size_t n, const char* what) {
 // byte 0: VL[7:4] LVer[3:0]; byte 1: SL[7:4] resv2[3:2] LNH[1:0];
 // bytes 2-3 DLID; bytes 4-5: resv5[15:11] PktLen[10:0]; bytes 6-7 SLID.
 
-void append_lrh(ByteVec& out, const Lrh& h) {
+std::byte* write_lrh(std::byte* p, const Lrh& h) {
+  Out out{p};
   put8(out, ((h.vl & 0xFu) << 4) | (h.lver & 0xFu));
   put8(out, ((h.sl & 0xFu) << 4) | ((h.resv2 & 0x3u) << 2) | (static_cast<unsigned>(h.lnh) & 0x3u));
   put16(out, h.dlid);
   put16(out, ((h.resv5 & 0x1Fu) << 11) | (h.pkt_len & 0x7FFu));
   put16(out, h.slid);
+  return out.p;
 }
+void append_lrh(ByteVec& out, const Lrh& h) { append_with<kLrhBytes>(out, h, write_lrh); }
 
 Result<Lrh> decode_lrh(ConstBytes in) {
   OPENIB_TRY(need(in, kLrhBytes, "LRH"));
-  Lrh h;
-  h.vl = static_cast<std::uint8_t>(get8(in, 0) >> 4);
-  h.lver = static_cast<std::uint8_t>(get8(in, 0) & 0xF);
-  h.sl = static_cast<std::uint8_t>(get8(in, 1) >> 4);
-  h.resv2 = static_cast<std::uint8_t>((get8(in, 1) >> 2) & 0x3);
-  h.lnh = static_cast<Lnh>(get8(in, 1) & 0x3);
-  h.dlid = static_cast<std::uint16_t>(get16(in, 2));
-  h.resv5 = static_cast<std::uint8_t>(get16(in, 4) >> 11);
-  h.pkt_len = static_cast<std::uint16_t>(get16(in, 4) & 0x7FF);
-  h.slid = static_cast<std::uint16_t>(get16(in, 6));
-  return h;
+  return read_lrh(in.data());
 }
 
 // ---- GRH, IBA 8.3 ----------------------------------------------
 // word 0: IPVer[31:28] TClass[27:20] FlowLabel[19:0]; bytes 4-5 PayLen;
 // byte 6 NxtHdr; byte 7 HopLmt; bytes 8-23 SGID; bytes 24-39 DGID.
 
-void append_grh(ByteVec& out, const Grh& h) {
+std::byte* write_grh(std::byte* p, const Grh& h) {
+  Out out{p};
   put32(out, ((h.ip_ver & 0xFu) << 28) | (std::uint32_t{h.tclass} << 20) | (h.flow_label & 0xFFFFFu));
   put16(out, h.pay_len);
   put8(out, h.nxt_hdr);
   put8(out, h.hop_lmt);
   for (auto b : h.sgid) put8(out, b);
   for (auto b : h.dgid) put8(out, b);
+  return out.p;
 }
+void append_grh(ByteVec& out, const Grh& h) { append_with<kGrhBytes>(out, h, write_grh); }
 
 Result<Grh> decode_grh(ConstBytes in) {
   OPENIB_TRY(need(in, kGrhBytes, "GRH"));
-  Grh h;
-  std::uint32_t w0 = get32(in, 0);
-  h.ip_ver = static_cast<std::uint8_t>(w0 >> 28);
-  h.tclass = static_cast<std::uint8_t>((w0 >> 20) & 0xFF);
-  h.flow_label = w0 & 0xFFFFF;
-  h.pay_len = static_cast<std::uint16_t>(get16(in, 4));
-  h.nxt_hdr = static_cast<std::uint8_t>(get8(in, 6));
-  h.hop_lmt = static_cast<std::uint8_t>(get8(in, 7));
-  for (std::size_t i = 0; i < 16; ++i) {
-    h.sgid[i] = static_cast<std::uint8_t>(get8(in, 8 + i));
-    h.dgid[i] = static_cast<std::uint8_t>(get8(in, 24 + i));
-  }
-  return h;
+  return read_grh(in.data());
 }
 
 // ---- BTH, IBA 9.2 ----------------------------------------------
 // byte 0 OpCode; byte 1: SE[7] M[6] PadCnt[5:4] TVer[3:0]; bytes 2-3 P_Key;
 // byte 4 resv8a; bytes 5-7 DestQP; byte 8: A[7] resv7[6:0]; bytes 9-11 PSN.
 
-void append_bth(ByteVec& out, const Bth& h) {
+std::byte* write_bth(std::byte* p, const Bth& h) {
+  Out out{p};
   put8(out, h.opcode);
   put8(out, (h.se ? 0x80u : 0u) | (h.mig_req ? 0x40u : 0u) | ((h.pad_cnt & 0x3u) << 4) |
                 (h.tver & 0xFu));
@@ -111,76 +100,80 @@ void append_bth(ByteVec& out, const Bth& h) {
   put24(out, h.dest_qp);
   put8(out, (h.ack_req ? 0x80u : 0u) | (h.resv7 & 0x7Fu));
   put24(out, h.psn);
+  return out.p;
 }
+void append_bth(ByteVec& out, const Bth& h) { append_with<kBthBytes>(out, h, write_bth); }
 
 Result<Bth> decode_bth(ConstBytes in) {
   OPENIB_TRY(need(in, kBthBytes, "BTH"));
-  Bth h;
-  h.opcode = static_cast<std::uint8_t>(get8(in, 0));
-  std::uint32_t b1 = get8(in, 1);
-  h.se = (b1 & 0x80) != 0;
-  h.mig_req = (b1 & 0x40) != 0;
-  h.pad_cnt = static_cast<std::uint8_t>((b1 >> 4) & 0x3);
-  h.tver = static_cast<std::uint8_t>(b1 & 0xF);
-  h.pkey = static_cast<std::uint16_t>(get16(in, 2));
-  h.resv8a = static_cast<std::uint8_t>(get8(in, 4));
-  h.dest_qp = get24(in, 5);
-  h.ack_req = (get8(in, 8) & 0x80) != 0;
-  h.resv7 = static_cast<std::uint8_t>(get8(in, 8) & 0x7F);
-  h.psn = get24(in, 9);
-  return h;
+  return read_bth(in.data());
 }
 
 // ---- Extended transport headers, IBA 9.3 -----------------------------------
 
-void append_rdeth(ByteVec& out, const Rdeth& h) {  // IBA 9.3.1: resv8, EECnxt[23:0]
+std::byte* write_rdeth(std::byte* p, const Rdeth& h) {  // IBA 9.3.1: resv8, EECnxt[23:0]
+  Out out{p};
   put8(out, 0);
   put24(out, h.ee_context);
+  return out.p;
 }
+void append_rdeth(ByteVec& out, const Rdeth& h) { append_with<kRdethBytes>(out, h, write_rdeth); }
 Result<Rdeth> decode_rdeth(ConstBytes in) {
   OPENIB_TRY(need(in, kRdethBytes, "RDETH"));
-  return Rdeth{get24(in, 1)};
+  return read_rdeth(in.data());
 }
 
-void append_deth(ByteVec& out, const Deth& h) {  // IBA 9.3.2: Q_Key, resv8, SrcQP[23:0]
+std::byte* write_deth(std::byte* p, const Deth& h) {  // IBA 9.3.2: Q_Key, resv8, SrcQP[23:0]
+  Out out{p};
   put32(out, h.qkey);
   put8(out, 0);
   put24(out, h.src_qp);
+  return out.p;
 }
+void append_deth(ByteVec& out, const Deth& h) { append_with<kDethBytes>(out, h, write_deth); }
 Result<Deth> decode_deth(ConstBytes in) {
   OPENIB_TRY(need(in, kDethBytes, "DETH"));
-  return Deth{get32(in, 0), get24(in, 5)};
+  return read_deth(in.data());
 }
 
-void append_reth(ByteVec& out, const Reth& h) {  // IBA 9.3.3: VA, R_Key, DMALen
+std::byte* write_reth(std::byte* p, const Reth& h) {  // IBA 9.3.3: VA, R_Key, DMALen
+  Out out{p};
   put64(out, h.va);
   put32(out, h.rkey);
   put32(out, h.dma_len);
+  return out.p;
 }
+void append_reth(ByteVec& out, const Reth& h) { append_with<kRethBytes>(out, h, write_reth); }
 Result<Reth> decode_reth(ConstBytes in) {
   OPENIB_TRY(need(in, kRethBytes, "RETH"));
-  return Reth{get64(in, 0), get32(in, 8), get32(in, 12)};
+  return read_reth(in.data());
 }
 
-void append_atomic_eth(ByteVec& out, const AtomicEth& h) {  // IBA 9.3.4
+std::byte* write_atomic_eth(std::byte* p, const AtomicEth& h) {  // IBA 9.3.4
+  Out out{p};
   put64(out, h.va);
   put32(out, h.rkey);
   put64(out, h.swap_add);
   put64(out, h.compare);
+  return out.p;
 }
+void append_atomic_eth(ByteVec& out, const AtomicEth& h) { append_with<kAtomicEthBytes>(out, h, write_atomic_eth); }
 Result<AtomicEth> decode_atomic_eth(ConstBytes in) {
   OPENIB_TRY(need(in, kAtomicEthBytes, "AtomicETH"));
-  return AtomicEth{get64(in, 0), get32(in, 8), get64(in, 12), get64(in, 20)};
+  return read_atomic_eth(in.data());
 }
 
 // AETH, IBA 9.3.5: Syndrome (8 bits), MSN (24 bits).
-void append_aeth(ByteVec& out, const Aeth& h) {
+std::byte* write_aeth(std::byte* p, const Aeth& h) {
+  Out out{p};
   put8(out, h.syndrome);
   put24(out, h.msn);
+  return out.p;
 }
+void append_aeth(ByteVec& out, const Aeth& h) { append_with<kAethBytes>(out, h, write_aeth); }
 Result<Aeth> decode_aeth(ConstBytes in) {
   OPENIB_TRY(need(in, kAethBytes, "AETH"));
-  return Aeth{static_cast<std::uint8_t>(get8(in, 0)), get24(in, 1)};
+  return read_aeth(in.data());
 }
 
 namespace {
@@ -208,24 +201,37 @@ std::uint32_t rnr_timer_us(std::uint8_t timer_code) {
   return kUs[timer_code & 0x1F];
 }
 
-void append_atomic_ack_eth(ByteVec& out, const AtomicAckEth& h) {  // IBA 9.3.6
+std::byte* write_atomic_ack_eth(std::byte* p, const AtomicAckEth& h) {  // IBA 9.3.6
+  Out out{p};
   put64(out, h.orig_remote_data);
+  return out.p;
 }
+void append_atomic_ack_eth(ByteVec& out, const AtomicAckEth& h) { append_with<kAtomicAckEthBytes>(out, h, write_atomic_ack_eth); }
 Result<AtomicAckEth> decode_atomic_ack_eth(ConstBytes in) {
   OPENIB_TRY(need(in, kAtomicAckEthBytes, "AtomicAckETH"));
-  return AtomicAckEth{get64(in, 0)};
+  return read_atomic_ack_eth(in.data());
 }
 
-void append_imm_dt(ByteVec& out, const ImmDt& h) { put32(out, h.imm); }  // IBA 9.3.7
+std::byte* write_imm_dt(std::byte* p, const ImmDt& h) {  // IBA 9.3.7
+  Out out{p};
+  put32(out, h.imm);
+  return out.p;
+}
+void append_imm_dt(ByteVec& out, const ImmDt& h) { append_with<kImmDtBytes>(out, h, write_imm_dt); }
 Result<ImmDt> decode_imm_dt(ConstBytes in) {
   OPENIB_TRY(need(in, kImmDtBytes, "ImmDt"));
-  return ImmDt{get32(in, 0)};
+  return read_imm_dt(in.data());
 }
 
-void append_ieth(ByteVec& out, const Ieth& h) { put32(out, h.rkey); }  // IBA 9.3.8
+std::byte* write_ieth(std::byte* p, const Ieth& h) {  // IBA 9.3.8
+  Out out{p};
+  put32(out, h.rkey);
+  return out.p;
+}
+void append_ieth(ByteVec& out, const Ieth& h) { append_with<kIethBytes>(out, h, write_ieth); }
 Result<Ieth> decode_ieth(ConstBytes in) {
   OPENIB_TRY(need(in, kIethBytes, "IETH"));
-  return Ieth{get32(in, 0)};
+  return read_ieth(in.data());
 }
 
 // ---- OpCode table, IBA 9.2.1 table 35 --------------------------------------
@@ -287,21 +293,15 @@ bool allowed(Transport t, Op op) {
 
 }  // namespace
 
-std::optional<OpcodeInfo> opcode_info(std::uint8_t opc) {
+namespace {
+
+std::optional<OpcodeInfo> build_opcode_info(std::uint8_t opc,
+                                            const std::array<std::array<std::string, 24>, 4>& names) {
   unsigned t = opc >> 5;
   if (t > static_cast<unsigned>(Transport::kUd)) return std::nullopt;  // CNP, XRC, vendor
   auto transport = static_cast<Transport>(t);
   auto op = opcode_op(opc);
   if (static_cast<unsigned>(op) >= kOps.size() || !allowed(transport, op)) return std::nullopt;
-
-  // Full names: a static table of 4 x 24 strings, built on first use.
-  static const auto kNames = [] {
-    std::array<std::array<std::string, 24>, 4> names;
-    for (std::size_t i = 0; i < 4; ++i)
-      for (std::size_t j = 0; j < kOps.size(); ++j)
-        names[i][j] = std::string(kTransportNames[i]) + " " + std::string(kOps[j].name);
-    return names;
-  }();
 
   const OpRow& row = kOps[static_cast<unsigned>(op)];
   ExtHeaders ext = row.ext;
@@ -313,7 +313,27 @@ std::optional<OpcodeInfo> opcode_info(std::uint8_t opc) {
   } else if (transport == Transport::kUd) {
     ext |= kExtDeth;  // IBA 9.3.2: every UD packet has a DETH
   }
-  return OpcodeInfo{kNames[t][static_cast<unsigned>(op)], ext, row.payload};
+  return OpcodeInfo{names[t][static_cast<unsigned>(op)], ext, row.payload};
+}
+
+// Every OpCode's entry, built on first use: the packet path looks one up
+// per packet.
+struct OpcodeTable {
+  std::array<std::array<std::string, 24>, 4> names;  // "RC SEND Only"
+  std::array<std::optional<OpcodeInfo>, 256> info;
+  OpcodeTable() {
+    for (std::size_t i = 0; i < 4; ++i)
+      for (std::size_t j = 0; j < kOps.size(); ++j)
+        names[i][j] = std::string(kTransportNames[i]) + " " + std::string(kOps[j].name);
+    for (unsigned opc = 0; opc < 256; ++opc) info[opc] = build_opcode_info(static_cast<std::uint8_t>(opc), names);
+  }
+};
+
+}  // namespace
+
+std::optional<OpcodeInfo> opcode_info(std::uint8_t opc) {
+  static const OpcodeTable kTable;
+  return kTable.info[opc];
 }
 
 ExtHeaders ext_headers(std::uint8_t opc) {

@@ -1,6 +1,8 @@
 // IBA wire headers (IBA 1.2.1 Vol 1, chapters 7-9): one struct per header,
 // an append_*() that encodes it big-endian onto a byte vector and a
-// decode_*() that reads it from the front of a span. Packed fields are
+// decode_*() that reads it from the front of a span, checking its length
+// (read_*() is the same without the check, for a parser that has checked
+// the length of all its headers at once). Packed fields are
 // moved with explicit shifts and masks, never C bitfields; the layout of
 // every header is tabled in docs/wire.md. Encoders mask each value to its
 // field width (a 24-bit QPN given 0x1000000 is encoded as 0).
@@ -59,7 +61,9 @@ struct Lrh {
   bool operator==(const Lrh&) const = default;
 };
 void append_lrh(ByteVec& out, const Lrh& h);
+std::byte* write_lrh(std::byte* p, const Lrh& h);  // kLrhBytes at p; returns p + kLrhBytes
 Result<Lrh> decode_lrh(ConstBytes in);
+inline Lrh read_lrh(const std::byte* p);  // unchecked: kLrhBytes at p
 
 // ---- GRH, IBA 8.3 -------------------------------------------------------
 
@@ -78,7 +82,9 @@ struct Grh {
   bool operator==(const Grh&) const = default;
 };
 void append_grh(ByteVec& out, const Grh& h);
+std::byte* write_grh(std::byte* p, const Grh& h);  // kGrhBytes at p; returns p + kGrhBytes
 Result<Grh> decode_grh(ConstBytes in);
+inline Grh read_grh(const std::byte* p);  // unchecked: kGrhBytes at p
 
 // ---- BTH, IBA 9.2 -------------------------------------------------------
 
@@ -97,7 +103,9 @@ struct Bth {
   bool operator==(const Bth&) const = default;
 };
 void append_bth(ByteVec& out, const Bth& h);
+std::byte* write_bth(std::byte* p, const Bth& h);  // kBthBytes at p; returns p + kBthBytes
 Result<Bth> decode_bth(ConstBytes in);
+inline Bth read_bth(const std::byte* p);  // unchecked: kBthBytes at p
 
 // ---- Extended transport headers, IBA 9.3 --------------------------------
 
@@ -106,7 +114,9 @@ struct Rdeth {  // IBA 9.3.1
   bool operator==(const Rdeth&) const = default;
 };
 void append_rdeth(ByteVec& out, const Rdeth& h);
+std::byte* write_rdeth(std::byte* p, const Rdeth& h);  // kRdethBytes at p; returns p + kRdethBytes
 Result<Rdeth> decode_rdeth(ConstBytes in);
+inline Rdeth read_rdeth(const std::byte* p);  // unchecked: kRdethBytes at p
 
 struct Deth {  // IBA 9.3.2
   std::uint32_t qkey = 0;
@@ -114,7 +124,9 @@ struct Deth {  // IBA 9.3.2
   bool operator==(const Deth&) const = default;
 };
 void append_deth(ByteVec& out, const Deth& h);
+std::byte* write_deth(std::byte* p, const Deth& h);  // kDethBytes at p; returns p + kDethBytes
 Result<Deth> decode_deth(ConstBytes in);
+inline Deth read_deth(const std::byte* p);  // unchecked: kDethBytes at p
 
 struct Reth {  // IBA 9.3.3
   std::uint64_t va = 0;
@@ -123,7 +135,9 @@ struct Reth {  // IBA 9.3.3
   bool operator==(const Reth&) const = default;
 };
 void append_reth(ByteVec& out, const Reth& h);
+std::byte* write_reth(std::byte* p, const Reth& h);  // kRethBytes at p; returns p + kRethBytes
 Result<Reth> decode_reth(ConstBytes in);
+inline Reth read_reth(const std::byte* p);  // unchecked: kRethBytes at p
 
 struct AtomicEth {  // IBA 9.3.4
   std::uint64_t va = 0;
@@ -133,7 +147,9 @@ struct AtomicEth {  // IBA 9.3.4
   bool operator==(const AtomicEth&) const = default;
 };
 void append_atomic_eth(ByteVec& out, const AtomicEth& h);
+std::byte* write_atomic_eth(std::byte* p, const AtomicEth& h);  // kAtomicEthBytes at p; returns p + kAtomicEthBytes
 Result<AtomicEth> decode_atomic_eth(ConstBytes in);
+inline AtomicEth read_atomic_eth(const std::byte* p);  // unchecked: kAtomicEthBytes at p
 
 // AETH, IBA 9.3.5. Syndrome bit 7 reserved; bits 6-5 the kind;
 // bits 4-0 credit count (ACK), RNR timer code (RNR NAK) or NAK code.
@@ -162,7 +178,9 @@ struct Aeth {
   static Aeth nak(std::uint32_t msn, NakCode code);
 };
 void append_aeth(ByteVec& out, const Aeth& h);
+std::byte* write_aeth(std::byte* p, const Aeth& h);  // kAethBytes at p; returns p + kAethBytes
 Result<Aeth> decode_aeth(ConstBytes in);
+inline Aeth read_aeth(const std::byte* p);  // unchecked: kAethBytes at p
 
 // IBA 9.7.5.2.8: RNR NAK timer code -> minimum delay in microseconds
 // (code 0 means 655.36 ms). Codes are 5 bits; larger inputs are masked.
@@ -173,21 +191,27 @@ struct AtomicAckEth {  // IBA 9.3.6
   bool operator==(const AtomicAckEth&) const = default;
 };
 void append_atomic_ack_eth(ByteVec& out, const AtomicAckEth& h);
+std::byte* write_atomic_ack_eth(std::byte* p, const AtomicAckEth& h);  // kAtomicAckEthBytes at p; returns p + kAtomicAckEthBytes
 Result<AtomicAckEth> decode_atomic_ack_eth(ConstBytes in);
+inline AtomicAckEth read_atomic_ack_eth(const std::byte* p);  // unchecked: kAtomicAckEthBytes at p
 
 struct ImmDt {  // IBA 9.3.7: opaque 32 bits, carried big-endian
   std::uint32_t imm = 0;
   bool operator==(const ImmDt&) const = default;
 };
 void append_imm_dt(ByteVec& out, const ImmDt& h);
+std::byte* write_imm_dt(std::byte* p, const ImmDt& h);  // kImmDtBytes at p; returns p + kImmDtBytes
 Result<ImmDt> decode_imm_dt(ConstBytes in);
+inline ImmDt read_imm_dt(const std::byte* p);  // unchecked: kImmDtBytes at p
 
 struct Ieth {  // IBA 9.3.8: the R_Key to invalidate
   std::uint32_t rkey = 0;
   bool operator==(const Ieth&) const = default;
 };
 void append_ieth(ByteVec& out, const Ieth& h);
+std::byte* write_ieth(std::byte* p, const Ieth& h);  // kIethBytes at p; returns p + kIethBytes
 Result<Ieth> decode_ieth(ConstBytes in);
+inline Ieth read_ieth(const std::byte* p);  // unchecked: kIethBytes at p
 
 // ---- OpCodes, IBA 9.2.1 table 35 ----------------------------------------
 
@@ -260,5 +284,88 @@ bool has_payload(std::uint8_t opcode);
 
 // Total size in bytes of the extension headers in `ext`.
 std::size_t ext_headers_size(ExtHeaders ext);
+
+// ---- Unchecked readers ------------------------------------------------------
+// Big-endian (IBA 1.2.1 Vol 1 1.6: most significant byte first); the
+// caller guarantees the bytes are there. decode_*() checks and calls these.
+namespace be {
+inline std::uint32_t u8(const std::byte* p, std::size_t off) { return std::to_integer<std::uint32_t>(p[off]); }
+inline std::uint32_t u16(const std::byte* p, std::size_t off) { return (u8(p, off) << 8) | u8(p, off + 1); }
+inline std::uint32_t u24(const std::byte* p, std::size_t off) { return (u8(p, off) << 16) | u16(p, off + 1); }
+inline std::uint32_t u32(const std::byte* p, std::size_t off) { return (u16(p, off) << 16) | u16(p, off + 2); }
+inline std::uint64_t u64(const std::byte* p, std::size_t off) {
+  return (std::uint64_t{u32(p, off)} << 32) | u32(p, off + 4);
+}
+}  // namespace be
+
+// IBA 7.7: byte 0: VL[7:4] LVer[3:0]; byte 1: SL[7:4] resv2[3:2] LNH[1:0];
+// bytes 2-3 DLID; bytes 4-5: resv5[15:11] PktLen[10:0]; bytes 6-7 SLID.
+inline Lrh read_lrh(const std::byte* p) {
+  Lrh h;
+  const std::uint32_t b0 = be::u8(p, 0), b1 = be::u8(p, 1), w2 = be::u16(p, 4);
+  h.vl = static_cast<std::uint8_t>(b0 >> 4);
+  h.lver = static_cast<std::uint8_t>(b0 & 0xF);
+  h.sl = static_cast<std::uint8_t>(b1 >> 4);
+  h.resv2 = static_cast<std::uint8_t>((b1 >> 2) & 0x3);
+  h.lnh = static_cast<Lnh>(b1 & 0x3);
+  h.dlid = static_cast<std::uint16_t>(be::u16(p, 2));
+  h.resv5 = static_cast<std::uint8_t>(w2 >> 11);
+  h.pkt_len = static_cast<std::uint16_t>(w2 & 0x7FF);
+  h.slid = static_cast<std::uint16_t>(be::u16(p, 6));
+  return h;
+}
+
+// IBA 8.3: word 0: IPVer[31:28] TClass[27:20] FlowLabel[19:0]; bytes 4-5
+// PayLen; byte 6 NxtHdr; byte 7 HopLmt; bytes 8-23 SGID; bytes 24-39 DGID.
+inline Grh read_grh(const std::byte* p) {
+  Grh h;
+  const std::uint32_t w0 = be::u32(p, 0);
+  h.ip_ver = static_cast<std::uint8_t>(w0 >> 28);
+  h.tclass = static_cast<std::uint8_t>((w0 >> 20) & 0xFF);
+  h.flow_label = w0 & 0xFFFFF;
+  h.pay_len = static_cast<std::uint16_t>(be::u16(p, 4));
+  h.nxt_hdr = static_cast<std::uint8_t>(be::u8(p, 6));
+  h.hop_lmt = static_cast<std::uint8_t>(be::u8(p, 7));
+  for (std::size_t i = 0; i < 16; ++i) {
+    h.sgid[i] = static_cast<std::uint8_t>(be::u8(p, 8 + i));
+    h.dgid[i] = static_cast<std::uint8_t>(be::u8(p, 24 + i));
+  }
+  return h;
+}
+
+// IBA 9.2: byte 0 OpCode; byte 1: SE[7] M[6] PadCnt[5:4] TVer[3:0]; bytes
+// 2-3 P_Key; byte 4 resv8a; bytes 5-7 DestQP; byte 8: A[7] resv7[6:0];
+// bytes 9-11 PSN.
+inline Bth read_bth(const std::byte* p) {
+  Bth h;
+  h.opcode = static_cast<std::uint8_t>(be::u8(p, 0));
+  const std::uint32_t b1 = be::u8(p, 1), b8 = be::u8(p, 8);
+  h.se = (b1 & 0x80) != 0;
+  h.mig_req = (b1 & 0x40) != 0;
+  h.pad_cnt = static_cast<std::uint8_t>((b1 >> 4) & 0x3);
+  h.tver = static_cast<std::uint8_t>(b1 & 0xF);
+  h.pkey = static_cast<std::uint16_t>(be::u16(p, 2));
+  h.resv8a = static_cast<std::uint8_t>(be::u8(p, 4));
+  h.dest_qp = be::u24(p, 5);
+  h.ack_req = (b8 & 0x80) != 0;
+  h.resv7 = static_cast<std::uint8_t>(b8 & 0x7F);
+  h.psn = be::u24(p, 9);
+  return h;
+}
+
+inline Rdeth read_rdeth(const std::byte* p) { return Rdeth{be::u24(p, 1)}; }  // IBA 9.3.1: resv8, EECnxt
+inline Deth read_deth(const std::byte* p) { return Deth{be::u32(p, 0), be::u24(p, 5)}; }  // IBA 9.3.2
+inline Reth read_reth(const std::byte* p) {  // IBA 9.3.3: VA, R_Key, DMALen
+  return Reth{be::u64(p, 0), be::u32(p, 8), be::u32(p, 12)};
+}
+inline AtomicEth read_atomic_eth(const std::byte* p) {  // IBA 9.3.4
+  return AtomicEth{be::u64(p, 0), be::u32(p, 8), be::u64(p, 12), be::u64(p, 20)};
+}
+inline Aeth read_aeth(const std::byte* p) {  // IBA 9.3.5: Syndrome, MSN
+  return Aeth{static_cast<std::uint8_t>(be::u8(p, 0)), be::u24(p, 1)};
+}
+inline AtomicAckEth read_atomic_ack_eth(const std::byte* p) { return AtomicAckEth{be::u64(p, 0)}; }  // IBA 9.3.6
+inline ImmDt read_imm_dt(const std::byte* p) { return ImmDt{be::u32(p, 0)}; }  // IBA 9.3.7
+inline Ieth read_ieth(const std::byte* p) { return Ieth{be::u32(p, 0)}; }      // IBA 9.3.8
 
 }  // namespace openib::sim::wire

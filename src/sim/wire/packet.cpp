@@ -20,18 +20,6 @@ std::uint16_t get_le16(std::span<const std::byte> b) {
                                     (std::to_integer<unsigned>(b[1]) << 8));
 }
 
-// Decode one extension header if `ext` asks for it, advancing `rest`.
-template <typename T, typename Decode>
-Result<void> take(std::optional<T>& slot, ExtHeaders ext, ExtHeaders which, std::size_t size,
-                  Decode decode, std::span<const std::byte>& rest) {
-  if (!(ext & which)) return ok();
-  auto r = decode(rest);
-  if (!r) return r.take_error();
-  slot = *r;
-  rest = rest.subspan(size);
-  return ok();
-}
-
 }  // namespace
 
 ExtHeaders Headers::present_ext() const {
@@ -53,10 +41,22 @@ Result<ParsedPacket> parse_packet(std::span<const std::byte> dgram, ParseOptions
   return p;
 }
 
+// On the packet path: every length is checked once, up front, and the
+// headers are then read in place (read_*), with no Result per header.
 Result<void> parse_packet_into(std::span<const std::byte> dgram, ParsedPacket& p, ParseOptions opts) {
-  p.hdr = Headers{};
-  OPENIB_TRY_ASSIGN(p.hdr.lrh, decode_lrh(dgram));
-  const Lrh& lrh = p.hdr.lrh;
+  Headers& h = p.hdr;
+  h.grh.reset();
+  h.rdeth.reset();
+  h.deth.reset();
+  h.reth.reset();
+  h.atomic_eth.reset();
+  h.aeth.reset();
+  h.atomic_ack_eth.reset();
+  h.imm_dt.reset();
+  h.ieth.reset();
+  if (dgram.size() < kLrhBytes) return err(EPROTO, "LRH: {} bytes, need {}", dgram.size(), kLrhBytes);
+  h.lrh = read_lrh(dgram.data());
+  const Lrh& lrh = h.lrh;
 
   // IBA 7.7.5: only IBA transport packets (LNH 2/3) are ours.
   if (lrh.lnh == Lnh::kRaw || lrh.lnh == Lnh::kIpNonIba)
@@ -83,8 +83,7 @@ Result<void> parse_packet_into(std::span<const std::byte> dgram, ParsedPacket& p
   auto rest = body.subspan(kLrhBytes);
 
   if (global) {
-    OPENIB_TRY_ASSIGN(p.hdr.grh, decode_grh(rest));
-    const Grh& g = *p.hdr.grh;
+    const Grh& g = h.grh.emplace(read_grh(rest.data()));  // min_bytes covers it
     if (g.nxt_hdr != kGrhNxtHdrIba)  // IBA 8.3.4
       return err(EPROTO, "GRH.NxtHdr {:#04x}, expected 0x1b", g.nxt_hdr);
     if (g.ip_ver != kGrhIpVer) return err(EPROTO, "GRH.IPVer {}", g.ip_ver);
@@ -95,8 +94,8 @@ Result<void> parse_packet_into(std::span<const std::byte> dgram, ParsedPacket& p
     rest = rest.subspan(kGrhBytes);
   }
 
-  OPENIB_TRY_ASSIGN(p.hdr.bth, decode_bth(rest));
-  const Bth& bth = p.hdr.bth;
+  h.bth = read_bth(rest.data());  // min_bytes covers it
+  const Bth& bth = h.bth;
   rest = rest.subspan(kBthBytes);
   if (bth.tver != 0) return err(EPROTONOSUPPORT, "BTH.TVer {} (IBA 9.2 defines 0)", bth.tver);
   auto info = opcode_info(bth.opcode);
@@ -108,16 +107,21 @@ Result<void> parse_packet_into(std::span<const std::byte> dgram, ParsedPacket& p
   if (rest.size() < ext_headers_size(ext))
     return err(EPROTO, "{}: {} bytes after BTH, headers need {}", info->name, rest.size(),
                ext_headers_size(ext));
-  Headers& h = p.hdr;
-  OPENIB_TRY(take(h.rdeth, ext, kExtRdeth, kRdethBytes, decode_rdeth, rest));
-  OPENIB_TRY(take(h.deth, ext, kExtDeth, kDethBytes, decode_deth, rest));
-  OPENIB_TRY(take(h.reth, ext, kExtReth, kRethBytes, decode_reth, rest));
-  OPENIB_TRY(take(h.atomic_eth, ext, kExtAtomicEth, kAtomicEthBytes, decode_atomic_eth, rest));
-  OPENIB_TRY(take(h.aeth, ext, kExtAeth, kAethBytes, decode_aeth, rest));
-  OPENIB_TRY(take(h.atomic_ack_eth, ext, kExtAtomicAckEth, kAtomicAckEthBytes,
-                  decode_atomic_ack_eth, rest));
-  OPENIB_TRY(take(h.imm_dt, ext, kExtImmDt, kImmDtBytes, decode_imm_dt, rest));
-  OPENIB_TRY(take(h.ieth, ext, kExtIeth, kIethBytes, decode_ieth, rest));
+  // In IBA 9.3's order.
+  auto take = [&rest, ext]<typename T>(std::optional<T>& slot, ExtHeaders which, std::size_t size,
+                                       T (*read)(const std::byte*)) {
+    if (!(ext & which)) return;
+    slot.emplace(read(rest.data()));
+    rest = rest.subspan(size);
+  };
+  take(h.rdeth, kExtRdeth, kRdethBytes, read_rdeth);
+  take(h.deth, kExtDeth, kDethBytes, read_deth);
+  take(h.reth, kExtReth, kRethBytes, read_reth);
+  take(h.atomic_eth, kExtAtomicEth, kAtomicEthBytes, read_atomic_eth);
+  take(h.aeth, kExtAeth, kAethBytes, read_aeth);
+  take(h.atomic_ack_eth, kExtAtomicAckEth, kAtomicAckEthBytes, read_atomic_ack_eth);
+  take(h.imm_dt, kExtImmDt, kImmDtBytes, read_imm_dt);
+  take(h.ieth, kExtIeth, kIethBytes, read_ieth);
 
   // IBA 9.2: PadCnt bytes of pad follow the payload; packets without
   // payload have neither.
@@ -159,28 +163,28 @@ Result<PacketFrame> frame_packet(const Headers& hdr, std::size_t payload_len) {
   Bth bth = hdr.bth;
   bth.pad_cnt = f.pad_cnt;
 
-  std::vector<std::byte>& out = f.headers;
-  out.reserve(hdr_bytes);
-  append_lrh(out, lrh);
+  std::byte* out = f.header_bytes.data();
+  out = write_lrh(out, lrh);
   if (hdr.grh) {
     Grh g = *hdr.grh;
     g.pay_len = static_cast<std::uint16_t>(pkt_bytes - kLrhBytes - kGrhBytes);  // IBA 8.3.3
-    append_grh(out, g);
+    out = write_grh(out, g);
   }
-  append_bth(out, bth);
-  if (hdr.rdeth) append_rdeth(out, *hdr.rdeth);
-  if (hdr.deth) append_deth(out, *hdr.deth);
-  if (hdr.reth) append_reth(out, *hdr.reth);
-  if (hdr.atomic_eth) append_atomic_eth(out, *hdr.atomic_eth);
-  if (hdr.aeth) append_aeth(out, *hdr.aeth);
-  if (hdr.atomic_ack_eth) append_atomic_ack_eth(out, *hdr.atomic_ack_eth);
-  if (hdr.imm_dt) append_imm_dt(out, *hdr.imm_dt);
-  if (hdr.ieth) append_ieth(out, *hdr.ieth);
+  out = write_bth(out, bth);
+  if (hdr.rdeth) out = write_rdeth(out, *hdr.rdeth);
+  if (hdr.deth) out = write_deth(out, *hdr.deth);
+  if (hdr.reth) out = write_reth(out, *hdr.reth);
+  if (hdr.atomic_eth) out = write_atomic_eth(out, *hdr.atomic_eth);
+  if (hdr.aeth) out = write_aeth(out, *hdr.aeth);
+  if (hdr.atomic_ack_eth) out = write_atomic_ack_eth(out, *hdr.atomic_ack_eth);
+  if (hdr.imm_dt) out = write_imm_dt(out, *hdr.imm_dt);
+  if (hdr.ieth) out = write_ieth(out, *hdr.ieth);
+  f.header_len = static_cast<std::size_t>(out - f.header_bytes.data());
   return f;
 }
 
 void pad_packet(const PacketFrame& f, std::span<std::byte> d) {
-  const std::size_t pad_at = f.headers.size() + f.payload_len;
+  const std::size_t pad_at = f.header_len + f.payload_len;
   std::fill_n(d.begin() + static_cast<std::ptrdiff_t>(pad_at), f.pad_cnt, std::byte{0});  // IBA 9.2: pad bytes are 0
 }
 
@@ -197,7 +201,7 @@ void seal_packet(std::span<std::byte> d) {
 Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const std::byte> payload) {
   OPENIB_TRY_ASSIGN(PacketFrame f, frame_packet(hdr, payload.size()));
   std::vector<std::byte> out(f.size);
-  std::copy(f.headers.begin(), f.headers.end(), out.begin());
+  std::copy(f.headers().begin(), f.headers().end(), out.begin());
   std::copy(payload.begin(), payload.end(), out.begin() + static_cast<std::ptrdiff_t>(f.payload_offset()));
   pad_packet(f, out);
   seal_packet(out);

@@ -13,6 +13,7 @@
 //   EINVAL           build_packet() given inconsistent headers
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -71,11 +72,18 @@ Result<void> parse_packet_into(std::span<const std::byte> datagram, ParsedPacket
 // its destination (a cable slot): frame_packet(), write headers() and the
 // payload, pad_packet() writes the pad, seal_packet() both CRCs.
 struct PacketFrame {
-  std::vector<std::byte> headers;
+  // Every header at once, GRH and all extension headers: a bound, held in
+  // place (a frame is built per packet sent).
+  static constexpr std::size_t kMaxHeaderBytes = kLrhBytes + kGrhBytes + kBthBytes + kRdethBytes +
+                                                 kDethBytes + kRethBytes + kAtomicEthBytes + kAethBytes +
+                                                 kAtomicAckEthBytes + kImmDtBytes + kIethBytes;
+  std::array<std::byte, kMaxHeaderBytes> header_bytes;
+  std::size_t header_len = 0;
   std::size_t payload_len = 0;
   std::uint8_t pad_cnt = 0;
   std::size_t size = 0;
-  std::size_t payload_offset() const { return headers.size(); }
+  std::span<const std::byte> headers() const { return {header_bytes.data(), header_len}; }
+  std::size_t payload_offset() const { return header_len; }
 };
 Result<PacketFrame> frame_packet(const Headers& hdr, std::size_t payload_len);
 // `datagram` is frame.size bytes holding the headers and the payload:
