@@ -25,6 +25,9 @@
 //      whole (first create to last, CLOCK_MONOTONIC across processes), and
 //      the anonymous memory of ibd and of its simhca child per QP
 //      (/proc/PID/smaps_rollup Pss_Anon and Anonymous, before and after).
+// (a)-(c) are interleaved: every openib repetition runs right after a TCP
+// one of the same kind, so that the ratios compare runs that met the
+// machine in the same state (its two CPUs are shared and noisy).
 // Targets are printed with PASS/MISS; the exit status is 0 unless a
 // measurement could not be made at all.
 #include <dirent.h>
@@ -278,11 +281,15 @@ void wait_recv(Side& s, int timeout_ms) {
   }
 }
 
-double openib_latency_us(Side& a, Side& b, int reps, int iters) {
+// The receives the ping-pong keeps posted (each one taken is posted again).
+void prime_recvs(Side& a, Side& b) {
   constexpr int kRecvDepth = 16;
   for (Side* s : {&a, &b})
     for (int i = 0; i < kRecvDepth; ++i)
       if (post_recv(*s->qp, *s->mr, 64, 8, 1)) die("post_recv");
+}
+
+double openib_latency_us(Side& a, Side& b, int reps, int iters) {
   auto one = [&] {
     if (post_send(*a.qp, *a.mr, 0, 8, 2)) die("post_send A");
     wait_recv(b, 5000);
@@ -553,39 +560,51 @@ int main(int argc, char** argv) {
   constexpr size_t kBlock = 64 * 1024;
 
   std::printf("openib-bench: %u CPUs online\n", std::thread::hardware_concurrency());
-  // The openib phases: one pair of QPs through the two daemons.
-  auto run_openib = [&](bool latency, bool write, double& lat, double& bw) {
-    if (a.sock_a.empty() || a.sock_b.empty()) die("--socket-a and --socket-b are required");
-    QpCap cap;
-    cap.max_send_wr = 64;
-    cap.max_recv_wr = 32;
-    auto A = must_side(a.sock_a, kBlock, cap);
-    auto B = must_side(a.sock_b, kBlock, cap);
-    if (auto r = connect(*A, *B); !r) die("connect: " + r.error().str());
-    if (latency) {
-      lat = openib_latency_us(*A, *B, reps, (a.quick ? 300 : 2000) * a.scale);
-      std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", lat);
-      std::fflush(stdout);
-    }
-    if (write) {
-      bw = openib_write_mbs(*A, *B, reps, kBlock, (a.quick ? 100 : 4096) * a.scale);
-      std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", bw);
-    }
-  };
-  double lat = 0, bw = 0;
-  if (!a.only.empty()) {
-    run_openib(a.only == "latency", a.only == "write", lat, bw);
+  const int lat_iters = a.quick ? 2000 : 20000, tcp_blocks = a.quick ? 512 : 4096;
+  const int openib_lat_iters = (a.quick ? 300 : 2000) * a.scale;
+  const int openib_writes = (a.quick ? 100 : 4096) * a.scale;
+  if (a.baselines_only) {
+    std::printf("%-44s %12.2f us\n", "TCP loopback 8 B half RTT (NODELAY)", tcp_latency_us(reps, lat_iters));
+    std::printf("%-44s %12.1f MB/s\n", "TCP loopback 64 KiB stream", tcp_bandwidth_mbs(reps, kBlock, tcp_blocks));
+    std::printf("%-44s %12.1f MB/s\n", "memcpy 64 KiB blocks", memcpy_mbs(reps, kBlock, a.quick ? 10000 : 100000));
     return 0;
   }
-  double tcp_lat = tcp_latency_us(reps, a.quick ? 2000 : 20000);
-  double tcp_bw = tcp_bandwidth_mbs(reps, kBlock, a.quick ? 512 : 4096);
-  double mem_bw = memcpy_mbs(reps, kBlock, a.quick ? 10000 : 100000);
+  // The openib phases: one pair of QPs through the two daemons.
+  if (a.sock_a.empty() || a.sock_b.empty()) die("--socket-a and --socket-b are required");
+  QpCap cap;
+  cap.max_send_wr = 64;
+  cap.max_recv_wr = 32;
+  auto A = must_side(a.sock_a, kBlock, cap);
+  auto B = must_side(a.sock_b, kBlock, cap);
+  if (auto r = connect(*A, *B); !r) die("connect: " + r.error().str());
+  prime_recvs(*A, *B);
+  if (a.only == "latency") {
+    std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", openib_latency_us(*A, *B, reps, openib_lat_iters));
+    return 0;
+  }
+  if (a.only == "write") {
+    std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", openib_write_mbs(*A, *B, reps, kBlock, openib_writes));
+    return 0;
+  }
+  // Each openib repetition runs next to a TCP one of the same kind, so that
+  // both meet the machine in the same state (two shared, noisy CPUs); each
+  // figure is the median of its repetitions.
+  std::vector<double> tl, ol, tb, ob;
+  for (int rep = 0; rep < reps; ++rep) {
+    tl.push_back(tcp_latency_us(1, lat_iters));
+    ol.push_back(openib_latency_us(*A, *B, 1, openib_lat_iters));
+  }
+  for (int rep = 0; rep < reps; ++rep) {
+    tb.push_back(tcp_bandwidth_mbs(1, kBlock, tcp_blocks));
+    ob.push_back(openib_write_mbs(*A, *B, 1, kBlock, openib_writes));
+  }
+  const double tcp_lat = median(tl), lat = median(ol), tcp_bw = median(tb), bw = median(ob);
+  const double mem_bw = memcpy_mbs(reps, kBlock, a.quick ? 10000 : 100000);
   std::printf("%-44s %12.2f us\n", "TCP loopback 8 B half RTT (NODELAY)", tcp_lat);
   std::printf("%-44s %12.1f MB/s\n", "TCP loopback 64 KiB stream", tcp_bw);
   std::printf("%-44s %12.1f MB/s\n", "memcpy 64 KiB blocks", mem_bw);
-  std::fflush(stdout);
-  if (a.baselines_only) return 0;
-  run_openib(true, true, lat, bw);
+  std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", lat);
+  std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", bw);
   std::printf("%-44s %12.2f   target <= 0.5  %s\n", "latency ratio openib/TCP", lat / tcp_lat,
               verdict(lat <= 0.5 * tcp_lat));
   std::printf("%-44s %12.2f   target >= 1.5  %s\n", "bandwidth ratio openib/TCP", bw / tcp_bw,

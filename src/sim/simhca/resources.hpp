@@ -240,7 +240,23 @@ struct QpRuntime {
     uint32_t psn = 0, len = 0, npkts = 0, sent = 0, msn = 0;
     std::vector<Extent> ext;
   };
-  std::deque<RespOut> resp_out;
+  // A FIFO on a vector (a std::deque allocates on construction: memory
+  // for every QP, most of which never queue a response).
+  struct RespQueue {
+    std::vector<RespOut> v;
+    size_t head = 0;
+    bool empty() const { return head == v.size(); }
+    RespOut& front() { return v[head]; }
+    RespOut& emplace_back() { return v.emplace_back(); }
+    void pop_front() {
+      if (++head == v.size()) clear();
+    }
+    void clear() {
+      v.clear();
+      head = 0;
+    }
+  };
+  RespQueue resp_out;
 };
 
 // §6.10, §7.7
