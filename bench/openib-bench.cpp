@@ -546,7 +546,6 @@ int main(int argc, char** argv) {
     } else if (s == "--only") {
       a.only = next();
       if (a.only != "latency" && a.only != "write") die("--only takes latency or write");
-      a.skip_many = true;
     } else if (s == "--quick") {
       a.quick = true;
     } else if (s == "--baselines-only") {
@@ -563,43 +562,45 @@ int main(int argc, char** argv) {
   const int lat_iters = a.quick ? 2000 : 20000, tcp_blocks = a.quick ? 512 : 4096;
   const int openib_lat_iters = (a.quick ? 300 : 2000) * a.scale;
   const int openib_writes = (a.quick ? 100 : 4096) * a.scale;
+  const int memcpy_copies = a.quick ? 10000 : 100000;
   if (a.baselines_only) {
     std::printf("%-44s %12.2f us\n", "TCP loopback 8 B half RTT (NODELAY)", tcp_latency_us(reps, lat_iters));
     std::printf("%-44s %12.1f MB/s\n", "TCP loopback 64 KiB stream", tcp_bandwidth_mbs(reps, kBlock, tcp_blocks));
-    std::printf("%-44s %12.1f MB/s\n", "memcpy 64 KiB blocks", memcpy_mbs(reps, kBlock, a.quick ? 10000 : 100000));
+    std::printf("%-44s %12.1f MB/s\n", "memcpy 64 KiB blocks", memcpy_mbs(reps, kBlock, memcpy_copies));
     return 0;
   }
-  // The openib phases: one pair of QPs through the two daemons.
-  if (a.sock_a.empty() || a.sock_b.empty()) die("--socket-a and --socket-b are required");
-  QpCap cap;
-  cap.max_send_wr = 64;
-  cap.max_recv_wr = 32;
-  auto A = must_side(a.sock_a, kBlock, cap);
-  auto B = must_side(a.sock_b, kBlock, cap);
-  if (auto r = connect(*A, *B); !r) die("connect: " + r.error().str());
-  prime_recvs(*A, *B);
-  if (a.only == "latency") {
-    std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", openib_latency_us(*A, *B, reps, openib_lat_iters));
-    return 0;
-  }
-  if (a.only == "write") {
-    std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", openib_write_mbs(*A, *B, reps, kBlock, openib_writes));
-    return 0;
-  }
-  // Each openib repetition runs next to a TCP one of the same kind, so that
-  // both meet the machine in the same state (two shared, noisy CPUs); each
-  // figure is the median of its repetitions.
   std::vector<double> tl, ol, tb, ob;
-  for (int rep = 0; rep < reps; ++rep) {
-    tl.push_back(tcp_latency_us(1, lat_iters));
-    ol.push_back(openib_latency_us(*A, *B, 1, openib_lat_iters));
-  }
-  for (int rep = 0; rep < reps; ++rep) {
-    tb.push_back(tcp_bandwidth_mbs(1, kBlock, tcp_blocks));
-    ob.push_back(openib_write_mbs(*A, *B, 1, kBlock, openib_writes));
+  {  // The openib phases: one pair of QPs through the two daemons, closed before the many-QP phase.
+    if (a.sock_a.empty() || a.sock_b.empty()) die("--socket-a and --socket-b are required");
+    QpCap cap;
+    cap.max_send_wr = 64;
+    cap.max_recv_wr = 32;
+    auto A = must_side(a.sock_a, kBlock, cap);
+    auto B = must_side(a.sock_b, kBlock, cap);
+    if (auto r = connect(*A, *B); !r) die("connect: " + r.error().str());
+    prime_recvs(*A, *B);
+    if (a.only == "latency") {
+      std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", openib_latency_us(*A, *B, reps, openib_lat_iters));
+      return 0;
+    }
+    if (a.only == "write") {
+      std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", openib_write_mbs(*A, *B, reps, kBlock, openib_writes));
+      return 0;
+    }
+    // Each openib repetition runs next to a TCP one of the same kind, so
+    // that both meet the machine in the same state (two shared, noisy
+    // CPUs); each figure is the median of its repetitions.
+    for (int rep = 0; rep < reps; ++rep) {
+      tl.push_back(tcp_latency_us(1, lat_iters));
+      ol.push_back(openib_latency_us(*A, *B, 1, openib_lat_iters));
+    }
+    for (int rep = 0; rep < reps; ++rep) {
+      tb.push_back(tcp_bandwidth_mbs(1, kBlock, tcp_blocks));
+      ob.push_back(openib_write_mbs(*A, *B, 1, kBlock, openib_writes));
+    }
   }
   const double tcp_lat = median(tl), lat = median(ol), tcp_bw = median(tb), bw = median(ob);
-  const double mem_bw = memcpy_mbs(reps, kBlock, a.quick ? 10000 : 100000);
+  const double mem_bw = memcpy_mbs(reps, kBlock, memcpy_copies);
   std::printf("%-44s %12.2f us\n", "TCP loopback 8 B half RTT (NODELAY)", tcp_lat);
   std::printf("%-44s %12.1f MB/s\n", "TCP loopback 64 KiB stream", tcp_bw);
   std::printf("%-44s %12.1f MB/s\n", "memcpy 64 KiB blocks", mem_bw);

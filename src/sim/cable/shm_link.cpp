@@ -30,7 +30,7 @@ void log_once(std::atomic<bool>& warned, fmt::format_string<Args...> f, Args&&..
   logger()->log(first ? spdlog::level::warn : spdlog::level::debug, f, std::forward<Args>(args)...);
 }
 
-// File format, version 1 (docs/cables.md "Shared-memory cable"); all
+// File format (docs/cables.md "Shared-memory cable"); all
 // fields in host byte order (the file never leaves the host).
 constexpr std::uint64_t kMagic = 0x314d48534249504fULL;  // "OPIBSHM1" little-endian
 constexpr std::uint32_t kVersion = 4;  // 2: slot header flags (kSlotCrcsAbsent); 3: 4224-byte slots; 4: 128 slots
@@ -217,6 +217,9 @@ void ShmLink::wake_receiver() {
     ::syscall(SYS_futex, &word, FUTEX_WAKE, 1, nullptr, nullptr, 0);  // shared: the peer is another process
 }
 
+// The consumer's tail is read only when the last value read says the ring
+// is full: its cache line then moves between the two CPUs once per ring's
+// worth of packets, not once per packet.
 std::size_t ShmLink::tx_room() {
   if (tx_head_ - tx_tail_seen_ >= kSlots) tx_tail_seen_ = at(tx_ring().tail).load(std::memory_order_acquire);
   const std::uint64_t used = tx_head_ - tx_tail_seen_;
@@ -224,11 +227,7 @@ std::size_t ShmLink::tx_room() {
 }
 
 std::byte* ShmLink::reserve_slot() {
-  // The consumer's tail is read only when the last value read says the
-  // ring is full: its cache line then moves between the two CPUs once per
-  // ring's worth of packets, not once per packet.
-  if (tx_head_ - tx_tail_seen_ >= kSlots) tx_tail_seen_ = at(tx_ring().tail).load(std::memory_order_acquire);
-  if (tx_head_ - tx_tail_seen_ >= kSlots) {  // the receiver is behind (or gone): the wire is congested
+  if (tx_room() == 0) {  // the receiver is behind (or gone): the wire is congested
     LinkCounters::bump(counters_.tx_errors);
     log_once(warned_full_, "{}: ring full, packet dropped (the peer is behind or not running)", name_);
     return nullptr;

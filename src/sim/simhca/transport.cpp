@@ -547,15 +547,14 @@ void Hca::resp_out_progress(uint32_t qpn, Qp& qp, bool force) {
     return;
   }
   sim::Link* link = qp_link(qp);
-  size_t room = force ? sim::Link::kUnboundedRoom : link_room(link);
+  const size_t room = force ? sim::Link::kUnboundedRoom : link_room(link);
   sim::LinkBatch batch(link);
   const uint32_t mtu = mtu_bytes(qp);
-  while (!rt.resp_out.empty()) {
-    if (room == 0) {
+  for (size_t sent = 0; !rt.resp_out.empty(); ++sent) {
+    if (sent == room) {  // the cable is full: on the next turn
       rt.kick = true;
       return;
     }
-    if (room != sim::Link::kUnboundedRoom) --room;
     QpRuntime::RespOut& o = rt.resp_out.front();
     if (!o.read) {
       send_packet(o.h, Payload{}, qp.attrs.av, qp_port(qp));
