@@ -116,15 +116,18 @@ void Hca::send_ack(Qp& qp, uint32_t psn, uint8_t syndrome) {
   resp_send(qp, h);
 }
 
-// A responder packet without payload: now, or behind the READ responses
-// still queued (responses leave in PSN order, IBA 9.7.5.1).
+// A responder packet without payload: now if nothing is queued and the
+// cable has a credit, else behind what is queued (responses leave in PSN
+// order, IBA 9.7.5.1), sent on a later turn (resp_out_progress). Other
+// QPs' packets may have taken the cable's last credit.
 void Hca::resp_send(Qp& qp, w::Headers& h) {
-  if (qp.rt.resp_out.empty()) {
+  if (qp.rt.resp_out.empty() && link_room(qp_link(qp)) > 0) {
     send_packet(h, Payload{}, qp.attrs.av, qp_port(qp));
     return;
   }
   QpRuntime::RespOut& o = qp.rt.resp_out.emplace_back();
   o.h = h;
+  qp.rt.kick = true;
 }
 
 // ---- requester ----------------------------------------------------------------
@@ -492,10 +495,10 @@ void Hca::resp_nak(uint32_t qpn, Qp& qp, uint32_t psn, uint8_t code, uint8_t loc
   log_->debug("simhca: QP {:#x} responder error: NAK code {}, local status {}", qpn, code,
               wc_status_name(local_status));
   if (rc) {
-    // What the responder queued before the error goes out first (it stops
-    // responding now), then the NAK.
-    resp_out_progress(qpn, qp, true);
+    // The NAK goes behind what the responder queued, and all of it goes
+    // out now: the QP stops responding.
     send_ack(qp, psn, w::Aeth::nak(qp.rt.msn, static_cast<w::NakCode>(code)).syndrome);
+    resp_out_progress(qpn, qp, true);
     ++dstats_.naks_sent;
   }
   if (local_status && qp.rt.rwqe.valid) {
