@@ -3,10 +3,13 @@
 // (src/hca): every operation on RC, UC and UD, data checked byte for byte,
 // at every MTU; RC under injected faults.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
@@ -471,4 +474,296 @@ TEST_CASE("simhca over a shared-memory cable: READ and WRITE bursts beyond the r
     CHECK(int(e.status) == hca::kWcSuccess);
   }
   CHECK(std::memcmp(B.p(kBuf / 2), A.p(0), kReads * kLen) == 0);
+}
+
+namespace {
+
+// End A's slots on a shared-memory cable: its ring's head in the cable
+// file (src/sim/cable/shm_link.cpp, file format version 5: the two ring
+// control blocks at 4096, end A's ring first, its head the first word; the
+// head counts slots, not packets). A packet alone takes one slot, a
+// segment (docs/cables.md "Segments") the slots its bytes fill: fewer
+// slots than packets shows that segments were sent.
+class ShmSlotsSent {
+ public:
+  explicit ShmSlotsSent(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    void* p = ::mmap(nullptr, kMapped, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    REQUIRE(p != MAP_FAILED);
+    base_ = static_cast<std::byte*>(p);
+    uint64_t magic = 0;
+    uint32_t version = 0;
+    std::memcpy(&magic, base_, 8);
+    std::memcpy(&version, base_ + 8, 4);
+    REQUIRE(magic == 0x314d48534249504fULL);  // "OPIBSHM1"
+    REQUIRE(version == 5);                    // the layout read here
+  }
+  ~ShmSlotsSent() { ::munmap(base_, kMapped); }
+  ShmSlotsSent(const ShmSlotsSent&) = delete;
+  ShmSlotsSent& operator=(const ShmSlotsSent&) = delete;
+  uint64_t operator()() const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base_ + 4096)).load(std::memory_order_acquire);
+  }
+
+ private:
+  static constexpr size_t kMapped = 8192;
+  std::byte* base_ = nullptr;
+};
+
+constexpr std::byte kPoison{0xa5};
+constexpr size_t kGap = 128;  // poisoned bytes after each message at least
+
+// A batch's messages: message i at offset off[i] of a's lower half (its
+// source) and of b's upper half (its destination), 64-aligned plus 0, 4, 8
+// or 12 bytes, kGap bytes or more apart.
+struct Layout {
+  std::vector<size_t> len, off;
+  size_t end = 0;
+};
+
+Layout layout(const std::vector<size_t>& lens) {
+  Layout l;
+  size_t at = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    at = (at + 63) / 64 * 64 + (i % 4) * 4;
+    l.off.push_back(at);
+    l.len.push_back(lens[i]);
+    at += lens[i] + kGap;
+  }
+  l.end = at;
+  REQUIRE(l.end <= kBuf / 2);  // each message in one mkey
+  return l;
+}
+
+size_t packets(size_t len, size_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
+
+// b's upper half against what it must hold: each message's source bytes
+// at its offset, the poison everywhere else. The first wrong byte,
+// described (with its packet), or "" if all are right.
+std::string first_wrong(Side& A, Side& B, const Layout& l, size_t mtu) {
+  static const std::vector<std::byte> poison(kBuf / 2, kPoison);
+  const std::byte* dst = B.p(kBuf / 2);
+  size_t pos = 0;
+  for (size_t i = 0; i <= l.len.size(); ++i) {
+    const size_t start = i < l.len.size() ? l.off[i] : kBuf / 2;
+    if (std::memcmp(dst + pos, poison.data(), start - pos) != 0) {
+      while (dst[pos] == kPoison) ++pos;
+      return fmt::format("byte {} of b's upper half, outside every message, was written ({:#04x})", pos,
+                         std::to_integer<int>(dst[pos]));
+    }
+    if (i == l.len.size()) break;
+    pos = start;
+    const std::byte* src = A.p(start);
+    if (std::memcmp(dst + pos, src, l.len[i]) != 0) {
+      size_t j = 0;
+      while (dst[pos + j] == src[j]) ++j;
+      return fmt::format("message {} ({} bytes, {} packets): byte {} (packet {}, its byte {}) is {:#04x}, not {:#04x}",
+                         i, l.len[i], packets(l.len[i], mtu), j, j / mtu, j % mtu, std::to_integer<int>(dst[pos + j]),
+                         std::to_integer<int>(src[j]));
+    }
+    pos += l.len[i];
+  }
+  return "";
+}
+
+// Polls (bounded) until b's upper half is right: UC WRITEs complete at the
+// sender once sent, not once placed.
+std::string wait_right(Side& A, Side& B, const Layout& l, size_t mtu, int timeout_ms = 5000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string wrong = first_wrong(A, B, l, mtu);
+  while (!wrong.empty() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    wrong = first_wrong(A, B, l, mtu);
+  }
+  return wrong;
+}
+
+}  // namespace
+
+// §12.8, docs/cables.md "Segments": on the shared-memory cable the RC and
+// UC requester hands a run of full-MTU packets of one SEND or WRITE to the
+// link as one segment; the receiving end rebuilds each packet (PSN + i,
+// OpCode Middle, the last one's OpCode, SE and AckReq). A segment ends at
+// the first packet with AckReq (every 32nd of a message and its last), and
+// a last packet with ImmDt goes alone: the lengths below put message ends,
+// partial last packets (pad 1 to 3) and ImmDt packets on and around those
+// edges, at every MTU. RC runs with retry_cnt 0: a packet lost, repeated
+// or out of sequence ends in an error completion, not a retry. Every
+// destination byte is checked, and that nothing around the messages was
+// written. Then four QPs (two RC, two UC) stream WRITEs at once, their
+// posts interleaved: their segments share the ring and must not mix.
+TEST_CASE("simhca over a shared-memory cable: multi-packet SEND and WRITE, RC and UC, every MTU, arrive whole (segments)",
+          "[simhca][datapath][shm]") {
+  ShmCable c;
+  auto& A = c.a;
+  auto& B = c.b;
+  const ShmSlotsSent slots_sent(c.path);
+  constexpr uint8_t kNoRetry = 0, kTimeout1s = 18;  // 4.096 us * 2^18
+  const size_t half = kBuf / 2;
+  uint32_t seed = 1000;
+  for (uint8_t code = 1; code <= 5; ++code) {
+    const size_t mtu = 128u << code;
+    INFO("MTU " << mtu);
+    hca::Qp rc[2] = {A.qp(QpType::kRc), A.qp(QpType::kRc)}, rcb[2] = {B.qp(QpType::kRc), B.qp(QpType::kRc)};
+    hca::Qp uc[2] = {A.qp(QpType::kUc), A.qp(QpType::kUc)}, ucb[2] = {B.qp(QpType::kUc), B.qp(QpType::kUc)};
+    for (int q = 0; q < 2; ++q) {
+      A.connect(rc[q], 2, rcb[q].qpn, code, kNoRetry, kTimeout1s);
+      B.connect(rcb[q], 1, rc[q].qpn, code, kNoRetry, kTimeout1s);
+      A.connect(uc[q], 2, ucb[q].qpn, code);
+      B.connect(ucb[q], 1, uc[q].qpn, code);
+    }
+    const uint64_t slots_before = slots_sent();
+    size_t packets_sent = 0;
+
+    // Packets: 1 (short, full), 2 (full + 1 byte, two full), 3, 31, 32,
+    // 33 (the first AckReq at index 31), 65 and 71 (across the second and
+    // third AckReq).
+    const Layout l = layout({1, mtu, mtu + 1, 2 * mtu, 2 * mtu + 1, 3 * mtu - 2, 31 * mtu, 32 * mtu,
+                             32 * mtu + 3, 33 * mtu, 64 * mtu + 1, 70 * mtu + 5});
+    const size_t n = l.len.size();
+    for (int t = 0; t < 2; ++t) {
+      const bool is_rc = t == 0;
+      hca::Qp& qa = is_rc ? rc[0] : uc[0];
+      hca::Qp& qb = is_rc ? rcb[0] : ucb[0];
+      INFO((is_rc ? "RC" : "UC"));
+      for (WrOpcode opc : {WrOpcode::kSend, WrOpcode::kSendImm, WrOpcode::kWrite, WrOpcode::kWriteImm}) {
+        const bool send = opc == WrOpcode::kSend || opc == WrOpcode::kSendImm;
+        const bool imm = opc == WrOpcode::kSendImm || opc == WrOpcode::kWriteImm;
+        const bool recv = send || imm;  // a receive WQE taken per message
+        INFO("opcode " << int(opc));
+        std::memset(B.p(half), std::to_integer<int>(kPoison), half);
+        for (size_t i = 0; i < n; ++i) {
+          fill(A.p(l.off[i]), l.len[i], ++seed);
+          packets_sent += packets(l.len[i], mtu);
+        }
+        if (recv)
+          for (size_t i = 0; i < n; ++i) {
+            hca::RecvWr r{1000 + i, {}};
+            // room for 64 bytes more than sent: a SEND must stop at its length
+            if (send) r.sg = {hca::Sge{B.va(half + l.off[i]), uint32_t(l.len[i] + 64), B.key(half)}};
+            REQUIRE(B.f.hca->post_recv(qb, r).ok());
+          }
+        for (size_t i = 0; i < n; ++i) {
+          SendWr s;
+          s.wr_id = i;
+          s.opcode = opc;
+          s.sg = {hca::Sge{A.va(l.off[i]), uint32_t(l.len[i]), A.key(0)}};
+          s.imm = 0x5e600000u + seed + uint32_t(i);
+          s.solicited = i % 2 == 1;
+          if (!send) {
+            s.remote_addr = B.va(half + l.off[i]);
+            s.rkey = B.key(half);
+          }
+          REQUIRE(A.f.hca->post_send(qa, s).ok());
+        }
+        auto tx = A.wait(n, 10000);
+        REQUIRE(tx.size() == n);
+        for (size_t i = 0; i < n; ++i) {
+          INFO("send completion " << i);
+          CHECK(int(tx[i].status) == hca::kWcSuccess);
+          CHECK(int(tx[i].opcode) == (send ? hca::kWcSend : hca::kWcRdmaWrite));
+          CHECK(tx[i].wr_id == i);
+          CHECK(tx[i].qpn == qa.qpn);
+        }
+        if (recv) {
+          auto rx = B.wait(n, is_rc ? 10000 : 5000);
+          REQUIRE(rx.size() == n);
+          for (size_t i = 0; i < n; ++i) {
+            INFO("receive completion " << i << ", " << l.len[i] << " bytes");
+            CHECK(int(rx[i].status) == hca::kWcSuccess);
+            CHECK(int(rx[i].opcode) == (send ? hca::kWcRecv : hca::kWcRecvRdmaWithImm));
+            CHECK(rx[i].wr_id == 1000 + i);
+            CHECK(rx[i].qpn == qb.qpn);
+            CHECK(rx[i].byte_len == l.len[i]);
+            CHECK(rx[i].has_imm == imm);
+            if (imm) CHECK(rx[i].imm == 0x5e600000u + seed + uint32_t(i));
+            // SE rides on the last packet of a SEND or an immediate (IBA 9.2.3)
+            CHECK(rx[i].solicited == (i % 2 == 1));
+          }
+        }
+        CHECK(wait_right(A, B, l, mtu) == "");
+        CHECK(A.f.hca->poll_cq(A.cq).empty());
+        CHECK(B.f.hca->poll_cq(B.cq).empty());
+      }
+    }
+
+    // Four QPs at once: WRITEs posted round robin, the last of each QP with
+    // immediate data; message m = 4j + q of QP q lies between QP q-1's and
+    // QP q+1's in memory.
+    {
+      INFO("four QPs at once");
+      hca::Qp* qa[4] = {&rc[0], &rc[1], &uc[0], &uc[1]};
+      hca::Qp* qb[4] = {&rcb[0], &rcb[1], &ucb[0], &ucb[1]};
+      constexpr int kQps = 4, kPerQp = 4;
+      std::vector<size_t> lens;
+      for (int j = 0; j < kPerQp; ++j)
+        for (int q = 0; q < kQps; ++q) lens.push_back((8 + 11 * j + 2 * q) * mtu + (j % 2 ? 0 : 1 + q));
+      const Layout m = layout(lens);
+      std::memset(B.p(half), std::to_integer<int>(kPoison), half);
+      for (size_t i = 0; i < lens.size(); ++i) {
+        fill(A.p(m.off[i]), m.len[i], ++seed);
+        packets_sent += packets(m.len[i], mtu);
+      }
+      for (int q = 0; q < kQps; ++q) REQUIRE(B.f.hca->post_recv(*qb[q], {uint64_t(2000 + q), {}}).ok());
+      for (int j = 0; j < kPerQp; ++j)
+        for (int q = 0; q < kQps; ++q) {
+          const size_t i = size_t(j * kQps + q);
+          SendWr w;
+          w.wr_id = i;
+          w.opcode = j + 1 == kPerQp ? WrOpcode::kWriteImm : WrOpcode::kWrite;
+          w.imm = 0x0c0c0000u + uint32_t(q);
+          w.sg = {hca::Sge{A.va(m.off[i]), uint32_t(m.len[i]), A.key(0)}};
+          w.remote_addr = B.va(half + m.off[i]);
+          w.rkey = B.key(half);
+          REQUIRE(A.f.hca->post_send(*qa[q], w).ok());
+        }
+      auto tx = A.wait(lens.size(), 10000);
+      REQUIRE(tx.size() == lens.size());
+      std::vector<uint64_t> order[kQps];  // each QP's completions, in order
+      for (const auto& e : tx) {
+        INFO("wr_id " << e.wr_id);
+        CHECK(int(e.status) == hca::kWcSuccess);
+        CHECK(int(e.opcode) == hca::kWcRdmaWrite);
+        const int q = int(e.wr_id % kQps);
+        CHECK(e.qpn == qa[q]->qpn);
+        order[q].push_back(e.wr_id);
+      }
+      for (int q = 0; q < kQps; ++q) {
+        std::vector<uint64_t> want;
+        for (int j = 0; j < kPerQp; ++j) want.push_back(uint64_t(j * kQps + q));
+        CHECK(order[q] == want);
+      }
+      auto rx = B.wait(kQps, 10000);
+      REQUIRE(rx.size() == size_t(kQps));
+      for (const auto& e : rx) {
+        INFO("receive wr_id " << e.wr_id);
+        CHECK(int(e.status) == hca::kWcSuccess);
+        CHECK(int(e.opcode) == hca::kWcRecvRdmaWithImm);
+        const int q = int(e.wr_id - 2000);
+        REQUIRE((q >= 0 && q < kQps));
+        CHECK(e.qpn == qb[q]->qpn);
+        CHECK(e.has_imm);
+        CHECK(e.imm == 0x0c0c0000u + uint32_t(q));
+        CHECK(e.byte_len == m.len[size_t((kPerQp - 1) * kQps + q)]);
+      }
+      CHECK(wait_right(A, B, m, mtu) == "");
+      CHECK(A.f.hca->poll_cq(A.cq).empty());
+      CHECK(B.f.hca->poll_cq(B.cq).empty());
+    }
+
+    // The packets went as segments: fewer slots than packets (a slot holds
+    // 4096 bytes of payload and its headers, a lone packet one slot).
+    const uint64_t slots = slots_sent() - slots_before;
+    std::printf("MTU %zu: %zu packets from a in %llu slots\n", mtu, packets_sent, (unsigned long long)slots);
+    CHECK(slots < packets_sent);
+    if (mtu <= 1024) CHECK(slots * 2 < packets_sent);
+    for (int q = 0; q < 2; ++q) {
+      REQUIRE(A.f.hca->destroy_qp(rc[q]).ok());
+      REQUIRE(A.f.hca->destroy_qp(uc[q]).ok());
+      REQUIRE(B.f.hca->destroy_qp(rcb[q]).ok());
+      REQUIRE(B.f.hca->destroy_qp(ucb[q]).ok());
+    }
+  }
 }

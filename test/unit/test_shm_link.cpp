@@ -316,3 +316,169 @@ TEST_CASE("ShmLink pcap tap: sent and received packets, decoded by tshark", "[ca
   CHECK(frames == 20);
   fs::remove(path);
 }
+
+namespace {
+
+// A segment (Link::send_segment) of `count` RC packets of `mtu` bytes of
+// payload (the last `last_len`): an RDMA WRITE from its First packet on.
+struct SegmentOut {
+  Segment seg;
+  Bytes headers;
+  Bytes payload;
+  SegmentOut(std::uint16_t count, std::uint16_t mtu, std::uint16_t last_len, std::uint32_t psn,
+             Op first = Op::kWriteFirst, Op last = Op::kWriteLast) {
+    Headers h;
+    h.lrh.dlid = 2;
+    h.lrh.slid = 1;
+    h.bth.opcode = opcode(Transport::kRc, first);
+    h.bth.pkey = 0xFFFF;
+    h.bth.dest_qp = 0x12;
+    h.bth.psn = psn;
+    if (first == Op::kWriteFirst || first == Op::kReadRequest)
+      h.reth = Reth{0x10000, 0x55, std::uint32_t{count - 1u} * mtu + last_len};
+    auto fr = frame_packet(h, first == Op::kReadRequest ? 0 : mtu);
+    REQUIRE(fr.ok());
+    headers.assign(fr->headers().begin(), fr->headers().end());
+    seg.count = count;
+    seg.mtu = mtu;
+    seg.last_len = last_len;
+    seg.hdr_len = static_cast<std::uint16_t>(headers.size());
+    seg.later_hdr_len = static_cast<std::uint16_t>(kLrhBytes + kBthBytes);
+    seg.last_opcode = opcode(Transport::kRc, last);
+    seg.last_ack_req = true;
+    payload.resize(seg.payload_bytes());
+    for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>((i * 7 + psn) & 0xFF);
+  }
+  // Writes it into `link`'s next slots.
+  openib::Result<void> send(ShmLink& link) const {
+    return link.send_segment(seg, [&](std::span<std::byte> out) {
+      REQUIRE(out.size() == seg.bytes());
+      std::copy(headers.begin(), headers.end(), out.begin());
+      std::copy(payload.begin(), payload.end(), out.begin() + seg.hdr_len);
+      std::fill_n(out.begin() + seg.hdr_len + static_cast<std::ptrdiff_t>(payload.size()), seg.last_pad(), std::byte{0});
+      return true;
+    });
+  }
+};
+
+struct ParsedSink {
+  struct Got {
+    std::size_t wire_bytes;
+    ParsedPacket p;
+    Bytes payload;
+    bool aligned;  // the payload starts on a cache line
+  };
+  std::vector<Got> got;
+  ShmLink::ParsedReceiver receiver() {
+    return [this](std::size_t n, const ParsedPacket& p) {
+      got.push_back({n, p, Bytes(p.payload.begin(), p.payload.end()),
+                     reinterpret_cast<std::uintptr_t>(p.payload.data()) % 64 == 0});
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ShmLink: a segment arrives as its packets, in order, each rebuilt from the first", "[cable][shm][segment]") {
+  TempFile f("seg");
+  auto a = end_of(f.path, 'A');
+  auto b = end_of(f.path, 'B');
+  // No parsed receiver at B yet: it takes whole packets only.
+  CHECK(a->segment_room(1024) == 1);
+  ParsedSink at_b;
+  b->set_parsed_receiver(at_b.receiver());
+  // A whole ring of slots, less a segment's overhead, in MTUs.
+  CHECK(a->segment_room(1024) >= std::size_t{ShmLink::kSlots} * 4096 / 1024);
+  // Five 1 KiB packets from PSN 0xfffffe: the PSN wraps inside the segment.
+  const SegmentOut s(5, 1024, 1001, 0xfffffe);
+  REQUIRE(s.send(*a).ok());
+  CHECK(a->stats().tx_packets == 5);
+  const std::size_t slots = b->poll(SIZE_MAX);
+  CHECK(slots == 2);  // 5.1 KiB of packets in 4,288-byte slots
+  REQUIRE(at_b.got.size() == 5);
+  const std::uint32_t psns[] = {0xfffffe, 0xffffff, 0, 1, 2};
+  Bytes joined;
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < 5; ++i) {
+    const auto& g = at_b.got[i];
+    INFO("packet " << i);
+    CHECK(g.p.hdr.bth.psn == psns[i]);
+    CHECK(g.p.hdr.bth.dest_qp == 0x12);
+    CHECK(g.p.hdr.lrh.dlid == 2);
+    const Op want = i == 0 ? Op::kWriteFirst : i == 4 ? Op::kWriteLast : Op::kWriteMiddle;
+    CHECK(g.p.hdr.bth.opcode == opcode(Transport::kRc, want));
+    CHECK(g.p.hdr.reth.has_value() == (i == 0));
+    CHECK(g.p.hdr.bth.ack_req == (i == 4));
+    CHECK(g.payload.size() == (i == 4 ? 1001u : 1024u));
+    CHECK(g.p.hdr.bth.pad_cnt == (i == 4 ? 3 : 0));
+    CHECK(g.aligned);  // the lead put the payloads on cache lines
+    // Each packet's size as it would cross the wire alone: LRH..VCRC.
+    const std::size_t want_bytes = (i == 0 ? 36 : 20) + g.payload.size() + g.p.hdr.bth.pad_cnt + 6;
+    CHECK(g.wire_bytes == want_bytes);
+    CHECK(std::size_t{g.p.hdr.lrh.pkt_len} * 4 + 2 == want_bytes);
+    bytes += want_bytes;
+    joined.insert(joined.end(), g.payload.begin(), g.payload.end());
+  }
+  CHECK(joined == s.payload);
+  CHECK(at_b.got[0].p.hdr.reth->dma_len == 4 * 1024 + 1001);
+  CHECK(b->stats().rx_packets == 5);
+  CHECK(b->stats().rx_bytes == bytes);
+  CHECK(a->stats().tx_bytes == bytes);
+  // More than the link takes now is refused, not sent in part.
+  const SegmentOut big(static_cast<std::uint16_t>(a->segment_room(4096) + 1), 4096, 4096, 7, Op::kWriteMiddle);
+  CHECK_FALSE(big.send(*a).ok());
+  CHECK(a->stats().tx_errors == 1);
+  CHECK(b->poll(SIZE_MAX) == 0);
+}
+
+TEST_CASE("ShmLink: no segments where they cannot be taken apart; a malformed one is dropped whole",
+          "[cable][shm][segment]") {
+  TempFile f("segno");
+  {
+    auto a = end_of(f.path, 'A');
+    auto b = end_of(f.path, 'B');
+    Sink plain;
+    b->set_receiver(plain.receiver());
+    CHECK(a->segment_room(4096) == 1);  // a plain receiver wants whole packets
+    CHECK_FALSE(SegmentOut(2, 4096, 10, 1).send(*a).ok());
+    ParsedSink parsed;
+    b->set_parsed_receiver(parsed.receiver());
+    CHECK(a->segment_room(4096) > 1);
+    FaultSpec drop;
+    drop.drop = 0.5;
+    a->set_faults(drop);  // the injector works on whole packets
+    CHECK(a->segment_room(4096) == 1);
+  }
+  {
+    const auto cap = fs::temp_directory_path() / ("openib_shm_seg." + std::to_string(::getpid()) + ".pcap");
+    auto w = PcapErfWriter::open(cap.string());
+    REQUIRE(w.ok());
+    auto a = end_of(f.path, 'A');
+    auto b = end_of(f.path, 'B', {}, w->get(), 1);  // a capture shows whole packets
+    ParsedSink parsed;
+    b->set_parsed_receiver(parsed.receiver());
+    CHECK(a->segment_room(4096) == 1);
+    auto a2 = end_of(f.path, 'A', {}, w->get(), 0);
+    auto b2 = end_of(f.path, 'B');
+    b2->set_parsed_receiver(parsed.receiver());
+    CHECK(a2->segment_room(4096) == 1);  // nor from an end that captures
+    fs::remove(cap);
+  }
+  {
+    auto a = end_of(f.path, 'A');
+    auto b = end_of(f.path, 'B');
+    ParsedSink parsed;
+    b->set_parsed_receiver(parsed.receiver());
+    // A READ request carries no payload: no segment can start with one.
+    REQUIRE(SegmentOut(3, 256, 256, 9, Op::kReadRequest, Op::kWriteLast).send(*a).ok());
+    // A WRITE that ends as a SEND.
+    REQUIRE(SegmentOut(3, 256, 256, 9, Op::kWriteFirst, Op::kSendLast).send(*a).ok());
+    // Then a good one: the ring is still in step.
+    REQUIRE(SegmentOut(3, 256, 256, 12, Op::kSendFirst, Op::kSendLast).send(*a).ok());
+    b->poll(SIZE_MAX);
+    CHECK(b->stats().rx_dropped_malformed == 2);
+    REQUIRE(parsed.got.size() == 3);
+    CHECK(parsed.got[0].p.hdr.bth.psn == 12);
+    CHECK(parsed.got[2].p.hdr.bth.opcode == opcode(Transport::kRc, Op::kSendLast));
+  }
+}

@@ -9,11 +9,15 @@ namespace openib::sim {
 
 // The general form of send_with(): the packet is written into a buffer,
 // then sent as any other. Links with slots of their own override it.
-Result<void> Link::send_with(std::size_t len, Filler fill) {
+Result<void> Link::send_with(std::size_t len, Filler fill, std::size_t /*payload_at*/) {
   std::vector<std::byte> buf(len);
   if (!fill(buf)) return err(ECANCELED, "packet abandoned by its sender");
   wire::seal_packet(buf);
   return send(buf);
+}
+
+Result<void> Link::send_segment(const Segment&, Filler) {
+  return err(ENOTSUP, "this link takes packets one by one");
 }
 
 }  // namespace openib::sim

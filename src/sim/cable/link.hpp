@@ -39,6 +39,35 @@ struct LinkStats {
   uint64_t rx_dropped_no_receiver = 0;  // well-formed, but no receiver installed yet
 };
 
+// A run of packets of one RC or UC SEND or RDMA WRITE message handed to
+// a link at once (Link::send_segment, docs/cables.md "Segments"). The
+// first packet is as framed (its own OpCode, extension headers, PSN, a
+// payload of `mtu` bytes); packet i (1 <= i < count) is the first's LRH,
+// GRH and BTH with PSN + i, no extension headers, OpCode Middle of the
+// same kind, except the last, whose OpCode, SE and AckReq are given here
+// and whose payload is `last_len` bytes (and pad to a multiple of 4).
+struct Segment {
+  std::uint16_t count = 0;          // packets, >= 2
+  std::uint16_t mtu = 0;            // payload of every packet but the last
+  std::uint16_t last_len = 0;       // the last packet's payload, 1..mtu
+  std::uint16_t hdr_len = 0;        // the first packet's headers, LRH through the last extension header
+  std::uint16_t later_hdr_len = 0;  // the other packets' headers: LRH, GRH if any, BTH
+  std::uint8_t last_opcode = 0;
+  bool last_se = false, last_ack_req = false;
+
+  std::size_t payload_bytes() const { return std::size_t{count - 1u} * mtu + last_len; }
+  std::size_t last_pad() const { return (4 - last_len % 4) % 4; }
+  // What fill() writes plus the 6 bytes of the first packet's ICRC and
+  // VCRC place (never computed: a segment's CRCs are offloaded).
+  std::size_t bytes() const { return hdr_len + payload_bytes() + last_pad() + 6; }
+  // The bytes on the wire of packet i, as count_tx and the link count them.
+  std::size_t packet_bytes(std::size_t i) const {
+    if (i == 0) return hdr_len + std::size_t{mtu} + 6;
+    if (i + 1 < count) return later_hdr_len + std::size_t{mtu} + 6;
+    return later_hdr_len + std::size_t{last_len} + last_pad() + 6;
+  }
+};
+
 class Link {
  public:
   using Receiver = std::function<void(std::span<const std::byte> packet)>;
@@ -53,9 +82,27 @@ class Link {
   // and VCRC (the last 6 bytes): the link computes them (wire::seal_packet),
   // or leaves them to the hardware where the cable offloads them (ShmLink,
   // docs/cables.md). `fill` returns false to abandon the packet: nothing
-  // is sent, the result is ECANCELED.
+  // is sent, the result is ECANCELED. `payload_at` is where the payload
+  // starts in the packet (the headers' length; 0: no payload to speak
+  // of): a link that places the packet in memory of its own (ShmLink)
+  // puts that byte on a cache-line boundary, so that the payload's copies
+  // into and out of the slot are aligned with host memory. (A 4 KiB copy
+  // between addresses 4 bytes apart modulo 8, as a 20-byte LRH+BTH makes
+  // them, runs at less than half the speed of an aligned one here.)
   using Filler = FunctionRef<bool(std::span<std::byte>)>;
-  virtual Result<void> send_with(std::size_t len, Filler fill);
+  virtual Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at = 0);
+  // Segmentation offload (docs/cables.md "Segments"; as a NIC's TSO):
+  // how many packets of `mtu` bytes of payload the link takes now as one
+  // segment (Segment). 1: none, send packet by packet (the default, the
+  // UDP cable; ShmLink under a capture or fault injection, or towards a
+  // peer that wants whole packets).
+  virtual std::size_t segment_room(std::size_t /*mtu*/) { return 1; }
+  // Sends `seg` (at most segment_room() packets): `fill` writes the first
+  // packet's headers (framed for a payload of seg.mtu) and then all of the
+  // segment's payload back to back and the last packet's pad, seg.bytes()
+  // in all but the 6 bytes of CRCs at the end. ENOTSUP where segment_room()
+  // is 1; ECANCELED if `fill` gives up.
+  virtual Result<void> send_segment(const Segment& seg, Filler fill);
   // How many packets the link takes now without dropping one: its
   // link-level flow-control credits (IBA 7.9; docs/cables.md). A sender
   // with packets it may hold back (the RC/UC requester) sends no more

@@ -67,7 +67,7 @@ struct ShmLinkOptions {
 
 class ShmLink final : public Link {
  public:
-  // Ring geometry, fixed by the file format (version 4). 128 slots (540 KiB)
+  // Ring geometry, fixed by the file format (version 5). 128 slots (536 KiB)
   // hold simhca's RC window (§12.8) and stay in a core's L2 cache; 512
   // (version 3) swept 2 MiB per direction and ran 1.3 times slower.
   static constexpr std::uint32_t kSlots = 128;
@@ -76,8 +76,16 @@ class ShmLink final : public Link {
   // every header (LRH, GRH, BTH, the longest extension headers) and both
   // CRCs. Slots this size keep a ring's working set in the caches.
   static constexpr std::size_t kMaxSlotPacket = 4096 + 8 + 40 + 12 + 28 + 4 + 4 + 2;
-  static constexpr std::uint32_t kSlotBytes = 4224;  // 8-byte slot header + kMaxSlotPacket, 64-aligned
+  // A slot: a 16-byte header, up to 63 bytes of lead (the payload then
+  // starts on a 64-byte boundary, Link::send_with), the packet; 64-aligned.
+  // A segment (Link::send_segment) takes as many consecutive slots as its
+  // bytes need, its header in the first.
+  static constexpr std::uint32_t kSlotBytes = 4288;
+  static constexpr std::uint32_t kSlotHeaderBytes = 16;
   static constexpr std::uint32_t kSlotCrcsAbsent = 1;  // slot header flags: ICRC and VCRC not computed
+  static constexpr std::uint32_t kSlotSegment = 2;     // slot header flags: a segment
+  static constexpr std::uint32_t kSlotLeadShift = 8;   // slot header flags bits 8-15: the lead's length
+  static constexpr std::uint32_t kMaxSlotLead = 63;
 
   static Result<std::unique_ptr<ShmLink>> create(const ShmLinkOptions& opts);
   ~ShmLink() override;
@@ -89,23 +97,34 @@ class ShmLink final : public Link {
   Result<void> send(std::span<const std::byte> packet) override;
   // Without fault injection, `fill` writes the packet straight into the
   // next free slot (no copy); a full ring is a counted drop without
-  // calling it.
-  Result<void> send_with(std::size_t len, Filler fill) override;
+  // calling it. The packet starts so far into the slot that its byte
+  // `payload_at` is 64-byte aligned.
+  Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at = 0) override;
   // Free slots in the send ring (reads the receiver's tail only when the
   // last value read leaves none free).
   std::size_t tx_room() override;
+  // Segments (docs/cables.md "Segments"): as many packets as the free
+  // slots up to the ring's end hold; 1 under a capture, fault injection,
+  // CRC=always, or when the peer's end wants whole packets (it has no
+  // parsed receiver, or a capture of its own).
+  std::size_t segment_room(std::size_t mtu) override;
+  Result<void> send_segment(const Segment& seg, Filler fill) override;
   void begin_batch() override { ++batch_depth_; }
   void end_batch() override;
   void set_receiver(Receiver r) override;
-  // Instead of the plain receiver: one that also gets the packet as the
-  // link's check parsed it, so that it need not parse it again.
-  using ParsedReceiver = std::function<void(std::span<const std::byte>, const wire::ParsedPacket&)>;
+  // Instead of the plain receiver: one that gets the packet as the link's
+  // check parsed it (so that it need not parse it again) and its size on
+  // the wire. It also takes segments (docs/cables.md "Segments"): each of
+  // their packets is handed over as its parse alone, with a payload in
+  // place, as the link rebuilt it from the segment's first packet.
+  using ParsedReceiver = std::function<void(std::size_t wire_bytes, const wire::ParsedPacket&)>;
   void set_parsed_receiver(ParsedReceiver r);
   LinkStats stats() const override { return counters_.snapshot(); }
   void set_faults(const FaultSpec& spec);
 
-  // Owner's thread: delivers up to `max` packets; returns how many slots
-  // were taken (delivered or dropped).
+  // Owner's thread: takes up to about `max` slots (a segment's are taken
+  // together) and delivers their packets; returns how many slots were
+  // taken (delivered or dropped).
   std::size_t poll(std::size_t max);
   // True if a packet waits in the receive ring.
   bool pending() const;
@@ -123,6 +142,7 @@ class ShmLink final : public Link {
 
  private:
   struct Ring;
+  struct SlotHeader;
   ShmLink(const ShmLinkOptions& opts, std::byte* base, std::size_t size);
   Ring& tx_ring() const;
   Ring& rx_ring() const;
@@ -130,7 +150,11 @@ class ShmLink final : public Link {
   void write_slot(std::span<const std::byte> packet);
   Result<void> check_size(std::size_t len);  // EMSGSIZE (counted) for a packet no slot holds
   std::byte* reserve_slot();  // the next free slot, null if full (counted)
-  void publish_slot(std::byte* s, std::uint32_t len, std::uint32_t flags);
+  void publish_slot(std::byte* s, const SlotHeader& h, std::uint32_t slots);
+  void set_wants_whole(bool whole);  // in our receive ring, for the peer's segment_room()
+  // Delivers the segment in the slots from `s` (a parsed receiver is set);
+  // false if it is malformed (counted by the caller).
+  bool deliver_segment(std::byte* s, const SlotHeader& h, std::uint32_t lead, const ParsedReceiver& rx);
   void wake_receiver();
   void sent();  // wake_receiver() now, or at the batch's end
   void capture(std::span<const std::byte> packet);

@@ -132,8 +132,9 @@ class Hca {
   void receive_packet(std::span<const std::byte> packet, Clock::time_point now);
   void receive_packet(uint8_t port, std::span<const std::byte> packet, Clock::time_point now);
   // The same for a packet its link has already checked and parsed
-  // (ShmLink::set_parsed_receiver): not parsed again.
-  void receive_packet(uint8_t port, std::span<const std::byte> packet, const sim::wire::ParsedPacket& parsed,
+  // (ShmLink::set_parsed_receiver): not parsed again; wire_bytes is its
+  // size, LRH through VCRC (a packet of a segment has no bytes of its own).
+  void receive_packet(uint8_t port, size_t wire_bytes, const sim::wire::ParsedPacket& parsed,
                       Clock::time_point now);
   // §6.3 / §14: a port's state as QUERY_PORT shows it (port 1..num_ports).
   const PortInfo& port_info(uint8_t port) const { return port_at(port).info; }
@@ -230,7 +231,10 @@ class Hca {
   };
   // false only if the payload could not be read from host memory (the
   // caller fails its WQE); a packet the port drops is counted, true.
-  bool send_packet(sim::wire::Headers& h, const Payload& payload, const Av& av, uint8_t port = 1);
+  // seg: the payload is a segment's (Link::send_segment), `h` its first
+  // packet's headers.
+  bool send_packet(sim::wire::Headers& h, const Payload& payload, const Av& av, uint8_t port = 1,
+                   const sim::Segment* seg = nullptr);
   void send_packet(sim::wire::Headers& h, std::span<const std::byte> payload, const Av& av,
                    uint8_t port = 1) {
     (void)send_packet(h, Payload{payload}, av, port);
@@ -239,12 +243,17 @@ class Hca {
   // `port` (in place where the link allows), or back into this device when
   // it is addressed to the port itself (loopback). false: dropped, or
   // `fill` gave up.
-  bool transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local);
+  // payload_at: where the packet's payload starts (Link::send_with).
+  // seg: `fill` writes a segment (Link::send_segment) of `len` bytes.
+  bool transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
+                size_t payload_at = 0, const sim::Segment* seg = nullptr);
   bool transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local);
   bool for_own_port(uint8_t port, uint16_t dlid) const;
   void deliver_loopback();
   void req_progress(uint32_t qpn, Qp& qp);
   bool req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
+  uint32_t req_segment_len(const Qp& qp, const SendOp& op, sim::Link* link, size_t credits);
+  bool req_send_segment(uint32_t qpn, Qp& qp, SendOp& op, uint32_t n);
   sim::Link* qp_link(const Qp& qp);
   static size_t link_room(sim::Link* link);
   void req_go_back(Qp& qp, uint32_t psn);
@@ -273,9 +282,10 @@ class Hca {
                 const sim::wire::ParsedPacket* req);
   void trap_tick();
   void receive_from_link(uint8_t port, std::span<const std::byte> packet, const sim::wire::ParsedPacket* parsed,
-                         Clock::time_point now);
+                         size_t wire_bytes, Clock::time_point now);
+  // `packet` is parsed unless `parsed` is given; then only wire_bytes counts.
   void receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local,
-                       const sim::wire::ParsedPacket* parsed = nullptr);
+                       const sim::wire::ParsedPacket* parsed = nullptr, size_t wire_bytes = 0);
   void receive_smp(uint8_t port, const sim::wire::ParsedPacket& p, bool local);
   void receive_gmp(uint8_t port, const sim::wire::ParsedPacket& p, bool local);
   // `mad`: the MAD to deliver instead of the packet's payload (the SMA's

@@ -264,8 +264,8 @@ class Device {
       shm_ = std::move(l).value();
       // Polled by the loop: packets go to the device straight from their
       // slot, with the link's parse; the time is read once per batch.
-      shm_->set_parsed_receiver([this](std::span<const std::byte> p, const sim::wire::ParsedPacket& parsed) {
-        model_->hca().receive_packet(1, p, parsed, rx_now_);
+      shm_->set_parsed_receiver([this](size_t wire_bytes, const sim::wire::ParsedPacket& parsed) {
+        model_->hca().receive_packet(1, wire_bytes, parsed, rx_now_);
       });
       hca.attach_link(1, shm_.get());
       log_->info("simhca: port 1 on shared memory {} end {}", cfg_.port1_shm->path, cfg_.port1_shm->end);

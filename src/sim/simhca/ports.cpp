@@ -112,7 +112,8 @@ bool Hca::for_own_port(uint8_t port, uint16_t dlid) const {
 // up; SMPs (QP0) and GMPs (QP1) from Init on; every other packet only when
 // Active. A packet for the port itself never reaches the wire: it is
 // queued and received by this device on its next turn (run_due).
-bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local) {
+bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
+                   size_t payload_at, const sim::Segment* seg) {
   Port& pt = port_at(port);
   const uint8_t st = pt.info.state;
   if (port > opts_.caps.num_ports || (management ? st < kPsInit : st != kPsActive) ||
@@ -121,7 +122,7 @@ bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool manage
     ++pt.pma.xmit_discards;
     return false;
   }
-  if (local) {
+  if (local) {  // (never a segment: req_segment_len)
     std::vector<std::byte> pkt(len);
     if (!fill(pkt)) return false;
     w::seal_packet(pkt);
@@ -133,11 +134,15 @@ bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool manage
     ++pt.pma.xmit_discards;
     return false;
   }
-  if (auto r = pt.link->send_with(len, fill); !r) {
+  if (auto r = seg ? pt.link->send_segment(*seg, fill) : pt.link->send_with(len, fill, payload_at); !r) {
     if (r.error().code != ECANCELED) ++pt.pma.xmit_discards;
     return false;
   }
-  count_tx(port, len);
+  if (!seg) {
+    count_tx(port, len);
+  } else {
+    for (size_t i = 0; i < seg->count; ++i) count_tx(port, seg->packet_bytes(i));
+  }
   return true;
 }
 
@@ -177,27 +182,26 @@ void Hca::receive_packet(std::span<const std::byte> packet, Clock::time_point no
 }
 
 void Hca::receive_packet(uint8_t port, std::span<const std::byte> packet, Clock::time_point now) {
-  receive_from_link(port, packet, nullptr, now);
+  receive_from_link(port, packet, nullptr, packet.size(), now);
 }
 
-void Hca::receive_packet(uint8_t port, std::span<const std::byte> packet, const w::ParsedPacket& parsed,
-                         Clock::time_point now) {
-  receive_from_link(port, packet, &parsed, now);
+void Hca::receive_packet(uint8_t port, size_t wire_bytes, const w::ParsedPacket& parsed, Clock::time_point now) {
+  receive_from_link(port, {}, &parsed, wire_bytes, now);
 }
 
 void Hca::receive_from_link(uint8_t port, std::span<const std::byte> packet, const w::ParsedPacket* parsed,
-                            Clock::time_point now) {
+                            size_t wire_bytes, Clock::time_point now) {
   now_ = now;
   if (port < 1 || port > opts_.caps.num_ports) {
     ++dstats_.rx_port_down;
     return;
   }
-  receive_on_port(port, packet, false, parsed);
+  receive_on_port(port, packet, false, parsed, wire_bytes);
 }
 
 // §12.8 / §14.1: checks in order; each failure drops the packet and counts it.
 void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool local,
-                          const w::ParsedPacket* given) {
+                          const w::ParsedPacket* given, size_t wire_bytes) {
   Port& pt = port_at(port);
   if (!initialized_ || fatal_ || (!local && pt.info.phys_state != kPhysLinkUp)) {
     ++dstats_.rx_port_down;
@@ -216,10 +220,11 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
     }
     own = std::move(*parsed);
     given = &*own;
+    wire_bytes = packet.size();
   }
   const w::ParsedPacket& p = *given;
   ++dstats_.rx_packets;
-  if (!local) count_rx(port, packet.size());
+  if (!local) count_rx(port, wire_bytes);
   const uint32_t dest = p.hdr.bth.dest_qp;
   if (dest == 0) return receive_smp(port, p, local);  // sma.cpp
   if (p.hdr.lrh.vl == 15) {  // IBA 7.6.5: VL15 carries SMPs only

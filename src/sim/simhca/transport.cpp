@@ -40,7 +40,7 @@ uint8_t ack_syndrome(uint32_t msn) { return w::Aeth::ack(msn, w::kAethInvalidCre
 // §12.7: the packet from the LRH on; GRH when the path says so (IBA 8.3).
 // QP0 sends on VL15 with the default P_Key (IBA 7.6.5, 14.2.1: SMPs are
 // not partitioned); everything else on VL0 with P_Key entry 0.
-bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8_t port) {
+bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8_t port, const sim::Segment* seg) {
   const Port& pt = port_at(port);
   const bool smi = h.deth && h.deth->src_qp == 0;
   const bool gsi = h.deth && h.deth->src_qp == 1;
@@ -75,10 +75,17 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
     staged.bytes = smp;
     pl = &staged;
   }
-  auto frame = w::frame_packet(h, pl->size());
+  // A segment's first packet is framed as if alone, with an MTU of payload.
+  auto frame = w::frame_packet(h, seg ? seg->mtu : pl->size());
   if (!frame) {
     ++dstats_.tx_dropped;
     return true;
+  }
+  sim::Segment sg;
+  if (seg) {
+    sg = *seg;
+    sg.hdr_len = static_cast<uint16_t>(frame->payload_offset());
+    sg.later_hdr_len = static_cast<uint16_t>(w::kLrhBytes + (h.grh ? w::kGrhBytes : 0) + w::kBthBytes);
   }
   // §12.7 loopback: to this port's own LID, or (QP0) an SMP for this very
   // port (a directed route of hop count 0, §14.1).
@@ -95,14 +102,18 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
     } else {
       std::copy(pl->bytes.begin(), pl->bytes.end(), dst.begin());
     }
-    w::pad_packet(*frame, out);  // the CRCs are the link's (Link::send_with)
+    if (seg)  // the last packet's pad; no CRCs in a segment (Link::send_segment)
+      std::fill_n(dst.end(), sg.last_pad(), std::byte{0});
+    else
+      w::pad_packet(*frame, out);  // the CRCs are the link's (Link::send_with)
     return true;
   };
-  if (!transmit(port, frame->size, fill, smi || gsi, local)) {
+  if (!transmit(port, seg ? sg.bytes() : frame->size, fill, smi || gsi, local,
+                pl->size() ? frame->payload_offset() : 0, seg ? &sg : nullptr)) {
     if (readable) ++dstats_.tx_dropped;
     return readable;
   }
-  ++dstats_.tx_packets;
+  dstats_.tx_packets += seg ? sg.count : 1;
   return true;
 }
 
@@ -131,6 +142,61 @@ void Hca::resp_send(Qp& qp, w::Headers& h) {
 }
 
 // ---- requester ----------------------------------------------------------------
+
+// §12.8 "Segments": how many of `op`'s next packets leave as one segment
+// (sim::Segment, docs/cables.md), 0 for one packet alone. Only RC and UC
+// SEND and WRITE packets of a full MTU and the message's last; a segment
+// ends at the first packet with AckReq and before a last packet with
+// ImmDt, keeps to the RC window, the `credits` left and what the link
+// takes, and never goes to the port itself.
+uint32_t Hca::req_segment_len(const Qp& qp, const SendOp& op, sim::Link* link, size_t credits) {
+  if (!link || (qp.cfg.type != kQpRc && qp.cfg.type != kQpUc) || op.w.opcode > kWrWriteImm ||
+      (op.w.flags & kWqeInline))
+    return 0;
+  const uint32_t k = op.sent;
+  uint64_t n = op.npkts - k;
+  if (op.w.opcode == kWrSendImm || op.w.opcode == kWrWriteImm) --n;  // the ImmDt packet goes alone
+  if (qp.cfg.type == kQpRc) {
+    n = std::min<uint64_t>(n, kAckEvery - k % kAckEvery);
+    n = std::min<uint64_t>(n, static_cast<uint64_t>(
+                                  std::max(0, kWindow - psn_diff(psn_add(op.first_psn, k), qp.rt.una))));
+  }
+  n = std::min<uint64_t>(n, credits);
+  if (n < 2 || for_own_port(qp_port(qp), qp.attrs.av.dlid)) return 0;
+  n = std::min<uint64_t>(n, link->segment_room(mtu_bytes(qp)));
+  return n < 2 ? 0 : static_cast<uint32_t>(n);
+}
+
+// The segment of `op`'s next n packets (req_segment_len).
+bool Hca::req_send_segment(uint32_t qpn, Qp& qp, SendOp& op, uint32_t n) {
+  (void)qpn;
+  const bool rc = qp.cfg.type == kQpRc;
+  const w::Transport tr = transport_of(qp.cfg.type);
+  const uint32_t mtu = mtu_bytes(qp);
+  const uint32_t k = op.sent;
+  const bool send = op.w.opcode <= kWrSendImm;
+  const bool ends = k + n == op.npkts;  // its last packet is the message's
+  const Op middle = send ? Op::kSendMiddle : Op::kWriteMiddle;
+  w::Headers h;
+  h.bth.dest_qp = qp.attrs.dest_qpn;
+  h.bth.psn = psn_add(op.first_psn, k);
+  h.bth.opcode = w::opcode(tr, k == 0 ? (send ? Op::kSendFirst : Op::kWriteFirst) : middle);
+  if (!send && k == 0) h.reth = w::Reth{op.w.remote_va, op.w.rkey, static_cast<uint32_t>(op.len)};
+  const uint64_t off = uint64_t{k} * mtu;
+  const uint64_t len = std::min<uint64_t>(uint64_t{n} * mtu, op.len - off);
+  sim::Segment seg;
+  seg.count = static_cast<uint16_t>(n);
+  seg.mtu = static_cast<uint16_t>(mtu);
+  seg.last_len = static_cast<uint16_t>(len - uint64_t{n - 1} * mtu);
+  seg.last_opcode = w::opcode(tr, ends ? (send ? Op::kSendLast : Op::kWriteLast) : middle);
+  seg.last_se = ends && send && (op.w.flags & kWqeSolicited);  // IBA 9.2.3
+  seg.last_ack_req = rc && (ends || (k + n - 1) % kAckEvery == kAckEvery - 1);
+  op.sent += n;
+  if (!send_packet(h, Payload{{}, &op.local, off, static_cast<size_t>(len)}, qp.attrs.av, qp_port(qp), &seg))
+    return false;
+  if (rc && !qp.rt.ack_due && qp.attrs.timeout) qp.rt.ack_due = now_ + ack_timeout(qp);
+  return true;
+}
 
 // Sends the next packet of `op` (op.sent is its index; IBA 9.7.1 segments
 // a message into first/middle/last or only packets of the path MTU).
@@ -257,6 +323,16 @@ void Hca::req_progress(uint32_t qpn, Qp& qp) {
     if (sent == room) {  // the cable is full: on the next turn
       rt.kick = true;
       return;
+    }
+    if (const uint32_t n = req_segment_len(qp, *op, link, std::min<size_t>(room - sent, budget)); n >= 2) {
+      sent += n;
+      budget -= static_cast<int>(n - 1);
+      if (!req_send_segment(qpn, qp, *op, n)) {
+        req_fail(qpn, qp, kWcLocProtErr);  // as below
+        return;
+      }
+      if (!rc && op->sent == op->npkts) complete_front(qpn, qp, kWcSuccess);
+      continue;
     }
     ++sent;
     if (!req_send_packet(qpn, qp, *op)) {
