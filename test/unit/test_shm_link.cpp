@@ -33,14 +33,20 @@ using Bytes = std::vector<std::byte>;
 
 namespace {
 
-Bytes packet(std::uint32_t psn, std::size_t len) {
+// An RC packet's headers from LID 1 to LID 2, QP 0x12.
+Headers rc_headers(Op op, std::uint32_t psn) {
   Headers h;
   h.lrh.dlid = 2;
   h.lrh.slid = 1;
-  h.bth.opcode = opcode(Transport::kRc, Op::kSendOnly);
+  h.bth.opcode = opcode(Transport::kRc, op);
   h.bth.pkey = 0xFFFF;
   h.bth.dest_qp = 0x12;
   h.bth.psn = psn & 0xFFFFFF;
+  return h;
+}
+
+Bytes packet(std::uint32_t psn, std::size_t len) {
+  const Headers h = rc_headers(Op::kSendOnly, psn);
   Bytes pl(len);
   for (std::size_t i = 0; i < len; ++i) pl[i] = static_cast<std::byte>((psn * 31 + i) & 0xFF);
   auto r = build_packet(h, pl);
@@ -327,13 +333,7 @@ struct SegmentOut {
   Bytes payload;
   SegmentOut(std::uint16_t count, std::uint16_t mtu, std::uint16_t last_len, std::uint32_t psn,
              Op first = Op::kWriteFirst, Op last = Op::kWriteLast) {
-    Headers h;
-    h.lrh.dlid = 2;
-    h.lrh.slid = 1;
-    h.bth.opcode = opcode(Transport::kRc, first);
-    h.bth.pkey = 0xFFFF;
-    h.bth.dest_qp = 0x12;
-    h.bth.psn = psn;
+    Headers h = rc_headers(first, psn);
     if (first == Op::kWriteFirst || first == Op::kReadRequest)
       h.reth = Reth{0x10000, 0x55, std::uint32_t{count - 1u} * mtu + last_len};
     auto fr = frame_packet(h, first == Op::kReadRequest ? 0 : mtu);

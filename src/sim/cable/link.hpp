@@ -54,17 +54,18 @@ struct Segment {
   std::uint16_t later_hdr_len = 0;  // the other packets' headers: LRH, GRH if any, BTH
   std::uint8_t last_opcode = 0;
   bool last_se = false, last_ack_req = false;
+  static constexpr std::size_t kCrcBytes = 6;  // ICRC and VCRC (IBA 7.8)
 
   std::size_t payload_bytes() const { return std::size_t{count - 1u} * mtu + last_len; }
   std::size_t last_pad() const { return (4 - last_len % 4) % 4; }
   // What fill() writes plus the 6 bytes of the first packet's ICRC and
   // VCRC place (never computed: a segment's CRCs are offloaded).
-  std::size_t bytes() const { return hdr_len + payload_bytes() + last_pad() + 6; }
+  std::size_t bytes() const { return hdr_len + payload_bytes() + last_pad() + kCrcBytes; }
   // The bytes on the wire of packet i, as count_tx and the link count them.
   std::size_t packet_bytes(std::size_t i) const {
-    if (i == 0) return hdr_len + std::size_t{mtu} + 6;
-    if (i + 1 < count) return later_hdr_len + std::size_t{mtu} + 6;
-    return later_hdr_len + std::size_t{last_len} + last_pad() + 6;
+    if (i == 0) return hdr_len + std::size_t{mtu} + kCrcBytes;
+    if (i + 1 < count) return later_hdr_len + std::size_t{mtu} + kCrcBytes;
+    return later_hdr_len + std::size_t{last_len} + last_pad() + kCrcBytes;
   }
 };
 

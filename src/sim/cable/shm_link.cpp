@@ -48,7 +48,8 @@ constexpr std::uint8_t kSegLastSe = 1, kSegLastAckReq = 2;
 // What a segment may need besides its payload in the slots it takes: the
 // slot header, the lead, the longest headers a segment's first packet has
 // (LRH, GRH, BTH, RETH), the last packet's pad and the CRCs' place.
-constexpr std::size_t kSegmentOverhead = ShmLink::kSlotHeaderBytes + ShmLink::kMaxSlotLead + 8 + 40 + 12 + 16 + 3 + 6;
+constexpr std::size_t kSegmentOverhead = ShmLink::kSlotHeaderBytes + ShmLink::kMaxSlotLead + wire::kLrhBytes +
+                                         wire::kGrhBytes + wire::kBthBytes + wire::kRethBytes + 3 + Segment::kCrcBytes;
 
 struct FileHeader {
   std::uint64_t magic;
@@ -161,18 +162,20 @@ void ShmLink::set_receiver(Receiver r) {
   auto p = std::make_shared<const Receiver>(std::move(r));
   std::lock_guard lk(rx_mu_);
   receiver_ = std::move(p);
-  set_wants_whole(!parsed_receiver_ || !*parsed_receiver_ || pcap_);
+  update_wants_whole();
 }
 
 void ShmLink::set_parsed_receiver(ParsedReceiver r) {
   auto p = std::make_shared<const ParsedReceiver>(std::move(r));
   std::lock_guard lk(rx_mu_);
   parsed_receiver_ = std::move(p);
-  // A capture shows whole packets: the peer sends no segments then.
-  set_wants_whole(!*parsed_receiver_ || pcap_);
+  update_wants_whole();
 }
 
-void ShmLink::set_wants_whole(bool whole) {
+// Segments only to a parsed receiver, and none under a capture here (it
+// shows whole packets). Called under rx_mu_.
+void ShmLink::update_wants_whole() {
+  const bool whole = !parsed_receiver_ || !*parsed_receiver_ || pcap_;
   at(rx_ring().rx_whole).store(whole ? 1 : 0, std::memory_order_seq_cst);
 }
 

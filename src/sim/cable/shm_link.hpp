@@ -151,7 +151,7 @@ class ShmLink final : public Link {
   Result<void> check_size(std::size_t len);  // EMSGSIZE (counted) for a packet no slot holds
   std::byte* reserve_slot();  // the next free slot, null if full (counted)
   void publish_slot(std::byte* s, const SlotHeader& h, std::uint32_t slots);
-  void set_wants_whole(bool whole);  // in our receive ring, for the peer's segment_room()
+  void update_wants_whole();  // rx_whole of our receive ring, for the peer's segment_room()
   // Delivers the segment in the slots from `s` (a parsed receiver is set);
   // false if it is malformed (counted by the caller).
   bool deliver_segment(std::byte* s, const SlotHeader& h, std::uint32_t lead, const ParsedReceiver& rx);

@@ -253,7 +253,7 @@ class Hca {
   void req_progress(uint32_t qpn, Qp& qp);
   bool req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
   uint32_t req_segment_len(const Qp& qp, const SendOp& op, sim::Link* link, size_t credits);
-  bool req_send_segment(uint32_t qpn, Qp& qp, SendOp& op, uint32_t n);
+  bool req_send_segment(Qp& qp, SendOp& op, uint32_t n);
   sim::Link* qp_link(const Qp& qp);
   static size_t link_room(sim::Link* link);
   void req_go_back(Qp& qp, uint32_t psn);

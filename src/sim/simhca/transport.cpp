@@ -35,6 +35,23 @@ w::Transport transport_of(uint8_t qp_type) {
 
 uint8_t ack_syndrome(uint32_t msn) { return w::Aeth::ack(msn, w::kAethInvalidCredits).syndrome; }
 
+// IBA 9.2.1: the OpCode of a SEND's or RDMA WRITE's packet by its place in
+// the message.
+Op data_op(bool send, bool imm, bool first, bool last) {
+  if (send)
+    return first && last ? (imm ? Op::kSendOnlyImm : Op::kSendOnly)
+           : first       ? Op::kSendFirst
+           : last        ? (imm ? Op::kSendLastImm : Op::kSendLast)
+                         : Op::kSendMiddle;
+  return first && last ? (imm ? Op::kWriteOnlyImm : Op::kWriteOnly)
+         : first       ? Op::kWriteFirst
+         : last        ? (imm ? Op::kWriteLastImm : Op::kWriteLast)
+                       : Op::kWriteMiddle;
+}
+
+// §12.8: AckReq on packet k of an npkts-packet RC message.
+bool ack_req_at(uint32_t k, uint32_t npkts) { return k + 1 == npkts || k % kAckEvery == kAckEvery - 1; }
+
 }  // namespace
 
 // §12.7: the packet from the LRH on; GRH when the path says so (IBA 8.3).
@@ -167,20 +184,19 @@ uint32_t Hca::req_segment_len(const Qp& qp, const SendOp& op, sim::Link* link, s
   return n < 2 ? 0 : static_cast<uint32_t>(n);
 }
 
-// The segment of `op`'s next n packets (req_segment_len).
-bool Hca::req_send_segment(uint32_t qpn, Qp& qp, SendOp& op, uint32_t n) {
-  (void)qpn;
+// The segment of `op`'s next n packets (req_segment_len): no immediate
+// data in it, so its first packet is no Last and its last no First.
+bool Hca::req_send_segment(Qp& qp, SendOp& op, uint32_t n) {
   const bool rc = qp.cfg.type == kQpRc;
   const w::Transport tr = transport_of(qp.cfg.type);
   const uint32_t mtu = mtu_bytes(qp);
   const uint32_t k = op.sent;
   const bool send = op.w.opcode <= kWrSendImm;
   const bool ends = k + n == op.npkts;  // its last packet is the message's
-  const Op middle = send ? Op::kSendMiddle : Op::kWriteMiddle;
   w::Headers h;
   h.bth.dest_qp = qp.attrs.dest_qpn;
   h.bth.psn = psn_add(op.first_psn, k);
-  h.bth.opcode = w::opcode(tr, k == 0 ? (send ? Op::kSendFirst : Op::kWriteFirst) : middle);
+  h.bth.opcode = w::opcode(tr, data_op(send, false, k == 0, false));
   if (!send && k == 0) h.reth = w::Reth{op.w.remote_va, op.w.rkey, static_cast<uint32_t>(op.len)};
   const uint64_t off = uint64_t{k} * mtu;
   const uint64_t len = std::min<uint64_t>(uint64_t{n} * mtu, op.len - off);
@@ -188,9 +204,9 @@ bool Hca::req_send_segment(uint32_t qpn, Qp& qp, SendOp& op, uint32_t n) {
   seg.count = static_cast<uint16_t>(n);
   seg.mtu = static_cast<uint16_t>(mtu);
   seg.last_len = static_cast<uint16_t>(len - uint64_t{n - 1} * mtu);
-  seg.last_opcode = w::opcode(tr, ends ? (send ? Op::kSendLast : Op::kWriteLast) : middle);
+  seg.last_opcode = w::opcode(tr, data_op(send, false, false, ends));
   seg.last_se = ends && send && (op.w.flags & kWqeSolicited);  // IBA 9.2.3
-  seg.last_ack_req = rc && (ends || (k + n - 1) % kAckEvery == kAckEvery - 1);
+  seg.last_ack_req = rc && ack_req_at(k + n - 1, op.npkts);
   op.sent += n;
   if (!send_packet(h, Payload{{}, &op.local, off, static_cast<size_t>(len)}, qp.attrs.av, qp_port(qp), &seg))
     return false;
@@ -235,22 +251,11 @@ bool Hca::req_send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
       const bool send = op.w.opcode <= kWrSendImm;
       const bool imm = op.w.opcode == kWrSendImm || op.w.opcode == kWrWriteImm;
       const bool first = k == 0, last = k + 1 == op.npkts;
-      Op o;
-      if (send)
-        o = first && last ? (imm ? Op::kSendOnlyImm : Op::kSendOnly)
-            : first       ? Op::kSendFirst
-            : last        ? (imm ? Op::kSendLastImm : Op::kSendLast)
-                          : Op::kSendMiddle;
-      else
-        o = first && last ? (imm ? Op::kWriteOnlyImm : Op::kWriteOnly)
-            : first       ? Op::kWriteFirst
-            : last        ? (imm ? Op::kWriteLastImm : Op::kWriteLast)
-                          : Op::kWriteMiddle;
-      h.bth.opcode = w::opcode(tr, o);
+      h.bth.opcode = w::opcode(tr, data_op(send, imm, first, last));
       if (!send && first) h.reth = w::Reth{op.w.remote_va, op.w.rkey, static_cast<uint32_t>(op.len)};
       if (imm && last) h.imm_dt = w::ImmDt{op.w.imm};
       if (last && (send || imm)) h.bth.se = op.w.flags & kWqeSolicited;  // IBA 9.2.3
-      h.bth.ack_req = rc && (last || k % kAckEvery == kAckEvery - 1);
+      h.bth.ack_req = rc && ack_req_at(k, op.npkts);
       const uint64_t off = uint64_t{k} * mtu;
       const auto n = static_cast<size_t>(std::min<uint64_t>(mtu, op.len - off));
       if (op.w.flags & kWqeInline) payload.bytes = std::span<const std::byte>(op.data).subspan(off, n);
@@ -327,7 +332,7 @@ void Hca::req_progress(uint32_t qpn, Qp& qp) {
     if (const uint32_t n = req_segment_len(qp, *op, link, std::min<size_t>(room - sent, budget)); n >= 2) {
       sent += n;
       budget -= static_cast<int>(n - 1);
-      if (!req_send_segment(qpn, qp, *op, n)) {
+      if (!req_send_segment(qp, *op, n)) {
         req_fail(qpn, qp, kWcLocProtErr);  // as below
         return;
       }
