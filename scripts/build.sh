@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Configures (once) and builds a build directory.
 #   scripts/build.sh [DIR] [extra meson setup args...]
-# DIR defaults to build/. Warnings are errors.
+# DIR defaults to build/. Warnings are errors. The build's progress is
+# kept quiet; when it fails, the failing commands and their compiler
+# messages are printed (ninja's output without its progress lines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
@@ -9,4 +11,9 @@ shift || true
 if [[ ! -f $dir/build.ninja ]]; then
   meson setup "$dir" --werror "$@" >/dev/null
 fi
-ninja -C "$dir" >/dev/null
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! ninja -C "$dir" >"$log" 2>&1; then
+  grep -v '^\[[0-9]*/[0-9]*\] ' "$log" | tail -200 >&2
+  exit 1
+fi

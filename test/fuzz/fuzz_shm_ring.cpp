@@ -42,7 +42,7 @@ struct Rig {
     a = std::move(ShmLink::create(o)).value();
     o.end = 'B';
     b = std::move(ShmLink::create(o)).value();
-    b->set_parsed_receiver([this](std::size_t wire_bytes, const wire::ParsedPacket& p) {
+    b->set_parsed_receiver([](std::size_t wire_bytes, const wire::ParsedPacket& p) {
       // What a device relies on: a payload no larger than an MTU, every
       // byte of it readable (inside the mapping), and a size the LRH
       // agrees with.
