@@ -2,9 +2,10 @@
 # Configures (once) and builds a build directory.
 #   scripts/build.sh [DIR] [extra meson setup args...]
 # DIR defaults to build/. Warnings are errors. BUILD_TARGETS (ninja target
-# names, space-separated) limits the build to those; default: everything. The build's progress is
-# kept quiet; when it fails, the failing commands and their compiler
-# messages are printed (ninja's output without its progress lines).
+# names, space-separated) limits the build to those; default: everything.
+# The build's progress is kept quiet; when it fails, the failing commands
+# and their compiler messages are printed (ninja's output without its
+# progress lines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
