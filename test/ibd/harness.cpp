@@ -83,6 +83,7 @@ Ibd::Ibd(const std::string& dir, const std::string& name, const IbdOptions& o) {
     args.push_back("--cable");
     args.push_back(o.cable);
   }
+  args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   int logfd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (logfd < 0) throw std::runtime_error("open " + log_);
   pid_t parent = ::getpid();
@@ -185,7 +186,7 @@ std::vector<uint16_t> free_udp_ports(size_t n) {
   return ports;
 }
 
-IbdPair::IbdPair(const std::string& dir, const std::string& log) {
+IbdPair::IbdPair(const std::string& dir, const std::string& log, bool distinct_guids) {
   auto p = free_udp_ports(2);
   auto end = [](uint16_t port) { return "127.0.0.1:" + std::to_string(port); };
   IbdOptions oa, ob;
@@ -194,6 +195,11 @@ IbdPair::IbdPair(const std::string& dir, const std::string& log) {
   oa.log = ob.log = log;
   oa.cable = "LOCAL=" + end(p[0]) + ",PEER=" + end(p[1]);
   ob.cable = "LOCAL=" + end(p[1]) + ",PEER=" + end(p[0]);
+  if (distinct_guids) {
+    char guid[32];
+    std::snprintf(guid, sizeof guid, "--simhca-arg=%#llx", static_cast<unsigned long long>(kPairGuidB));
+    ob.extra_args = {"--simhca-arg=--guid", guid};
+  }
   a = std::make_unique<Ibd>(dir, "a", oa);
   b = std::make_unique<Ibd>(dir, "b", ob);
 }

@@ -40,6 +40,7 @@ struct IbdOptions {
   std::string cable;  // LOCAL=127.0.0.1:PA,PEER=127.0.0.1:PB; empty: none
   std::string log = "warn";
   std::string socket_mode = "0666";
+  std::vector<std::string> extra_args;  // more ibd arguments (e.g. --simhca-arg=--guid)
 };
 
 // One ibd daemon (with its embedded simhca child), started in the
@@ -76,8 +77,11 @@ class Ibd {
 std::vector<uint16_t> free_udp_ports(size_t n);
 
 // Two ibds whose simhca ports are cabled to each other, LIDs 1 and 2.
+// With distinct_guids, B's simhca gets node GUID kPairGuidB instead of
+// simhca's default (both ends would otherwise share one GUID, so one GID).
 struct IbdPair {
-  explicit IbdPair(const std::string& dir, const std::string& log = "warn");
+  static constexpr uint64_t kPairGuidB = 0x123400fffe000101ull;
+  explicit IbdPair(const std::string& dir, const std::string& log = "warn", bool distinct_guids = false);
   std::unique_ptr<Ibd> a, b;
 };
 

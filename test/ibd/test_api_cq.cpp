@@ -1,0 +1,192 @@
+// Completion queues with completion channels through libopenib: arming
+// (Cq::req_notify, docs/simhca.md §7.3), the channel's fd and get_event
+// (with its ack), solicited-only arms, unsignaled sends and sq_sig_all.
+#include "test_api.hpp"
+
+using namespace openib;
+using namespace openib::testing::api;
+
+namespace {
+
+// B's CQ has a channel; A sends message `i` (64 bytes of fill(i)) to B,
+// which has a receive posted for it. `flags` go on the send.
+void send_one(Link& l, uint8_t i, uint32_t flags = kSendSignaled) {
+  REQUIRE(post_recv(*l.b->qp, l.b->sge(size_t{i} * 64, 64), 100 + i) == 0);
+  fill(l.a->buf() + size_t{i} * 64, 64, i);
+  REQUIRE(post_send(*l.a->qp, l.a->sge(size_t{i} * 64, 64), i, {.flags = flags}) == 0);
+  Wc s = wait_wc(*l.a->cq);
+  CHECK(s.status == kWcSuccess);
+  CHECK(s.wr_id == i);
+}
+
+// The receive completion of message `i` on B, with its bytes checked.
+Wc recv_one(Link& l, uint8_t i) {
+  Wc wc = wait_wc(*l.b->cq);
+  CHECK(wc.status == kWcSuccess);
+  CHECK(wc.wr_id == 100u + i);
+  CHECK(wc.opcode == kWcRecv);
+  CHECK(wc.byte_len == 64);
+  CHECK(first_diff(l.b->buf() + size_t{i} * 64, 64, i) == 64);
+  return wc;
+}
+
+EpOptions with_channel() {
+  EpOptions o;
+  o.channel = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("completion channel: an armed CQ's completion makes the fd readable and get_event returns "
+          "the CQ once per arm",
+          "[api]") {
+  Link l = link({}, with_channel());
+  Cq* cq = l.b->cq.get();
+  CompChannel& ch = *l.b->ch;
+
+  // Not armed: a completion raises no event.
+  send_one(l, 0);
+  recv_one(l, 0);
+  CHECK_FALSE(readable(ch.fd(), kQuietMs));
+
+  // Armed: the next completion wakes the channel (poll(2) on fd(), then get_event).
+  must(cq->req_notify(), "req_notify");
+  send_one(l, 1);
+  REQUIRE(readable(ch.fd(), kWaitMs));
+  CHECK(must(ch.get_event(kWaitMs), "get_event") == cq);
+  recv_one(l, 1);
+
+  // get_event acked the event and the arm is used up: another completion
+  // arrives on the CQ but the channel stays quiet.
+  send_one(l, 2);
+  recv_one(l, 2);
+  CHECK_FALSE(readable(ch.fd(), kQuietMs));
+  auto none = ch.get_event(0);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().code == ETIMEDOUT);
+
+  // A completion that came before the arm and is not yet polled signals at
+  // once (§7.3: no lost wake-up between the last poll and the arm).
+  // send_one returns after A's completion, i.e. after B's ACK, which B's
+  // device sends once it has written the receive CQE: the CQE is there,
+  // unpolled, when the CQ is armed.
+  send_one(l, 3);
+  must(cq->req_notify(), "req_notify with a CQE pending");
+  CHECK(must(ch.get_event(kWaitMs), "get_event (pending CQE)") == cq);
+  recv_one(l, 3);
+}
+
+TEST_CASE("req_notify on a CQ made without a channel is EINVAL", "[api]") {
+  auto a = open_ep(sock_a());
+  auto r = a->cq->req_notify();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == EINVAL);
+}
+
+TEST_CASE("solicited-only arm: an unsolicited SEND does not wake the channel, a solicited one does",
+          "[api]") {
+  Link l = link({}, with_channel());
+  Cq* cq = l.b->cq.get();
+  CompChannel& ch = *l.b->ch;
+
+  must(cq->req_notify(true), "req_notify(solicited)");
+  send_one(l, 0);  // no kSendSolicited
+  Wc w0 = recv_one(l, 0);
+  CHECK_FALSE(w0.solicited);
+  CHECK_FALSE(readable(ch.fd(), kQuietMs));
+
+  send_one(l, 1, kSendSignaled | kSendSolicited);
+  REQUIRE(readable(ch.fd(), kWaitMs));
+  CHECK(must(ch.get_event(0), "get_event") == cq);
+  Wc w1 = recv_one(l, 1);
+  CHECK(w1.solicited);
+
+  // The same with immediate data: SEND_WITH_IMM solicited sets the flag too.
+  must(cq->req_notify(true), "req_notify(solicited) again");
+  REQUIRE(post_recv(*l.b->qp, l.b->sge(2 * 64, 64), 102) == 0);
+  fill(l.a->buf() + 2 * 64, 64, 2);
+  REQUIRE(post_send(*l.a->qp, l.a->sge(2 * 64, 64), 2,
+                    {.op = WrOpcode::kSendImm, .flags = kSendSignaled | kSendSolicited, .imm = 77}) == 0);
+  CHECK(wait_wc(*l.a->cq).status == kWcSuccess);
+  CHECK(must(ch.get_event(kWaitMs), "get_event (imm)") == cq);
+  Wc w2 = recv_one(l, 2);
+  CHECK(w2.solicited);
+  CHECK(w2.has_imm);
+  CHECK(w2.imm == 77);
+}
+
+TEST_CASE("two CQs on one channel: get_event names the CQ that completed", "[api]") {
+  auto a = open_ep(sock_a());
+  // B: its own send CQ and receive CQ, both on one channel.
+  auto b = std::make_unique<Ep>();
+  ContextOptions co;
+  co.socket = sock_b();
+  b->ctx = must(Context::open(co), "open");
+  b->lid = must(b->ctx->query_port(1), "query_port").lid;
+  b->pd = must(b->ctx->alloc_pd(), "alloc_pd");
+  b->mr = must(b->ctx->alloc_mr(*b->pd, 4096, kAllAccess), "alloc_mr");
+  b->ch = must(b->ctx->create_comp_channel(), "channel");
+  b->cq = must(b->ctx->create_cq(16, b->ch.get()), "recv CQ");
+  auto send_cq = must(b->ctx->create_cq(16, b->ch.get()), "send CQ");
+  QpInit init;
+  init.send_cq = send_cq.get();
+  init.recv_cq = b->cq.get();
+  b->qp = must(b->ctx->create_qp(*b->pd, init), "create_qp");
+  connect(*a, *b);
+
+  must(b->cq->req_notify(), "arm recv CQ");
+  must(send_cq->req_notify(), "arm send CQ");
+  // A -> B: B's receive CQ.
+  REQUIRE(post_recv(*b->qp, b->sge(0, 64), 1) == 0);
+  REQUIRE(post_send(*a->qp, a->sge(0, 64), 2) == 0);
+  CHECK(must(b->ch->get_event(kWaitMs), "event for the receive") == b->cq.get());
+  CHECK(wait_wc(*b->cq).opcode == kWcRecv);
+  CHECK(wait_wc(*a->cq).status == kWcSuccess);
+  // B -> A: B's send CQ.
+  REQUIRE(post_recv(*a->qp, a->sge(64, 64), 3) == 0);
+  REQUIRE(post_send(*b->qp, b->sge(64, 64), 4) == 0);
+  CHECK(must(b->ch->get_event(kWaitMs), "event for the send") == send_cq.get());
+  Wc s = wait_wc(*send_cq);
+  CHECK(s.opcode == kWcSend);
+  CHECK(s.wr_id == 4);
+  CHECK(wait_wc(*a->cq).wr_id == 3);
+  b->qp.reset();
+  send_cq.reset();
+}
+
+TEST_CASE("unsignaled sends complete nothing until a signaled one; sq_sig_all signals every send",
+          "[api]") {
+  SECTION("unsignaled, then signaled") {
+    Link l = link();
+    for (uint8_t i = 0; i < 3; ++i) {
+      REQUIRE(post_recv(*l.b->qp, l.b->sge(size_t{i} * 64, 64), 100 + i) == 0);
+      fill(l.a->buf() + size_t{i} * 64, 64, uint8_t(i + 40));
+    }
+    REQUIRE(post_send(*l.a->qp, l.a->sge(0, 64), 0, {.flags = 0}) == 0);
+    REQUIRE(post_send(*l.a->qp, l.a->sge(64, 64), 1, {.flags = 0}) == 0);
+    // Both arrive, neither completes on A.
+    for (uint8_t i = 0; i < 2; ++i) {
+      Wc r = wait_wc(*l.b->cq);
+      CHECK(r.wr_id == 100u + i);
+      CHECK(first_diff(l.b->buf() + size_t{i} * 64, 64, uint8_t(i + 40)) == 64);
+    }
+    expect_no_wc(*l.a->cq);
+    REQUIRE(post_send(*l.a->qp, l.a->sge(128, 64), 2) == 0);
+    Wc s = wait_wc(*l.a->cq);
+    CHECK(s.wr_id == 2);
+    CHECK(wait_wc(*l.b->cq).wr_id == 102);
+    expect_no_wc(*l.a->cq);
+  }
+  SECTION("sq_sig_all") {
+    EpOptions o;
+    o.sig_all = true;
+    Link l = link(o);
+    REQUIRE(post_recv(*l.b->qp, l.b->sge(0, 64), 100) == 0);
+    REQUIRE(post_send(*l.a->qp, l.a->sge(0, 64), 7, {.flags = 0}) == 0);
+    Wc s = wait_wc(*l.a->cq);
+    CHECK(s.wr_id == 7);
+    CHECK(s.status == kWcSuccess);
+    CHECK(wait_wc(*l.b->cq).wr_id == 100);
+  }
+}

@@ -1,0 +1,160 @@
+// Queries through libopenib: device, port, GID, QP attributes and created
+// capabilities (include/openib/verbs.hpp; docs/library.md "Tested by").
+#include "test_api.hpp"
+
+using namespace openib;
+using namespace openib::testing::api;
+
+TEST_CASE("query_device, query_port: the device's limits and each port's LID and state", "[api]") {
+  auto a = open_ep(sock_a());
+  auto b = open_ep(sock_b());
+  DeviceAttr d = must(a->ctx->query_device(), "query_device");
+  CHECK(d.name.rfind("simhca", 0) == 0);
+  CHECK(d.num_ports >= 1);
+  CHECK(d.max_qp > 0);
+  CHECK(d.max_srq > 0);
+  CHECK(d.max_qp_wr >= 16);
+  CHECK(d.max_sge >= 1);
+  CHECK(d.node_guid != 0);
+  CHECK(d.node_guid != must(b->ctx->query_device(), "query_device B").node_guid);
+
+  // harness.cpp: the pair's LIDs are 1 and 2; the cable brings both ports up.
+  PortAttr pa = must(a->ctx->query_port(1), "query_port A");
+  PortAttr pb = must(b->ctx->query_port(1), "query_port B");
+  CHECK(pa.lid == 1);
+  CHECK(pb.lid == 2);
+  CHECK(pa.state == 4);  // ACTIVE
+  CHECK(pb.state == 4);
+  CHECK(pa.gid_table_len >= 1);
+  CHECK(pa.port_guid != pb.port_guid);
+  // A port the device does not have is an error, not garbage.
+  CHECK_FALSE(a->ctx->query_port(d.num_ports + 1).ok());
+  // Two contexts are two clients.
+  CHECK(a->ctx->client_id() != 0);
+  auto a2 = open_ep(sock_a());
+  CHECK(a2->ctx->client_id() != a->ctx->client_id());
+}
+
+TEST_CASE("query_gid: GID 0 is the subnet prefix and the port GUID (IBA 4.1.1); other indexes fail",
+          "[api]") {
+  auto a = open_ep(sock_a());
+  PortAttr p = must(a->ctx->query_port(1), "query_port");
+  Gid g = must(a->ctx->query_gid(1, 0), "query_gid");
+  uint64_t prefix = 0, guid = 0;
+  for (int i = 0; i < 8; ++i) {
+    prefix = prefix << 8 | g.raw[size_t(i)];
+    guid = guid << 8 | g.raw[size_t(8 + i)];
+  }
+  CHECK(prefix == p.gid_prefix);
+  CHECK(guid == p.port_guid);
+  CHECK(g.raw[0] == 0xfe);  // the default link-local prefix fe80::/64
+  CHECK(g.raw[1] == 0x80);
+  auto bad = a->ctx->query_gid(1, 1);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code == EINVAL);
+  // The peer's GID differs: it is what a GRH names as DGID (test_api_ud.cpp).
+  auto b = open_ep(sock_b());
+  CHECK(b->gid.raw != g.raw);
+}
+
+TEST_CASE("Qp::query returns what modify set, state by state; a bad transition changes nothing",
+          "[api]") {
+  auto a = open_ep(sock_a());
+  auto b = open_ep(sock_b());
+  Qp& qp = *a->qp;
+  CHECK(must(qp.query(), "query").state == QpState::kReset);
+
+  // Not from RESET straight to RTS (IBA 10.3.1).
+  QpAttr bad;
+  bad.state = QpState::kRts;
+  CHECK_FALSE(qp.modify(bad, qp_attr::kState).ok());
+  CHECK(must(qp.query(), "query").state == QpState::kReset);
+
+  QpAttr a1;
+  a1.state = QpState::kInit;
+  a1.port = 1;
+  a1.pkey_index = 0;
+  a1.access = kAccessRemoteWrite | kAccessRemoteAtomic;
+  must(qp.modify(a1, qp_attr::kState | qp_attr::kPort | qp_attr::kPkeyIndex | qp_attr::kAccessFlags),
+       "to INIT");
+  QpAttr q = must(qp.query(), "query INIT");
+  CHECK(q.state == QpState::kInit);
+  CHECK(q.port == 1);
+  CHECK(q.pkey_index == 0);
+  CHECK(q.access == (kAccessRemoteWrite | kAccessRemoteAtomic));
+
+  QpAttr a2;
+  a2.state = QpState::kRtr;
+  a2.path_mtu = Mtu::k2048;
+  a2.dest_qpn = b->qp->qp_num();
+  a2.rq_psn = 0x123456;
+  a2.av.dlid = b->lid;
+  a2.av.sl = 3;
+  a2.av.port = 1;
+  a2.max_dest_rd_atomic = 1;
+  a2.min_rnr_timer = 7;
+  must(qp.modify(a2, qp_attr::kState | qp_attr::kPathMtu | qp_attr::kDestQpn | qp_attr::kRqPsn |
+                         qp_attr::kAv | qp_attr::kMaxDestRdAtomic | qp_attr::kMinRnrTimer),
+       "to RTR");
+  q = must(qp.query(), "query RTR");
+  CHECK(q.state == QpState::kRtr);
+  CHECK(q.path_mtu == Mtu::k2048);
+  CHECK(q.dest_qpn == b->qp->qp_num());
+  CHECK(q.rq_psn == 0x123456);
+  CHECK(q.av.dlid == b->lid);
+  CHECK(q.av.sl == 3);
+  CHECK_FALSE(q.av.grh);
+  CHECK(q.max_dest_rd_atomic == 1);
+  CHECK(q.min_rnr_timer == 7);
+  CHECK(q.access == (kAccessRemoteWrite | kAccessRemoteAtomic));  // kept from INIT
+
+  QpAttr a3;
+  a3.state = QpState::kRts;
+  a3.sq_psn = 0xabcdef;
+  a3.timeout = 17;
+  a3.retry_cnt = 5;
+  a3.rnr_retry = 3;
+  a3.max_rd_atomic = 1;
+  must(qp.modify(a3, qp_attr::kState | qp_attr::kSqPsn | qp_attr::kTimeout | qp_attr::kRetryCnt |
+                         qp_attr::kRnrRetry | qp_attr::kMaxQpRdAtomic),
+       "to RTS");
+  q = must(qp.query(), "query RTS");
+  CHECK(q.state == QpState::kRts);
+  CHECK(q.sq_psn == 0xabcdef);
+  CHECK(q.timeout == 17);
+  CHECK(q.retry_cnt == 5);
+  CHECK(q.rnr_retry == 3);
+  CHECK(q.max_rd_atomic == 1);
+  CHECK(q.rq_psn == 0x123456);  // kept from RTR
+  CHECK(q.dest_qpn == b->qp->qp_num());
+
+  // Back to RESET, then ERR: query follows.
+  QpAttr r;
+  r.state = QpState::kErr;
+  must(qp.modify(r, qp_attr::kState), "to ERR");
+  CHECK(must(qp.query(), "query ERR").state == QpState::kErr);
+  r.state = QpState::kReset;
+  must(qp.modify(r, qp_attr::kState), "to RESET");
+  CHECK(must(qp.query(), "query RESET").state == QpState::kReset);
+}
+
+TEST_CASE("Qp::query of a UD QP returns its Q_Key; Qp::cap reports the rounded-up sizes", "[api]") {
+  EpOptions o;
+  o.type = QpType::kUd;
+  o.cap.max_send_wr = 10;
+  o.cap.max_recv_wr = 5;
+  o.cap.max_send_sge = 2;
+  auto a = open_ep(sock_a(), o);
+  CHECK(a->qp->type() == QpType::kUd);
+  CHECK(a->qp->cap().max_send_wr == 16);
+  CHECK(a->qp->cap().max_recv_wr == 8);
+  CHECK(a->qp->cap().max_send_sge >= 2);
+  QpAttr i;
+  i.state = QpState::kInit;
+  i.port = 1;
+  i.qkey = 0x0badcafe;
+  must(a->qp->modify(i, qp_attr::kState | qp_attr::kPort | qp_attr::kPkeyIndex | qp_attr::kQkey), "to INIT");
+  QpAttr q = must(a->qp->query(), "query");
+  CHECK(q.state == QpState::kInit);
+  CHECK(q.qkey == 0x0badcafe);
+}
