@@ -74,6 +74,7 @@ struct Ep {
   std::unique_ptr<Mr> mr;
   std::unique_ptr<CompChannel> ch;
   std::unique_ptr<Cq> cq;
+  std::unique_ptr<Cq> send_cq;  // when the QP's send CQ is not `cq` (then made by the case)
   std::unique_ptr<Srq> srq;
   std::unique_ptr<Qp> qp;
   uint16_t lid = 0;

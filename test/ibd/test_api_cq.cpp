@@ -128,9 +128,10 @@ TEST_CASE("two CQs on one channel: get_event names the CQ that completed", "[api
   b->mr = must(b->ctx->alloc_mr(*b->pd, 4096, kAllAccess), "alloc_mr");
   b->ch = must(b->ctx->create_comp_channel(), "channel");
   b->cq = must(b->ctx->create_cq(16, b->ch.get()), "recv CQ");
-  auto send_cq = must(b->ctx->create_cq(16, b->ch.get()), "send CQ");
+  b->send_cq = must(b->ctx->create_cq(16, b->ch.get()), "send CQ");
+  Cq* send_cq = b->send_cq.get();
   QpInit init;
-  init.send_cq = send_cq.get();
+  init.send_cq = send_cq;
   init.recv_cq = b->cq.get();
   b->qp = must(b->ctx->create_qp(*b->pd, init), "create_qp");
   connect(*a, *b);
@@ -146,13 +147,11 @@ TEST_CASE("two CQs on one channel: get_event names the CQ that completed", "[api
   // B -> A: B's send CQ.
   REQUIRE(post_recv(*a->qp, a->sge(64, 64), 3) == 0);
   REQUIRE(post_send(*b->qp, b->sge(64, 64), 4) == 0);
-  CHECK(must(b->ch->get_event(kWaitMs), "event for the send") == send_cq.get());
+  CHECK(must(b->ch->get_event(kWaitMs), "event for the send") == send_cq);
   Wc s = wait_wc(*send_cq);
   CHECK(s.opcode == kWcSend);
   CHECK(s.wr_id == 4);
   CHECK(wait_wc(*a->cq).wr_id == 3);
-  b->qp.reset();
-  send_cq.reset();
 }
 
 TEST_CASE("unsignaled sends complete nothing until a signaled one; sq_sig_all signals every send",
@@ -189,4 +188,27 @@ TEST_CASE("unsignaled sends complete nothing until a signaled one; sq_sig_all si
     CHECK(s.status == kWcSuccess);
     CHECK(wait_wc(*l.b->cq).wr_id == 100);
   }
+}
+
+TEST_CASE("Cq::size rounds up to a power of two; one poll returns several completions in order", "[api]") {
+  EpOptions ob;
+  ob.cqe = 100;
+  Link l = link({}, ob);
+  CHECK(l.b->cq->size() == 128);
+  CHECK(l.a->cq->size() == 64);
+  for (uint8_t i = 0; i < 5; ++i) {
+    REQUIRE(post_recv(*l.b->qp, l.b->sge(size_t{i} * 64, 64), 100 + i) == 0);
+    fill(l.a->buf() + size_t{i} * 64, 64, i);
+    REQUIRE(post_send(*l.a->qp, l.a->sge(size_t{i} * 64, 64), i) == 0);
+  }
+  for (uint8_t i = 0; i < 5; ++i) CHECK(wait_wc(*l.a->cq).wr_id == i);
+  // A's completions follow B's ACKs, which follow B's receive CQEs: all five are there.
+  Wc wc[8];
+  REQUIRE(l.b->cq->poll(wc) == 5);
+  for (uint8_t i = 0; i < 5; ++i) {
+    CHECK(wc[i].wr_id == 100u + i);
+    CHECK(wc[i].byte_len == 64);
+    CHECK(first_diff(l.b->buf() + size_t{i} * 64, 64, i) == 64);
+  }
+  CHECK(l.b->cq->poll(wc) == 0);
 }
