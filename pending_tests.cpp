@@ -17,6 +17,20 @@
 //    changes. The proposed diff: pending_cq_arm.patch (src/lib and
 //    src/sim/simhca; docs/simhca.md §12.3 and §12.5.1 to follow). With it
 //    this case passed 15 runs of 15; without it, it failed 6 of 12.
+//
+// 2. "modified to ERR": LAST_WQE_REACHED (IBA 11.6.3.1, docs/simhca.md §9.4:
+//    "a QP on an SRQ enters ERR") is not raised when MODIFY_QP moves the QP
+//    to ERR. src/sim/simhca/datapath.cpp, Hca::on_qp_transition calls
+//    qp_to_error(qpn, qp, kErr) after the command has already set
+//    qp.attrs.state = kErr, and qp_to_error raises the event only if the
+//    state it finds (`was`) is not ERR. Errors of the data path (which call
+//    qp_to_error with the old state still in place) do raise it
+//    (test_api_srq.cpp). Proposed fix (datapath.cpp, on_qp_transition):
+//    -  if (to == kErr && from != kErr) qp_to_error(qpn, qp, kErr);
+//    +  if (to == kErr && from != kErr) {
+//    +    qp.attrs.state = from;  // qp_to_error sees the transition (its LAST_WQE_REACHED)
+//    +    qp_to_error(qpn, qp, kErr);
+//    +  }
 #include "test_api.hpp"
 
 using namespace openib;
@@ -60,4 +74,20 @@ TEST_CASE("two CQs on one channel, both armed at once: each completion raises it
   CHECK(s.opcode == kWcSend);
   CHECK(s.wr_id == 4);
   CHECK(wait_wc(*a->cq).wr_id == 3);
+}
+
+TEST_CASE("a QP on an SRQ modified to ERR raises LAST_WQE_REACHED", "[api]") {
+  EpOptions ob;
+  ob.srq = true;
+  Link l = link({}, ob);
+  REQUIRE(post_recv(*l.b->srq, l.b->sge(0, 64), 1) == 0);
+  QpAttr e;
+  e.state = QpState::kErr;
+  must(l.b->qp->modify(e, qp_attr::kState), "to ERR");
+  auto evs = wait_async(*l.b->ctx, [](const AsyncEvent& ev) { return ev.type == AsyncEventType::kQpLastWqeReached; },
+                        kWaitMs);
+  REQUIRE(count_events(evs, AsyncEventType::kQpLastWqeReached) == 1);
+  CHECK(evs.back().qp == l.b->qp.get());
+  // The SRQ's WQE is not the QP's: it stays, no flush completion for it.
+  expect_no_wc(*l.b->cq);
 }

@@ -110,6 +110,7 @@ inline std::unique_ptr<Ep> open_ep(const std::string& socket, const EpOptions& o
 struct PathOptions {
   bool grh = false;  // an address vector with a GRH to the peer's GID 0
   uint32_t psn = 0;
+  uint8_t rnr_retry = 7;  // 7: retry for ever (IBA 9.7.5.2.8)
 };
 
 // RESET -> INIT -> RTR -> RTS (IBA 11.2.4.2) towards the peer's QPN and LID;
@@ -158,7 +159,7 @@ inline Result<void> to_rts(Qp& qp, uint32_t peer_qpn, uint16_t peer_lid, const G
   if (qp.type() == QpType::kRc) {
     a.timeout = 14;
     a.retry_cnt = 7;
-    a.rnr_retry = 7;
+    a.rnr_retry = p.rnr_retry;
     a.max_rd_atomic = 1;
     mask |= qp_attr::kTimeout | qp_attr::kRetryCnt | qp_attr::kRnrRetry | qp_attr::kMaxQpRdAtomic;
   }

@@ -104,3 +104,41 @@ TEST_CASE("SRQ limit: the event fires once when fewer than `limit` WQEs remain, 
   evs = wait_async(bctx, is_limit, kWaitMs);
   CHECK(count_events(evs, AsyncEventType::kSrqLimitReached) == 1);
 }
+
+TEST_CASE("a QP on an SRQ that an error puts in ERR raises LAST_WQE_REACHED; the SRQ's other WQEs stay",
+          "[api]") {
+  EpOptions ob;
+  ob.srq = true;
+  Link l = link({}, ob);
+  REQUIRE(post_recv(*l.b->srq, l.b->sge(0, 64), 1) == 0);     // too small for the message
+  REQUIRE(post_recv(*l.b->srq, l.b->sge(1024, 1024), 2) == 0);
+  fill(l.a->buf(), 200, 4);
+  REQUIRE(post_send(*l.a->qp, l.a->sge(0, 200), 3) == 0);
+  CHECK(wait_wc(*l.a->cq).status == kWcRemInvReqErr);
+  Wc r = wait_wc(*l.b->cq);
+  CHECK(r.wr_id == 1);
+  CHECK(r.status == kWcLocLenErr);
+  auto evs = wait_async(*l.b->ctx, [](const AsyncEvent& ev) { return ev.type == AsyncEventType::kQpLastWqeReached; },
+                        kWaitMs);
+  REQUIRE(count_events(evs, AsyncEventType::kQpLastWqeReached) == 1);
+  CHECK(evs.back().qp == l.b->qp.get());
+  CHECK(must(l.b->qp->query(), "query").state == QpState::kErr);
+  // The SRQ's second WQE is not the QP's: no flush completion; a new QP on
+  // the SRQ receives into it.
+  expect_no_wc(*l.b->cq);
+  QpInit init;
+  init.send_cq = init.recv_cq = l.b->cq.get();
+  init.srq = l.b->srq.get();
+  auto qp2 = must(l.b->ctx->create_qp(*l.b->pd, init), "second QP on the SRQ");
+  auto a2 = open_ep(sock_a());
+  must(to_rts(*a2->qp, qp2->qp_num(), l.b->lid, l.b->gid), "A2 to RTS");
+  must(to_rts(*qp2, a2->qp->qp_num(), a2->lid, a2->gid), "B2 to RTS");
+  fill(a2->buf(), 300, 5);
+  REQUIRE(post_send(*a2->qp, a2->sge(0, 300), 4) == 0);
+  CHECK(wait_wc(*a2->cq).status == kWcSuccess);
+  Wc r2 = wait_wc(*l.b->cq);
+  CHECK(r2.wr_id == 2);
+  CHECK(r2.qp_num == qp2->qp_num());
+  CHECK(first_diff(l.b->buf() + 1024, 300, 5) == 300);
+  qp2.reset();
+}
