@@ -158,3 +158,23 @@ TEST_CASE("Qp::query of a UD QP returns its Q_Key; Qp::cap reports the rounded-u
   CHECK(q.state == QpState::kInit);
   CHECK(q.qkey == 0x0badcafe);
 }
+
+TEST_CASE("object numbers: each CQ, SRQ, QP and AH has its own", "[api]") {
+  EpOptions o;
+  o.srq = true;
+  auto a = open_ep(sock_a(), o);
+  auto cq2 = must(a->ctx->create_cq(8), "second CQ");
+  auto srq2 = must(a->ctx->create_srq(*a->pd, 8, 1), "second SRQ");
+  CHECK(cq2->cqn() != a->cq->cqn());
+  CHECK(srq2->srqn() != a->srq->srqn());
+  AddressVector av;
+  av.dlid = 2;
+  auto ah1 = must(a->ctx->create_ah(*a->pd, av), "AH 1");
+  auto ah2 = must(a->ctx->create_ah(*a->pd, av), "AH 2");
+  CHECK(ah1->ahn() != ah2->ahn());
+  CHECK(a->pd->handle() != 0);
+  // A second context's objects are its own: another PD handle space, other QPNs.
+  auto b = open_ep(sock_a());
+  CHECK(b->qp->qp_num() != a->qp->qp_num());
+  CHECK(b->cq->cqn() != a->cq->cqn());
+}
