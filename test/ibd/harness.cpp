@@ -186,7 +186,7 @@ std::vector<uint16_t> free_udp_ports(size_t n) {
   return ports;
 }
 
-IbdPair::IbdPair(const std::string& dir, const std::string& log, bool distinct_guids) {
+IbdPair::IbdPair(const std::string& dir, const std::string& log, bool distinct_guids, bool shm_cable) {
   auto p = free_udp_ports(2);
   auto end = [](uint16_t port) { return "127.0.0.1:" + std::to_string(port); };
   IbdOptions oa, ob;
@@ -195,6 +195,10 @@ IbdPair::IbdPair(const std::string& dir, const std::string& log, bool distinct_g
   oa.log = ob.log = log;
   oa.cable = "LOCAL=" + end(p[0]) + ",PEER=" + end(p[1]);
   ob.cable = "LOCAL=" + end(p[1]) + ",PEER=" + end(p[0]);
+  if (shm_cable) {
+    oa.cable = "SHM=" + dir + "/cable.shm,END=A";
+    ob.cable = "SHM=" + dir + "/cable.shm,END=B";
+  }
   if (distinct_guids) {
     char guid[32];
     std::snprintf(guid, sizeof guid, "--simhca-arg=%#llx", static_cast<unsigned long long>(kPairGuidB));

@@ -79,9 +79,12 @@ std::vector<uint16_t> free_udp_ports(size_t n);
 // Two ibds whose simhca ports are cabled to each other, LIDs 1 and 2.
 // With distinct_guids, B's simhca gets node GUID kPairGuidB instead of
 // simhca's default (both ends would otherwise share one GUID, so one GID).
+// With shm_cable, the cable is a shared-memory one (docs/cables.md), its
+// file in `dir`, instead of UDP on 127.0.0.1.
 struct IbdPair {
   static constexpr uint64_t kPairGuidB = 0x123400fffe000101ull;
-  explicit IbdPair(const std::string& dir, const std::string& log = "warn", bool distinct_guids = false);
+  explicit IbdPair(const std::string& dir, const std::string& log = "warn", bool distinct_guids = false,
+                   bool shm_cable = false);
   std::unique_ptr<Ibd> a, b;
 };
 

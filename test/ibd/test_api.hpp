@@ -5,7 +5,10 @@
 // call to its cases.
 //
 // Every case of the executable shares one pair of ibds cabled back to back
-// (LIDs 1 and 2; harness.hpp), started on first use and stopped at exit.
+// (LIDs 1 and 2; harness.hpp), started on first use and stopped at exit:
+// over UDP on 127.0.0.1, or with OPENIB_CABLE=shm in the environment over
+// the shared-memory cable (docs/cables.md: its RC/UC segments take other
+// code paths of simhca).
 // A case opens its own Contexts, one per side, on the two daemons: a
 // message goes over the cable from one emulated HCA to the other.
 #pragma once
@@ -14,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -27,9 +31,13 @@
 namespace openib::testing::api {
 
 // The shared pair (started once per process; both stop at exit).
+inline bool shm_cable() {
+  const char* c = std::getenv("OPENIB_CABLE");
+  return c && std::string(c) == "shm";
+}
 inline IbdPair& ibds() {
   static TempDir dir;
-  static IbdPair pair(dir.path(), "warn", /*distinct_guids=*/true);
+  static IbdPair pair(dir.path(), "warn", /*distinct_guids=*/true, shm_cable());
   return pair;
 }
 inline const std::string& sock_a() { return ibds().a->socket(); }
