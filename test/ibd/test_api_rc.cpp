@@ -284,3 +284,43 @@ TEST_CASE("RC QP taken back to RESET and connected again: the queues restart and
     connect(*l.a, *l.b, {.psn = 0x1000});
   }
 }
+
+TEST_CASE("RC long messages: SEND_WITH_IMM and WRITE_WITH_IMM of hundreds of packets, a READ over "
+          "the 128-response window",
+          "[api]") {
+  EpOptions o;
+  o.mr_len = 1 << 20;
+  Link l = link(o, o);
+  constexpr uint32_t kSend = 200 * 1024 + 17;  // 201 packets at the 1024-byte path MTU
+  constexpr uint32_t kRead = 300 * 1024 + 5;   // 301 responses: three READ requests' worth
+  fill(l.a->buf(), kSend, 11);
+  REQUIRE(post_recv(*l.b->qp, l.b->sge(0, kSend), 1) == 0);
+  REQUIRE(post_send(*l.a->qp, l.a->sge(0, kSend), 2, {.op = WrOpcode::kSendImm, .imm = 0x600d}) == 0);
+  CHECK(wait_wc(*l.a->cq).status == kWcSuccess);
+  Wc r = wait_wc(*l.b->cq);
+  CHECK(r.status == kWcSuccess);
+  CHECK(r.byte_len == kSend);
+  CHECK(r.imm == 0x600d);
+  CHECK(first_diff(l.b->buf(), kSend, 11) == kSend);
+
+  fill(l.a->buf() + 262144, kSend, 12);
+  REQUIRE(post_recv(*l.b->qp, l.b->sge(0, 0), 3) == 0);
+  REQUIRE(post_send(*l.a->qp, l.a->sge(262144, kSend), 4,
+                    {.op = WrOpcode::kWriteImm, .imm = 0xbeef, .remote_addr = l.b->va(262144),
+                     .rkey = l.b->mr->rkey()}) == 0);
+  CHECK(wait_wc(*l.a->cq).status == kWcSuccess);
+  Wc w = wait_wc(*l.b->cq);
+  CHECK(w.status == kWcSuccess);
+  CHECK(w.opcode == kWcRecvRdmaWithImm);
+  CHECK(w.byte_len == kSend);
+  CHECK(w.imm == 0xbeef);
+  CHECK(first_diff(l.b->buf() + 262144, kSend, 12) == kSend);
+
+  fill(l.b->buf() + 524288, kRead, 13);
+  REQUIRE(post_send(*l.a->qp, l.a->sge(524288, kRead), 5,
+                    {.op = WrOpcode::kRead, .remote_addr = l.b->va(524288), .rkey = l.b->mr->rkey()}) == 0);
+  Wc rd = wait_wc(*l.a->cq);
+  CHECK(rd.status == kWcSuccess);
+  CHECK(rd.byte_len == kRead);
+  CHECK(first_diff(l.a->buf() + 524288, kRead, 13) == kRead);
+}
