@@ -324,3 +324,33 @@ TEST_CASE("RC long messages: SEND_WITH_IMM and WRITE_WITH_IMM of hundreds of pac
   CHECK(rd.byte_len == kRead);
   CHECK(first_diff(l.a->buf() + 524288, kRead, 13) == kRead);
 }
+
+TEST_CASE("queue bounds: a full send or receive queue is ENOMEM until a polled completion frees it",
+          "[api]") {
+  Link l = link();  // 16 send and 16 receive WRs
+  REQUIRE(l.a->qp->cap().max_send_wr == 16);
+  REQUIRE(l.b->qp->cap().max_recv_wr == 16);
+  for (uint64_t i = 0; i < 16; ++i) REQUIRE(post_recv(*l.b->qp, l.b->sge(i * 64, 64), i) == 0);
+  CHECK(post_recv(*l.b->qp, l.b->sge(0, 64), 99) == ENOMEM);
+  // 15 unsignaled and one signaled: the queue is full until that one's CQE is polled.
+  for (uint64_t i = 0; i < 16; ++i) {
+    fill(l.a->buf() + i * 64, 64, uint8_t(i));
+    REQUIRE(post_send(*l.a->qp, l.a->sge(i * 64, 64), i, {.flags = i == 15 ? kSendSignaled : 0u}) == 0);
+  }
+  CHECK(post_send(*l.a->qp, l.a->sge(0, 64), 99) == ENOMEM);
+  for (uint64_t i = 0; i < 16; ++i) {
+    Wc r = wait_wc(*l.b->cq);
+    REQUIRE(r.wr_id == i);
+    CHECK(first_diff(l.b->buf() + i * 64, 64, uint8_t(i)) == 64);
+  }
+  // The receives polled freed the RQ; the signaled CQE not yet polled: the SQ is still full.
+  CHECK(post_recv(*l.b->qp, l.b->sge(0, 64), 100) == 0);
+  CHECK(post_send(*l.a->qp, l.a->sge(0, 64), 99) == ENOMEM);
+  Wc s = wait_wc(*l.a->cq);
+  CHECK(s.wr_id == 15);
+  expect_no_wc(*l.a->cq);
+  // Now all 16 slots are free again.
+  REQUIRE(post_send(*l.a->qp, l.a->sge(0, 64), 16) == 0);
+  CHECK(wait_wc(*l.a->cq).wr_id == 16);
+  CHECK(wait_wc(*l.b->cq).wr_id == 100);
+}
