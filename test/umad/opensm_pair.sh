@@ -76,9 +76,9 @@ cap=$(field a "Capability mask")
 
 # SMPs by LID and by directed route, from both hosts.
 out=$(on a smpquery nodeinfo "$lid_b") || fail "smpquery nodeinfo $lid_b: $out"
-# B's node answers by LID: the NodeGuid it was given (--guid), and the
-# PortGuid ibstat -p showed on B.
-grep -qi "^NodeGuid:\.*$node_guid_b\$" <<<"$out" || fail "nodeinfo of B: NodeGuid is not $node_guid_b: $out"
+# B's node answers by LID: the NodeGUID it was given (--guid; smpquery's
+# label is "Guid"), and the PortGuid ibstat -p showed on B.
+grep -qi "^Guid:\.*$node_guid_b\$" <<<"$out" || fail "nodeinfo of B: NodeGUID is not $node_guid_b: $out"
 grep -qi "^PortGuid:\.*$guid_b\$" <<<"$out" || fail "nodeinfo of B: PortGuid is not $guid_b: $out"
 grep -q "^NumPorts:\.*1" <<<"$out" || fail "nodeinfo of B: $out"
 out=$(on b smpquery -D portinfo 0,1) || fail "smpquery -D portinfo 0,1 from B: $out"
