@@ -35,6 +35,7 @@ chmod 755 "$tmp"
 server_pid=
 IBD=build/src/ibd/ibd work=$tmp
 source scripts/ibd_pair.sh
+source scripts/unprivileged.sh
 export OPENIB_BUILD=$PWD/build OPENIB_SANDBOX=$tmp/sandbox OPENIB_SANDBOX_PREFIX=sbd OPENIB_SANDBOX_NET=198.18.9
 cleanup() {
   if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
@@ -70,8 +71,10 @@ echo "-- openib-rc-pingpong: server (root) on ibd A, client as user nobody on ib
 OPENIB_SOCKET=$tmp/a.sock timeout 60 build/examples/openib-rc-pingpong -p "$tcp" -s 4096 -n 1000 &
 pp_server=$!
 wait_listen "$tcp"
-setpriv --reuid=nobody --regid=nogroup --clear-groups env OPENIB_SOCKET="$tmp/b.sock" \
-  timeout 60 build/examples/openib-rc-pingpong -p "$tcp" -s 4096 -n 1000 127.0.0.1 &
+# nobody runs a copy: the build tree may be out of its reach (a clone under /root).
+reachable_copy "$tmp/bin" build/examples/openib-rc-pingpong
+"${AS_NOBODY[@]}" env OPENIB_SOCKET="$tmp/b.sock" LD_LIBRARY_PATH="$tmp/bin/lib" \
+  timeout 60 "$tmp/bin/openib-rc-pingpong" -p "$tcp" -s 4096 -n 1000 127.0.0.1 &
 pp_client=$!
 sleep 0.3
 clients_seen=$(build/src/tools/ibdctl --socket "$tmp/b.sock" clients || true)

@@ -4,7 +4,9 @@
 # ibd-examples, suite ibd-clients):
 #   openib-rc-pingpong and openib-ud-pingpong, server on ibd A and client on
 #   ibd B (exit 0 and the "usec/iter" line on both sides); the client runs
-#   unprivileged (user nobody, through the 0666 socket);
+#   unprivileged (user nobody, through the 0666 socket; copies of the
+#   examples in the scratch directory, which nobody can reach even when the
+#   build directory is in a clone only root may enter);
 #   openib-perf send/write/read, bandwidth and latency, with a small -n.
 # Usage: examples.sh IBD IBDCTL EXAMPLES_DIR
 # Everything it starts it stops by PID, also on failure; every step has a
@@ -22,6 +24,8 @@ chmod 755 "$work"
 failures=0
 # shellcheck source=../../scripts/ibd_pair.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/ibd_pair.sh"
+# shellcheck source=../../scripts/unprivileged.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/unprivileged.sh"
 
 cleanup() {
   stop_daemons
@@ -38,10 +42,15 @@ start_ibd b 2 "$pb" "$pa" PID_B --socket-mode 0666
 SA="$work/a.sock" SB="$work/b.sock"
 echo "ibd A pid $PID_A on $SA, ibd B pid $PID_B on $SB, cable 127.0.0.1:$pa <-> :$pb"
 
-AS_NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
-# The unprivileged runs must really be unprivileged, and reach the binaries.
+# The unprivileged runs must really be unprivileged, and reach the binaries
+# (copies in $work/bin, with the libraries they need).
+reachable_copy "$work/bin" "$RC" "$UD" "$PERF"
+NOBODY_ENV=(env LD_LIBRARY_PATH="$work/bin/lib")
 [[ $("${AS_NOBODY[@]}" id -u) == 65534 ]] || { echo "FAIL: setpriv to nobody does not work"; exit 1; }
-[[ -x $RC ]] && "${AS_NOBODY[@]}" test -x "$RC" || { echo "FAIL: nobody cannot execute $RC"; exit 1; }
+for b in "$RC" "$UD" "$PERF"; do
+  "${AS_NOBODY[@]}" "${NOBODY_ENV[@]}" "$work/bin/${b##*/}" --help >/dev/null ||
+    { echo "FAIL: nobody cannot run $work/bin/${b##*/}"; exit 1; }
+done
 
 # pair NAME SERVER_EXPECT CLIENT_EXPECT PROG nobody|root ARGS...: the
 # server (on ibd A, root) in the background, the client (on ibd B, as
@@ -56,19 +65,21 @@ pair() {
   local sout="$work/$name.server.out" cout="$work/$name.client.out"
   OPENIB_SOCKET=$SA timeout 90 "$prog" -p "$port" "${args[@]}" >"$sout" 2>&1 &
   local spid=$!
-  local crc=1
-  local runner=()
-  [[ $nobody == nobody ]] && runner=("${AS_NOBODY[@]}")
-  # The server needs a moment to listen; the client is retried while it
-  # cannot connect (at most 20 tries).
-  for _ in $(seq 20); do
-    sleep 0.3
-    crc=0
+  local crc=0
+  local runner=() cprog=$prog
+  if [[ $nobody == nobody ]]; then
+    runner=("${AS_NOBODY[@]}" "${NOBODY_ENV[@]}")
+    cprog=$work/bin/${prog##*/}
+  fi
+  # The client once the server listens (wait_listen: at most 10 s).
+  if wait_listen "$port"; then
     OPENIB_SOCKET=$SB timeout 90 "${runner[@]}" env OPENIB_SOCKET="$SB" \
-      "$prog" -p "$port" "${args[@]}" 127.0.0.1 >"$cout" 2>&1 || crc=$?
-    if ((crc == 0)) || ! grep -qi "connect" "$cout"; then break; fi
-    kill -0 "$spid" 2>/dev/null || break
-  done
+      "$cprog" -p "$port" "${args[@]}" 127.0.0.1 >"$cout" 2>&1 || crc=$?
+  else
+    echo "server does not listen on TCP port $port" >"$cout"
+    crc=1
+    kill "$spid" 2>/dev/null || true
+  fi
   local src=0
   wait "$spid" || src=$?
   local ok=1

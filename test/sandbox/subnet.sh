@@ -29,6 +29,26 @@ fail() {
   exit 1
 }
 ok() { echo "ok: $*"; }
+# pings_back FROM LID SERVER_PID: waits (at most 10 s) until the ibping
+# server at LID answers a ping from FROM (it has registered its agent);
+# fails if the server exits first.
+pings_back() {
+  for _ in $(seq 50); do
+    sb run "$1" ibping -c 1 -t 200 "$2" 2>/dev/null | grep -q "1 packets transmitted, 1 received" && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+  done
+  return 1
+}
+# listens HOST PORT PID: waits (at most 10 s) until a TCP socket listens on
+# PORT in HOST's namespace; fails if PID exits first.
+listens() {
+  for _ in $(seq 100); do
+    [[ -n $(sb run "$1" ss -Hltn "sport = :$2") ]] && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
 field() { sb run "$1" ibstat simhca0 "${3:-1}" | awk -F': ' -v k="$2" '$1 ~ k {print $2}'; }
 lid_of() { field "$1" "Base lid"; }
 
@@ -106,7 +126,7 @@ ok "ibtracert Hca1 -> Switch1 -> Switch2 -> Hca4"
 # --- ibping with its server on another host -------------------------------
 bash "$sandbox" run Hca3 ibping -S >"$OPENIB_SANDBOX/ibping-server.log" 2>&1 &
 srv=$!
-sleep 1
+pings_back Hca2 "${lid[Hca3]}" $srv || { kill $srv; fail "ibping -S on Hca3 does not answer: $(cat "$OPENIB_SANDBOX/ibping-server.log")"; }
 out=$(sb run Hca2 ibping -c 5 "${lid[Hca3]}") || { kill $srv; fail "ibping: $out"; }
 kill $srv 2>/dev/null || true
 grep -q "5 packets transmitted, 5 received" <<<"$out" || fail "ibping: $out"
@@ -119,7 +139,7 @@ before=$(xmit)
 ((before < 10)) || fail "PortXmitPkts $before right after reset"
 bash "$sandbox" run Hca4 ibping -S >"$OPENIB_SANDBOX/ibping4.log" 2>&1 &
 srv=$!
-sleep 1
+pings_back Hca2 "${lid[Hca4]}" $srv || { kill $srv; fail "ibping -S on Hca4 does not answer: $(cat "$OPENIB_SANDBOX/ibping4.log")"; }
 sb run Hca2 ibping -c 20 "${lid[Hca4]}" >/dev/null || { kill $srv; fail "ibping to Hca4"; }
 kill $srv 2>/dev/null || true
 after=$(xmit)
@@ -130,7 +150,7 @@ ok "perfquery: Hca4 PortXmitPkts $before -> $after with traffic; -R resets"
 pp=$build/examples/openib-rc-pingpong
 bash "$sandbox" run Hca1 "$pp" -n 200 -s 4096 >"$OPENIB_SANDBOX/pp-server.log" 2>&1 &
 pp_pid=$!
-sleep 1
+listens Hca1 18515 "$pp_pid" || fail "rc-pingpong server does not listen: $(cat "$OPENIB_SANDBOX/pp-server.log")"
 out=$(sb run Hca4 timeout 60 "$pp" -n 200 -s 4096 "$OPENIB_SANDBOX_NET.10") || fail "rc-pingpong client: $out"
 wait "$pp_pid" || fail "rc-pingpong server: $(cat "$OPENIB_SANDBOX/pp-server.log")"
 pp_pid=''

@@ -37,9 +37,10 @@ on() { OPENIB_SOCKET=$work/$1.sock "${@:2}"; }
 pa=$(free_port); pb=$pa
 while ((pb == pa)); do pb=$(free_port); done
 PID_A='' PID_B=''
-start_ibd a 0 "$pa" "$pb" PID_A --simhca-arg=--guid --simhca-arg=0x0002c90300a10000 --simhca-arg=--node-desc \
+node_guid_a=0x0002c90300a10000 node_guid_b=0x0002c90300b20000
+start_ibd a 0 "$pa" "$pb" PID_A --simhca-arg=--guid --simhca-arg=$node_guid_a --simhca-arg=--node-desc \
   --simhca-arg="host A" || fail "ibd a"
-start_ibd b 0 "$pb" "$pa" PID_B --simhca-arg=--guid --simhca-arg=0x0002c90300b20000 --simhca-arg=--node-desc \
+start_ibd b 0 "$pb" "$pa" PID_B --simhca-arg=--guid --simhca-arg=$node_guid_b --simhca-arg=--node-desc \
   --simhca-arg="host B" || fail "ibd b"
 
 state() { on "$1" ibstat simhca0 1 | awk -F': ' '/^[[:space:]]*State:/ {print $2}'; }
@@ -75,7 +76,10 @@ cap=$(field a "Capability mask")
 
 # SMPs by LID and by directed route, from both hosts.
 out=$(on a smpquery nodeinfo "$lid_b") || fail "smpquery nodeinfo $lid_b: $out"
-grep -q "NodeGuid:.*${guid_b#0x}" <<<"$(echo "$out" | tr 'A-F' 'a-f')" || true
+# B's node answers by LID: the NodeGUID it was given (--guid; smpquery's
+# label is "Guid"), and the PortGuid ibstat -p showed on B.
+grep -qi "^Guid:\.*$node_guid_b\$" <<<"$out" || fail "nodeinfo of B: NodeGUID is not $node_guid_b: $out"
+grep -qi "^PortGuid:\.*$guid_b\$" <<<"$out" || fail "nodeinfo of B: PortGuid is not $guid_b: $out"
 grep -q "^NumPorts:\.*1" <<<"$out" || fail "nodeinfo of B: $out"
 out=$(on b smpquery -D portinfo 0,1) || fail "smpquery -D portinfo 0,1 from B: $out"
 grep -q "^Lid:\.*$lid_a" <<<"$out" || fail "DR portinfo of A from B: $out"

@@ -7,6 +7,7 @@
 // test fails rather than skips.
 #include <catch2/catch.hpp>
 
+#include "blocked_in.hpp"
 #include "tshark.hpp"
 
 #include <arpa/inet.h>
@@ -662,7 +663,8 @@ TEST_CASE("UdpLink stop and destruction are bounded", "[cable][udp]") {
   auto& b = ends.second;
   Sink at_a;
   a->set_receiver(at_a.receiver());
-  std::this_thread::sleep_for(20ms);  // the receive threads are in poll()
+  // Both receive threads asleep in poll(): only the eventfd can end it early.
+  REQUIRE(wait_until([] { return openib::test::threads_blocked_in(openib::test::kPollCalls) >= 2; }));
   auto t0 = std::chrono::steady_clock::now();
   b->stop();
   b->stop();  // idempotent

@@ -6,6 +6,7 @@
 // are refused; the pcap tap shows valid IBA packets to tshark.
 #include <catch2/catch.hpp>
 
+#include "blocked_in.hpp"
 #include "tshark.hpp"
 
 #include <linux/futex.h>
@@ -226,13 +227,18 @@ TEST_CASE("ShmLink: a sleeping receiver is woken by a send, and only then", "[ca
   REQUIRE(b->arm_sleep());
   CHECK(*b->wake_word() == 1);
   std::atomic<bool> woke{false};
+  std::atomic<pid_t> sleeper_tid{0};
   std::thread sleeper([&] {
+    sleeper_tid = ::gettid();
     const timespec limit{5, 0};
     while (std::atomic_ref<std::uint32_t>(*b->wake_word()).load() == 1)
       ::syscall(SYS_futex, b->wake_word(), FUTEX_WAIT, 1, &limit, nullptr, 0);
     woke = true;
   });
-  std::this_thread::sleep_for(20ms);
+  // The sleeper is in FUTEX_WAIT (not merely started) before the send.
+  const bool asleep = openib::test::eventually(
+      [&] { return sleeper_tid != 0 && openib::test::blocked_syscall(sleeper_tid) == SYS_futex; });
+  CHECK(asleep);
   CHECK_FALSE(woke.load());
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(a->send(packet(2, 8)).ok());
