@@ -48,10 +48,10 @@ inline constexpr uint32_t kStatusCmdqFault = 1u << 3;
 inline constexpr uint32_t kStatusFatal = 1u << 31;
 
 // §4 UAR pages (src/prm/uar.hpp).
-using ::openib::prm::kUarCqArm;
-using ::openib::prm::kUarEqDoorbell;
-using ::openib::prm::kUarPageSize;
-using ::openib::prm::kUarSqDoorbell;
+using ::openib::dp::kUarCqArm;
+using ::openib::dp::kUarEqDoorbell;
+using ::openib::dp::kUarPageSize;
+using ::openib::dp::kUarSqDoorbell;
 
 // §5.2 command entry.
 inline constexpr size_t kEntrySize = 128;
@@ -83,7 +83,7 @@ enum Opcode : uint16_t {
 
 // §9.1, §9.4
 inline constexpr size_t kEqeSize = 32;
-using ::openib::prm::kCqeSize;  // §12.4 (src/prm/cqe.hpp)
+using ::openib::dp::kCqeSize;  // §12.4 (src/prm/cqe.hpp)
 enum Event : uint8_t {
   kEvCmdCompletion = 0x00, kEvCqCompletion = 0x01, kEvPortStateChange = 0x02,
   kEvLidChange = 0x03, kEvQpFatal = 0x04, kEvQpReqErr = 0x05, kEvQpAccessErr = 0x06,

@@ -9,14 +9,11 @@
 
 namespace openib::hca {
 
-// The data-path PRM (src/prm), not the command path's hca::prm.
-namespace dp = ::openib::prm;
-
 namespace {
 
 constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
 
-dp::SendWqe to_prm(const SendWr& wr) {
+dp::SendWqe to_dp(const SendWr& wr) {
   dp::SendWqe w;
   w.opcode = wr.opcode;
   w.flags = (wr.signaled ? dp::kFlagSignaled : 0) | (wr.solicited ? dp::kFlagSolicited : 0) |
@@ -36,7 +33,7 @@ dp::SendWqe to_prm(const SendWr& wr) {
 }  // namespace
 
 Result<void> write_send_wqe(std::span<std::byte> slot, const SendWr& wr, QpType type, const dp::SqLimits& lim) {
-  const auto e = dp::encode_send_wqe(slot.data(), slot.size(), static_cast<dp::QpType>(type), to_prm(wr),
+  const auto e = dp::encode_send_wqe(slot.data(), slot.size(), static_cast<dp::QpType>(type), to_dp(wr),
                                       std::span<const Sge>(wr.sg), lim);
   if (e != dp::WqeError::kNone) return err(EINVAL, "send WQE (wr_id {:#x}): {}", wr.wr_id, dp::error_name(e));
   return ok();

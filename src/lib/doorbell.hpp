@@ -27,7 +27,7 @@
 
 namespace openib::lib {
 
-// A counter into a doorbell record (§12.3: big-endian u32 at prm::kDbr*),
+// A counter into a doorbell record (§12.3: big-endian u32 at dp::kDbr*),
 // after (release) the WQEs it publishes.
 inline void dbr_store(std::byte* rec, size_t off, uint32_t counter) {
   std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(rec + off))
@@ -42,12 +42,12 @@ class Uar {
 
   // §12.5 SQ_DOORBELL with the SQ producer counter.
   void ring_sq(uint32_t qpn, uint32_t producer) {
-    store64(prm::kUarSqDoorbell, prm::sq_doorbell(qpn, producer));
+    store64(dp::kUarSqDoorbell, dp::sq_doorbell(qpn, producer));
     wake_scanner();
   }
   // §7.3 CQ_ARM with the consumer counter.
-  void arm_cq(uint32_t cqn, prm::CqArm cmd, uint32_t arm_sn, uint32_t consumer) {
-    store64(prm::kUarCqArm, prm::cq_arm(cqn, cmd, arm_sn, consumer));
+  void arm_cq(uint32_t cqn, dp::CqArm cmd, uint32_t arm_sn, uint32_t consumer) {
+    store64(dp::kUarCqArm, dp::cq_arm(cqn, cmd, arm_sn, consumer));
     wake_scanner();
   }
 
@@ -66,7 +66,7 @@ class Uar {
   // several ringing threads make the system call.
   void wake_scanner() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    auto* w = reinterpret_cast<uint32_t*>(page_ + prm::kUarScannerSleeping);
+    auto* w = reinterpret_cast<uint32_t*>(page_ + dp::kUarScannerSleeping);
     std::atomic_ref<uint32_t> sleeping(*w);
     if (sleeping.load(std::memory_order_relaxed) != 0 && sleeping.exchange(0, std::memory_order_seq_cst) != 0)
       ::syscall(SYS_futex, w, FUTEX_WAKE, 1, nullptr, nullptr, 0);  // shared: no FUTEX_PRIVATE_FLAG

@@ -15,43 +15,43 @@
 
 namespace openib::lib {
 
-using prm::kCqeSize;
-using prm::kSeg;
-using prm::SqLimits;
+using dp::kCqeSize;
+using dp::kSeg;
+using dp::SqLimits;
 
 // The public enums are the manual's values (docs/library.md promises
 // ibv_* values; §12.1, §12.4 and §6.10 use the same), so they convert by cast.
-static_assert(uint8_t(QpType::kRc) == uint8_t(prm::QpType::kRc) && uint8_t(QpType::kUc) == uint8_t(prm::QpType::kUc) &&
-              uint8_t(QpType::kUd) == uint8_t(prm::QpType::kUd));
-static_assert(uint8_t(WrOpcode::kSend) == uint8_t(prm::Opcode::kSend) &&
-              uint8_t(WrOpcode::kSendImm) == uint8_t(prm::Opcode::kSendImm) &&
-              uint8_t(WrOpcode::kWrite) == uint8_t(prm::Opcode::kWrite) &&
-              uint8_t(WrOpcode::kWriteImm) == uint8_t(prm::Opcode::kWriteImm) &&
-              uint8_t(WrOpcode::kRead) == uint8_t(prm::Opcode::kRead) &&
-              uint8_t(WrOpcode::kCmpSwap) == uint8_t(prm::Opcode::kCmpSwap) &&
-              uint8_t(WrOpcode::kFetchAdd) == uint8_t(prm::Opcode::kFetchAdd));
-static_assert(kSendSignaled == prm::kFlagSignaled && kSendSolicited == prm::kFlagSolicited &&
-              kSendInline == prm::kFlagInline && kSendFence == prm::kFlagFence);
-static_assert(int(kWcSuccess) == prm::kWcSuccess && int(kWcLocLenErr) == prm::kWcLocLenErr &&
-              int(kWcLocQpOpErr) == prm::kWcLocQpOpErr && int(kWcLocProtErr) == prm::kWcLocProtErr &&
-              int(kWcWrFlushErr) == prm::kWcWrFlushErr && int(kWcBadRespErr) == prm::kWcBadRespErr &&
-              int(kWcLocAccessErr) == prm::kWcLocAccessErr && int(kWcRemInvReqErr) == prm::kWcRemInvReqErr &&
-              int(kWcRemAccessErr) == prm::kWcRemAccessErr && int(kWcRemOpErr) == prm::kWcRemOpErr &&
-              int(kWcRetryExcErr) == prm::kWcRetryExcErr && int(kWcRnrRetryExcErr) == prm::kWcRnrRetryExcErr &&
-              int(kWcFatalErr) == prm::kWcFatalErr && int(kWcGeneralErr) == prm::kWcGeneralErr);
-static_assert(int(kWcSend) == prm::kWcSend && int(kWcRdmaWrite) == prm::kWcRdmaWrite &&
-              int(kWcRdmaRead) == prm::kWcRdmaRead && int(kWcCompSwap) == prm::kWcCompSwap &&
-              int(kWcFetchAdd) == prm::kWcFetchAdd && int(kWcRecv) == prm::kWcRecv &&
-              int(kWcRecvRdmaWithImm) == prm::kWcRecvRdmaWithImm);
+static_assert(uint8_t(QpType::kRc) == uint8_t(dp::QpType::kRc) && uint8_t(QpType::kUc) == uint8_t(dp::QpType::kUc) &&
+              uint8_t(QpType::kUd) == uint8_t(dp::QpType::kUd));
+static_assert(uint8_t(WrOpcode::kSend) == uint8_t(dp::Opcode::kSend) &&
+              uint8_t(WrOpcode::kSendImm) == uint8_t(dp::Opcode::kSendImm) &&
+              uint8_t(WrOpcode::kWrite) == uint8_t(dp::Opcode::kWrite) &&
+              uint8_t(WrOpcode::kWriteImm) == uint8_t(dp::Opcode::kWriteImm) &&
+              uint8_t(WrOpcode::kRead) == uint8_t(dp::Opcode::kRead) &&
+              uint8_t(WrOpcode::kCmpSwap) == uint8_t(dp::Opcode::kCmpSwap) &&
+              uint8_t(WrOpcode::kFetchAdd) == uint8_t(dp::Opcode::kFetchAdd));
+static_assert(kSendSignaled == dp::kFlagSignaled && kSendSolicited == dp::kFlagSolicited &&
+              kSendInline == dp::kFlagInline && kSendFence == dp::kFlagFence);
+static_assert(int(kWcSuccess) == dp::kWcSuccess && int(kWcLocLenErr) == dp::kWcLocLenErr &&
+              int(kWcLocQpOpErr) == dp::kWcLocQpOpErr && int(kWcLocProtErr) == dp::kWcLocProtErr &&
+              int(kWcWrFlushErr) == dp::kWcWrFlushErr && int(kWcBadRespErr) == dp::kWcBadRespErr &&
+              int(kWcLocAccessErr) == dp::kWcLocAccessErr && int(kWcRemInvReqErr) == dp::kWcRemInvReqErr &&
+              int(kWcRemAccessErr) == dp::kWcRemAccessErr && int(kWcRemOpErr) == dp::kWcRemOpErr &&
+              int(kWcRetryExcErr) == dp::kWcRetryExcErr && int(kWcRnrRetryExcErr) == dp::kWcRnrRetryExcErr &&
+              int(kWcFatalErr) == dp::kWcFatalErr && int(kWcGeneralErr) == dp::kWcGeneralErr);
+static_assert(int(kWcSend) == dp::kWcSend && int(kWcRdmaWrite) == dp::kWcRdmaWrite &&
+              int(kWcRdmaRead) == dp::kWcRdmaRead && int(kWcCompSwap) == dp::kWcCompSwap &&
+              int(kWcFetchAdd) == dp::kWcFetchAdd && int(kWcRecv) == dp::kWcRecv &&
+              int(kWcRecvRdmaWithImm) == dp::kWcRecvRdmaWithImm);
 
-inline prm::QpType to_prm(QpType t) { return static_cast<prm::QpType>(t); }
+inline dp::QpType to_dp(QpType t) { return static_cast<dp::QpType>(t); }
 
 // §12.1 into `slot` (one SQ stride). `ahn` is the AH's number for UD.
-// Returns 0, or EINVAL for a request the QP cannot carry (prm::WqeError).
+// Returns 0, or EINVAL for a request the QP cannot carry (dp::WqeError).
 inline int encode_send_wqe(std::byte* slot, size_t stride, QpType type, const SendWr& wr, uint32_t ahn,
                            const SqLimits& lim) {
-  prm::SendWqe w;
-  w.opcode = static_cast<prm::Opcode>(wr.opcode);
+  dp::SendWqe w;
+  w.opcode = static_cast<dp::Opcode>(wr.opcode);
   w.flags = wr.flags;
   w.imm = wr.imm;
   w.wr_id = wr.wr_id;
@@ -65,17 +65,17 @@ inline int encode_send_wqe(std::byte* slot, size_t stride, QpType type, const Se
   const bool cas = wr.opcode == WrOpcode::kCmpSwap;
   w.swap_add = cas ? wr.swap : wr.compare_add;
   w.compare = cas ? wr.compare_add : 0;
-  return prm::encode_send_wqe(slot, stride, to_prm(type), w, wr.sg, lim) == prm::WqeError::kNone ? 0 : EINVAL;
+  return dp::encode_send_wqe(slot, stride, to_dp(type), w, wr.sg, lim) == dp::WqeError::kNone ? 0 : EINVAL;
 }
 
 // §12.2 into `slot` (one RQ/SRQ stride).
 inline int encode_recv_wqe(std::byte* slot, size_t stride, const RecvWr& wr, uint32_t max_sge) {
-  return prm::encode_recv_wqe(slot, stride, wr.wr_id, wr.sg, max_sge) == prm::WqeError::kNone ? 0 : EINVAL;
+  return dp::encode_recv_wqe(slot, stride, wr.wr_id, wr.sg, max_sge) == dp::WqeError::kNone ? 0 : EINVAL;
 }
 
 // §12.4 CQE into a Wc (struct ibv_wc's fields). Returns the wqe_index.
 inline uint16_t decode_cqe(const std::byte* c, Wc& wc) {
-  const prm::Cqe e = prm::decode_cqe(c);
+  const dp::Cqe e = dp::decode_cqe(c);
   wc.wr_id = e.wr_id;
   wc.byte_len = e.byte_len;
   wc.imm = e.imm;

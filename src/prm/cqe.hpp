@@ -9,7 +9,7 @@
 
 #include "common/byte_order.hpp"
 
-namespace openib::prm {
+namespace openib::dp {
 
 inline constexpr size_t kCqeSize = 64;
 
@@ -75,4 +75,4 @@ inline Cqe decode_cqe(const std::byte* c) {
   return e;
 }
 
-}  // namespace openib::prm
+}  // namespace openib::dp

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace openib::prm {
+namespace openib::dp {
 
 // §4: BAR2 is kNumUars pages of 4 KiB; UAR n is BAR2 offset n * kUarPageSize.
 inline constexpr uint64_t kUarPageSize = 4096;
@@ -50,4 +50,4 @@ inline constexpr size_t kDbrQpSq = 0x04;    // QP: SQ producer counter
 inline constexpr size_t kDbrCqCons = 0x00;  // CQ: consumer counter
 inline constexpr size_t kDbrSrq = 0x00;     // SRQ: producer counter
 
-}  // namespace openib::prm
+}  // namespace openib::dp

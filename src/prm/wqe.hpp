@@ -16,7 +16,7 @@
 
 #include "common/byte_order.hpp"
 
-namespace openib::prm {
+namespace openib::dp {
 
 // §6.10 CREATE_QP `type`.
 enum class QpType : uint8_t { kRc = 0, kUc = 1, kUd = 2, kSmi = 3, kGsi = 4 };
@@ -237,4 +237,4 @@ inline WqeError encode_recv_wqe(std::byte* slot, size_t stride, uint64_t wr_id, 
   return WqeError::kNone;
 }
 
-}  // namespace openib::prm
+}  // namespace openib::dp

@@ -120,7 +120,7 @@ TEST_CASE("UD SEND with inline data and the address segment", "[lib][wqe]") {
   wr.sg = sg;
   wr.remote_qpn = 0x123456;
   wr.remote_qkey = 0x11111111;
-  const uint32_t stride = 1u << prm::log_sq_stride(prm::QpType::kUd, 1, 64);
+  const uint32_t stride = 1u << dp::log_sq_stride(dp::QpType::kUd, 1, 64);
   CHECK(stride == 128);
   REQUIRE(lib::encode_send_wqe(s.b.data(), stride, QpType::kUd, wr, 77, {1, 64}) == 0);
   auto d = sim::decode_send_wqe(s.view(stride), sim::kQpUd, lim16());
@@ -181,13 +181,13 @@ TEST_CASE("CQEs written by the device decode, with the owner phase of §9.2", "[
   c.pkey_index = 2;
   c.wqe_index = 0x1ff;
   auto first = sim::encode_cqe(c, 1);  // first pass over a ring of 2^4
-  CHECK(prm::cqe_owned(first.data(), 0, 4));
-  CHECK(prm::cqe_owned(first.data(), 15, 4));
-  CHECK_FALSE(prm::cqe_owned(first.data(), 16, 4));  // second pass expects owner 0
+  CHECK(dp::cqe_owned(first.data(), 0, 4));
+  CHECK(dp::cqe_owned(first.data(), 15, 4));
+  CHECK_FALSE(dp::cqe_owned(first.data(), 16, 4));  // second pass expects owner 0
   auto second = sim::encode_cqe(c, 0);
-  CHECK(prm::cqe_owned(second.data(), 16, 4));
+  CHECK(dp::cqe_owned(second.data(), 16, 4));
   std::array<std::byte, 64> zero{};
-  CHECK_FALSE(prm::cqe_owned(zero.data(), 0, 4));  // a zeroed ring: nothing yet
+  CHECK_FALSE(dp::cqe_owned(zero.data(), 0, 4));  // a zeroed ring: nothing yet
 
   Wc wc;
   CHECK(lib::decode_cqe(first.data(), wc) == 0x1ff);
@@ -211,8 +211,8 @@ TEST_CASE("CQEs written by the device decode, with the owner phase of §9.2", "[
 TEST_CASE("doorbells: record counters big-endian, UAR words per §4", "[lib][doorbell]") {
   alignas(4096) static std::array<std::byte, 4096> page{};
   alignas(8) std::array<std::byte, 8> rec{};
-  lib::dbr_store(rec.data(), prm::kDbrQpSq, 0x01020304);
-  lib::dbr_store(rec.data(), prm::kDbrQpRq, 0x0a0b0c0d);
+  lib::dbr_store(rec.data(), dp::kDbrQpSq, 0x01020304);
+  lib::dbr_store(rec.data(), dp::kDbrQpRq, 0x0a0b0c0d);
   CHECK(sim::get32(rec, 0) == 0x0a0b0c0d);  // §12.3 RQ producer counter at 0x00
   CHECK(sim::get32(rec, 4) == 0x01020304);  // SQ producer counter at 0x04
 
@@ -221,7 +221,7 @@ TEST_CASE("doorbells: record counters big-endian, UAR words per §4", "[lib][doo
   uint64_t w;
   std::memcpy(&w, page.data() + 0x800, 8);  // a little-endian 64-bit register (§1)
   CHECK(w == 0x12345678'00abcdefull);
-  uar.arm_cq(0x42, prm::CqArm::kSolicited, 3, 0x99);
+  uar.arm_cq(0x42, dp::CqArm::kSolicited, 3, 0x99);
   std::memcpy(&w, page.data() + 0x20, 8);
   CHECK((w & 0xffffff) == 0x42);
   CHECK(((w >> 24) & 3) == 2);   // solicited

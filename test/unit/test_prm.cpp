@@ -54,7 +54,7 @@ struct Slot {
   std::vector<std::byte> first(size_t n) const { return {b.begin(), b.begin() + static_cast<ptrdiff_t>(n)}; }
 };
 
-constexpr prm::SqLimits kLim{4, 64};
+constexpr dp::SqLimits kLim{4, 64};
 
 // §12.1 first example.
 constexpr std::string_view kRcSendImm = R"(
@@ -88,18 +88,18 @@ constexpr std::string_view kUdRecvCqe = R"(
 30: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01
 )";
 
-prm::SendWqe rc_send_imm() {
-  prm::SendWqe w;
-  w.opcode = prm::Opcode::kSendImm;
-  w.flags = prm::kFlagSignaled | prm::kFlagSolicited;
+dp::SendWqe rc_send_imm() {
+  dp::SendWqe w;
+  w.opcode = dp::Opcode::kSendImm;
+  w.flags = dp::kFlagSignaled | dp::kFlagSolicited;
   w.imm = 0xdeadbeef;
   w.wr_id = 0x0102030405060708ull;
   return w;
 }
 
-prm::SendWqe rc_cmp_swap() {
-  prm::SendWqe w;
-  w.opcode = prm::Opcode::kCmpSwap;
+dp::SendWqe rc_cmp_swap() {
+  dp::SendWqe w;
+  w.opcode = dp::Opcode::kCmpSwap;
   w.wr_id = 0x99;
   w.remote_va = 0x7f0000001000ull;
   w.rkey = 0x1234;
@@ -113,8 +113,8 @@ prm::SendWqe rc_cmp_swap() {
 TEST_CASE("send WQE: RC SEND_WITH_IMM with two SGEs is §12.1's example", "[prm][wqe]") {
   Slot s;
   const std::array<Sge, 2> sg{{{0x1000, 100, 0x11}, {0x2000, 28, 0x22}}};
-  REQUIRE(prm::encode_send_wqe(s.b.data(), 64, prm::QpType::kRc, rc_send_imm(), std::span<const Sge>(sg), kLim) ==
-          prm::WqeError::kNone);
+  REQUIRE(dp::encode_send_wqe(s.b.data(), 64, dp::QpType::kRc, rc_send_imm(), std::span<const Sge>(sg), kLim) ==
+          dp::WqeError::kNone);
   CHECK(s.first(48) == dump(kRcSendImm));
 }
 
@@ -122,27 +122,27 @@ TEST_CASE("send WQE: UD SEND with inline data is §12.1's example", "[prm][wqe]"
   Slot s;
   const char msg[] = "hello";
   const std::array<Sge, 2> sg{{{reinterpret_cast<uint64_t>(msg), 2, 0}, {reinterpret_cast<uint64_t>(msg + 2), 3, 0}}};
-  prm::SendWqe w;
-  w.flags = prm::kFlagSignaled | prm::kFlagInline;
+  dp::SendWqe w;
+  w.flags = dp::kFlagSignaled | dp::kFlagInline;
   w.wr_id = 0x2a;
   w.ahn = 7;
   w.dest_qpn = 0x123456;
-  REQUIRE(w.qkey == prm::kQkeyOfQp);  // the default: the QP's own Q_Key
-  REQUIRE(prm::encode_send_wqe(s.b.data(), 64, prm::QpType::kUd, w, std::span<const Sge>(sg), kLim) ==
-          prm::WqeError::kNone);
+  REQUIRE(w.qkey == dp::kQkeyOfQp);  // the default: the QP's own Q_Key
+  REQUIRE(dp::encode_send_wqe(s.b.data(), 64, dp::QpType::kUd, w, std::span<const Sge>(sg), kLim) ==
+          dp::WqeError::kNone);
   CHECK(s.first(48) == dump(kUdInline));
   // GSI (QP1) WQEs have the same UD address segment (§12.1).
   Slot g;
-  REQUIRE(prm::encode_send_wqe(g.b.data(), 64, prm::QpType::kGsi, w, std::span<const Sge>(sg), kLim) ==
-          prm::WqeError::kNone);
+  REQUIRE(dp::encode_send_wqe(g.b.data(), 64, dp::QpType::kGsi, w, std::span<const Sge>(sg), kLim) ==
+          dp::WqeError::kNone);
   CHECK(g.first(48) == dump(kUdInline));
 }
 
 TEST_CASE("send WQE: RC ATOMIC_CMP_AND_SWP is §12.1's example", "[prm][wqe]") {
   Slot s;
   const Sge sg{0x5000, 8, 9};
-  REQUIRE(prm::encode_send_wqe(s.b.data(), 64, prm::QpType::kRc, rc_cmp_swap(), std::span<const Sge>(&sg, 1), kLim) ==
-          prm::WqeError::kNone);
+  REQUIRE(dp::encode_send_wqe(s.b.data(), 64, dp::QpType::kRc, rc_cmp_swap(), std::span<const Sge>(&sg, 1), kLim) ==
+          dp::WqeError::kNone);
   CHECK(s.first(64) == dump(kRcCmpSwap));
 }
 
@@ -150,70 +150,70 @@ TEST_CASE("send WQE: what the device would refuse is refused before posting", "[
   Slot s;
   const Sge eight{0x5000, 8, 9}, four{0x5000, 4, 9};
   const std::array<Sge, 5> five{};
-  auto enc = [&](prm::QpType t, const prm::SendWqe& w, std::span<const Sge> sg, size_t stride = 256,
-                 prm::SqLimits lim = kLim) { return prm::encode_send_wqe(s.b.data(), stride, t, w, sg, lim); };
-  using E = prm::WqeError;
+  auto enc = [&](dp::QpType t, const dp::SendWqe& w, std::span<const Sge> sg, size_t stride = 256,
+                 dp::SqLimits lim = kLim) { return dp::encode_send_wqe(s.b.data(), stride, t, w, sg, lim); };
+  using E = dp::WqeError;
 
   SECTION("an atomic with a data segment other than one of 8 bytes, or inline") {
-    CHECK(enc(prm::QpType::kRc, rc_cmp_swap(), std::span(&four, 1)) == E::kAtomicSge);
-    CHECK(enc(prm::QpType::kRc, rc_cmp_swap(), {}) == E::kAtomicSge);
+    CHECK(enc(dp::QpType::kRc, rc_cmp_swap(), std::span(&four, 1)) == E::kAtomicSge);
+    CHECK(enc(dp::QpType::kRc, rc_cmp_swap(), {}) == E::kAtomicSge);
     auto w = rc_cmp_swap();
-    w.flags |= prm::kFlagInline;
-    CHECK(enc(prm::QpType::kRc, w, std::span(&eight, 1)) == E::kAtomicSge);
+    w.flags |= dp::kFlagInline;
+    CHECK(enc(dp::QpType::kRc, w, std::span(&eight, 1)) == E::kAtomicSge);
   }
   SECTION("inline data with RDMA READ, or over the QP's max_inline") {
-    prm::SendWqe w;
-    w.opcode = prm::Opcode::kRead;
-    w.flags = prm::kFlagInline;
-    CHECK(enc(prm::QpType::kRc, w, std::span(&eight, 1)) == E::kInlineRead);
-    w.opcode = prm::Opcode::kSend;
+    dp::SendWqe w;
+    w.opcode = dp::Opcode::kRead;
+    w.flags = dp::kFlagInline;
+    CHECK(enc(dp::QpType::kRc, w, std::span(&eight, 1)) == E::kInlineRead);
+    w.opcode = dp::Opcode::kSend;
     const Sge big{0, 65, 0};
-    CHECK(enc(prm::QpType::kRc, w, std::span(&big, 1)) == E::kInlineLen);
+    CHECK(enc(dp::QpType::kRc, w, std::span(&big, 1)) == E::kInlineLen);
   }
   SECTION("an opcode the QP type does not carry") {
-    CHECK(enc(prm::QpType::kUd, rc_cmp_swap(), std::span(&eight, 1)) == E::kOpcode);
-    CHECK(enc(prm::QpType::kUc, rc_cmp_swap(), std::span(&eight, 1)) == E::kOpcode);
-    prm::SendWqe w;
-    w.opcode = prm::Opcode::kWrite;
-    CHECK(enc(prm::QpType::kGsi, w, {}) == E::kOpcode);
-    CHECK(enc(prm::QpType::kUc, w, {}) == E::kNone);
+    CHECK(enc(dp::QpType::kUd, rc_cmp_swap(), std::span(&eight, 1)) == E::kOpcode);
+    CHECK(enc(dp::QpType::kUc, rc_cmp_swap(), std::span(&eight, 1)) == E::kOpcode);
+    dp::SendWqe w;
+    w.opcode = dp::Opcode::kWrite;
+    CHECK(enc(dp::QpType::kGsi, w, {}) == E::kOpcode);
+    CHECK(enc(dp::QpType::kUc, w, {}) == E::kNone);
   }
   SECTION("reserved flag bits") {
-    prm::SendWqe w;
+    dp::SendWqe w;
     w.flags = 0x10;
-    CHECK(enc(prm::QpType::kRc, w, {}) == E::kFlags);
+    CHECK(enc(dp::QpType::kRc, w, {}) == E::kFlags);
   }
   SECTION("more SGEs than the QP holds, or a WQE over the stride") {
-    CHECK(enc(prm::QpType::kRc, rc_send_imm(), five) == E::kSgeCount);
-    CHECK(enc(prm::QpType::kRc, rc_send_imm(), std::span(five).first(4), 64) == E::kStride);
-    CHECK(enc(prm::QpType::kRc, rc_send_imm(), std::span(five).first(4), 80) == E::kNone);  // 16 + 4 x 16
+    CHECK(enc(dp::QpType::kRc, rc_send_imm(), five) == E::kSgeCount);
+    CHECK(enc(dp::QpType::kRc, rc_send_imm(), std::span(five).first(4), 64) == E::kStride);
+    CHECK(enc(dp::QpType::kRc, rc_send_imm(), std::span(five).first(4), 80) == E::kNone);  // 16 + 4 x 16
   }
 }
 
 TEST_CASE("send WQE: strides hold the worst-case WQE of §12.1 (§6.10 ranges)", "[prm][wqe]") {
-  CHECK(prm::log_sq_stride(prm::QpType::kRc, 1, 0) == 6);   // 48 + 16
-  CHECK(prm::log_sq_stride(prm::QpType::kRc, 2, 0) == 7);   // 48 + 32
-  CHECK(prm::log_sq_stride(prm::QpType::kRc, 1, 64) == 7);  // 48 + 80
-  CHECK(prm::log_sq_stride(prm::QpType::kUd, 16, 0) == 9);  // 32 + 256
-  CHECK(prm::log_rq_stride(1) == 5);
-  CHECK(prm::log_rq_stride(2) == 6);
-  CHECK(prm::log_rq_stride(16) == 9);
+  CHECK(dp::log_sq_stride(dp::QpType::kRc, 1, 0) == 6);   // 48 + 16
+  CHECK(dp::log_sq_stride(dp::QpType::kRc, 2, 0) == 7);   // 48 + 32
+  CHECK(dp::log_sq_stride(dp::QpType::kRc, 1, 64) == 7);  // 48 + 80
+  CHECK(dp::log_sq_stride(dp::QpType::kUd, 16, 0) == 9);  // 32 + 256
+  CHECK(dp::log_rq_stride(1) == 5);
+  CHECK(dp::log_rq_stride(2) == 6);
+  CHECK(dp::log_rq_stride(16) == 9);
 }
 
 TEST_CASE("receive WQE is §12.2's example; too many SGEs are refused", "[prm][wqe]") {
   Slot s;
   const Sge sg{0x7f0000002000ull, 256, 0x0a};
-  REQUIRE(prm::encode_recv_wqe(s.b.data(), 32, 42, std::span(&sg, 1), 1) == prm::WqeError::kNone);
+  REQUIRE(dp::encode_recv_wqe(s.b.data(), 32, 42, std::span(&sg, 1), 1) == dp::WqeError::kNone);
   CHECK(s.first(32) == dump(kRecv));
   const std::array<Sge, 2> two{};
-  CHECK(prm::encode_recv_wqe(s.b.data(), 64, 42, std::span<const Sge>(two), 1) == prm::WqeError::kSgeCount);
-  CHECK(prm::encode_recv_wqe(s.b.data(), 32, 42, std::span<const Sge>(two), 2) == prm::WqeError::kStride);
+  CHECK(dp::encode_recv_wqe(s.b.data(), 64, 42, std::span<const Sge>(two), 1) == dp::WqeError::kSgeCount);
+  CHECK(dp::encode_recv_wqe(s.b.data(), 32, 42, std::span<const Sge>(two), 2) == dp::WqeError::kStride);
 }
 
 TEST_CASE("CQE: §12.4's example decodes field by field, owner phase of §9.2", "[prm][cqe]") {
   const auto c = dump(kUdRecvCqe);
-  REQUIRE(c.size() == prm::kCqeSize);
-  const prm::Cqe e = prm::decode_cqe(c.data());
+  REQUIRE(c.size() == dp::kCqeSize);
+  const dp::Cqe e = dp::decode_cqe(c.data());
   CHECK(e.wr_id == 0x2a);
   CHECK(e.byte_len == 45);
   CHECK(e.imm == 0xcafe);
@@ -222,8 +222,8 @@ TEST_CASE("CQE: §12.4's example decodes field by field, owner phase of §9.2", 
   CHECK(e.slid == 9);
   CHECK(e.sl == 3);
   CHECK(e.dlid_path_bits == 1);
-  CHECK(e.opcode == prm::kWcRecv);
-  CHECK(e.status == prm::kWcSuccess);
+  CHECK(e.opcode == dp::kWcRecv);
+  CHECK(e.status == dp::kWcSuccess);
   CHECK(e.grh);
   CHECK(e.has_imm);
   CHECK_FALSE(e.solicited);
@@ -231,22 +231,22 @@ TEST_CASE("CQE: §12.4's example decodes field by field, owner phase of §9.2", 
   CHECK(e.pkey_index == 0);
   CHECK(e.wqe_index == 0x1ff);
   // Owner 1: the consumer's on the first pass over a ring of 2^4, not on the second.
-  CHECK(prm::cqe_owned(c.data(), 0, 4));
-  CHECK(prm::cqe_owned(c.data(), 15, 4));
-  CHECK_FALSE(prm::cqe_owned(c.data(), 16, 4));
-  const std::array<std::byte, prm::kCqeSize> zero{};
-  CHECK_FALSE(prm::cqe_owned(zero.data(), 0, 4));  // a zeroed ring holds nothing yet
-  CHECK(prm::cqe_owned(zero.data(), 16, 4));
+  CHECK(dp::cqe_owned(c.data(), 0, 4));
+  CHECK(dp::cqe_owned(c.data(), 15, 4));
+  CHECK_FALSE(dp::cqe_owned(c.data(), 16, 4));
+  const std::array<std::byte, dp::kCqeSize> zero{};
+  CHECK_FALSE(dp::cqe_owned(zero.data(), 0, 4));  // a zeroed ring holds nothing yet
+  CHECK(dp::cqe_owned(zero.data(), 16, 4));
 }
 
 TEST_CASE("doorbells: §12.3's record and SQ_DOORBELL example, §7.3 CQ_ARM, §9.3 EQ_DOORBELL", "[prm][doorbell]") {
-  CHECK(prm::sq_doorbell(0x10, 5) == 0x0000000500000010ull);
-  CHECK(prm::sq_doorbell(0x7abcdef, 1) == 0x0000000100abcdefull);  // 24-bit QPN
-  CHECK(prm::kUarSqDoorbell == 0x800);
-  CHECK(prm::cq_arm(0x42, prm::CqArm::kSolicited, 3, 0x99) == 0x00000099'32000042ull);
-  CHECK(prm::cq_arm(0x42, prm::CqArm::kNext, 5, 0) == 0x00000000'11000042ull);  // the sn wraps at 2 bits
-  CHECK(prm::eq_doorbell(0x3, true, 0x10) == 0x00000010'80000003ull);
-  CHECK(prm::eq_doorbell(0x3, false, 0x10) == 0x00000010'00000003ull);
+  CHECK(dp::sq_doorbell(0x10, 5) == 0x0000000500000010ull);
+  CHECK(dp::sq_doorbell(0x7abcdef, 1) == 0x0000000100abcdefull);  // 24-bit QPN
+  CHECK(dp::kUarSqDoorbell == 0x800);
+  CHECK(dp::cq_arm(0x42, dp::CqArm::kSolicited, 3, 0x99) == 0x00000099'32000042ull);
+  CHECK(dp::cq_arm(0x42, dp::CqArm::kNext, 5, 0) == 0x00000000'11000042ull);  // the sn wraps at 2 bits
+  CHECK(dp::eq_doorbell(0x3, true, 0x10) == 0x00000010'80000003ull);
+  CHECK(dp::eq_doorbell(0x3, false, 0x10) == 0x00000010'00000003ull);
 }
 
 TEST_CASE("hca's work queue uses the same encoder and checks", "[prm][hca]") {
