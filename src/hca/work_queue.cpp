@@ -9,6 +9,11 @@
 
 namespace openib::hca {
 
+// hca::QpType is §6.10's `type`, so it converts by cast.
+static_assert(uint8_t(QpType::kRc) == uint8_t(dp::QpType::kRc) && uint8_t(QpType::kUc) == uint8_t(dp::QpType::kUc) &&
+              uint8_t(QpType::kUd) == uint8_t(dp::QpType::kUd) && uint8_t(QpType::kSmi) == uint8_t(dp::QpType::kSmi) &&
+              uint8_t(QpType::kGsi) == uint8_t(dp::QpType::kGsi));
+
 namespace {
 
 constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
@@ -34,7 +39,7 @@ dp::SendWqe to_dp(const SendWr& wr) {
 
 Result<void> write_send_wqe(std::span<std::byte> slot, const SendWr& wr, QpType type, const dp::SqLimits& lim) {
   const auto e = dp::encode_send_wqe(slot.data(), slot.size(), static_cast<dp::QpType>(type), to_dp(wr),
-                                      std::span<const Sge>(wr.sg), lim);
+                                     std::span<const Sge>(wr.sg), lim);
   if (e != dp::WqeError::kNone) return err(EINVAL, "send WQE (wr_id {:#x}): {}", wr.wr_id, dp::error_name(e));
   return ok();
 }

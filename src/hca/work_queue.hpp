@@ -15,7 +15,7 @@
 namespace openib::hca {
 
 // §12.1 opcode, IBA 10.7.1 work request types.
-using WrOpcode = ::openib::dp::Opcode;
+using WrOpcode = dp::Opcode;
 
 struct Sge {
   uint64_t addr = 0;  // a virtual address inside the lkey's region
@@ -33,7 +33,7 @@ struct SendWr {
   uint64_t remote_addr = 0;  // RDMA and atomics
   uint32_t rkey = 0;
   uint64_t compare = 0, swap_add = 0;  // atomics
-  uint32_t ahn = 0, remote_qpn = 0, remote_qkey = ::openib::dp::kQkeyOfQp;  // UD
+  uint32_t ahn = 0, remote_qpn = 0, remote_qkey = dp::kQkeyOfQp;  // UD
 };
 
 struct RecvWr {
@@ -42,14 +42,14 @@ struct RecvWr {
 };
 
 // §12.4 status and opcode values, and the CQE's fields.
-using ::openib::dp::WcOpcode;
-using ::openib::dp::WcStatus;
-using enum ::openib::dp::WcStatus;
-using enum ::openib::dp::WcOpcode;
-using WorkCompletion = ::openib::dp::Cqe;
+using dp::WcOpcode;
+using dp::WcStatus;
+using enum dp::WcStatus;
+using enum dp::WcOpcode;
+using WorkCompletion = dp::Cqe;
 
 // §12.1 into `slot` (one SQ stride), checked against the QP's limits.
-Result<void> write_send_wqe(std::span<std::byte> slot, const SendWr& wr, QpType type, const ::openib::dp::SqLimits& lim);
+Result<void> write_send_wqe(std::span<std::byte> slot, const SendWr& wr, QpType type, const dp::SqLimits& lim);
 // §12.2 into `slot` (one RQ/SRQ stride).
 Result<void> write_recv_wqe(std::span<std::byte> slot, const RecvWr& wr, uint32_t max_sge);
 

@@ -19,7 +19,8 @@ inline constexpr size_t kUarCqArm = 0x020;
 inline constexpr size_t kUarEqDoorbell = 0x040;
 inline constexpr size_t kUarSqDoorbell = 0x800;
 
-// §1: resource numbers are 24-bit values in 32-bit fields.
+// §1: resource numbers (QPN, CQN, EQN, AHN, ...) are 24-bit values in
+// 32-bit fields.
 inline constexpr uint32_t kNumberMask = 0xffffff;
 
 // §12.5 SQ_DOORBELL: bits 23:0 QPN, 63:32 the SQ producer counter.

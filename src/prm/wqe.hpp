@@ -15,6 +15,7 @@
 #include <span>
 
 #include "common/byte_order.hpp"
+#include "prm/uar.hpp"
 
 namespace openib::dp {
 
@@ -180,7 +181,7 @@ inline WqeError encode_send_wqe(std::byte* slot, size_t stride, QpType type, con
   std::byte* p = slot + kSeg;
   if (is_ud(type)) {
     bytes::st_be32(p + kUdAhn, w.ahn);
-    bytes::st_be32(p + kUdDestQpn, w.dest_qpn & 0xffffff);  // §1: 24-bit numbers
+    bytes::st_be32(p + kUdDestQpn, w.dest_qpn & kNumberMask);
     bytes::st_be32(p + kUdQkey, w.qkey);
     bytes::st_be32(p + 0x0c, 0);
     p += kSeg;
