@@ -6,7 +6,8 @@
 // segment, because libopenib's post_send/post_recv are this and a doorbell.
 // Every check the device makes on a WQE (§12.1 "Decoding") that the driver
 // can know in advance is made here first, so a WQE refused by the device
-// is a driver bug, not a client's mistake.
+// is a driver bug, not a client's mistake. Namespace openib::dp (the data
+// path): `prm` already names hca's reading of the command path.
 #pragma once
 
 #include <cstddef>
