@@ -1,13 +1,19 @@
 // The driver's reading of docs/simhca.md (the programmer's reference
-// manual): register offsets, opcodes, status codes, event types and the
-// byte helpers for the big-endian structures in host memory. This is
-// deliberately not shared with src/sim/simhca: the manual is the contract.
+// manual) for the command path: register offsets, opcodes, status codes,
+// event types. The data-path layouts (UAR page, WQEs, CQE) are src/prm's,
+// named here too so the command path reads them as before; the byte
+// helpers are common/byte_order.hpp's. This is deliberately not shared
+// with src/sim/simhca: the manual is the contract.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "common/byte_order.hpp"
+#include "prm/cqe.hpp"
+#include "prm/uar.hpp"
 
 namespace openib::hca::prm {
 
@@ -41,11 +47,11 @@ inline constexpr uint32_t kStatusCmdqError = 1u << 2;
 inline constexpr uint32_t kStatusCmdqFault = 1u << 3;
 inline constexpr uint32_t kStatusFatal = 1u << 31;
 
-// §4 UAR pages.
-inline constexpr uint64_t kUarPageSize = 4096;
-inline constexpr uint64_t kUarCqArm = 0x020;
-inline constexpr uint64_t kUarEqDoorbell = 0x040;
-inline constexpr uint64_t kUarSqDoorbell = 0x800;
+// §4 UAR pages (src/prm/uar.hpp).
+using ::openib::dp::kUarCqArm;
+using ::openib::dp::kUarEqDoorbell;
+using ::openib::dp::kUarPageSize;
+using ::openib::dp::kUarSqDoorbell;
 
 // §5.2 command entry.
 inline constexpr size_t kEntrySize = 128;
@@ -77,7 +83,7 @@ enum Opcode : uint16_t {
 
 // §9.1, §9.4
 inline constexpr size_t kEqeSize = 32;
-inline constexpr size_t kCqeSize = 64;
+using ::openib::dp::kCqeSize;  // §12.4 (src/prm/cqe.hpp)
 enum Event : uint8_t {
   kEvCmdCompletion = 0x00, kEvCqCompletion = 0x01, kEvPortStateChange = 0x02,
   kEvLidChange = 0x03, kEvQpFatal = 0x04, kEvQpReqErr = 0x05, kEvQpAccessErr = 0x06,
@@ -85,24 +91,15 @@ enum Event : uint8_t {
   kEvSrqLimit = 0x0b, kEvSrqCatas = 0x0c, kEvDeviceFatal = 0x0f,
 };
 
-// Big-endian fields of host-memory structures (§1).
-inline uint64_t be_get(std::span<const std::byte> b, size_t off, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v = (v << 8) | (off + i < b.size() ? std::to_integer<uint8_t>(b[off + i]) : 0);
-  return v;
-}
-inline void be_put(std::span<std::byte> b, size_t off, size_t n, uint64_t v) {
-  for (size_t i = 0; i < n; ++i, v >>= 8)
-    if (off + n - 1 - i < b.size()) b[off + n - 1 - i] = std::byte(static_cast<uint8_t>(v));
-}
-inline uint8_t get8(std::span<const std::byte> b, size_t o) { return static_cast<uint8_t>(be_get(b, o, 1)); }
-inline uint16_t get16(std::span<const std::byte> b, size_t o) { return static_cast<uint16_t>(be_get(b, o, 2)); }
-inline uint32_t get32(std::span<const std::byte> b, size_t o) { return static_cast<uint32_t>(be_get(b, o, 4)); }
-inline uint64_t get64(std::span<const std::byte> b, size_t o) { return be_get(b, o, 8); }
-inline void put8(std::span<std::byte> b, size_t o, uint64_t v) { be_put(b, o, 1, v); }
-inline void put16(std::span<std::byte> b, size_t o, uint64_t v) { be_put(b, o, 2, v); }
-inline void put32(std::span<std::byte> b, size_t o, uint64_t v) { be_put(b, o, 4, v); }
-inline void put64(std::span<std::byte> b, size_t o, uint64_t v) { be_put(b, o, 8, v); }
+// Big-endian fields of host-memory structures (§1): the tree's helpers.
+using ::openib::bytes::get16;
+using ::openib::bytes::get32;
+using ::openib::bytes::get64;
+using ::openib::bytes::get8;
+using ::openib::bytes::put16;
+using ::openib::bytes::put32;
+using ::openib::bytes::put64;
+using ::openib::bytes::put8;
 
 const char* status_name(uint8_t status);
 

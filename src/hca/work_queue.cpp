@@ -1,105 +1,74 @@
-// docs/simhca.md §12.1, §12.2, §12.4, from the driver's side.
+// docs/simhca.md §12.1, §12.2, §12.4 from the driver's side: the hca
+// types mapped onto src/prm's encoders and decoder.
 #include "hca/work_queue.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
-
-#include "hca/prm.hpp"
+#include <limits>
 
 namespace openib::hca {
 
-using namespace prm;
+// hca::QpType is §6.10's `type`, so it converts by cast.
+static_assert(uint8_t(QpType::kRc) == uint8_t(dp::QpType::kRc) && uint8_t(QpType::kUc) == uint8_t(dp::QpType::kUc) &&
+              uint8_t(QpType::kUd) == uint8_t(dp::QpType::kUd) && uint8_t(QpType::kSmi) == uint8_t(dp::QpType::kSmi) &&
+              uint8_t(QpType::kGsi) == uint8_t(dp::QpType::kGsi));
 
 namespace {
-constexpr size_t kSeg = 16;
-constexpr uint8_t kSignaled = 1, kSolicited = 2, kInlineFlag = 4, kFence = 8;  // §12.1 flags
-constexpr uint32_t kInlineMark = 0x80000000u;
 
-std::span<std::byte> add_seg(Bytes& w) {
-  w.resize(w.size() + kSeg);
-  return std::span<std::byte>(w).last(kSeg);
+constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
+
+dp::SendWqe to_dp(const SendWr& wr) {
+  dp::SendWqe w;
+  w.opcode = wr.opcode;
+  w.flags = (wr.signaled ? dp::kFlagSignaled : 0) | (wr.solicited ? dp::kFlagSolicited : 0) |
+            (wr.inline_data ? dp::kFlagInline : 0) | (wr.fence ? dp::kFlagFence : 0);
+  w.imm = wr.imm;
+  w.wr_id = wr.wr_id;
+  w.ahn = wr.ahn;
+  w.dest_qpn = wr.remote_qpn;
+  w.qkey = wr.remote_qkey;
+  w.remote_va = wr.remote_addr;
+  w.rkey = wr.rkey;
+  w.swap_add = wr.swap_add;
+  w.compare = wr.compare;
+  return w;
 }
+
 }  // namespace
 
+Result<void> write_send_wqe(std::span<std::byte> slot, const SendWr& wr, QpType type, const dp::SqLimits& lim) {
+  const auto e = dp::encode_send_wqe(slot.data(), slot.size(), static_cast<dp::QpType>(type), to_dp(wr),
+                                     std::span<const Sge>(wr.sg), lim);
+  if (e != dp::WqeError::kNone) return err(EINVAL, "send WQE (wr_id {:#x}): {}", wr.wr_id, dp::error_name(e));
+  return ok();
+}
+
+Result<void> write_recv_wqe(std::span<std::byte> slot, const RecvWr& wr, uint32_t max_sge) {
+  const auto e = dp::encode_recv_wqe(slot.data(), slot.size(), wr.wr_id, std::span<const Sge>(wr.sg), max_sge);
+  if (e != dp::WqeError::kNone) return err(EINVAL, "receive WQE (wr_id {:#x}): {}", wr.wr_id, dp::error_name(e));
+  return ok();
+}
+
 Result<Bytes> encode_send_wqe(const SendWr& wr, QpType type) {
-  Bytes w(kSeg);  // control segment, filled last (num_ds)
-  const auto op = static_cast<uint8_t>(wr.opcode);
-  if (type == QpType::kUd || type == QpType::kSmi || type == QpType::kGsi) {
-    auto s = add_seg(w);  // UD address segment
-    put32(s, 0x00, wr.ahn);
-    put32(s, 0x04, wr.remote_qpn);
-    put32(s, 0x08, wr.remote_qkey);
-  }
-  if (op >= static_cast<uint8_t>(WrOpcode::kWrite)) {
-    auto s = add_seg(w);  // remote address segment
-    put64(s, 0x00, wr.remote_addr);
-    put32(s, 0x08, wr.rkey);
-  }
-  if (op >= static_cast<uint8_t>(WrOpcode::kCmpSwap)) {
-    auto s = add_seg(w);  // atomic segment
-    put64(s, 0x00, wr.swap_add);
-    put64(s, 0x08, wr.compare);
-  }
-  if (wr.inline_data) {
-    size_t n = 0;
-    for (const Sge& g : wr.sg) n += g.length;
-    const size_t at = w.size();
-    w.resize(at + ((4 + n + kSeg - 1) / kSeg) * kSeg);
-    put32(w, at, kInlineMark | static_cast<uint32_t>(n));
-    size_t off = at + 4;
-    for (const Sge& g : wr.sg) {
-      if (g.length) std::memcpy(w.data() + off, reinterpret_cast<const void*>(g.addr), g.length);
-      off += g.length;
-    }
-  } else {
-    for (const Sge& g : wr.sg) {
-      auto s = add_seg(w);  // data segment
-      put32(s, 0x00, g.length);
-      put32(s, 0x04, g.lkey);
-      put64(s, 0x08, g.addr);
-    }
-  }
-  if (w.size() / kSeg > 255) return err(EINVAL, "send WQE of {} segments", w.size() / kSeg);
-  put8(w, 0x00, op);
-  put8(w, 0x01, (wr.signaled ? kSignaled : 0) | (wr.solicited ? kSolicited : 0) |
-                    (wr.inline_data ? kInlineFlag : 0) | (wr.fence ? kFence : 0));
-  put8(w, 0x02, w.size() / kSeg);
-  put32(w, 0x04, wr.imm);
-  put64(w, 0x08, wr.wr_id);
+  // Room for the largest stride; the QP's own stride is the caller's check.
+  Bytes w(size_t{1} << dp::kMaxLogSqStride);
+  OPENIB_TRY(write_send_wqe(w, wr, type, {kUnbounded, kUnbounded}));
+  w.resize(std::to_integer<size_t>(w[dp::kCtrlNumDs]) * dp::kSeg);
   return w;
 }
 
 Bytes encode_recv_wqe(const RecvWr& wr) {
-  Bytes w(kSeg * (1 + wr.sg.size()));
-  put64(w, 0x00, wr.wr_id);
-  put8(w, 0x08, wr.sg.size());
-  for (size_t i = 0; i < wr.sg.size(); ++i) {
-    put32(w, kSeg * (i + 1), wr.sg[i].length);
-    put32(w, kSeg * (i + 1) + 4, wr.sg[i].lkey);
-    put64(w, kSeg * (i + 1) + 8, wr.sg[i].addr);
-  }
+  Bytes w(dp::kSeg * (1 + wr.sg.size()));
+  (void)write_recv_wqe(w, wr, kUnbounded);  // only over 255 SGEs fails: see the header
   return w;
 }
 
 WorkCompletion decode_cqe(std::span<const std::byte> b) {
-  WorkCompletion c;
-  c.wr_id = get64(b, 0x00);
-  c.byte_len = get32(b, 0x08);
-  c.imm = get32(b, 0x0c);
-  c.qpn = get32(b, 0x10);
-  c.src_qp = get32(b, 0x14);
-  c.slid = get16(b, 0x18);
-  c.sl = get8(b, 0x1a);
-  c.dlid_path_bits = get8(b, 0x1b);
-  c.opcode = get8(b, 0x1c);
-  c.status = get8(b, 0x1d);
-  const uint8_t f = get8(b, 0x1e);
-  c.grh = f & 1;
-  c.has_imm = f & 2;
-  c.solicited = f & 4;
-  c.vendor_err = get8(b, 0x1f);
-  c.pkey_index = get16(b, 0x20);
-  c.wqe_index = get16(b, 0x22);
-  return c;
+  if (b.size() >= dp::kCqeSize) return dp::decode_cqe(b.data());
+  std::array<std::byte, dp::kCqeSize> e{};
+  std::copy(b.begin(), b.end(), e.begin());
+  return dp::decode_cqe(e.data());
 }
 
 }  // namespace openib::hca

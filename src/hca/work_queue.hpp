@@ -1,7 +1,7 @@
 // The driver's side of the data path (docs/simhca.md §12): work requests
-// and completions in IBA chapter 11 vocabulary, and the pure encoders of
-// the send WQE (§12.1), receive WQE (§12.2) and decoder of the CQE (§12.4).
-// The driver's own reading of the manual: no code is shared with simhca.
+// and completions in IBA chapter 11 vocabulary, written and read by the
+// driver's one reading of the manual, src/prm (shared with libopenib; no
+// code is shared with simhca, whose reading is the oracle in tests).
 #pragma once
 
 #include <cstdint>
@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "hca/verbs.hpp"
+#include "prm/cqe.hpp"
+#include "prm/wqe.hpp"
 
 namespace openib::hca {
 
 // §12.1 opcode, IBA 10.7.1 work request types.
-enum class WrOpcode : uint8_t {
-  kSend = 0, kSendImm = 1, kWrite = 2, kWriteImm = 3, kRead = 4, kCmpSwap = 5, kFetchAdd = 6,
-};
+using WrOpcode = dp::Opcode;
 
 struct Sge {
   uint64_t addr = 0;  // a virtual address inside the lkey's region
@@ -33,7 +33,7 @@ struct SendWr {
   uint64_t remote_addr = 0;  // RDMA and atomics
   uint32_t rkey = 0;
   uint64_t compare = 0, swap_add = 0;  // atomics
-  uint32_t ahn = 0, remote_qpn = 0, remote_qkey = 0x80000000;  // UD (bit 31: the QP's Q_Key)
+  uint32_t ahn = 0, remote_qpn = 0, remote_qkey = dp::kQkeyOfQp;  // UD
 };
 
 struct RecvWr {
@@ -41,31 +41,25 @@ struct RecvWr {
   std::vector<Sge> sg;
 };
 
-// §12.4 (enum ibv_wc_status / ibv_wc_opcode values).
-enum WcStatus : uint8_t {
-  kWcSuccess = 0, kWcLocLenErr = 1, kWcLocQpOpErr = 2, kWcLocProtErr = 4, kWcWrFlushErr = 5,
-  kWcBadRespErr = 7, kWcLocAccessErr = 8, kWcRemInvReqErr = 9, kWcRemAccessErr = 10,
-  kWcRemOpErr = 11, kWcRetryExcErr = 12, kWcRnrRetryExcErr = 13, kWcFatalErr = 19,
-  kWcGeneralErr = 21,
-};
-enum WcOpcode : uint8_t {
-  kWcSend = 0, kWcRdmaWrite = 1, kWcRdmaRead = 2, kWcCompSwap = 3, kWcFetchAdd = 4,
-  kWcRecv = 128, kWcRecvRdmaWithImm = 129,
-};
+// §12.4 status and opcode values, and the CQE's fields.
+using dp::WcOpcode;
+using dp::WcStatus;
+using enum dp::WcStatus;
+using enum dp::WcOpcode;
+using WorkCompletion = dp::Cqe;
 
-struct WorkCompletion {
-  uint64_t wr_id = 0;
-  uint32_t byte_len = 0, imm = 0, qpn = 0, src_qp = 0;
-  uint16_t slid = 0, pkey_index = 0, wqe_index = 0;
-  uint8_t sl = 0, dlid_path_bits = 0, opcode = 0, status = 0, vendor_err = 0;
-  bool grh = false, has_imm = false, solicited = false;
-};
+// §12.1 into `slot` (one SQ stride), checked against the QP's limits.
+Result<void> write_send_wqe(std::span<std::byte> slot, const SendWr& wr, QpType type, const dp::SqLimits& lim);
+// §12.2 into `slot` (one RQ/SRQ stride).
+Result<void> write_recv_wqe(std::span<std::byte> slot, const RecvWr& wr, uint32_t max_sge);
 
-// §12.1: the WQE bytes (a multiple of 16), or EINVAL (too many segments,
-// inline data over 255 segments). Inline data is read from the SGEs'
-// addresses, which must be valid pointers in this process.
+// The same as bytes, for callers that copy them into the ring: a send WQE
+// (a multiple of 16 bytes, at most the largest stride of §6.10) or EINVAL;
+// a receive WQE (16 bytes per segment; one of over 255 segments comes back
+// unwritten, at its size, for the caller's stride check to refuse).
 Result<Bytes> encode_send_wqe(const SendWr& wr, QpType type);
 Bytes encode_recv_wqe(const RecvWr& wr);
+// §12.4: a CQE's fields; bytes missing from a short span read as zero.
 WorkCompletion decode_cqe(std::span<const std::byte> cqe);
 
 }  // namespace openib::hca

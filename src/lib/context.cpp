@@ -42,7 +42,7 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
   if (rep.doorbell_mode != proto::kDoorbellMmap)
     return err(EOPNOTSUPP, "ibd offers doorbell mode {}: doorbell relay not implemented", rep.doorbell_mode);
   if (r.fds.size() != 1) return err(EPROTO, "HELLO reply with {} fds, expected the UAR fd", r.fds.size());
-  if (rep.uar_size < 4096 || rep.uar_size % 4096)
+  if (rep.uar_size < dp::kUarPageSize || rep.uar_size % dp::kUarPageSize)  // §4: whole UAR pages
     return err(EPROTO, "HELLO reply: UAR size {}", rep.uar_size);
   void* p = ::mmap(nullptr, rep.uar_size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0].get(),
                    static_cast<off_t>(rep.uar_mmap_offset));

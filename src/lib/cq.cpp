@@ -65,19 +65,20 @@ int CqImpl::poll(std::span<Wc> out) {
   int n = 0;
   for (Wc& wc : out) {
     const std::byte* cqe = ring_ + size_t(cons_ & mask) * kCqeSize;
-    if (!cqe_ready(cqe, cons_, log_size_)) break;  // acquire: the CQE's bytes are visible
+    if (!dp::cqe_owned(cqe, cons_, log_size_)) break;  // acquire: the CQE's bytes are visible
     const uint16_t idx = decode_cqe(cqe, wc);
     if (QpImpl* qp = ctx_.qps().find(wc.qp_num)) qp->on_cqe(wc.opcode, idx);
     ++cons_;
     ++n;
   }
-  if (n) dbr_store(dbr_, kDbrCqCons, cons_);
+  if (n) dbr_store(dbr_, dp::kDbrCqCons, cons_);
   return n;
 }
 
 Result<void> CqImpl::req_notify(bool solicited_only) {
   if (!channel_) return err(EINVAL, "req_notify on CQ {} without a completion channel", cqn_);
-  ctx_.uar().arm_cq(cqn_, solicited_only, ++arm_sn_, cons_);  // §7.3: a new sequence number per arm
+  // §7.3: a new sequence number per arm.
+  ctx_.uar().arm_cq(cqn_, solicited_only ? dp::CqArm::kSolicited : dp::CqArm::kNext, ++arm_sn_, cons_);
   return ok();
 }
 

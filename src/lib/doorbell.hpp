@@ -22,22 +22,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/be.hpp"
+#include "common/byte_order.hpp"
+#include "prm/uar.hpp"
 
 namespace openib::lib {
 
-// §4 UAR page layout, §12.5.
-inline constexpr size_t kUarScannerSleeping = 0x000;  // u32, written by the device
-inline constexpr size_t kUarCqArm = 0x020;
-inline constexpr size_t kUarSqDoorbell = 0x800;
-
-// §12.3 doorbell records (8 bytes, big-endian).
-inline constexpr size_t kDbrRq = 0x00;     // QP: RQ producer counter
-inline constexpr size_t kDbrSq = 0x04;     // QP: SQ producer counter
-inline constexpr size_t kDbrCqCons = 0x00; // CQ: consumer counter
-inline constexpr size_t kDbrSrq = 0x00;    // SRQ: producer counter
-
-// A counter into a doorbell record, after (release) the WQEs it publishes.
+// A counter into a doorbell record (§12.3: big-endian u32 at dp::kDbr*),
+// after (release) the WQEs it publishes.
 inline void dbr_store(std::byte* rec, size_t off, uint32_t counter) {
   std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(rec + off))
       .store(__builtin_bswap32(counter), std::memory_order_release);
@@ -49,23 +40,20 @@ class Uar {
   explicit Uar(std::byte* page) : page_(page) {}
   std::byte* page() const { return page_; }
 
-  // §12.5 SQ_DOORBELL: bits 23:0 QPN, 63:32 the SQ producer counter.
+  // §12.5 SQ_DOORBELL with the SQ producer counter.
   void ring_sq(uint32_t qpn, uint32_t producer) {
-    store64(kUarSqDoorbell, (uint64_t{producer} << 32) | (qpn & 0xffffff));
+    store64(dp::kUarSqDoorbell, dp::sq_doorbell(qpn, producer));
     wake_scanner();
   }
-  // §7.3 CQ_ARM: 23:0 CQN, 25:24 command (1 next, 2 solicited), 29:28 arm
-  // sequence number, 63:32 the consumer counter.
-  void arm_cq(uint32_t cqn, bool solicited, uint32_t arm_sn, uint32_t consumer) {
-    const uint64_t cmd = solicited ? 2 : 1;
-    store64(kUarCqArm, (uint64_t{consumer} << 32) | ((arm_sn & 3u) << 28) | (cmd << 24) |
-                           (cqn & 0xffffff));
+  // §7.3 CQ_ARM with the consumer counter.
+  void arm_cq(uint32_t cqn, dp::CqArm cmd, uint32_t arm_sn, uint32_t consumer) {
+    store64(dp::kUarCqArm, dp::cq_arm(cqn, cmd, arm_sn, consumer));
     wake_scanner();
   }
 
  private:
   // One aligned 8-byte store (§1), little-endian register (host order on
-  // x86: be.hpp asserts a little-endian host).
+  // x86: common/byte_order.hpp asserts a little-endian host).
   void store64(size_t off, uint64_t v) {
     std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(page_ + off))
         .store(v, std::memory_order_release);
@@ -78,7 +66,7 @@ class Uar {
   // several ringing threads make the system call.
   void wake_scanner() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    auto* w = reinterpret_cast<uint32_t*>(page_ + kUarScannerSleeping);
+    auto* w = reinterpret_cast<uint32_t*>(page_ + dp::kUarScannerSleeping);
     std::atomic_ref<uint32_t> sleeping(*w);
     if (sleeping.load(std::memory_order_relaxed) != 0 && sleeping.exchange(0, std::memory_order_seq_cst) != 0)
       ::syscall(SYS_futex, w, FUTEX_WAKE, 1, nullptr, nullptr, 0);  // shared: no FUTEX_PRIVATE_FLAG

@@ -75,20 +75,20 @@ Result<std::unique_ptr<Qp>> ContextImpl::create_qp(Pd& pd, const QpInit& init) {
   std::unique_ptr<QpImpl> qp(new QpImpl(*this));
   qp->type_ = init.type;
   const uint32_t lsq = log2_ceil(std::max<uint32_t>(want.max_send_wr, 1));
-  const uint32_t lsqs = log_sq_stride(init.type, std::max<uint32_t>(want.max_send_sge, 1), want.max_inline_data);
+  const uint32_t lsqs = dp::log_sq_stride(to_dp(init.type), std::max<uint32_t>(want.max_send_sge, 1), want.max_inline_data);
   const uint32_t lrq = init.srq ? 0 : log2_ceil(std::max<uint32_t>(want.max_recv_wr, 1));
-  const uint32_t lrqs = log_rq_stride(std::max<uint32_t>(want.max_recv_sge, 1));
+  const uint32_t lrqs = dp::log_rq_stride(std::max<uint32_t>(want.max_recv_sge, 1));
   if (lsq > dev_.log_max_qp_wr || lrq > dev_.log_max_qp_wr)
     return err(EINVAL, "create_qp: {}/{} WRs, the device allows {}", want.max_send_wr, want.max_recv_wr,
                1u << dev_.log_max_qp_wr);
-  if (lsqs > kMaxLogSqStride || lrqs > kMaxLogRqStride)
+  if (lsqs > dp::kMaxLogSqStride || lrqs > dp::kMaxLogRqStride)
     return err(EINVAL, "create_qp: WQEs over the largest stride (SGEs or inline data)");
   qp->log_sq_ = uint8_t(lsq);
   qp->log_sq_stride_ = uint8_t(lsqs);
   qp->log_rq_ = uint8_t(lrq);
   qp->log_rq_stride_ = uint8_t(lrqs);
   // The created capabilities: what the strides hold (libibverbs reports the same).
-  const size_t sq_stride = size_t{1} << lsqs, hdr = send_header_bytes(init.type);
+  const size_t sq_stride = size_t{1} << lsqs, hdr = dp::max_header_bytes(to_dp(init.type));
   qp->cap_.max_send_wr = 1u << lsq;
   qp->cap_.max_recv_wr = init.srq ? 0 : 1u << lrq;
   qp->cap_.max_send_sge = std::min<uint32_t>(max_sge, uint32_t((sq_stride - hdr) / kSeg));
@@ -144,8 +144,8 @@ Result<void> QpImpl::modify(const QpAttr& attr, uint32_t mask) {
     sq_prod_ = rq_prod_ = 0;
     sq_cons_.store(0);
     rq_cons_.store(0);
-    dbr_store(dbr_, kDbrRq, 0);
-    dbr_store(dbr_, kDbrSq, 0);
+    dbr_store(dbr_, dp::kDbrQpRq, 0);
+    dbr_store(dbr_, dp::kDbrQpSq, 0);
   }
   return ok();
 }
@@ -167,7 +167,7 @@ int QpImpl::post_send(const SendWr& wr) {
   }
   if (int e = encode_send_wqe(slot, size_t{1} << log_sq_stride_, type_, wr, ahn, lim_)) return e;
   ++sq_prod_;
-  dbr_store(dbr_, kDbrSq, sq_prod_);  // release: the WQE before the counter
+  dbr_store(dbr_, dp::kDbrQpSq, sq_prod_);  // release: the WQE before the counter
   ctx_.uar().ring_sq(qpn_, sq_prod_);
   return 0;
 }
@@ -180,7 +180,7 @@ int QpImpl::post_recv(const RecvWr& wr) {
   std::byte* slot = rq_ + (size_t(rq_prod_ & (size - 1)) << log_rq_stride_);
   if (int e = encode_recv_wqe(slot, size_t{1} << log_rq_stride_, wr, cap_.max_recv_sge)) return e;
   ++rq_prod_;
-  dbr_store(dbr_, kDbrRq, rq_prod_);
+  dbr_store(dbr_, dp::kDbrQpRq, rq_prod_);
   return 0;
 }
 
@@ -193,7 +193,7 @@ Result<std::unique_ptr<Srq>> ContextImpl::create_srq(Pd& pd, uint32_t max_wr, ui
   if (lg > dev_.log_max_srq_wr) return err(EINVAL, "create_srq: {} WRs, the device allows {}", max_wr, 1u << dev_.log_max_srq_wr);
   std::unique_ptr<SrqImpl> srq(new SrqImpl(*this));
   srq->log_size_ = lg;
-  srq->log_stride_ = log_rq_stride(std::max<uint32_t>(max_sge, 1));
+  srq->log_stride_ = dp::log_rq_stride(std::max<uint32_t>(max_sge, 1));
   srq->max_sge_ = std::min<uint32_t>(dev_sge, (1u << (srq->log_stride_ - 4)) - 1);
   const size_t ring = size_t{1} << (lg + srq->log_stride_);
   OPENIB_TRY_ASSIGN(srq->block_, arena_->alloc(ring + Arena::kAlign));  // §6.9: ring, record
@@ -224,7 +224,7 @@ int SrqImpl::post_recv(const RecvWr& wr) {
   std::byte* slot = ring_ + (size_t(prod_ & (size - 1)) << log_stride_);
   if (int e = encode_recv_wqe(slot, size_t{1} << log_stride_, wr, max_sge_)) return e;
   ++prod_;
-  dbr_store(dbr_, kDbrSrq, prod_);  // §12.3
+  dbr_store(dbr_, dp::kDbrSrq, prod_);  // §12.3
   return 0;
 }
 

@@ -27,12 +27,13 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/iba.hpp"
 #include "mad/bytes.hpp"
 #include "mad/mad.hpp"
 
 namespace openib::mad {
 
-inline constexpr std::uint16_t kPermissiveLid = 0xFFFF;  // IBA 4.1.5
+using iba::kPermissiveLid;  // IBA 4.1.5 (common/iba.hpp)
 inline constexpr std::size_t kSmpMKeyOff = 24;
 inline constexpr std::size_t kSmpDrSlidOff = 32;
 inline constexpr std::size_t kSmpDrDlidOff = 34;

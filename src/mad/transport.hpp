@@ -9,12 +9,13 @@
 #include <functional>
 #include <span>
 
+#include "common/iba.hpp"
 #include "common/result.hpp"
 #include "mad/bytes.hpp"
 
 namespace openib::mad {
 
-inline constexpr uint32_t kGsiQkey = 0x80010000;  // IBA 13.5.3.1: the well-known Q_Key of QP1
+using iba::kGsiQkey;  // IBA 13.5.3.1 (common/iba.hpp)
 
 // Where a MAD came from (receive) or goes to (send). The fields of
 // rdma-core's struct ib_mad_addr, host byte order.

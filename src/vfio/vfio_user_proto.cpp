@@ -8,10 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/byte_order.hpp"
+
 namespace openib::vfio::user {
 namespace {
 
-// Little-endian field writer appending to a byte vector.
+// Little-endian field writer appending to a byte vector (vfio-user's order).
 class Writer {
  public:
   explicit Writer(size_t reserve = 0) { b_.reserve(reserve); }
@@ -26,21 +28,21 @@ class Writer {
   Bytes take() { return std::move(b_); }
 
  private:
-  Writer& put(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) b_.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+  Writer& put(uint64_t v, size_t n) {
+    const size_t at = b_.size();
+    b_.resize(at + n);
+    ::openib::bytes::put_le(b_, at, n, v);  // qualified: Writer has a member bytes()
     return *this;
   }
   Bytes b_;
 };
 
-uint64_t load_le(ByteSpan s, size_t off, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | std::to_integer<uint64_t>(s[off + i]);
-  return v;
-}
-uint16_t le16(ByteSpan s, size_t off) { return static_cast<uint16_t>(load_le(s, off, 2)); }
-uint32_t le32(ByteSpan s, size_t off) { return static_cast<uint32_t>(load_le(s, off, 4)); }
-uint64_t le64(ByteSpan s, size_t off) { return load_le(s, off, 8); }
+// vfio-user fields are little-endian ("Message format"); common/byte_order.hpp
+// reads them, bounded (a field past the payload reads as 0: lengths are
+// checked first anyway, by need()).
+using bytes::get_le16;
+using bytes::get_le32;
+using bytes::get_le64;
 
 Error proto_err(std::string msg) { return Error{EPROTO, "vfio-user: " + std::move(msg)}; }
 
@@ -90,11 +92,11 @@ void encode_header(const Header& h, std::span<std::byte, kHeaderSize> out) {
 Result<Header> decode_header(ByteSpan b, size_t max_size) {
   OPENIB_TRY(need(b, kHeaderSize, "header"));
   Header h;
-  h.id = le16(b, 0);
-  h.command = le16(b, 2);
-  h.size = le32(b, 4);
-  h.flags = le32(b, 8);
-  h.error = le32(b, 12);
+  h.id = get_le16(b, 0);
+  h.command = get_le16(b, 2);
+  h.size = get_le32(b, 4);
+  h.flags = get_le32(b, 8);
+  h.error = get_le32(b, 12);
   if (h.size < kHeaderSize)
     return proto_err(fmt::format("message size {} below the 16-byte header", h.size));
   if (h.size > max_size)
@@ -152,8 +154,8 @@ Bytes encode_version(const Version& v) {
 Result<Version> decode_version(ByteSpan p) {
   OPENIB_TRY(need(p, 4, "VERSION"));
   Version v;
-  v.major = le16(p, 0);
-  v.minor = le16(p, 2);
+  v.major = get_le16(p, 0);
+  v.minor = get_le16(p, 2);
   ByteSpan data = p.subspan(4);
   if (data.empty()) return v;
   if (data.size() > kMaxVersionJson + 1)
@@ -216,10 +218,10 @@ Bytes encode_dma_map(const DmaMapRequest& r) {
 
 Result<DmaMapRequest> decode_dma_map(ByteSpan p) {
   OPENIB_TRY(exact(p, kDmaMapSize, "DMA_MAP"));
-  uint32_t argsz = le32(p, 0);
+  uint32_t argsz = get_le32(p, 0);
   if (argsz != kDmaMapSize)
     return proto_err(fmt::format("DMA_MAP: argsz {} != {}", argsz, kDmaMapSize));
-  DmaMapRequest r{le32(p, 4), le64(p, 8), le64(p, 16), le64(p, 24)};
+  DmaMapRequest r{get_le32(p, 4), get_le64(p, 8), get_le64(p, 16), get_le64(p, 24)};
   if (r.flags & ~uint32_t{VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE})
     return proto_err(fmt::format("DMA_MAP: unknown flags {:#x}", r.flags));
   if (r.size == 0) return proto_err("DMA_MAP: size 0");
@@ -239,7 +241,7 @@ Bytes encode_dma_unmap(const DmaUnmap& r) {
 
 Result<DmaUnmap> decode_dma_unmap(ByteSpan p) {
   OPENIB_TRY(exact(p, kDmaUnmapSize, "DMA_UNMAP"));
-  DmaUnmap r{le32(p, 0), le32(p, 4), le64(p, 8), le64(p, 16)};
+  DmaUnmap r{get_le32(p, 0), get_le32(p, 4), get_le64(p, 8), get_le64(p, 16)};
   if (r.argsz < kDmaUnmapSize)
     return proto_err(fmt::format("DMA_UNMAP: argsz {} < {}", r.argsz, kDmaUnmapSize));
   if (r.flags != 0)  // dirty-page bitmaps (VFIO_DMA_UNMAP_FLAG_GET_DIRTY_BITMAP) unsupported
@@ -257,7 +259,7 @@ Bytes encode_device_info_request(uint32_t argsz) {
 
 Result<uint32_t> decode_device_info_request(ByteSpan p) {
   OPENIB_TRY(exact(p, kDeviceInfoSize, "DEVICE_GET_INFO"));
-  uint32_t argsz = le32(p, 0);
+  uint32_t argsz = get_le32(p, 0);
   if (argsz < kDeviceInfoSize)
     return proto_err(fmt::format("DEVICE_GET_INFO: argsz {} < {}", argsz, kDeviceInfoSize));
   return argsz;
@@ -270,11 +272,11 @@ Bytes encode_device_info(const DeviceInfo& i) {
 
 Result<DeviceInfo> decode_device_info(ByteSpan p) {
   OPENIB_TRY(exact(p, kDeviceInfoSize, "DEVICE_GET_INFO reply"));
-  uint32_t argsz = le32(p, 0);
+  uint32_t argsz = get_le32(p, 0);
   if (argsz != kDeviceInfoSize)
     return proto_err(fmt::format("DEVICE_GET_INFO reply: argsz {} != {}", argsz,
                                  kDeviceInfoSize));
-  DeviceInfo i{le32(p, 4), le32(p, 8), le32(p, 12)};
+  DeviceInfo i{get_le32(p, 4), get_le32(p, 8), get_le32(p, 12)};
   // More than 64 regions or IRQ types is not a device we can drive.
   if (i.num_regions > 64 || i.num_irqs > 64)
     return proto_err(fmt::format("DEVICE_GET_INFO reply: {} regions, {} irqs",
@@ -294,7 +296,7 @@ Bytes encode_region_info_request(const RegionInfoRequest& r) {
 
 Result<RegionInfoRequest> decode_region_info_request(ByteSpan p) {
   OPENIB_TRY(exact(p, kRegionInfoSize, "DEVICE_GET_REGION_INFO"));
-  RegionInfoRequest r{le32(p, 0), le32(p, 8)};
+  RegionInfoRequest r{get_le32(p, 0), get_le32(p, 8)};
   if (r.argsz < kRegionInfoSize)
     return proto_err(fmt::format("DEVICE_GET_REGION_INFO: argsz {} < {}", r.argsz,
                                  kRegionInfoSize));
@@ -324,16 +326,16 @@ namespace {
 Result<void> decode_sparse_cap(ByteSpan caps, uint32_t off, RegionInfo& info) {
   // caps is the payload cut at argsz; off points at the cap header.
   if (!info.sparse.empty()) return proto_err("REGION_INFO: two sparse-mmap capabilities");
-  if (le16(caps, off + 2) != 1)
-    return proto_err(fmt::format("REGION_INFO: sparse-mmap version {}", le16(caps, off + 2)));
+  if (get_le16(caps, off + 2) != 1)
+    return proto_err(fmt::format("REGION_INFO: sparse-mmap version {}", get_le16(caps, off + 2)));
   if (caps.size() - off < 16) return proto_err("REGION_INFO: sparse-mmap cap truncated");
-  uint32_t nr = le32(caps, off + 8);
+  uint32_t nr = get_le32(caps, off + 8);
   if (nr == 0 || nr > kMaxSparseAreas)
     return proto_err(fmt::format("REGION_INFO: {} sparse areas", nr));
   if ((caps.size() - off - 16) / 16 < nr)
     return proto_err(fmt::format("REGION_INFO: {} sparse areas overrun argsz", nr));
   for (uint32_t i = 0; i < nr; ++i) {
-    SparseArea a{le64(caps, off + 16 + 16 * i), le64(caps, off + 24 + 16 * i)};
+    SparseArea a{get_le64(caps, off + 16 + 16 * i), get_le64(caps, off + 24 + 16 * i)};
     if (a.size == 0 || a.offset > info.size || a.size > info.size - a.offset)
       return proto_err(fmt::format("REGION_INFO: sparse area [{:#x}, +{:#x}) outside region "
                                    "of {:#x} bytes", a.offset, a.size, info.size));
@@ -347,12 +349,12 @@ Result<void> decode_sparse_cap(ByteSpan caps, uint32_t off, RegionInfo& info) {
 Result<RegionInfoReply> decode_region_info(ByteSpan p) {
   OPENIB_TRY(need(p, kRegionInfoSize, "DEVICE_GET_REGION_INFO reply"));
   RegionInfoReply r;
-  r.argsz = le32(p, 0);
-  r.info.flags = le32(p, 4);
-  r.info.index = le32(p, 8);
-  uint32_t cap_offset = le32(p, 12);
-  r.info.size = le64(p, 16);
-  r.info.offset = le64(p, 24);
+  r.argsz = get_le32(p, 0);
+  r.info.flags = get_le32(p, 4);
+  r.info.index = get_le32(p, 8);
+  uint32_t cap_offset = get_le32(p, 12);
+  r.info.size = get_le64(p, 16);
+  r.info.offset = get_le64(p, 24);
   if (r.argsz < kRegionInfoSize)
     return proto_err(fmt::format("REGION_INFO reply: argsz {} < {}", r.argsz, kRegionInfoSize));
   if (r.argsz > kMaxRegionInfoSize)
@@ -386,9 +388,9 @@ Result<RegionInfoReply> decode_region_info(ByteSpan p) {
     if (std::find(seen.begin(), seen.end(), off) != seen.end())
       return proto_err(fmt::format("REGION_INFO reply: capability chain loops at {}", off));
     seen.push_back(off);
-    uint16_t id = le16(p, off);
+    uint16_t id = get_le16(p, off);
     if (id == VFIO_REGION_INFO_CAP_SPARSE_MMAP) OPENIB_TRY(decode_sparse_cap(p, off, r.info));
-    off = le32(p, off + 4);
+    off = get_le32(p, off + 4);
   }
   return r;
 }
@@ -402,10 +404,10 @@ Bytes encode_irq_info_request(uint32_t index) {
 
 Result<uint32_t> decode_irq_info_request(ByteSpan p) {
   OPENIB_TRY(exact(p, kIrqInfoSize, "DEVICE_GET_IRQ_INFO"));
-  uint32_t argsz = le32(p, 0);
+  uint32_t argsz = get_le32(p, 0);
   if (argsz < kIrqInfoSize)
     return proto_err(fmt::format("DEVICE_GET_IRQ_INFO: argsz {} < {}", argsz, kIrqInfoSize));
-  return le32(p, 8);
+  return get_le32(p, 8);
 }
 
 Bytes encode_irq_info(const IrqInfo& i) {
@@ -414,14 +416,14 @@ Bytes encode_irq_info(const IrqInfo& i) {
 
 Result<IrqInfo> decode_irq_info(ByteSpan p) {
   OPENIB_TRY(exact(p, kIrqInfoSize, "DEVICE_GET_IRQ_INFO reply"));
-  uint32_t argsz = le32(p, 0);
+  uint32_t argsz = get_le32(p, 0);
   if (argsz != kIrqInfoSize)
     return proto_err(fmt::format("DEVICE_GET_IRQ_INFO reply: argsz {} != {}", argsz,
                                  kIrqInfoSize));
   IrqInfo i;
-  i.flags = le32(p, 4);
-  i.index = le32(p, 8);
-  i.count = le32(p, 12);
+  i.flags = get_le32(p, 4);
+  i.index = get_le32(p, 8);
+  i.count = get_le32(p, 12);
   return i;
 }
 
@@ -439,14 +441,14 @@ Bytes encode_irq_set(const IrqSet& s) {
 
 Result<IrqSet> decode_irq_set(ByteSpan p) {
   OPENIB_TRY(need(p, kIrqSetSize, "DEVICE_SET_IRQS"));
-  uint32_t argsz = le32(p, 0);
+  uint32_t argsz = get_le32(p, 0);
   if (argsz != p.size())
     return proto_err(fmt::format("DEVICE_SET_IRQS: argsz {} != payload {}", argsz, p.size()));
   IrqSet s;
-  s.flags = le32(p, 4);
-  s.index = le32(p, 8);
-  s.start = le32(p, 12);
-  s.count = le32(p, 16);
+  s.flags = get_le32(p, 4);
+  s.index = get_le32(p, 8);
+  s.start = get_le32(p, 12);
+  s.count = get_le32(p, 16);
   const uint32_t known = VFIO_IRQ_SET_DATA_TYPE_MASK | VFIO_IRQ_SET_ACTION_TYPE_MASK;
   if (s.flags & ~known) return proto_err(fmt::format("DEVICE_SET_IRQS: flags {:#x}", s.flags));
   // Exactly one data type and one action (spec: "mutually exclusive").
@@ -479,7 +481,7 @@ Bytes encode_region_access(uint64_t offset, uint32_t region, uint32_t count, Byt
 namespace {
 Result<RegionAccess> decode_region_access(ByteSpan p, uint64_t max_count, bool with_data) {
   OPENIB_TRY(need(p, kRegionAccessSize, "REGION_READ/WRITE"));
-  RegionAccess a{le64(p, 0), le32(p, 8), le32(p, 12), {}};
+  RegionAccess a{get_le64(p, 0), get_le32(p, 8), get_le32(p, 12), {}};
   if (a.count == 0) return proto_err("REGION_READ/WRITE: count 0");
   if (a.count > max_count)
     return proto_err(fmt::format("REGION_READ/WRITE: count {} exceeds max_data_xfer_size {}",
@@ -515,7 +517,7 @@ Result<DmaAccess> decode_dma_access(ByteSpan p, uint64_t max_count, bool with_da
   // A data-less DMA_WRITE reply may carry a 4-byte count (spec table).
   const bool short_count = !with_data && p.size() == 12;
   if (!short_count) OPENIB_TRY(need(p, kDmaAccessSize, "DMA_READ/WRITE"));
-  DmaAccess a{le64(p, 0), short_count ? le32(p, 8) : le64(p, 8), {}};
+  DmaAccess a{get_le64(p, 0), short_count ? get_le32(p, 8) : get_le64(p, 8), {}};
   if (a.count == 0) return proto_err("DMA_READ/WRITE: count 0");
   if (a.count > max_count)
     return proto_err(fmt::format("DMA_READ/WRITE: count {} exceeds max_data_xfer_size {}",

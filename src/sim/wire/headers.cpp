@@ -7,27 +7,28 @@ namespace openib::sim::wire {
 
 namespace {
 
-// Big-endian byte writer (IBA 1.2.1 Vol 1 1.6: most significant byte
-// first) over memory the caller sized.
+// A cursor over memory the caller sized; the fields go in big-endian
+// (IBA 1.2.1 Vol 1 1.6: most significant byte first) by the tree's
+// helpers, common/byte_order.hpp.
 struct Out {
   std::byte* p;
 };
 void put8(Out& out, std::uint32_t v) { *out.p++ = static_cast<std::byte>(v & 0xFF); }
 void put16(Out& out, std::uint32_t v) {
-  put8(out, v >> 8);
-  put8(out, v);
+  bytes::st_be16(out.p, static_cast<std::uint16_t>(v));
+  out.p += 2;
 }
 void put24(Out& out, std::uint32_t v) {
   put8(out, v >> 16);
   put16(out, v);
 }
 void put32(Out& out, std::uint32_t v) {
-  put16(out, v >> 16);
-  put16(out, v);
+  bytes::st_be32(out.p, v);
+  out.p += 4;
 }
 void put64(Out& out, std::uint64_t v) {
-  put32(out, static_cast<std::uint32_t>(v >> 32));
-  put32(out, static_cast<std::uint32_t>(v));
+  bytes::st_be64(out.p, v);
+  out.p += 8;
 }
 
 // append_*(): the header's bytes at the end of `out`, by write_*().

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/byte_order.hpp"
 #include "common/result.hpp"
 
 namespace openib::sim::wire {
@@ -286,32 +287,30 @@ bool has_payload(std::uint8_t opcode);
 std::size_t ext_headers_size(ExtHeaders ext);
 
 // ---- Unchecked readers ------------------------------------------------------
-// Big-endian (IBA 1.2.1 Vol 1 1.6: most significant byte first); the
-// caller guarantees the bytes are there. decode_*() checks and calls these.
-namespace be {
+// Big-endian (IBA 1.2.1 Vol 1 1.6: most significant byte first), by the
+// tree's helpers (common/byte_order.hpp); the caller guarantees the bytes
+// are there. decode_*() checks and calls these.
+namespace detail {
 inline std::uint32_t u8(const std::byte* p, std::size_t off) { return std::to_integer<std::uint32_t>(p[off]); }
-inline std::uint32_t u16(const std::byte* p, std::size_t off) { return (u8(p, off) << 8) | u8(p, off + 1); }
-inline std::uint32_t u24(const std::byte* p, std::size_t off) { return (u8(p, off) << 16) | u16(p, off + 1); }
-inline std::uint32_t u32(const std::byte* p, std::size_t off) { return (u16(p, off) << 16) | u16(p, off + 2); }
-inline std::uint64_t u64(const std::byte* p, std::size_t off) {
-  return (std::uint64_t{u32(p, off)} << 32) | u32(p, off + 4);
-}
-}  // namespace be
+// A 24-bit field (QPN, PSN, EECnxt, MSN): the byte before it is its
+// header's own, so one 32-bit load covers it.
+inline std::uint32_t u24(const std::byte* p, std::size_t off) { return bytes::ld_be32(p + off - 1) & 0xFFFFFF; }
+}  // namespace detail
 
 // IBA 7.7: byte 0: VL[7:4] LVer[3:0]; byte 1: SL[7:4] resv2[3:2] LNH[1:0];
 // bytes 2-3 DLID; bytes 4-5: resv5[15:11] PktLen[10:0]; bytes 6-7 SLID.
 inline Lrh read_lrh(const std::byte* p) {
   Lrh h;
-  const std::uint32_t b0 = be::u8(p, 0), b1 = be::u8(p, 1), w2 = be::u16(p, 4);
+  const std::uint32_t b0 = detail::u8(p, 0), b1 = detail::u8(p, 1), w2 = bytes::ld_be16(p + 4);
   h.vl = static_cast<std::uint8_t>(b0 >> 4);
   h.lver = static_cast<std::uint8_t>(b0 & 0xF);
   h.sl = static_cast<std::uint8_t>(b1 >> 4);
   h.resv2 = static_cast<std::uint8_t>((b1 >> 2) & 0x3);
   h.lnh = static_cast<Lnh>(b1 & 0x3);
-  h.dlid = static_cast<std::uint16_t>(be::u16(p, 2));
+  h.dlid = static_cast<std::uint16_t>(bytes::ld_be16(p + 2));
   h.resv5 = static_cast<std::uint8_t>(w2 >> 11);
   h.pkt_len = static_cast<std::uint16_t>(w2 & 0x7FF);
-  h.slid = static_cast<std::uint16_t>(be::u16(p, 6));
+  h.slid = static_cast<std::uint16_t>(bytes::ld_be16(p + 6));
   return h;
 }
 
@@ -319,16 +318,16 @@ inline Lrh read_lrh(const std::byte* p) {
 // PayLen; byte 6 NxtHdr; byte 7 HopLmt; bytes 8-23 SGID; bytes 24-39 DGID.
 inline Grh read_grh(const std::byte* p) {
   Grh h;
-  const std::uint32_t w0 = be::u32(p, 0);
+  const std::uint32_t w0 = bytes::ld_be32(p);
   h.ip_ver = static_cast<std::uint8_t>(w0 >> 28);
   h.tclass = static_cast<std::uint8_t>((w0 >> 20) & 0xFF);
   h.flow_label = w0 & 0xFFFFF;
-  h.pay_len = static_cast<std::uint16_t>(be::u16(p, 4));
-  h.nxt_hdr = static_cast<std::uint8_t>(be::u8(p, 6));
-  h.hop_lmt = static_cast<std::uint8_t>(be::u8(p, 7));
+  h.pay_len = static_cast<std::uint16_t>(bytes::ld_be16(p + 4));
+  h.nxt_hdr = static_cast<std::uint8_t>(detail::u8(p, 6));
+  h.hop_lmt = static_cast<std::uint8_t>(detail::u8(p, 7));
   for (std::size_t i = 0; i < 16; ++i) {
-    h.sgid[i] = static_cast<std::uint8_t>(be::u8(p, 8 + i));
-    h.dgid[i] = static_cast<std::uint8_t>(be::u8(p, 24 + i));
+    h.sgid[i] = static_cast<std::uint8_t>(detail::u8(p, 8 + i));
+    h.dgid[i] = static_cast<std::uint8_t>(detail::u8(p, 24 + i));
   }
   return h;
 }
@@ -338,34 +337,34 @@ inline Grh read_grh(const std::byte* p) {
 // bytes 9-11 PSN.
 inline Bth read_bth(const std::byte* p) {
   Bth h;
-  h.opcode = static_cast<std::uint8_t>(be::u8(p, 0));
-  const std::uint32_t b1 = be::u8(p, 1), b8 = be::u8(p, 8);
+  h.opcode = static_cast<std::uint8_t>(detail::u8(p, 0));
+  const std::uint32_t b1 = detail::u8(p, 1), b8 = detail::u8(p, 8);
   h.se = (b1 & 0x80) != 0;
   h.mig_req = (b1 & 0x40) != 0;
   h.pad_cnt = static_cast<std::uint8_t>((b1 >> 4) & 0x3);
   h.tver = static_cast<std::uint8_t>(b1 & 0xF);
-  h.pkey = static_cast<std::uint16_t>(be::u16(p, 2));
-  h.resv8a = static_cast<std::uint8_t>(be::u8(p, 4));
-  h.dest_qp = be::u24(p, 5);
+  h.pkey = static_cast<std::uint16_t>(bytes::ld_be16(p + 2));
+  h.resv8a = static_cast<std::uint8_t>(detail::u8(p, 4));
+  h.dest_qp = detail::u24(p, 5);
   h.ack_req = (b8 & 0x80) != 0;
   h.resv7 = static_cast<std::uint8_t>(b8 & 0x7F);
-  h.psn = be::u24(p, 9);
+  h.psn = detail::u24(p, 9);
   return h;
 }
 
-inline Rdeth read_rdeth(const std::byte* p) { return Rdeth{be::u24(p, 1)}; }  // IBA 9.3.1: resv8, EECnxt
-inline Deth read_deth(const std::byte* p) { return Deth{be::u32(p, 0), be::u24(p, 5)}; }  // IBA 9.3.2
+inline Rdeth read_rdeth(const std::byte* p) { return Rdeth{detail::u24(p, 1)}; }  // IBA 9.3.1: resv8, EECnxt
+inline Deth read_deth(const std::byte* p) { return Deth{bytes::ld_be32(p), detail::u24(p, 5)}; }  // IBA 9.3.2
 inline Reth read_reth(const std::byte* p) {  // IBA 9.3.3: VA, R_Key, DMALen
-  return Reth{be::u64(p, 0), be::u32(p, 8), be::u32(p, 12)};
+  return Reth{bytes::ld_be64(p), bytes::ld_be32(p + 8), bytes::ld_be32(p + 12)};
 }
 inline AtomicEth read_atomic_eth(const std::byte* p) {  // IBA 9.3.4
-  return AtomicEth{be::u64(p, 0), be::u32(p, 8), be::u64(p, 12), be::u64(p, 20)};
+  return AtomicEth{bytes::ld_be64(p), bytes::ld_be32(p + 8), bytes::ld_be64(p + 12), bytes::ld_be64(p + 20)};
 }
 inline Aeth read_aeth(const std::byte* p) {  // IBA 9.3.5: Syndrome, MSN
-  return Aeth{static_cast<std::uint8_t>(be::u8(p, 0)), be::u24(p, 1)};
+  return Aeth{static_cast<std::uint8_t>(detail::u8(p, 0)), detail::u24(p, 1)};
 }
-inline AtomicAckEth read_atomic_ack_eth(const std::byte* p) { return AtomicAckEth{be::u64(p, 0)}; }  // IBA 9.3.6
-inline ImmDt read_imm_dt(const std::byte* p) { return ImmDt{be::u32(p, 0)}; }  // IBA 9.3.7
-inline Ieth read_ieth(const std::byte* p) { return Ieth{be::u32(p, 0)}; }      // IBA 9.3.8
+inline AtomicAckEth read_atomic_ack_eth(const std::byte* p) { return AtomicAckEth{bytes::ld_be64(p)}; }  // IBA 9.3.6
+inline ImmDt read_imm_dt(const std::byte* p) { return ImmDt{bytes::ld_be32(p)}; }  // IBA 9.3.7
+inline Ieth read_ieth(const std::byte* p) { return Ieth{bytes::ld_be32(p)}; }      // IBA 9.3.8
 
 }  // namespace openib::sim::wire

@@ -3,24 +3,10 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/byte_order.hpp"
 #include "sim/wire/crc.hpp"
 
 namespace openib::sim::wire {
-
-namespace {
-
-// ICRC and VCRC are stored least significant byte first (IBA 7.8.1/7.8.2,
-// the transmission order of a reflected CRC; see crc.hpp).
-std::uint32_t get_le32(std::span<const std::byte> b) {
-  return std::to_integer<std::uint32_t>(b[0]) | (std::to_integer<std::uint32_t>(b[1]) << 8) |
-         (std::to_integer<std::uint32_t>(b[2]) << 16) | (std::to_integer<std::uint32_t>(b[3]) << 24);
-}
-std::uint16_t get_le16(std::span<const std::byte> b) {
-  return static_cast<std::uint16_t>(std::to_integer<unsigned>(b[0]) |
-                                    (std::to_integer<unsigned>(b[1]) << 8));
-}
-
-}  // namespace
 
 ExtHeaders Headers::present_ext() const {
   ExtHeaders e = kExtNone;
@@ -74,12 +60,12 @@ Result<void> parse_packet_into(std::span<const std::byte> dgram, ParsedPacket& p
     return err(EPROTO, "packet of {} bytes shorter than its headers ({})", pkt_bytes, min_bytes);
 
   // IBA 7.8.2: check the link CRC first, as a receiving port would.
-  p.vcrc = get_le16(dgram.subspan(pkt_bytes));
+  p.vcrc = bytes::get_le16(dgram, pkt_bytes);  // IBA 7.8.2: least significant byte first
   if (std::uint16_t v = opts.check_vcrc ? compute_vcrc(dgram.first(pkt_bytes)) : p.vcrc; v != p.vcrc)
     return err(EBADMSG, "bad VCRC {:#06x}, computed {:#06x}", p.vcrc, v);
 
   auto body = dgram.first(pkt_bytes - kIcrcBytes);  // LRH .. end of pad
-  p.icrc = get_le32(dgram.subspan(pkt_bytes - kIcrcBytes, kIcrcBytes));
+  p.icrc = bytes::get_le32(dgram, pkt_bytes - kIcrcBytes);  // IBA 7.8.1: the same
   auto rest = body.subspan(kLrhBytes);
 
   if (global) {
@@ -191,11 +177,9 @@ void pad_packet(const PacketFrame& f, std::span<std::byte> d) {
 void seal_packet(std::span<std::byte> d) {
   if (d.size() < kLrhBytes + kIcrcBytes + kVcrcBytes) return;
   const std::size_t icrc_at = d.size() - kIcrcBytes - kVcrcBytes;
-  auto put = [&](std::size_t at, std::uint32_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) d[at + static_cast<std::size_t>(i)] = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
-  };
-  put(icrc_at, compute_icrc(d.first(icrc_at)), 4);                            // IBA 7.8.1
-  put(icrc_at + kIcrcBytes, compute_vcrc(d.first(icrc_at + kIcrcBytes)), 2);  // IBA 7.8.2
+  // Both CRCs least significant byte first (IBA 7.8.1, 7.8.2).
+  bytes::put_le(d, icrc_at, kIcrcBytes, compute_icrc(d.first(icrc_at)));
+  bytes::put_le(d, icrc_at + kIcrcBytes, kVcrcBytes, compute_vcrc(d.first(icrc_at + kIcrcBytes)));
 }
 
 Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const std::byte> payload) {
@@ -211,9 +195,7 @@ Result<std::vector<std::byte>> build_packet(const Headers& hdr, std::span<const 
 void rewrite_vcrc(std::span<std::byte> dgram) {
   if (dgram.size() < kLrhBytes + kIcrcBytes + kVcrcBytes) return;
   std::size_t n = dgram.size() - kVcrcBytes;
-  std::uint16_t v = compute_vcrc(dgram.first(n));
-  dgram[n] = static_cast<std::byte>(v & 0xFF);
-  dgram[n + 1] = static_cast<std::byte>(v >> 8);
+  bytes::put_le(dgram, n, kVcrcBytes, compute_vcrc(dgram.first(n)));  // IBA 7.8.2
 }
 
 }  // namespace openib::sim::wire
