@@ -32,11 +32,6 @@ uint32_t Hca::mtu_bytes(const Qp& qp) const {
   return 128u << code;
 }
 
-// §7.7 / IBA 9.7.6.1.3: the local ACK timeout is 4.096 us x 2^timeout.
-Hca::Clock::duration Hca::ack_timeout(const Qp& qp) const {
-  return std::chrono::nanoseconds(int64_t{4096} << std::min<uint8_t>(qp.attrs.timeout, 31));
-}
-
 // ---- §12.6 memory keys ----------------------------------------------------
 
 KeyFault Hca::resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uint32_t need,
@@ -355,7 +350,7 @@ bool Hca::fetch_send(uint32_t qpn, Qp& qp) {
         return fail(kWcLocProtErr);
   } else {
     // The keys are checked now; the data is read as each packet goes out
-    // (req_send_packet), straight into the packet.
+    // (RcRequester::send_packet), straight into the packet.
     for (const Sge& s : op.w.sges)
       if (s.length && resolve(s.lkey, qp.cfg.pdn, s.addr, s.length, 0, op.local) != KeyFault::kNone)
         return fail(kWcLocProtErr);
@@ -452,12 +447,12 @@ void Hca::datapath_tick() {
     if (qp.attrs.state == kErr || qp.attrs.state == kSqe) {
       if (rt.kick) {
         rt.kick = false;
-        resp_out_progress(qpn, qp, false);  // SQE still responds; ERR drops the queue
+        responder_.out_progress(qpn, qp, false);  // SQE still responds; ERR drops the queue
         flush_posted(qpn, qp);  // WQEs posted to a QP in error: flushed (§12.4)
       }
       return;
     }
-    if (rt.ack_due && *rt.ack_due <= now_) req_timeout(qpn, qp);
+    if (rt.ack_due && *rt.ack_due <= now_) requester_.timeout(qpn, qp);
     for (auto* t : {&rt.rnr_until, &rt.pace_until})
       if (*t && **t <= now_) {
         t->reset();
@@ -465,8 +460,8 @@ void Hca::datapath_tick() {
       }
     if (rt.kick) {
       rt.kick = false;
-      resp_out_progress(qpn, qp, false);
-      req_progress(qpn, qp);
+      responder_.out_progress(qpn, qp, false);
+      requester_.progress(qpn, qp);
     }
   });
 }

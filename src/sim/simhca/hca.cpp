@@ -31,6 +31,30 @@ void Hca::reset() {
   reset_tables();
   stats_ = HcaStats{};
   dstats_ = DataStats{};
+  requester_.reset_stats();
+  responder_.reset_stats();
+  ud_.reset_stats();
+}
+
+DataStats Hca::data_stats() const {
+  DataStats d = dstats_;
+  const RequesterStats& rq = requester_.stats();
+  const ResponderStats& rs = responder_.stats();
+  const UdStats& ud = ud_.stats();
+  d.tx_dropped += rq.tx_dropped;
+  d.retransmits += rq.retransmits;
+  d.timeouts += rq.timeouts;
+  d.rx_bad_state += rq.rx_bad_state;
+  d.rx_duplicates += rq.rx_duplicates + rs.rx_duplicates;
+  d.rx_bad_response += rq.rx_bad_response;
+  d.rx_dropped_seq += rs.rx_dropped_seq;
+  d.rx_no_wqe += rs.rx_no_wqe + ud.rx_no_wqe;
+  d.acks_sent += rs.acks_sent;
+  d.naks_sent += rs.naks_sent;
+  d.rnr_naks_sent += rs.rnr_naks_sent;
+  d.rx_malformed += ud.rx_malformed;
+  d.rx_bad_qkey += ud.rx_bad_qkey;
+  return d;
 }
 
 void Hca::reset_tables() {

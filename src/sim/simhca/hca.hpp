@@ -24,7 +24,11 @@
 #include "sim/simhca/codec.hpp"
 #include "sim/simhca/doorbell_scanner.hpp"
 #include "sim/simhca/port.hpp"
+#include "sim/simhca/rc_requester.hpp"
+#include "sim/simhca/rc_responder.hpp"
 #include "sim/simhca/resources.hpp"
+#include "sim/simhca/transport_ops.hpp"
+#include "sim/simhca/ud_transport.hpp"
 #include "sim/sma/engine.hpp"
 
 namespace openib::sim::wire {
@@ -96,7 +100,12 @@ struct Outcome {
   uint32_t syndrome = 0;
 };
 
-class Hca {
+// The composition root: it owns the units (the transport's in
+// rc_requester, rc_responder, ud_transport; see docs/simhca.md
+// "Implementation map") and routes BAR accesses, doorbells and packets to
+// them. The transport units reach the rest of the device only through
+// QueueOps and WireOps (transport_ops.hpp), which Hca implements.
+class Hca : private QueueOps, private WireOps {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -144,7 +153,8 @@ class Hca {
   const sim::sma::PmaStats& pma_stats() const { return pma_->stats(); }
 
   const HcaStats& stats() const { return stats_; }
-  const DataStats& data_stats() const { return dstats_; }
+  // The §12.8 counters, those the transport units keep included.
+  DataStats data_stats() const;
   bool initialized() const { return initialized_; }
 
   // Executes one command directly (the fuzz target and the command queue
@@ -188,57 +198,51 @@ class Hca {
   void sq_from_record(uint32_t qpn, Qp& qp);
   bool post_cqe(uint32_t cqn, const Cqe& c);
   void finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status);
-  void complete_front(uint32_t qpn, Qp& qp, uint8_t status);
-  void req_fail(uint32_t qpn, Qp& qp, uint8_t status);
-  void qp_to_error(uint32_t qpn, Qp& qp, uint8_t state);
+  void complete_front(uint32_t qpn, Qp& qp, uint8_t status) override;
+  void req_fail(uint32_t qpn, Qp& qp, uint8_t status) override;
+  void qp_to_error(uint32_t qpn, Qp& qp, uint8_t state) override;
   void flush_posted(uint32_t qpn, Qp& qp);
   void on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m);
   // 1: a receive WQE is held in qp.rt.rwqe; 0: none posted; -1: a bad WQE
   // (completed with an error, QP in ERR).
-  int fetch_recv(uint32_t qpn, Qp& qp);
-  void complete_recv(uint32_t qpn, Qp& qp, Cqe c);
-  bool fetch_send(uint32_t qpn, Qp& qp);
+  int fetch_recv(uint32_t qpn, Qp& qp) override;
+  void complete_recv(uint32_t qpn, Qp& qp, Cqe c) override;
+  bool fetch_send(uint32_t qpn, Qp& qp) override;
   KeyFault resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uint32_t need,
-                   std::vector<Extent>& out) const;
-  bool gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::byte> out);
-  bool scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in);
+                   std::vector<Extent>& out) const override;
+  bool gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::byte> out) override;
+  bool scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in) override;
+  DpClock::time_point now() const override { return now_; }
+  void qp_event(uint8_t type, uint32_t qpn) override { emit_event(type, qpn); }
+  const Ah* ah(uint32_t ahn) const override { return ahs_.get(ahn); }
   void datapath_tick();
   void track_live(uint32_t qpn, const Qp* qp);  // after a state change or destroy (null)
   std::optional<Clock::time_point> datapath_due() const;
-  uint32_t mtu_bytes(const Qp& qp) const;
-  Clock::duration ack_timeout(const Qp& qp) const;
+  uint32_t mtu_bytes(const Qp& qp) const override;
 
   // ports (port index 1..num_ports; out-of-range numbers mean port 1)
   Port& port_at(uint8_t n) { return ports_[n >= 1 && n <= kMaxPorts ? n - 1 : 0]; }
   const Port& port_at(uint8_t n) const { return ports_[n >= 1 && n <= kMaxPorts ? n - 1 : 0]; }
-  uint8_t qp_port(const Qp& qp) const;
+  uint8_t qp_port(const Qp& qp) const override;
+  uint8_t port_lmc(uint8_t port) const override { return port_at(port).info.lmc; }
+  void count_qkey_violation(uint8_t port) override { ++port_at(port).info.qkey_violations; }
   void reset_ports();
   void port_event_state(uint8_t port, uint8_t from, uint8_t to);
   void port_event_lid(uint8_t port, uint16_t lid);
   void port_event(uint8_t type, uint8_t port);  // §9.4 events whose data is the port
 
-  // transport (transport.cpp), IBA chapter 9
-  // A packet's payload: bytes in hand, or `len` bytes at offset `off` of
-  // a local buffer (`ext`), read by DMA while the packet is written, so
-  // that a WQE's data goes from host memory straight into the cable's
-  // slot (§12.7).
-  struct Payload {
-    std::span<const std::byte> bytes;
-    const std::vector<Extent>* ext = nullptr;
-    uint64_t off = 0;
-    size_t len = 0;
-    size_t size() const { return ext ? len : bytes.size(); }
-  };
-  // false only if the payload could not be read from host memory (the
-  // caller fails its WQE); a packet the port drops is counted, true.
-  // seg: the payload is a segment's (Link::send_segment), `h` its first
-  // packet's headers.
-  bool send_packet(sim::wire::Headers& h, const Payload& payload, const Av& av, uint8_t port = 1,
-                   const sim::Segment* seg = nullptr);
+  // §12.7 packets out (ports.cpp): the port side of the transport units
+  // (WireOps). false only if the payload could not be read from host
+  // memory (the caller fails its WQE); a packet the port drops is counted,
+  // true. seg: the payload is a segment's (Link::send_segment), `h` its
+  // first packet's headers.
+  bool send_packet(sim::wire::Headers& h, const Payload& payload, const Av& av, uint8_t port,
+                   const sim::Segment* seg) override;
   void send_packet(sim::wire::Headers& h, std::span<const std::byte> payload, const Av& av,
                    uint8_t port = 1) {
-    (void)send_packet(h, Payload{payload}, av, port);
+    (void)send_packet(h, Payload{payload}, av, port, nullptr);
   }
+  void address_packet(sim::wire::Headers& h, const Av& av, uint8_t port) const;
   // §12.7: a packet of `len` bytes, written by `fill`, to the wire of
   // `port` (in place where the link allows), or back into this device when
   // it is addressed to the port itself (loopback). false: dropped, or
@@ -248,28 +252,9 @@ class Hca {
   bool transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
                 size_t payload_at = 0, const sim::Segment* seg = nullptr);
   bool transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local);
-  bool for_own_port(uint8_t port, uint16_t dlid) const;
+  bool for_own_port(uint8_t port, uint16_t dlid) const override;
   void deliver_loopback();
-  void req_progress(uint32_t qpn, Qp& qp);
-  bool req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
-  uint32_t req_segment_len(const Qp& qp, const SendOp& op, sim::Link* link, size_t credits);
-  bool req_send_segment(Qp& qp, SendOp& op, uint32_t n);
-  sim::Link* qp_link(const Qp& qp);
-  static size_t link_room(sim::Link* link);
-  void req_go_back(Qp& qp, uint32_t psn);
-  bool req_ack_through(uint32_t qpn, Qp& qp, uint32_t psn);
-  void req_progress_made(Qp& qp);
-  void req_timeout(uint32_t qpn, Qp& qp);
-  void req_on_response(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
-  void resp_request(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
-  void resp_duplicate(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
-  void resp_ud(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p, uint8_t port = 1);
-  bool resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len);
-  void resp_nak(uint32_t qpn, Qp& qp, uint32_t psn, uint8_t code, uint8_t local_status,
-                uint8_t event);
-  void send_ack(Qp& qp, uint32_t psn, uint8_t syndrome);
-  void resp_send(Qp& qp, sim::wire::Headers& h);
-  void resp_out_progress(uint32_t qpn, Qp& qp, bool force);
+  sim::Link* qp_link(const Qp& qp) override;
 
   // management datagrams (ports.cpp, sma.cpp, pma.cpp): §14, §15
   class CaNode;  // the SMA/PMA engine's node model of this CA (sma.cpp)
@@ -336,6 +321,11 @@ class Hca {
   HostPort& host_;
   HcaOptions opts_;
   std::shared_ptr<spdlog::logger> log_;
+
+  // IBA chapter 9 (§12.8), each unit with its counters.
+  RcRequester requester_{*this, *this};
+  RcResponder responder_{*this, *this, log_};
+  UdTransport ud_{*this, *this};
 
   // §3 registers
   uint64_t cmdq_addr_ = 0;
