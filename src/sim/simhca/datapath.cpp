@@ -36,7 +36,7 @@ uint32_t Hca::mtu_bytes(const Qp& qp) const {
 
 KeyFault Hca::resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uint32_t need,
                       std::vector<Extent>& out) const {
-  const Mkey* m = mkeys_.get(key >> 8);
+  const Mkey* m = tables_.mkeys.get(key >> 8);
   if (!m) return KeyFault::kInvalidKey;
   KeyRegion r{m->key, m->cfg.pdn, m->cfg.access, m->cfg.start_va, m->cfg.length,
               m->cfg.log_page_size, &m->cfg.pages};
@@ -79,7 +79,7 @@ bool Hca::scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const 
 // ---- §12.4 CQEs -------------------------------------------------------------
 
 bool Hca::post_cqe(uint32_t cqn, const Cqe& c) {
-  Cq* cq = cqs_.get(cqn);
+  Cq* cq = tables_.cqs.get(cqn);
   if (!cq || cq->state != 0) {  // a CQ in error takes no more CQEs (§12.4)
     ++dstats_.cqes_dropped;
     return false;
@@ -242,7 +242,7 @@ void Hca::on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m
 Qp* Hca::sq_doorbell_target(uint32_t uar, uint64_t v) {
   const uint32_t qpn = v & 0xffffff;
   const auto pi = static_cast<uint32_t>(v >> 32);
-  Qp* qp = qps_.get(qpn);
+  Qp* qp = tables_.qps.get(qpn);
   if (!qp || qp->cfg.uar != uar || pi - qp->rt.sq_ci > (1u << qp->cfg.log_sq_size)) {
     ++stats_.bad_access;
     return nullptr;
@@ -264,9 +264,9 @@ bool Hca::sq_doorbell(uint32_t uar, uint64_t v) {
 // QPs): every QP of the UAR in RTS, SQD, SQE or ERR re-reads its SQ
 // producer counter from its doorbell record (§12.3, offset 0x04).
 void Hca::sq_rescan(uint32_t uar) {
-  const Uar* u = uars_.get(uar);
+  const Uar* u = tables_.uars.get(uar);
   for (uint32_t n = u ? u->first_qp : kNoQp; n != kNoQp;) {
-    Qp* qp = qps_.get(n);
+    Qp* qp = tables_.qps.get(n);
     if (!qp) break;
     const uint8_t st = qp->attrs.state;
     if (st == kRts || st == kSqd || st == kSqe || st == kErr) sq_from_record(n, *qp);
@@ -338,7 +338,7 @@ bool Hca::fetch_send(uint32_t qpn, Qp& qp) {
   op.len = op.w.length();
   const uint32_t mtu = mtu_bytes(qp);
   if (qp.cfg.type == kQpUd || qp.cfg.type == kQpSmi || qp.cfg.type == kQpGsi) {
-    const Ah* ah = ahs_.get(op.w.ahn);
+    const Ah* ah = tables_.ahs.get(op.w.ahn);
     if (!ah || ah->pdn != qp.cfg.pdn) return fail(kWcLocQpOpErr);  // §12.1: the AH's PD is the QP's
     if (op.len > mtu) return fail(kWcLocLenErr);  // IBA 9.8.4: UD messages fit one packet
   }
@@ -374,7 +374,7 @@ int Hca::fetch_recv(uint32_t qpn, Qp& qp) {
   uint32_t stride_log = 0;
   RecvCtx ctx;
   if (qp.cfg.use_srq()) {
-    Srq* srq = srqs_.get(qp.cfg.srqn);
+    Srq* srq = tables_.srqs.get(qp.cfg.srqn);
     if (!srq || !host_.dma_read(srq->cfg.dbr_iova, dbr)) return 0;
     const uint32_t pi = get32(dbr, 0), size = 1u << srq->cfg.log_size;
     if (pi == srq->ci || pi - srq->ci > size) return 0;
@@ -434,13 +434,13 @@ void Hca::complete_recv(uint32_t qpn, Qp& qp, Cqe c) {
 // timer runs.
 void Hca::track_live(uint32_t qpn, const Qp* qp) {
   const uint8_t st = qp ? qp->attrs.state : static_cast<uint8_t>(kReset);
-  live_qps_.set(qpn, st == kRtr || st == kRts || st == kSqd || st == kSqe || st == kErr);
+  tables_.live_qps.set(qpn, st == kRtr || st == kRts || st == kSqd || st == kSqe || st == kErr);
 }
 
 void Hca::datapath_tick() {
   if (!initialized_) return;
-  live_qps_.for_each([&](uint32_t qpn) {
-    Qp* q = qps_.get(qpn);
+  tables_.live_qps.for_each([&](uint32_t qpn) {
+    Qp* q = tables_.qps.get(qpn);
     if (!q) return;
     Qp& qp = *q;
     QpRuntime& rt = qp.rt;
@@ -471,8 +471,8 @@ std::optional<Hca::Clock::time_point> Hca::datapath_due() const {
   auto take = [&](const std::optional<Clock::time_point>& t) {
     if (t && (!due || *t < *due)) due = t;
   };
-  live_qps_.for_each([&](uint32_t qpn) {
-    const Qp* qp = qps_.get(qpn);
+  tables_.live_qps.for_each([&](uint32_t qpn) {
+    const Qp* qp = tables_.qps.get(qpn);
     if (!qp) return;
     if (qp->rt.kick) take(Clock::time_point::min());
     take(qp->rt.ack_due);

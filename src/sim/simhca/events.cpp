@@ -10,11 +10,11 @@ namespace openib::simhca {
 // lowest-numbered EQ whose mask takes it.
 void Hca::raise_event(const PendingEvent& ev, std::optional<uint32_t> eqn) {
   if (!eqn) {
-    eqs_.for_each([&](uint32_t n, Eq& eq) {
+    tables_.eqs.for_each([&](uint32_t n, Eq& eq) {
       if (!eqn && ev.type < 64 && (eq.cfg.event_mask >> ev.type) & 1) eqn = n;
     });
   }
-  Eq* eq = eqn ? eqs_.get(*eqn) : nullptr;
+  Eq* eq = eqn ? tables_.eqs.get(*eqn) : nullptr;
   if (!eq) {
     ++stats_.events_dropped;
     return;
@@ -55,7 +55,7 @@ bool Hca::eq_doorbell(uint32_t uar, uint64_t v) {
   const uint32_t eqn = v & 0xffffff;
   const bool arm = v & (1ull << 31);
   const auto ci = static_cast<uint32_t>(v >> 32);
-  Eq* eq = eqs_.get(eqn);
+  Eq* eq = tables_.eqs.get(eqn);
   // A consumer counter ahead of the producer is refused (§9.3).
   if (!eq || eq->cfg.uar != uar || eq->producer - ci > (1u << eq->cfg.log_size)) {
     ++stats_.bad_access;
@@ -75,7 +75,7 @@ bool Hca::eq_doorbell(uint32_t uar, uint64_t v) {
 bool Hca::cq_arm(uint32_t uar, uint64_t v) {
   const uint32_t cqn = v & 0xffffff;
   const auto cmd = static_cast<uint8_t>((v >> 24) & 3);
-  Cq* cq = cqs_.get(cqn);
+  Cq* cq = tables_.cqs.get(cqn);
   if (!cq || cq->cfg.uar != uar || cmd == 0 || cmd == 3) {
     ++stats_.bad_access;
     return false;
@@ -104,7 +104,7 @@ bool Hca::uar_doorbell(uint32_t uar, size_t word, uint64_t v) {
 // §4: a register write (VFIO_USER_REGION_WRITE) takes effect at once; the
 // value is also what the scanner will find in the page, so it is taken.
 void Hca::uar_write64(uint32_t uar, uint64_t off, uint64_t v) {
-  Uar* u = initialized_ ? uars_.get(uar) : nullptr;
+  Uar* u = initialized_ ? tables_.uars.get(uar) : nullptr;
   if (!u) {  // §4: only allocated UAR pages
     ++stats_.bad_access;
     return;
@@ -123,7 +123,7 @@ void Hca::uar_write64(uint32_t uar, uint64_t off, uint64_t v) {
 // act as a register write would; SQ_DOORBELL is checked and then every QP
 // of the UAR re-reads its SQ counter from its doorbell record.
 void Hca::uar_scan(uint32_t uar) {
-  Uar* u = initialized_ ? uars_.get(uar) : nullptr;
+  Uar* u = initialized_ ? tables_.uars.get(uar) : nullptr;
   const std::optional<UarWords> words = host_.uar_words(uar);
   if (!u || !u->doorbell_users || !words) return;  // freed since it was noticed
   bool sq = false;
@@ -145,7 +145,7 @@ void Hca::uar_scan(uint32_t uar) {
 // §12.5: the page is watched while an EQ, CQ or QP uses the UAR. When it
 // joins, what the page holds names no object yet and is taken as is.
 void Hca::uar_ref(uint32_t uar, int delta) {
-  Uar* u = uars_.get(uar);
+  Uar* u = tables_.uars.get(uar);
   if (!u) return;
   u->users += static_cast<uint32_t>(delta);
   const uint32_t before = u->doorbell_users;
@@ -161,18 +161,18 @@ void Hca::uar_ref(uint32_t uar, int delta) {
 }
 
 void Hca::uar_link_qp(uint32_t qpn, Qp& qp) {
-  Uar* u = uars_.get(qp.cfg.uar);
+  Uar* u = tables_.uars.get(qp.cfg.uar);
   qp.uar_prev = kNoQp;
   qp.uar_next = u->first_qp;
-  if (Qp* next = qps_.get(u->first_qp)) next->uar_prev = qpn;
+  if (Qp* next = tables_.qps.get(u->first_qp)) next->uar_prev = qpn;
   u->first_qp = qpn;
 }
 
 void Hca::uar_unlink_qp(uint32_t qpn, Qp& qp) {
-  Uar* u = uars_.get(qp.cfg.uar);
-  if (Qp* prev = qps_.get(qp.uar_prev)) prev->uar_next = qp.uar_next;
+  Uar* u = tables_.uars.get(qp.cfg.uar);
+  if (Qp* prev = tables_.qps.get(qp.uar_prev)) prev->uar_next = qp.uar_next;
   else if (u->first_qp == qpn) u->first_qp = qp.uar_next;
-  if (Qp* next = qps_.get(qp.uar_next)) next->uar_prev = qp.uar_prev;
+  if (Qp* next = tables_.qps.get(qp.uar_next)) next->uar_prev = qp.uar_prev;
   qp.uar_prev = qp.uar_next = kNoQp;
 }
 

@@ -59,19 +59,10 @@ DataStats Hca::data_stats() const {
 
 void Hca::reset_tables() {
   const Caps& c = opts_.caps;
-  uars_.for_each([&](uint32_t n, const Uar& u) {  // §12.5: no page stays watched
+  tables_.uars.for_each([&](uint32_t n, const Uar& u) {  // §12.5: no page stays watched
     if (u.doorbell_users) host_.watch_uar(n, false);
   });
-  pds_.reset(c.max_pd);
-  uars_.reset(c.max_uar, 1);  // UAR 0 is the driver's, allocated by INIT_HCA (§6.2)
-  eqs_.reset(c.max_eq);
-  cqs_.reset(c.max_cq);
-  srqs_.reset(c.max_srq);
-  mkeys_.reset(c.max_mkey);
-  mkey_tags_.assign(c.max_mkey, 0);
-  ahs_.reset(c.max_ah);
-  qps_.reset(c.max_qp, 2u * c.num_ports);  // QPN 0 .. 2n-1: each port's SMI and GSI (§6.10)
-  live_qps_.reset(c.max_qp);
+  tables_.reset(c);
 }
 
 // ---- §3 initialization segment ------------------------------------------

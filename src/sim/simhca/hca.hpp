@@ -26,6 +26,7 @@
 #include "sim/simhca/port.hpp"
 #include "sim/simhca/rc_requester.hpp"
 #include "sim/simhca/rc_responder.hpp"
+#include "sim/simhca/resource_tables.hpp"
 #include "sim/simhca/resources.hpp"
 #include "sim/simhca/transport_ops.hpp"
 #include "sim/simhca/ud_transport.hpp"
@@ -214,7 +215,7 @@ class Hca : private QueueOps, private WireOps {
   bool scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in) override;
   DpClock::time_point now() const override { return now_; }
   void qp_event(uint8_t type, uint32_t qpn) override { emit_event(type, qpn); }
-  const Ah* ah(uint32_t ahn) const override { return ahs_.get(ahn); }
+  const Ah* ah(uint32_t ahn) const override { return tables_.ahs.get(ahn); }
   void datapath_tick();
   void track_live(uint32_t qpn, const Qp* qp);  // after a state change or destroy (null)
   std::optional<Clock::time_point> datapath_due() const;
@@ -316,7 +317,6 @@ class Hca : private QueueOps, private WireOps {
   Outcome zero_ring(uint64_t iova, uint64_t bytes, uint64_t align);
   Outcome check_av(const Av& av, bool connected) const;
   void reset_tables();
-  uint32_t live_objects() const;
 
   HostPort& host_;
   HcaOptions opts_;
@@ -349,19 +349,7 @@ class Hca : private QueueOps, private WireOps {
   std::deque<std::pair<uint8_t, std::vector<std::byte>>> loopback_;  // §12.7 packets to ourselves
   std::vector<PendingEvent> after_completion_;  // §9.4: raised after the completion
 
-  Table<Pd> pds_;
-  Table<Uar> uars_;
-  Table<Eq> eqs_;
-  Table<Cq> cqs_;
-  Table<Srq> srqs_;
-  Table<Mkey> mkeys_;
-  std::vector<uint8_t> mkey_tags_;  // §6.7 per-index key tag
-  Table<Ah> ahs_;
-  Table<Qp> qps_;
-  // The QPs in a state that gives the data path work (RTR, RTS, SQD,
-  // SQE, ERR). datapath_tick() and datapath_due() visit only these, so a
-  // command costs the device the same with 10,000 idle QPs as with none.
-  SparseBitSet live_qps_;
+  ResourceTables tables_;  // §6, §7
 
   HcaStats stats_;
   DataStats dstats_;

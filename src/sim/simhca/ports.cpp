@@ -253,7 +253,7 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
     ++pt.pma.rcv_constraint_errors;
     return;
   }
-  Qp* qp = qps_.get(dest);
+  Qp* qp = tables_.qps.get(dest);
   if (!qp || qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi || qp_port(*qp) != port ||
       w::opcode_transport(p.hdr.bth.opcode) != transport_of_type(qp->cfg.type)) {
     ++dstats_.rx_no_qp;
@@ -279,7 +279,7 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
 bool Hca::deliver_to_qp(uint32_t wire_qpn, uint8_t port, const w::ParsedPacket& p,
                         std::span<const std::byte> mad) {
   const uint32_t qpn = special_qpn(port, wire_qpn == 1);
-  Qp* qp = qps_.get(qpn);
+  Qp* qp = tables_.qps.get(qpn);
   if (!qp) {
     ++dstats_.rx_no_qp;
     return false;
