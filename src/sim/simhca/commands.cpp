@@ -1,6 +1,6 @@
 // simhca's commands, docs/simhca.md §6. Every command validates all of its
 // input before it changes anything, so a failed command has no effect
-// (§5.5); events it raises are queued in after_completion_ and written
+// (§5.5); events it raises wait in the event unit (event_unit.cpp) and are written
 // after its completion (§9.4).
 #include <algorithm>
 
@@ -31,9 +31,9 @@ Outcome Hca::execute(uint16_t op, ByteView in, Bytes& out) {
   if (fatal_ && op != kOpNop && op != kOpQueryDeviceCap) return {kInternalError, health_syndrome_};
   if (!initialized_ && op != kOpNop && op != kOpQueryDeviceCap && op != kOpInitHca)
     return {kBadSysState, 0};
-  in_command_ = true;
+  events_.begin_command();
   Outcome o = dispatch(op, in, out);
-  in_command_ = false;
+  events_.end_command();
   return o;
 }
 
@@ -525,7 +525,7 @@ Outcome Hca::cmd_modify_qp(ByteView in) {
     PendingEvent ev;
     ev.type = kEvSqDrained;
     put32(ev.data, 0, m.qpn);
-    after_completion_.push_back(ev);
+    events_.post(ev);  // a command runs: after its completion (§9.4)
   }
   return {};
 }

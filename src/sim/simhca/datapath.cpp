@@ -2,7 +2,7 @@
 // send WQEs (§12.1, §12.5), receive WQEs from the RQ or SRQ through their
 // doorbell records (§12.2, §12.3), CQEs with the ownership phase, arming
 // and overrun (§12.4, §7.3), memory keys (§12.6, IBA 10.6), the QP error
-// state and flushing (§12.4, IBA 10.8.3). The wire side is transport.cpp.
+// state and flushing (§12.4, IBA 10.8.3). The wire side is rc_requester.cpp, rc_responder.cpp, ud_transport.cpp.
 #include <algorithm>
 
 #include "sim/simhca/hca.hpp"

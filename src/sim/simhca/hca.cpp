@@ -1,6 +1,6 @@
 // simhca: the initialization segment (docs/simhca.md §3), the command
-// queue (§5) and reset (§11.5). Commands are in commands.cpp, events and
-// doorbells in events.cpp.
+// queue (§5) and reset (§11.5). Commands are in commands.cpp, UAR
+// doorbells in uar_doorbells.cpp, events in event_unit.cpp.
 #include "sim/simhca/hca.hpp"
 
 #include <algorithm>
@@ -27,13 +27,22 @@ void Hca::reset() {
   fatal_ = false;
   reset_ports();
   loopback_.clear();
-  after_completion_.clear();
+  events_.reset();
   reset_tables();
   stats_ = HcaStats{};
   dstats_ = DataStats{};
   requester_.reset_stats();
   responder_.reset_stats();
   ud_.reset_stats();
+}
+
+HcaStats Hca::stats() const {
+  HcaStats s = stats_;
+  const EventStats& e = events_.stats();
+  s.events_written += e.events_written;
+  s.events_dropped += e.events_dropped;
+  s.irqs_signalled += e.irqs_signalled;
+  return s;
 }
 
 DataStats Hca::data_stats() const {
@@ -213,7 +222,7 @@ void Hca::process_slot(uint32_t slot) {
     log_->debug("simhca: {} ({:#06x}) slot {} -> {} syndrome {:#x}", opcode_name(e->opcode),
                 e->opcode, slot, status_name(o.status), o.syndrome);
     out.clear();
-    after_completion_.clear();  // §5.5: a failed command has no effect
+    events_.drop_command_events();  // §5.5: a failed command has no effect
   }
   if (!write_completion(iova, *e, o, out)) return;
   ++stats_.cmds_completed;
@@ -224,10 +233,8 @@ void Hca::process_slot(uint32_t slot) {
   put8(ev.data, 0x04, slot);
   put8(ev.data, 0x05, o.status);
   put32(ev.data, 0x08, o.syndrome);
-  raise_event(ev);
-  auto later = std::move(after_completion_);
-  after_completion_.clear();
-  for (const PendingEvent& p : later) raise_event(p, p.eqn);
+  events_.raise(ev);
+  events_.flush_command_events();
 }
 
 // §5.2: inline bytes then the input mailbox.

@@ -22,6 +22,8 @@
 #include "common/result.hpp"
 #include "sim/cable/link.hpp"
 #include "sim/simhca/codec.hpp"
+#include "sim/simhca/event_unit.hpp"
+#include "sim/simhca/host_port.hpp"
 #include "sim/simhca/doorbell_scanner.hpp"
 #include "sim/simhca/port.hpp"
 #include "sim/simhca/rc_requester.hpp"
@@ -38,26 +40,6 @@ struct Headers;
 }
 
 namespace openib::simhca {
-
-// The device's side of the bus: DMA that refuses any byte outside the
-// driver's mappings (§11.2), and MSI-X vectors (§10).
-class HostPort {
- public:
-  virtual ~HostPort() = default;
-  virtual Result<void> dma_read(uint64_t iova, std::span<std::byte> out) = 0;
-  virtual Result<void> dma_write(uint64_t iova, std::span<const std::byte> in) = 0;
-  // False if nothing is routed to the vector (the interrupt is dropped).
-  virtual bool signal_msix(uint32_t vector) = 0;
-
-  // §12.5 doorbell scanner. A bus without mmap-able UAR pages (tests, the
-  // fuzz target) keeps these defaults: nothing is watched or stored.
-  // The page of UAR `uar` joins (on) or leaves the scanner's watched set.
-  virtual void watch_uar(uint32_t /*uar*/, bool /*on*/) {}
-  // The doorbell words of the page as last stored (through the mmap or a
-  // register write), indexed like kUarDoorbellOffsets.
-  virtual std::optional<UarWords> uar_words(uint32_t /*uar*/) { return std::nullopt; }
-  virtual ScannerCounts scanner_counts() const { return {}; }
-};
 
 struct HcaOptions {
   Caps caps;                               // caps.num_ports: §13 --ports (1 or 2)
@@ -153,7 +135,8 @@ class Hca : private QueueOps, private WireOps {
   const sim::sma::SmaStats& sma_stats() const { return sma_->stats(); }
   const sim::sma::PmaStats& pma_stats() const { return pma_->stats(); }
 
-  const HcaStats& stats() const { return stats_; }
+  // §3 counters, the event unit's included.
+  HcaStats stats() const;
   // The §12.8 counters, those the transport units keep included.
   DataStats data_stats() const;
   bool initialized() const { return initialized_; }
@@ -164,11 +147,6 @@ class Hca : private QueueOps, private WireOps {
   Outcome execute(uint16_t opcode, ByteView in, Bytes& out);
 
  private:
-  struct PendingEvent {
-    uint8_t type = 0, subtype = 0;
-    std::array<std::byte, 24> data{};
-    std::optional<uint32_t> eqn;  // CQ events: the CQ's EQ (§9.4)
-  };
 
   // command_queue (hca.cpp)
   void process_slot(uint32_t slot);
@@ -177,12 +155,8 @@ class Hca : private QueueOps, private WireOps {
   bool write_completion(uint64_t entry_iova, const Entry& e, Outcome o, const Bytes& out);
   void enable_cmdq(bool on);
 
-  // events (events.cpp), §9
-  void raise_event(const PendingEvent& ev, std::optional<uint32_t> eqn = std::nullopt);
-  void write_eqe(uint32_t eqn, Eq& eq, const PendingEvent& ev);
+  // UAR doorbells (uar_doorbells.cpp), §4, §12.5; events are the event unit's (events_)
   // §4 doorbells: false if refused (counted in bad_access).
-  bool eq_doorbell(uint32_t uar, uint64_t v);
-  bool cq_arm(uint32_t uar, uint64_t v);
   bool uar_doorbell(uint32_t uar, size_t word, uint64_t v);
   // §12.5 UAR bookkeeping: EQs, CQs and QPs make a page watched.
   void uar_ref(uint32_t uar, int delta);
@@ -190,7 +164,9 @@ class Hca : private QueueOps, private WireOps {
   void uar_unlink_qp(uint32_t qpn, Qp& qp);
   void enter_fatal(uint32_t syndrome);
   void emit_event(uint8_t type, uint32_t number, std::optional<uint32_t> eqn = std::nullopt,
-                  uint8_t byte4 = 0);
+                  uint8_t byte4 = 0) {
+    events_.emit(type, number, eqn, byte4);
+  }
 
   // data path (datapath.cpp), §12.1 - §12.6
   bool sq_doorbell(uint32_t uar, uint64_t v);
@@ -347,14 +323,13 @@ class Hca : private QueueOps, private WireOps {
   std::unique_ptr<sim::sma::SmaEngine> sma_;   // §14
   std::unique_ptr<sim::sma::PmaEngine> pma_;   // §15
   std::deque<std::pair<uint8_t, std::vector<std::byte>>> loopback_;  // §12.7 packets to ourselves
-  std::vector<PendingEvent> after_completion_;  // §9.4: raised after the completion
 
   ResourceTables tables_;  // §6, §7
+  EventUnit events_{host_, tables_, log_};  // §9, §10
 
   HcaStats stats_;
   DataStats dstats_;
   Clock::time_point now_{};    // the time of the current entry point (data path timers)
-  bool in_command_ = false;    // events wait for the command's completion (§9.4)
 };
 
 }  // namespace openib::simhca

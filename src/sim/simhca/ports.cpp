@@ -61,8 +61,7 @@ void Hca::port_event_state(uint8_t port, uint8_t from, uint8_t to) {
   put8(ev.data, 0, port);
   put8(ev.data, 1, from);
   put8(ev.data, 2, to);
-  if (in_command_) after_completion_.push_back(ev);
-  else raise_event(ev);
+  events_.post(ev);
 }
 
 void Hca::port_event_lid(uint8_t port, uint16_t lid) {
@@ -70,16 +69,14 @@ void Hca::port_event_lid(uint8_t port, uint16_t lid) {
   ev.type = kEvLidChange;
   put8(ev.data, 0, port);
   put16(ev.data, 2, lid);
-  if (in_command_) after_completion_.push_back(ev);
-  else raise_event(ev);
+  events_.post(ev);
 }
 
 void Hca::port_event(uint8_t type, uint8_t port) {
   PendingEvent ev;
   ev.type = type;
   put8(ev.data, 0, port);
-  if (in_command_) after_completion_.push_back(ev);
-  else raise_event(ev);
+  events_.post(ev);
 }
 
 // §12.7: cabling a port brings its link up (Init); unplugging takes it
