@@ -517,8 +517,8 @@ Outcome Hca::cmd_modify_qp(ByteView in) {
   }
   const uint8_t fixed_port = (qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi) ? qp->cfg.port : 0;
   apply_modify(qp->attrs, m, fixed_port);
-  on_qp_transition(m.qpn, *qp, cur, m);  // §12: PSNs, flush on ERR, clear on RESET
-  track_live(m.qpn, qp);
+  queues_.on_qp_transition(m.qpn, *qp, cur, m);  // §12: PSNs, flush on ERR, clear on RESET
+  queues_.track_live(m.qpn, qp);
   // §8.3: RTS->SQD with notify raises SQ_DRAINED once drained (at once here).
   if (cur == kRts && qp->attrs.state == kSqd && (m.mask & attr::kEnSqdAsyncNotify) &&
       m.attrs.sqd_notify) {
@@ -550,7 +550,7 @@ Outcome Hca::cmd_destroy_qp(ByteView in) {
   uar_unlink_qp(qpn, *qp);
   uar_ref(qp->cfg.uar, -1);
   tables_.qps.free(qpn);
-  track_live(qpn, nullptr);
+  queues_.track_live(qpn, nullptr);
   return {};
 }
 

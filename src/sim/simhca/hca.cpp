@@ -34,6 +34,7 @@ void Hca::reset() {
   requester_.reset_stats();
   responder_.reset_stats();
   ud_.reset_stats();
+  queues_.reset_stats();
 }
 
 HcaStats Hca::stats() const {
@@ -42,6 +43,8 @@ HcaStats Hca::stats() const {
   s.events_written += e.events_written;
   s.events_dropped += e.events_dropped;
   s.irqs_signalled += e.irqs_signalled;
+  s.bad_access += queues_.stats().bad_access;
+  s.sq_records_bad += queues_.stats().sq_records_bad;
   return s;
 }
 
@@ -50,6 +53,13 @@ DataStats Hca::data_stats() const {
   const RequesterStats& rq = requester_.stats();
   const ResponderStats& rs = responder_.stats();
   const UdStats& ud = ud_.stats();
+  const QueueStats& q = queues_.stats();
+  d.sq_doorbells += q.sq_doorbells;
+  d.cqes_written += q.cqes_written;
+  d.cqes_dropped += q.cqes_dropped;
+  d.cq_overruns += q.cq_overruns;
+  d.wqes_executed += q.wqes_executed;
+  d.messages_received += q.messages_received;
   d.tx_dropped += rq.tx_dropped;
   d.retransmits += rq.retransmits;
   d.timeouts += rq.timeouts;
@@ -92,7 +102,7 @@ uint32_t Hca::bar0_read32(uint64_t off) const {
     case reg::kHealthSyndrome: return health_syndrome_;
     case reg::kCmdsCompleted: return static_cast<uint32_t>(stats_.cmds_completed);
     case reg::kCmdsDropped: return static_cast<uint32_t>(stats_.cmds_dropped);
-    case reg::kBadAccess: return static_cast<uint32_t>(stats_.bad_access);
+    case reg::kBadAccess: return static_cast<uint32_t>(stats().bad_access);
     case reg::kCapSummary:  // bits 15:8: log2 of the number of UAR pages
       return uint32_t{opts_.caps.num_ports} | (kLogNumUars << 8) | (kNumMsix << 16) |
              (kLogMaxCmdq << 24);
@@ -169,7 +179,7 @@ void Hca::enable_cmdq(bool on) {
 // ---- §5 command queue -----------------------------------------------------
 
 std::optional<Hca::Clock::time_point> Hca::next_due() const {
-  std::optional<Clock::time_point> due = datapath_due();
+  std::optional<Clock::time_point> due = queues_.due();
   if (pending_ || !loopback_.empty()) return Clock::time_point::min();
   for (const Port& pt : ports_)  // §14.5 M_Key leases
     if (pt.sma.lease_end && (!due || *pt.sma.lease_end < *due)) due = pt.sma.lease_end;
@@ -179,9 +189,10 @@ std::optional<Hca::Clock::time_point> Hca::next_due() const {
 
 void Hca::run_due(Clock::time_point now) {
   now_ = now;
+  queues_.set_now(now);
   if (!loopback_.empty()) deliver_loopback();  // §12.7 packets to the device's own port
   trap_tick();                                 // §14.6 traps not yet repressed
-  datapath_tick();  // §12: doorbells rung, timers expired
+  if (initialized_) queues_.tick();  // §12: doorbells rung, timers expired
   for (;;) {
     if (!current_) {
       if (!pending_ || !(status_ & kStatusCmdqEnabled)) return;

@@ -26,6 +26,7 @@
 #include "sim/simhca/host_port.hpp"
 #include "sim/simhca/doorbell_scanner.hpp"
 #include "sim/simhca/port.hpp"
+#include "sim/simhca/queue_engine.hpp"
 #include "sim/simhca/rc_requester.hpp"
 #include "sim/simhca/rc_responder.hpp"
 #include "sim/simhca/resource_tables.hpp"
@@ -87,8 +88,9 @@ struct Outcome {
 // rc_requester, rc_responder, ud_transport; see docs/simhca.md
 // "Implementation map") and routes BAR accesses, doorbells and packets to
 // them. The transport units reach the rest of the device only through
-// QueueOps and WireOps (transport_ops.hpp), which Hca implements.
-class Hca : private QueueOps, private WireOps {
+// QueueOps (the queue engine) and WireOps (transport_ops.hpp, which Hca
+// implements as the ports' side).
+class Hca : private WireOps {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -168,33 +170,7 @@ class Hca : private QueueOps, private WireOps {
     events_.emit(type, number, eqn, byte4);
   }
 
-  // data path (datapath.cpp), §12.1 - §12.6
-  bool sq_doorbell(uint32_t uar, uint64_t v);
-  Qp* sq_doorbell_target(uint32_t uar, uint64_t v);
-  void sq_rescan(uint32_t uar);
-  void sq_from_record(uint32_t qpn, Qp& qp);
-  bool post_cqe(uint32_t cqn, const Cqe& c);
-  void finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status);
-  void complete_front(uint32_t qpn, Qp& qp, uint8_t status) override;
-  void req_fail(uint32_t qpn, Qp& qp, uint8_t status) override;
-  void qp_to_error(uint32_t qpn, Qp& qp, uint8_t state) override;
-  void flush_posted(uint32_t qpn, Qp& qp);
-  void on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m);
-  // 1: a receive WQE is held in qp.rt.rwqe; 0: none posted; -1: a bad WQE
-  // (completed with an error, QP in ERR).
-  int fetch_recv(uint32_t qpn, Qp& qp) override;
-  void complete_recv(uint32_t qpn, Qp& qp, Cqe c) override;
-  bool fetch_send(uint32_t qpn, Qp& qp) override;
-  KeyFault resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uint32_t need,
-                   std::vector<Extent>& out) const override;
-  bool gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::byte> out) override;
-  bool scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in) override;
-  DpClock::time_point now() const override { return now_; }
-  void qp_event(uint8_t type, uint32_t qpn) override { emit_event(type, qpn); }
-  const Ah* ah(uint32_t ahn) const override { return tables_.ahs.get(ahn); }
-  void datapath_tick();
-  void track_live(uint32_t qpn, const Qp* qp);  // after a state change or destroy (null)
-  std::optional<Clock::time_point> datapath_due() const;
+  // §12.7 (ports.cpp): IBA 9.7.1: RC/UC segment by the path MTU; UD by the port's.
   uint32_t mtu_bytes(const Qp& qp) const override;
 
   // ports (port index 1..num_ports; out-of-range numbers mean port 1)
@@ -299,9 +275,12 @@ class Hca : private QueueOps, private WireOps {
   std::shared_ptr<spdlog::logger> log_;
 
   // IBA chapter 9 (§12.8), each unit with its counters.
-  RcRequester requester_{*this, *this};
-  RcResponder responder_{*this, *this, log_};
-  UdTransport ud_{*this, *this};
+  // §12.1 - §12.6 (queue_engine.cpp) and IBA chapter 9 (§12.8), each unit
+  // with its counters.
+  QueueEngine queues_{host_, tables_, events_, opts_.caps, *this, requester_, responder_, log_};
+  RcRequester requester_{queues_, *this};
+  RcResponder responder_{queues_, *this, log_};
+  UdTransport ud_{queues_, *this};
 
   // §3 registers
   uint64_t cmdq_addr_ = 0;

@@ -189,6 +189,7 @@ void Hca::receive_packet(uint8_t port, size_t wire_bytes, const w::ParsedPacket&
 void Hca::receive_from_link(uint8_t port, std::span<const std::byte> packet, const w::ParsedPacket* parsed,
                             size_t wire_bytes, Clock::time_point now) {
   now_ = now;
+  queues_.set_now(now);
   if (port < 1 || port > opts_.caps.num_ports) {
     ++dstats_.rx_port_down;
     return;
@@ -288,9 +289,9 @@ bool Hca::deliver_to_qp(uint32_t wire_qpn, uint8_t port, const w::ParsedPacket& 
   }
   w::ParsedPacket q = p;
   if (!mad.empty()) q.payload = mad;
-  const uint64_t before = dstats_.messages_received;
+  const uint64_t before = queues_.stats().messages_received;
   ud_.receive(qpn, *qp, q, port);
-  return dstats_.messages_received != before;
+  return queues_.stats().messages_received != before;
 }
 
 namespace {
@@ -405,7 +406,7 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
   Payload staged;
   if (smi && payload.ext) {
     smp.resize(payload.len);
-    if (!gather(*payload.ext, payload.off, smp)) return false;
+    if (!queues_.gather(*payload.ext, payload.off, smp)) return false;
     staged.bytes = smp;
     pl = &staged;
   }
@@ -432,7 +433,7 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
     std::copy(frame->headers().begin(), frame->headers().end(), out.begin());
     auto dst = out.subspan(frame->payload_offset(), pl->size());
     if (pl->ext) {
-      if (!gather(*pl->ext, pl->off, dst)) return readable = false;
+      if (!queues_.gather(*pl->ext, pl->off, dst)) return readable = false;
     } else {
       std::copy(pl->bytes.begin(), pl->bytes.end(), dst.begin());
     }
@@ -449,6 +450,13 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
   }
   dstats_.tx_packets += seg ? sg.count : 1;
   return true;
+}
+
+uint32_t Hca::mtu_bytes(const Qp& qp) const {
+  // IBA 9.7.1: RC/UC segment by the path MTU; UD by the port's (§6.3).
+  uint8_t code = (qp.cfg.type == kQpRc || qp.cfg.type == kQpUc) ? qp.attrs.path_mtu : port_at(qp_port(qp)).info.active_mtu;
+  code = static_cast<uint8_t>(std::clamp<int>(code, 1, 5));
+  return 128u << code;
 }
 
 // The cable a QP's packets leave by: none for a port without one, or for

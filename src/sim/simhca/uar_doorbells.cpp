@@ -13,7 +13,7 @@ bool Hca::uar_doorbell(uint32_t uar, size_t word, uint64_t v) {
       if (word == kWordCqArm ? events_.cq_arm(uar, v) : events_.eq_doorbell(uar, v)) return true;
       ++stats_.bad_access;
       return false;
-    default: return sq_doorbell(uar, v);
+    default: return queues_.sq_doorbell(uar, v);
   }
 }
 
@@ -49,13 +49,13 @@ void Hca::uar_scan(uint32_t uar) {
     u->taken[i] = v;
     ++stats_.mmap_doorbells;
     sq |= i == kWordSqDoorbell;
-    const bool ok = i == kWordSqDoorbell ? sq_doorbell_target(uar, v) != nullptr : uar_doorbell(uar, i, v);
+    const bool ok = i == kWordSqDoorbell ? queues_.sq_doorbell_target(uar, v) != nullptr : uar_doorbell(uar, i, v);
     if (!ok) {
       ++stats_.mmap_doorbells_bad;
       log_->debug("simhca: UAR {} doorbell word {:#x} = {:#x} ignored", uar, kUarDoorbellOffsets[i], v);
     }
   }
-  if (sq) sq_rescan(uar);
+  if (sq) queues_.sq_rescan(uar);
 }
 
 // §12.5: the page is watched while an EQ, CQ or QP uses the UAR. When it
