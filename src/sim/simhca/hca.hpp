@@ -22,6 +22,7 @@
 #include "common/result.hpp"
 #include "sim/cable/link.hpp"
 #include "sim/simhca/codec.hpp"
+#include "sim/simhca/command_queue.hpp"
 #include "sim/simhca/event_unit.hpp"
 #include "sim/simhca/host_port.hpp"
 #include "sim/simhca/doorbell_scanner.hpp"
@@ -78,19 +79,13 @@ struct DataStats {
   uint64_t gmps_answered = 0, gmps_to_driver = 0, mads_dropped = 0;
 };
 
-// A §6 command's result: the §5.5 status and syndrome.
-struct Outcome {
-  uint8_t status = kOk;
-  uint32_t syndrome = 0;
-};
-
 // The composition root: it owns the units (the transport's in
 // rc_requester, rc_responder, ud_transport; see docs/simhca.md
 // "Implementation map") and routes BAR accesses, doorbells and packets to
 // them. The transport units reach the rest of the device only through
 // QueueOps (the queue engine) and WireOps (transport_ops.hpp, which Hca
 // implements as the ports' side).
-class Hca : private WireOps {
+class Hca : private WireOps, private CommandExecutor {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -146,16 +141,9 @@ class Hca : private WireOps {
   // Executes one command directly (the fuzz target and the command queue
   // both come through here). `in` is the gathered input; `out` receives
   // the output layout on success.
-  Outcome execute(uint16_t opcode, ByteView in, Bytes& out);
+  Outcome execute(uint16_t opcode, ByteView in, Bytes& out) override;
 
  private:
-
-  // command_queue (hca.cpp)
-  void process_slot(uint32_t slot);
-  Outcome gather_input(const Entry& e, Bytes& in);
-  Outcome check_output(const Entry& e);
-  bool write_completion(uint64_t entry_iova, const Entry& e, Outcome o, const Bytes& out);
-  void enable_cmdq(bool on);
 
   // UAR doorbells (uar_doorbells.cpp), §4, §12.5; events are the event unit's (events_)
   // §4 doorbells: false if refused (counted in bad_access).
@@ -283,16 +271,10 @@ class Hca : private WireOps {
   UdTransport ud_{queues_, *this};
 
   // §3 registers
-  uint64_t cmdq_addr_ = 0;
-  uint32_t cmdq_log_size_ = 0;
   uint32_t status_ = 0;
   uint32_t health_syndrome_ = 0;
   std::array<uint32_t, kMsixTableSize / 4> msix_table_{};
 
-  // §5.3 latched doorbell bits and the command in progress
-  uint32_t pending_ = 0;
-  std::optional<uint32_t> current_;
-  Clock::time_point current_due_{};
 
   bool initialized_ = false;
   bool fatal_ = false;
@@ -305,6 +287,7 @@ class Hca : private WireOps {
 
   ResourceTables tables_;  // §6, §7
   EventUnit events_{host_, tables_, log_};  // §9, §10
+  CommandQueue cmdq_{host_, events_, *this, opts_.caps.max_mailbox, opts_.cmd_delay, log_};  // §5
 
   HcaStats stats_;
   DataStats dstats_;
