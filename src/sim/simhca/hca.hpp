@@ -158,7 +158,7 @@ class Hca : private WireOps, private CommandExecutor {
     events_.emit(type, number, eqn, byte4);
   }
 
-  // §12.7 (ports.cpp): IBA 9.7.1: RC/UC segment by the path MTU; UD by the port's.
+  // §12.7 (port_agent.cpp): IBA 9.7.1: RC/UC segment by the path MTU; UD by the port's.
   uint32_t mtu_bytes(const Qp& qp) const override;
 
   // ports (port index 1..num_ports; out-of-range numbers mean port 1)
@@ -172,7 +172,7 @@ class Hca : private WireOps, private CommandExecutor {
   void port_event_lid(uint8_t port, uint16_t lid);
   void port_event(uint8_t type, uint8_t port);  // §9.4 events whose data is the port
 
-  // §12.7 packets out (ports.cpp): the port side of the transport units
+  // §12.7 packets out (port_agent.cpp): the port side of the transport units
   // (WireOps). false only if the payload could not be read from host
   // memory (the caller fails its WQE); a packet the port drops is counted,
   // true. seg: the payload is a segment's (Link::send_segment), `h` its
@@ -197,7 +197,7 @@ class Hca : private WireOps, private CommandExecutor {
   void deliver_loopback();
   sim::Link* qp_link(const Qp& qp) override;
 
-  // management datagrams (ports.cpp, sma.cpp, pma.cpp): §14, §15
+  // management datagrams (port_agent.cpp, sma.cpp, pma.cpp): §14, §15
   class CaNode;  // the SMA/PMA engine's node model of this CA (sma.cpp)
   void init_agents();
   void init_sma_port(uint8_t port);

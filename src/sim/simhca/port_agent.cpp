@@ -1,8 +1,9 @@
-// simhca's ports (docs/simhca.md §12.7, §14.1): power-on state and cables,
+// simhca's port agent (docs/simhca.md §12.7, §14.1): power-on state and cables,
 // the port-state events (§9.4), the receive side's first steps for every
 // packet (which port, CRCs, the QP0/QP1 split of §14.1, the data checks of
 // §12.8), loopback to the device's own port, and the PMA's traffic counters
-// (§15). The SMA is in sma.cpp, the PMA in pma.cpp.
+// (§15), and the packets out for the transport units (WireOps). The SMA is
+// in sma.cpp, the PMA in pma.cpp.
 #include "mad/mad.hpp"
 #include "sim/simhca/hca.hpp"
 #include "sim/wire/packet.hpp"
