@@ -1,7 +1,11 @@
-// The simhca device core: initialization segment (docs/simhca.md §3), UAR
-// doorbells (§4), the command queue (§5), the commands (§6) over the
-// resource tables (§7), the QP state machine (§8), event queues and MSI-X
-// (§9, §10), errors, health and reset (§11).
+// The simhca device core's composition root (docs/simhca.md §13
+// "Implementation map"): the initialization segment (§3), reset (§11.5)
+// and the device fatal state (§11.4) are its own; it owns the units (the
+// command queue §5, the resource tables §7, the event unit §9-§10, the
+// queue engine §12.1-§12.6, the transport units §12.8) and routes BAR
+// accesses, UAR doorbells (§4) and packets to them. The §6 commands and
+// the port agent (§12.7, §14, §15) are still its member functions
+// (commands.cpp, port_agent.cpp, sma.cpp, pma.cpp).
 //
 // It knows nothing of vfio-user: host memory and interrupts are reached
 // through a HostPort, so tests and the fuzz target can run it against a
@@ -85,7 +89,7 @@ struct DataStats {
 // them. The transport units reach the rest of the device only through
 // QueueOps (the queue engine) and WireOps (transport_ops.hpp, which Hca
 // implements as the ports' side).
-class Hca : private WireOps, private CommandExecutor {
+class Hca final : private WireOps, private CommandExecutor {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -144,9 +148,8 @@ class Hca : private WireOps, private CommandExecutor {
   Outcome execute(uint16_t opcode, ByteView in, Bytes& out) override;
 
  private:
-
-  // UAR doorbells (uar_doorbells.cpp), §4, §12.5; events are the event unit's (events_)
-  // §4 doorbells: false if refused (counted in bad_access).
+  // UAR doorbells (uar_doorbells.cpp), §4, §12.5: routed to the event unit
+  // and the queue engine; false if refused (counted in bad_access).
   bool uar_doorbell(uint32_t uar, size_t word, uint64_t v);
   // §12.5 UAR bookkeeping: EQs, CQs and QPs make a page watched.
   void uar_ref(uint32_t uar, int delta);
