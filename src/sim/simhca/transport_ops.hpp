@@ -1,8 +1,9 @@
 // What the transport units (docs/simhca.md §12.8: rc_requester,
 // rc_responder, ud_transport) need from the rest of the device, as two
-// narrow interfaces the composition root (Hca) implements: the queue
-// engine's side (§12.1 - §12.6: WQEs, CQEs, keys, the QP error state) and
-// the port's side (§12.7: packets out, links, MTU). A unit holds references
+// narrow interfaces: the queue engine's side (QueueOps, implemented by
+// QueueEngine: §12.1 - §12.6 WQEs, CQEs, keys, the QP error state) and the
+// port's side (WireOps, implemented by the composition root Hca in
+// port_agent.cpp: §12.7 packets out, links, MTU). A unit holds references
 // to these and to nothing else of the device, so what a transport step may
 // touch is written down here. Also the PSN arithmetic they share (IBA 9.7.2).
 #pragma once
