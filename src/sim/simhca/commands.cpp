@@ -1,6 +1,6 @@
 // simhca's commands, docs/simhca.md §6. Every command validates all of its
 // input before it changes anything, so a failed command has no effect
-// (§5.5); events it raises are queued in after_completion_ and written
+// (§5.5); events it raises wait in the event unit (event_unit.cpp) and are written
 // after its completion (§9.4).
 #include <algorithm>
 
@@ -31,9 +31,9 @@ Outcome Hca::execute(uint16_t op, ByteView in, Bytes& out) {
   if (fatal_ && op != kOpNop && op != kOpQueryDeviceCap) return {kInternalError, health_syndrome_};
   if (!initialized_ && op != kOpNop && op != kOpQueryDeviceCap && op != kOpInitHca)
     return {kBadSysState, 0};
-  in_command_ = true;
+  events_.begin_command();
   Outcome o = dispatch(op, in, out);
-  in_command_ = false;
+  events_.end_command();
   return o;
 }
 
@@ -89,21 +89,16 @@ Outcome Hca::cmd_query_device_cap(Bytes& out) {
 Outcome Hca::cmd_init_hca() {
   if (initialized_) return {kBadSysState, 1};
   reset_tables();
-  uars_.alloc_at(0, Uar{});  // UAR 0: the driver's
+  tables_.uars.alloc_at(0, Uar{});  // UAR 0: the driver's
   initialized_ = true;
   status_ |= kStatusHcaInitialized;
   return {};
 }
 
-uint32_t Hca::live_objects() const {
-  return pds_.count() + eqs_.count() + cqs_.count() + srqs_.count() + mkeys_.count() +
-         ahs_.count() + qps_.count() + (uars_.count() - 1);
-}
-
 Outcome Hca::cmd_teardown_hca(ByteView in) {
   const uint32_t mode = get32(in, 0);
   if (mode > 1) return {kBadParam, 1};
-  if (mode == 0 && live_objects() > 0) return {kResourceBusy, live_objects()};
+  if (mode == 0 && tables_.live_objects() > 0) return {kResourceBusy, tables_.live_objects()};
   reset_tables();
   initialized_ = false;
   status_ &= ~kStatusHcaInitialized;
@@ -171,13 +166,13 @@ Outcome Hca::cmd_create_eq(ByteView in, Bytes& out) {
   if (c.log_size < 1 || c.log_size > opts_.caps.log_max_eqe) return {kBadParam, 1};
   if (c.vector >= opts_.caps.num_msix) return {kBadParam, 2};
   if (c.event_mask & ~kEventTypesMask) return {kBadParam, 3};
-  Uar* uar = uars_.get(c.uar);
+  Uar* uar = tables_.uars.get(c.uar);
   if (!uar) return {kBadResource, 4};
-  if (!eqs_.has_free()) return {kNoResources, 0};
+  if (!tables_.eqs.has_free()) return {kNoResources, 0};
   if (Outcome o = zero_ring(c.ring_iova, (uint64_t{1} << c.log_size) * kEqeSize, 64); o.status) return o;
   Eq eq;
   eq.cfg = c;
-  const uint32_t eqn = *eqs_.alloc(eq);
+  const uint32_t eqn = *tables_.eqs.alloc(eq);
   uar_ref(c.uar, +1);
   out = number_out(eqn);
   return {};
@@ -185,16 +180,16 @@ Outcome Hca::cmd_create_eq(ByteView in, Bytes& out) {
 
 Outcome Hca::cmd_destroy_eq(ByteView in) {
   const uint32_t eqn = get32(in, 0);
-  Eq* eq = eqs_.get(eqn);
+  Eq* eq = tables_.eqs.get(eqn);
   if (!eq) return {kBadResource, 0};
   if (eq->users) return {kResourceBusy, eq->users};
   uar_ref(eq->cfg.uar, -1);
-  eqs_.free(eqn);
+  tables_.eqs.free(eqn);
   return {};
 }
 
 Outcome Hca::cmd_query_eq(ByteView in, Bytes& out) {
-  const Eq* eq = eqs_.get(get32(in, 0));
+  const Eq* eq = tables_.eqs.get(get32(in, 0));
   if (!eq) return {kBadResource, 0};
   out.assign(40, std::byte{0});  // §7.1
   put64(out, 0x00, eq->cfg.ring_iova);
@@ -214,17 +209,17 @@ Outcome Hca::cmd_query_eq(ByteView in, Bytes& out) {
 Outcome Hca::cmd_create_cq(ByteView in, Bytes& out) {
   SIMHCA_DECODE(c, decode_create_cq(in));
   if (c.log_size > opts_.caps.log_max_cqe) return {kBadParam, 1};
-  Eq* eq = eqs_.get(c.eqn);
+  Eq* eq = tables_.eqs.get(c.eqn);
   if (!eq) return {kBadResource, 2};
-  Uar* uar = uars_.get(c.uar);
+  Uar* uar = tables_.uars.get(c.uar);
   if (!uar) return {kBadResource, 3};
-  if (!cqs_.has_free()) return {kNoResources, 0};
+  if (!tables_.cqs.has_free()) return {kNoResources, 0};
   std::array<std::byte, 8> dbr{};
   if (c.dbr_iova == 0 || (c.dbr_iova & 7) || !host_.dma_read(c.dbr_iova, dbr)) return {kBadAddress, 4};
   if (Outcome o = zero_ring(c.ring_iova, (uint64_t{1} << c.log_size) * kCqeSize, 64); o.status) return o;
   Cq cq;
   cq.cfg = c;
-  const uint32_t cqn = *cqs_.alloc(cq);
+  const uint32_t cqn = *tables_.cqs.alloc(cq);
   ++eq->users;
   uar_ref(c.uar, +1);
   out = number_out(cqn);
@@ -233,17 +228,17 @@ Outcome Hca::cmd_create_cq(ByteView in, Bytes& out) {
 
 Outcome Hca::cmd_destroy_cq(ByteView in) {
   const uint32_t cqn = get32(in, 0);
-  Cq* cq = cqs_.get(cqn);
+  Cq* cq = tables_.cqs.get(cqn);
   if (!cq) return {kBadResource, 0};
   if (cq->users) return {kResourceBusy, cq->users};
-  --eqs_.get(cq->cfg.eqn)->users;
+  --tables_.eqs.get(cq->cfg.eqn)->users;
   uar_ref(cq->cfg.uar, -1);
-  cqs_.free(cqn);
+  tables_.cqs.free(cqn);
   return {};
 }
 
 Outcome Hca::cmd_query_cq(ByteView in, Bytes& out) {
-  const Cq* cq = cqs_.get(get32(in, 0));
+  const Cq* cq = tables_.cqs.get(get32(in, 0));
   if (!cq) return {kBadResource, 0};
   out.assign(48, std::byte{0});  // §7.2
   put64(out, 0x00, cq->cfg.ring_iova);
@@ -263,7 +258,7 @@ Outcome Hca::cmd_query_cq(ByteView in, Bytes& out) {
 // ---- §6.6 PDs and UARs ----------------------------------------------------------
 
 Outcome Hca::cmd_alloc_pd(Bytes& out) {
-  auto n = pds_.alloc(Pd{});
+  auto n = tables_.pds.alloc(Pd{});
   if (!n) return {kNoResources, 0};
   out = number_out(*n);
   return {};
@@ -271,15 +266,15 @@ Outcome Hca::cmd_alloc_pd(Bytes& out) {
 
 Outcome Hca::cmd_dealloc_pd(ByteView in) {
   const uint32_t pdn = get32(in, 0);
-  Pd* pd = pds_.get(pdn);
+  Pd* pd = tables_.pds.get(pdn);
   if (!pd) return {kBadResource, 0};
   if (pd->users) return {kResourceBusy, pd->users};
-  pds_.free(pdn);
+  tables_.pds.free(pdn);
   return {};
 }
 
 Outcome Hca::cmd_alloc_uar(Bytes& out) {
-  auto n = uars_.alloc(Uar{});
+  auto n = tables_.uars.alloc(Uar{});
   if (!n) return {kNoResources, 0};
   out = number_out(*n);
   return {};
@@ -287,10 +282,10 @@ Outcome Hca::cmd_alloc_uar(Bytes& out) {
 
 Outcome Hca::cmd_dealloc_uar(ByteView in) {
   const uint32_t n = get32(in, 0);
-  Uar* uar = n == 0 ? nullptr : uars_.get(n);
+  Uar* uar = n == 0 ? nullptr : tables_.uars.get(n);
   if (!uar) return {kBadResource, 0};
   if (uar->users) return {kResourceBusy, uar->users};
-  uars_.free(n);
+  tables_.uars.free(n);
   return {};
 }
 
@@ -301,16 +296,16 @@ Outcome Hca::cmd_create_srq(ByteView in, Bytes& out) {
   if (c.log_size > opts_.caps.log_max_srq_wr) return {kBadParam, 1};
   if (c.log_stride < 5 || c.log_stride > 10) return {kBadParam, 2};
   if (c.limit >= (1u << c.log_size)) return {kBadParam, 3};
-  Pd* pd = pds_.get(c.pdn);
+  Pd* pd = tables_.pds.get(c.pdn);
   if (!pd) return {kBadResource, 4};
-  Uar* uar = uars_.get(c.uar);
+  Uar* uar = tables_.uars.get(c.uar);
   if (!uar) return {kBadResource, 5};
   if (c.ring_iova == 0 || (c.ring_iova & 63)) return {kBadAddress, 6};
   std::array<std::byte, 8> dbr{};
   if (c.dbr_iova == 0 || (c.dbr_iova & 7) || !host_.dma_read(c.dbr_iova, dbr)) return {kBadAddress, 7};
   Srq srq;
   srq.cfg = c;
-  auto n = srqs_.alloc(srq);
+  auto n = tables_.srqs.alloc(srq);
   if (!n) return {kNoResources, 0};
   ++pd->users;
   ++uar->users;
@@ -320,17 +315,17 @@ Outcome Hca::cmd_create_srq(ByteView in, Bytes& out) {
 
 Outcome Hca::cmd_destroy_srq(ByteView in) {
   const uint32_t n = get32(in, 0);
-  Srq* srq = srqs_.get(n);
+  Srq* srq = tables_.srqs.get(n);
   if (!srq) return {kBadResource, 0};
   if (srq->users) return {kResourceBusy, srq->users};
-  --pds_.get(srq->cfg.pdn)->users;
-  --uars_.get(srq->cfg.uar)->users;
-  srqs_.free(n);
+  --tables_.pds.get(srq->cfg.pdn)->users;
+  --tables_.uars.get(srq->cfg.uar)->users;
+  tables_.srqs.free(n);
   return {};
 }
 
 Outcome Hca::cmd_query_srq(ByteView in, Bytes& out) {
-  const Srq* s = srqs_.get(get32(in, 0));
+  const Srq* s = tables_.srqs.get(get32(in, 0));
   if (!s) return {kBadResource, 0};
   out.assign(40, std::byte{0});  // §7.4
   put64(out, 0x00, s->cfg.ring_iova);
@@ -349,7 +344,7 @@ Outcome Hca::cmd_query_srq(ByteView in, Bytes& out) {
 // §6.9 ARM_SRQ, IBA 11.2.3.3 (Modify SRQ: SRQ limit).
 Outcome Hca::cmd_arm_srq(ByteView in) {
   SIMHCA_DECODE(v, decode_two_numbers(in));
-  Srq* s = srqs_.get(v[0]);
+  Srq* s = tables_.srqs.get(v[0]);
   if (!s) return {kBadResource, 0};
   if (v[1] >= (1u << s->cfg.log_size)) return {kBadParam, 1};
   s->cfg.limit = v[1];
@@ -360,7 +355,7 @@ Outcome Hca::cmd_arm_srq(ByteView in) {
 
 Outcome Hca::cmd_create_mkey(ByteView in, Bytes& out) {
   SIMHCA_DECODE(c, decode_create_mkey(in, opts_.caps.max_mkey_pages));
-  Pd* pd = pds_.get(c.pdn);
+  Pd* pd = tables_.pds.get(c.pdn);
   if (!pd) return {kBadResource, 1};
   constexpr uint32_t kLocalWrite = 1, kRemoteWrite = 2, kRemoteAtomic = 8;
   if (c.access & ~0xfu) return {kBadParam, 2};
@@ -376,12 +371,12 @@ Outcome Hca::cmd_create_mkey(ByteView in, Bytes& out) {
     if (p & (page - 1)) return {kBadParam, 7};
   Mkey m;
   m.cfg = std::move(c);
-  auto idx = mkeys_.alloc(std::move(m));
+  auto idx = tables_.mkeys.alloc(std::move(m));
   if (!idx) return {kNoResources, 0};
   // §6.7: key = index << 8 | tag, tag 1..255 advancing on each reuse.
-  uint8_t& tag = mkey_tags_[*idx];
+  uint8_t& tag = tables_.mkey_tags[*idx];
   tag = static_cast<uint8_t>(tag == 255 ? 1 : tag + 1);
-  Mkey* mk = mkeys_.get(*idx);
+  Mkey* mk = tables_.mkeys.get(*idx);
   mk->key = (*idx << 8) | tag;
   ++pd->users;
   out.assign(8, std::byte{0});
@@ -392,16 +387,16 @@ Outcome Hca::cmd_create_mkey(ByteView in, Bytes& out) {
 
 Outcome Hca::cmd_destroy_mkey(ByteView in) {
   const uint32_t key = get32(in, 0);
-  Mkey* m = mkeys_.get(key >> 8);
+  Mkey* m = tables_.mkeys.get(key >> 8);
   if (!m || m->key != key) return {kBadResource, 0};
-  --pds_.get(m->cfg.pdn)->users;
-  mkeys_.free(key >> 8);
+  --tables_.pds.get(m->cfg.pdn)->users;
+  tables_.mkeys.free(key >> 8);
   return {};
 }
 
 Outcome Hca::cmd_query_mkey(ByteView in, Bytes& out) {
   const uint32_t key = get32(in, 0);
-  const Mkey* m = mkeys_.get(key >> 8);
+  const Mkey* m = tables_.mkeys.get(key >> 8);
   if (!m || m->key != key) return {kBadResource, 0};
   out.assign(40, std::byte{0});  // §7.5
   put32(out, 0x00, m->cfg.pdn);
@@ -431,10 +426,10 @@ Outcome Hca::check_av(const Av& av, bool connected) const {
 
 Outcome Hca::cmd_create_ah(ByteView in, Bytes& out) {
   SIMHCA_DECODE(c, decode_create_ah(in));
-  Pd* pd = pds_.get(c.pdn);
+  Pd* pd = tables_.pds.get(c.pdn);
   if (!pd) return {kBadResource, 1};
   if (Outcome o = check_av(c.av, false); o.status) return o;
-  auto n = ahs_.alloc(Ah{c.pdn, c.av});
+  auto n = tables_.ahs.alloc(Ah{c.pdn, c.av});
   if (!n) return {kNoResources, 0};
   ++pd->users;
   out = number_out(*n);
@@ -443,15 +438,15 @@ Outcome Hca::cmd_create_ah(ByteView in, Bytes& out) {
 
 Outcome Hca::cmd_destroy_ah(ByteView in) {
   const uint32_t n = get32(in, 0);
-  Ah* ah = ahs_.get(n);
+  Ah* ah = tables_.ahs.get(n);
   if (!ah) return {kBadResource, 0};
-  --pds_.get(ah->pdn)->users;
-  ahs_.free(n);
+  --tables_.pds.get(ah->pdn)->users;
+  tables_.ahs.free(n);
   return {};
 }
 
 Outcome Hca::cmd_query_ah(ByteView in, Bytes& out) {
-  const Ah* ah = ahs_.get(get32(in, 0));
+  const Ah* ah = tables_.ahs.get(get32(in, 0));
   if (!ah) return {kBadResource, 0};
   out.assign(40, std::byte{0});
   put32(out, 0x00, ah->pdn);
@@ -473,11 +468,11 @@ Outcome Hca::cmd_create_qp(ByteView in, Bytes& out) {
   if (!c.use_srq() &&
       (c.log_rq_size > caps.log_max_qp_wr || c.log_rq_stride < 5 || c.log_rq_stride > 10))
     return {kBadParam, 5};
-  Pd* pd = pds_.get(c.pdn);
-  Cq* scq = cqs_.get(c.send_cqn);
-  Cq* rcq = cqs_.get(c.recv_cqn);
-  Srq* srq = c.use_srq() ? srqs_.get(c.srqn) : nullptr;
-  Uar* uar = uars_.get(c.uar);
+  Pd* pd = tables_.pds.get(c.pdn);
+  Cq* scq = tables_.cqs.get(c.send_cqn);
+  Cq* rcq = tables_.cqs.get(c.recv_cqn);
+  Srq* srq = c.use_srq() ? tables_.srqs.get(c.srqn) : nullptr;
+  Uar* uar = tables_.uars.get(c.uar);
   if (!pd || !scq || !rcq || !uar || (c.use_srq() && !srq)) return {kBadResource, 6};
   if (srq && srq->cfg.pdn != c.pdn) return {kBadParam, 7};
   if (c.sq_iova == 0 || (c.sq_iova & 63)) return {kBadAddress, 8};
@@ -490,9 +485,9 @@ Outcome Hca::cmd_create_qp(ByteView in, Bytes& out) {
   std::optional<uint32_t> qpn;
   if (special) {  // §6.10: one SMI and one GSI per port, at fixed QPNs
     const uint32_t n = special_qpn(c.port, c.type == kQpGsi);
-    if (qps_.alloc_at(n, qp)) qpn = n;
+    if (tables_.qps.alloc_at(n, qp)) qpn = n;
   } else {
-    qpn = qps_.alloc(qp);
+    qpn = tables_.qps.alloc(qp);
   }
   if (!qpn) return {kNoResources, 0};
   ++pd->users;
@@ -500,14 +495,14 @@ Outcome Hca::cmd_create_qp(ByteView in, Bytes& out) {
   ++rcq->users;
   if (srq) ++srq->users;
   uar_ref(c.uar, +1);
-  uar_link_qp(*qpn, *qps_.get(*qpn));
+  uar_link_qp(*qpn, *tables_.qps.get(*qpn));
   out = number_out(*qpn);
   return {};
 }
 
 Outcome Hca::cmd_modify_qp(ByteView in) {
   SIMHCA_DECODE(m, decode_modify_qp(in));
-  Qp* qp = qps_.get(m.qpn);
+  Qp* qp = tables_.qps.get(m.qpn);
   if (!qp) return {kBadResource, 0};  // §8.3 step 1
   const PortInfo& pi = port_at(1).info;  // every port has the same limits
   QpLimits lim{opts_.caps.num_ports, pi.max_mtu, pi.pkey_table_len, pi.gid_table_len,
@@ -522,21 +517,21 @@ Outcome Hca::cmd_modify_qp(ByteView in) {
   }
   const uint8_t fixed_port = (qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi) ? qp->cfg.port : 0;
   apply_modify(qp->attrs, m, fixed_port);
-  on_qp_transition(m.qpn, *qp, cur, m);  // §12: PSNs, flush on ERR, clear on RESET
-  track_live(m.qpn, qp);
+  queues_.on_qp_transition(m.qpn, *qp, cur, m);  // §12: PSNs, flush on ERR, clear on RESET
+  queues_.track_live(m.qpn, qp);
   // §8.3: RTS->SQD with notify raises SQ_DRAINED once drained (at once here).
   if (cur == kRts && qp->attrs.state == kSqd && (m.mask & attr::kEnSqdAsyncNotify) &&
       m.attrs.sqd_notify) {
     PendingEvent ev;
     ev.type = kEvSqDrained;
     put32(ev.data, 0, m.qpn);
-    after_completion_.push_back(ev);
+    events_.post(ev);  // a command runs: after its completion (§9.4)
   }
   return {};
 }
 
 Outcome Hca::cmd_query_qp(ByteView in, Bytes& out) {
-  const Qp* qp = qps_.get(get32(in, 0));
+  const Qp* qp = tables_.qps.get(get32(in, 0));
   if (!qp) return {kBadResource, 0};
   out.assign(128, std::byte{0});
   encode_qp_attrs(std::span<std::byte>(out).first(kQpAttrsSize), qp->attrs);
@@ -546,16 +541,16 @@ Outcome Hca::cmd_query_qp(ByteView in, Bytes& out) {
 
 Outcome Hca::cmd_destroy_qp(ByteView in) {
   const uint32_t qpn = get32(in, 0);
-  Qp* qp = qps_.get(qpn);
+  Qp* qp = tables_.qps.get(qpn);
   if (!qp) return {kBadResource, 0};
-  --pds_.get(qp->cfg.pdn)->users;
-  --cqs_.get(qp->cfg.send_cqn)->users;
-  --cqs_.get(qp->cfg.recv_cqn)->users;
-  if (qp->cfg.use_srq()) --srqs_.get(qp->cfg.srqn)->users;
+  --tables_.pds.get(qp->cfg.pdn)->users;
+  --tables_.cqs.get(qp->cfg.send_cqn)->users;
+  --tables_.cqs.get(qp->cfg.recv_cqn)->users;
+  if (qp->cfg.use_srq()) --tables_.srqs.get(qp->cfg.srqn)->users;
   uar_unlink_qp(qpn, *qp);
   uar_ref(qp->cfg.uar, -1);
-  qps_.free(qpn);
-  track_live(qpn, nullptr);
+  tables_.qps.free(qpn);
+  queues_.track_live(qpn, nullptr);
   return {};
 }
 

@@ -1,7 +1,11 @@
-// The simhca device core: initialization segment (docs/simhca.md §3), UAR
-// doorbells (§4), the command queue (§5), the commands (§6) over the
-// resource tables (§7), the QP state machine (§8), event queues and MSI-X
-// (§9, §10), errors, health and reset (§11).
+// The simhca device core's composition root (docs/simhca.md §13
+// "Implementation map"): the initialization segment (§3), reset (§11.5)
+// and the device fatal state (§11.4) are its own; it owns the units (the
+// command queue §5, the resource tables §7, the event unit §9-§10, the
+// queue engine §12.1-§12.6, the transport units §12.8) and routes BAR
+// accesses, UAR doorbells (§4) and packets to them. The §6 commands and
+// the port agent (§12.7, §14, §15) are still its member functions
+// (commands.cpp, port_agent.cpp, sma.cpp, pma.cpp).
 //
 // It knows nothing of vfio-user: host memory and interrupts are reached
 // through a HostPort, so tests and the fuzz target can run it against a
@@ -22,9 +26,18 @@
 #include "common/result.hpp"
 #include "sim/cable/link.hpp"
 #include "sim/simhca/codec.hpp"
+#include "sim/simhca/command_queue.hpp"
+#include "sim/simhca/event_unit.hpp"
+#include "sim/simhca/host_port.hpp"
 #include "sim/simhca/doorbell_scanner.hpp"
 #include "sim/simhca/port.hpp"
+#include "sim/simhca/queue_engine.hpp"
+#include "sim/simhca/rc_requester.hpp"
+#include "sim/simhca/rc_responder.hpp"
+#include "sim/simhca/resource_tables.hpp"
 #include "sim/simhca/resources.hpp"
+#include "sim/simhca/transport_ops.hpp"
+#include "sim/simhca/ud_transport.hpp"
 #include "sim/sma/engine.hpp"
 
 namespace openib::sim::wire {
@@ -33,26 +46,6 @@ struct Headers;
 }
 
 namespace openib::simhca {
-
-// The device's side of the bus: DMA that refuses any byte outside the
-// driver's mappings (§11.2), and MSI-X vectors (§10).
-class HostPort {
- public:
-  virtual ~HostPort() = default;
-  virtual Result<void> dma_read(uint64_t iova, std::span<std::byte> out) = 0;
-  virtual Result<void> dma_write(uint64_t iova, std::span<const std::byte> in) = 0;
-  // False if nothing is routed to the vector (the interrupt is dropped).
-  virtual bool signal_msix(uint32_t vector) = 0;
-
-  // §12.5 doorbell scanner. A bus without mmap-able UAR pages (tests, the
-  // fuzz target) keeps these defaults: nothing is watched or stored.
-  // The page of UAR `uar` joins (on) or leaves the scanner's watched set.
-  virtual void watch_uar(uint32_t /*uar*/, bool /*on*/) {}
-  // The doorbell words of the page as last stored (through the mmap or a
-  // register write), indexed like kUarDoorbellOffsets.
-  virtual std::optional<UarWords> uar_words(uint32_t /*uar*/) { return std::nullopt; }
-  virtual ScannerCounts scanner_counts() const { return {}; }
-};
 
 struct HcaOptions {
   Caps caps;                               // caps.num_ports: §13 --ports (1 or 2)
@@ -90,13 +83,13 @@ struct DataStats {
   uint64_t gmps_answered = 0, gmps_to_driver = 0, mads_dropped = 0;
 };
 
-// A §6 command's result: the §5.5 status and syndrome.
-struct Outcome {
-  uint8_t status = kOk;
-  uint32_t syndrome = 0;
-};
-
-class Hca {
+// The composition root: it owns the units (the transport's in
+// rc_requester, rc_responder, ud_transport; see docs/simhca.md
+// "Implementation map") and routes BAR accesses, doorbells and packets to
+// them. The transport units reach the rest of the device only through
+// QueueOps (the queue engine) and WireOps (transport_ops.hpp, which Hca
+// implements as the ports' side).
+class Hca final : private WireOps, private CommandExecutor {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -143,35 +136,20 @@ class Hca {
   const sim::sma::SmaStats& sma_stats() const { return sma_->stats(); }
   const sim::sma::PmaStats& pma_stats() const { return pma_->stats(); }
 
-  const HcaStats& stats() const { return stats_; }
-  const DataStats& data_stats() const { return dstats_; }
+  // §3 counters, the event unit's included.
+  HcaStats stats() const;
+  // The §12.8 counters, those the transport units keep included.
+  DataStats data_stats() const;
   bool initialized() const { return initialized_; }
 
   // Executes one command directly (the fuzz target and the command queue
   // both come through here). `in` is the gathered input; `out` receives
   // the output layout on success.
-  Outcome execute(uint16_t opcode, ByteView in, Bytes& out);
+  Outcome execute(uint16_t opcode, ByteView in, Bytes& out) override;
 
  private:
-  struct PendingEvent {
-    uint8_t type = 0, subtype = 0;
-    std::array<std::byte, 24> data{};
-    std::optional<uint32_t> eqn;  // CQ events: the CQ's EQ (§9.4)
-  };
-
-  // command_queue (hca.cpp)
-  void process_slot(uint32_t slot);
-  Outcome gather_input(const Entry& e, Bytes& in);
-  Outcome check_output(const Entry& e);
-  bool write_completion(uint64_t entry_iova, const Entry& e, Outcome o, const Bytes& out);
-  void enable_cmdq(bool on);
-
-  // events (events.cpp), §9
-  void raise_event(const PendingEvent& ev, std::optional<uint32_t> eqn = std::nullopt);
-  void write_eqe(uint32_t eqn, Eq& eq, const PendingEvent& ev);
-  // §4 doorbells: false if refused (counted in bad_access).
-  bool eq_doorbell(uint32_t uar, uint64_t v);
-  bool cq_arm(uint32_t uar, uint64_t v);
+  // UAR doorbells (uar_doorbells.cpp), §4, §12.5: routed to the event unit
+  // and the queue engine; false if refused (counted in bad_access).
   bool uar_doorbell(uint32_t uar, size_t word, uint64_t v);
   // §12.5 UAR bookkeeping: EQs, CQs and QPs make a page watched.
   void uar_ref(uint32_t uar, int delta);
@@ -179,66 +157,36 @@ class Hca {
   void uar_unlink_qp(uint32_t qpn, Qp& qp);
   void enter_fatal(uint32_t syndrome);
   void emit_event(uint8_t type, uint32_t number, std::optional<uint32_t> eqn = std::nullopt,
-                  uint8_t byte4 = 0);
+                  uint8_t byte4 = 0) {
+    events_.emit(type, number, eqn, byte4);
+  }
 
-  // data path (datapath.cpp), §12.1 - §12.6
-  bool sq_doorbell(uint32_t uar, uint64_t v);
-  Qp* sq_doorbell_target(uint32_t uar, uint64_t v);
-  void sq_rescan(uint32_t uar);
-  void sq_from_record(uint32_t qpn, Qp& qp);
-  bool post_cqe(uint32_t cqn, const Cqe& c);
-  void finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status);
-  void complete_front(uint32_t qpn, Qp& qp, uint8_t status);
-  void req_fail(uint32_t qpn, Qp& qp, uint8_t status);
-  void qp_to_error(uint32_t qpn, Qp& qp, uint8_t state);
-  void flush_posted(uint32_t qpn, Qp& qp);
-  void on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m);
-  // 1: a receive WQE is held in qp.rt.rwqe; 0: none posted; -1: a bad WQE
-  // (completed with an error, QP in ERR).
-  int fetch_recv(uint32_t qpn, Qp& qp);
-  void complete_recv(uint32_t qpn, Qp& qp, Cqe c);
-  bool fetch_send(uint32_t qpn, Qp& qp);
-  KeyFault resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uint32_t need,
-                   std::vector<Extent>& out) const;
-  bool gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::byte> out);
-  bool scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in);
-  void datapath_tick();
-  void track_live(uint32_t qpn, const Qp* qp);  // after a state change or destroy (null)
-  std::optional<Clock::time_point> datapath_due() const;
-  uint32_t mtu_bytes(const Qp& qp) const;
-  Clock::duration ack_timeout(const Qp& qp) const;
+  // §12.7 (port_agent.cpp): IBA 9.7.1: RC/UC segment by the path MTU; UD by the port's.
+  uint32_t mtu_bytes(const Qp& qp) const override;
 
   // ports (port index 1..num_ports; out-of-range numbers mean port 1)
   Port& port_at(uint8_t n) { return ports_[n >= 1 && n <= kMaxPorts ? n - 1 : 0]; }
   const Port& port_at(uint8_t n) const { return ports_[n >= 1 && n <= kMaxPorts ? n - 1 : 0]; }
-  uint8_t qp_port(const Qp& qp) const;
+  uint8_t qp_port(const Qp& qp) const override;
+  uint8_t port_lmc(uint8_t port) const override { return port_at(port).info.lmc; }
+  void count_qkey_violation(uint8_t port) override { ++port_at(port).info.qkey_violations; }
   void reset_ports();
   void port_event_state(uint8_t port, uint8_t from, uint8_t to);
   void port_event_lid(uint8_t port, uint16_t lid);
   void port_event(uint8_t type, uint8_t port);  // §9.4 events whose data is the port
 
-  // transport (transport.cpp), IBA chapter 9
-  // A packet's payload: bytes in hand, or `len` bytes at offset `off` of
-  // a local buffer (`ext`), read by DMA while the packet is written, so
-  // that a WQE's data goes from host memory straight into the cable's
-  // slot (§12.7).
-  struct Payload {
-    std::span<const std::byte> bytes;
-    const std::vector<Extent>* ext = nullptr;
-    uint64_t off = 0;
-    size_t len = 0;
-    size_t size() const { return ext ? len : bytes.size(); }
-  };
-  // false only if the payload could not be read from host memory (the
-  // caller fails its WQE); a packet the port drops is counted, true.
-  // seg: the payload is a segment's (Link::send_segment), `h` its first
-  // packet's headers.
-  bool send_packet(sim::wire::Headers& h, const Payload& payload, const Av& av, uint8_t port = 1,
-                   const sim::Segment* seg = nullptr);
+  // §12.7 packets out (port_agent.cpp): the port side of the transport units
+  // (WireOps). false only if the payload could not be read from host
+  // memory (the caller fails its WQE); a packet the port drops is counted,
+  // true. seg: the payload is a segment's (Link::send_segment), `h` its
+  // first packet's headers.
+  bool send_packet(sim::wire::Headers& h, const Payload& payload, const Av& av, uint8_t port,
+                   const sim::Segment* seg) override;
   void send_packet(sim::wire::Headers& h, std::span<const std::byte> payload, const Av& av,
                    uint8_t port = 1) {
-    (void)send_packet(h, Payload{payload}, av, port);
+    (void)send_packet(h, Payload{payload}, av, port, nullptr);
   }
+  void address_packet(sim::wire::Headers& h, const Av& av, uint8_t port) const;
   // §12.7: a packet of `len` bytes, written by `fill`, to the wire of
   // `port` (in place where the link allows), or back into this device when
   // it is addressed to the port itself (loopback). false: dropped, or
@@ -248,30 +196,11 @@ class Hca {
   bool transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
                 size_t payload_at = 0, const sim::Segment* seg = nullptr);
   bool transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local);
-  bool for_own_port(uint8_t port, uint16_t dlid) const;
+  bool for_own_port(uint8_t port, uint16_t dlid) const override;
   void deliver_loopback();
-  void req_progress(uint32_t qpn, Qp& qp);
-  bool req_send_packet(uint32_t qpn, Qp& qp, SendOp& op);
-  uint32_t req_segment_len(const Qp& qp, const SendOp& op, sim::Link* link, size_t credits);
-  bool req_send_segment(Qp& qp, SendOp& op, uint32_t n);
-  sim::Link* qp_link(const Qp& qp);
-  static size_t link_room(sim::Link* link);
-  void req_go_back(Qp& qp, uint32_t psn);
-  bool req_ack_through(uint32_t qpn, Qp& qp, uint32_t psn);
-  void req_progress_made(Qp& qp);
-  void req_timeout(uint32_t qpn, Qp& qp);
-  void req_on_response(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
-  void resp_request(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
-  void resp_duplicate(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p);
-  void resp_ud(uint32_t qpn, Qp& qp, const sim::wire::ParsedPacket& p, uint8_t port = 1);
-  bool resp_read(uint32_t qpn, Qp& qp, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len);
-  void resp_nak(uint32_t qpn, Qp& qp, uint32_t psn, uint8_t code, uint8_t local_status,
-                uint8_t event);
-  void send_ack(Qp& qp, uint32_t psn, uint8_t syndrome);
-  void resp_send(Qp& qp, sim::wire::Headers& h);
-  void resp_out_progress(uint32_t qpn, Qp& qp, bool force);
+  sim::Link* qp_link(const Qp& qp) override;
 
-  // management datagrams (ports.cpp, sma.cpp, pma.cpp): §14, §15
+  // management datagrams (port_agent.cpp, sma.cpp, pma.cpp): §14, §15
   class CaNode;  // the SMA/PMA engine's node model of this CA (sma.cpp)
   void init_agents();
   void init_sma_port(uint8_t port);
@@ -331,23 +260,24 @@ class Hca {
   Outcome zero_ring(uint64_t iova, uint64_t bytes, uint64_t align);
   Outcome check_av(const Av& av, bool connected) const;
   void reset_tables();
-  uint32_t live_objects() const;
 
   HostPort& host_;
   HcaOptions opts_;
   std::shared_ptr<spdlog::logger> log_;
 
+  // IBA chapter 9 (§12.8), each unit with its counters.
+  // §12.1 - §12.6 (queue_engine.cpp) and IBA chapter 9 (§12.8), each unit
+  // with its counters.
+  QueueEngine queues_{host_, tables_, events_, opts_.caps, *this, requester_, responder_, log_};
+  RcRequester requester_{queues_, *this};
+  RcResponder responder_{queues_, *this, log_};
+  UdTransport ud_{queues_, *this};
+
   // §3 registers
-  uint64_t cmdq_addr_ = 0;
-  uint32_t cmdq_log_size_ = 0;
   uint32_t status_ = 0;
   uint32_t health_syndrome_ = 0;
   std::array<uint32_t, kMsixTableSize / 4> msix_table_{};
 
-  // §5.3 latched doorbell bits and the command in progress
-  uint32_t pending_ = 0;
-  std::optional<uint32_t> current_;
-  Clock::time_point current_due_{};
 
   bool initialized_ = false;
   bool fatal_ = false;
@@ -357,26 +287,14 @@ class Hca {
   std::unique_ptr<sim::sma::SmaEngine> sma_;   // §14
   std::unique_ptr<sim::sma::PmaEngine> pma_;   // §15
   std::deque<std::pair<uint8_t, std::vector<std::byte>>> loopback_;  // §12.7 packets to ourselves
-  std::vector<PendingEvent> after_completion_;  // §9.4: raised after the completion
 
-  Table<Pd> pds_;
-  Table<Uar> uars_;
-  Table<Eq> eqs_;
-  Table<Cq> cqs_;
-  Table<Srq> srqs_;
-  Table<Mkey> mkeys_;
-  std::vector<uint8_t> mkey_tags_;  // §6.7 per-index key tag
-  Table<Ah> ahs_;
-  Table<Qp> qps_;
-  // The QPs in a state that gives the data path work (RTR, RTS, SQD,
-  // SQE, ERR). datapath_tick() and datapath_due() visit only these, so a
-  // command costs the device the same with 10,000 idle QPs as with none.
-  SparseBitSet live_qps_;
+  ResourceTables tables_;  // §6, §7
+  EventUnit events_{host_, tables_, log_};  // §9, §10
+  CommandQueue cmdq_{host_, events_, *this, opts_.caps.max_mailbox, opts_.cmd_delay, log_};  // §5
 
   HcaStats stats_;
   DataStats dstats_;
   Clock::time_point now_{};    // the time of the current entry point (data path timers)
-  bool in_command_ = false;    // events wait for the command's completion (§9.4)
 };
 
 }  // namespace openib::simhca

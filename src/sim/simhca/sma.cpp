@@ -80,7 +80,7 @@ class Hca::CaNode final : public sim::sma::NodeModel {
   // §14.1: SMInfo goes to the driver's QP0 when one is ready to receive.
   bool has_sm() const override {
     for (uint8_t p = 1; p <= h_.opts_.caps.num_ports; ++p) {
-      const Qp* qp = h_.qps_.get(special_qpn(p, false));
+      const Qp* qp = h_.tables_.qps.get(special_qpn(p, false));
       if (qp && qp->attrs.state >= kRtr && qp->attrs.state <= kSqe) return true;
     }
     return false;

@@ -1,8 +1,9 @@
-// simhca's ports (docs/simhca.md §12.7, §14.1): power-on state and cables,
+// simhca's port agent (docs/simhca.md §12.7, §14.1): power-on state and cables,
 // the port-state events (§9.4), the receive side's first steps for every
 // packet (which port, CRCs, the QP0/QP1 split of §14.1, the data checks of
 // §12.8), loopback to the device's own port, and the PMA's traffic counters
-// (§15). The SMA is in sma.cpp, the PMA in pma.cpp.
+// (§15), and the packets out for the transport units (WireOps). The SMA is
+// in sma.cpp, the PMA in pma.cpp.
 #include "mad/mad.hpp"
 #include "sim/simhca/hca.hpp"
 #include "sim/wire/packet.hpp"
@@ -61,8 +62,7 @@ void Hca::port_event_state(uint8_t port, uint8_t from, uint8_t to) {
   put8(ev.data, 0, port);
   put8(ev.data, 1, from);
   put8(ev.data, 2, to);
-  if (in_command_) after_completion_.push_back(ev);
-  else raise_event(ev);
+  events_.post(ev);
 }
 
 void Hca::port_event_lid(uint8_t port, uint16_t lid) {
@@ -70,16 +70,14 @@ void Hca::port_event_lid(uint8_t port, uint16_t lid) {
   ev.type = kEvLidChange;
   put8(ev.data, 0, port);
   put16(ev.data, 2, lid);
-  if (in_command_) after_completion_.push_back(ev);
-  else raise_event(ev);
+  events_.post(ev);
 }
 
 void Hca::port_event(uint8_t type, uint8_t port) {
   PendingEvent ev;
   ev.type = type;
   put8(ev.data, 0, port);
-  if (in_command_) after_completion_.push_back(ev);
-  else raise_event(ev);
+  events_.post(ev);
 }
 
 // §12.7: cabling a port brings its link up (Init); unplugging takes it
@@ -122,7 +120,7 @@ bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool manage
     ++pt.pma.xmit_discards;
     return false;
   }
-  if (local) {  // (never a segment: req_segment_len)
+  if (local) {  // (never a segment: RcRequester::segment_len)
     std::vector<std::byte> pkt(len);
     if (!fill(pkt)) return false;
     w::seal_packet(pkt);
@@ -192,6 +190,7 @@ void Hca::receive_packet(uint8_t port, size_t wire_bytes, const w::ParsedPacket&
 void Hca::receive_from_link(uint8_t port, std::span<const std::byte> packet, const w::ParsedPacket* parsed,
                             size_t wire_bytes, Clock::time_point now) {
   now_ = now;
+  queues_.set_now(now);
   if (port < 1 || port > opts_.caps.num_ports) {
     ++dstats_.rx_port_down;
     return;
@@ -253,7 +252,7 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
     ++pt.pma.rcv_constraint_errors;
     return;
   }
-  Qp* qp = qps_.get(dest);
+  Qp* qp = tables_.qps.get(dest);
   if (!qp || qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi || qp_port(*qp) != port ||
       w::opcode_transport(p.hdr.bth.opcode) != transport_of_type(qp->cfg.type)) {
     ++dstats_.rx_no_qp;
@@ -269,9 +268,9 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
     qp->rt.comm_est = true;
     emit_event(kEvQpCommEst, dest);
   }
-  if (qp->cfg.type == kQpRc && is_response_opcode(p.hdr.bth.opcode)) req_on_response(dest, *qp, p);
-  else if (connected) resp_request(dest, *qp, p);
-  else resp_ud(dest, *qp, p, port);
+  if (qp->cfg.type == kQpRc && is_response_opcode(p.hdr.bth.opcode)) requester_.on_response(dest, *qp, p);
+  else if (connected) responder_.request(dest, *qp, p);
+  else ud_.receive(dest, *qp, p, port);
 }
 
 // §14.1: a MAD for the driver's QP0 or QP1 of `port` (wire QPN 0 or 1),
@@ -279,7 +278,7 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
 bool Hca::deliver_to_qp(uint32_t wire_qpn, uint8_t port, const w::ParsedPacket& p,
                         std::span<const std::byte> mad) {
   const uint32_t qpn = special_qpn(port, wire_qpn == 1);
-  Qp* qp = qps_.get(qpn);
+  Qp* qp = tables_.qps.get(qpn);
   if (!qp) {
     ++dstats_.rx_no_qp;
     return false;
@@ -291,9 +290,9 @@ bool Hca::deliver_to_qp(uint32_t wire_qpn, uint8_t port, const w::ParsedPacket& 
   }
   w::ParsedPacket q = p;
   if (!mad.empty()) q.payload = mad;
-  const uint64_t before = dstats_.messages_received;
-  resp_ud(qpn, *qp, q, port);
-  return dstats_.messages_received != before;
+  const uint64_t before = queues_.stats().messages_received;
+  ud_.receive(qpn, *qp, q, port);
+  return queues_.stats().messages_received != before;
 }
 
 namespace {
@@ -362,6 +361,111 @@ void Hca::reply_gmp(uint8_t port, const w::ParsedPacket& req, std::span<const st
     return;
   }
   ++dstats_.tx_packets;
+}
+
+}  // namespace openib::simhca
+
+namespace openib::simhca {
+
+// §12.7: the packet's addressing from the LRH on; GRH when the path says
+// so (IBA 8.3). QP0 sends on VL15 with the default P_Key (IBA 7.6.5,
+// 14.2.1: SMPs are not partitioned); everything else on its SL's VL with
+// P_Key entry 0.
+void Hca::address_packet(w::Headers& h, const Av& av, uint8_t port) const {
+  const Port& pt = port_at(port);
+  const bool smi = h.deth && h.deth->src_qp == 0;
+  h.lrh.vl = smi ? 15 : pt.sma.sl2vl[av.sl & 0xf];
+  h.lrh.sl = av.sl & 0xf;
+  h.lrh.dlid = av.dlid;
+  h.lrh.slid = static_cast<uint16_t>(pt.info.lid | (av.src_path_bits & ((1u << pt.info.lmc) - 1)));
+  if (smi && pt.info.lid == 0) h.lrh.slid = 0xffff;  // IBA 14.2.2: no LID yet: permissive
+  h.bth.pkey = smi ? 0xffff : pt.info.pkey0;  // P_Key index 0, the table's only entry (§6.3)
+  if (!av.grh()) {
+    h.lrh.lnh = w::Lnh::kIbaLocal;
+    return;
+  }
+  w::Grh g;
+  g.tclass = av.traffic_class;
+  g.flow_label = av.flow_label;
+  g.hop_lmt = av.hop_limit;
+  for (int i = 0; i < 8; ++i) {
+    g.sgid[i] = static_cast<uint8_t>(pt.info.gid_prefix >> (56 - 8 * i));
+    g.sgid[8 + i] = static_cast<uint8_t>(pt.info.port_guid >> (56 - 8 * i));
+  }
+  g.dgid = av.dgid;
+  h.grh = g;
+  h.lrh.lnh = w::Lnh::kIbaGlobal;
+}
+
+bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8_t port, const sim::Segment* seg) {
+  address_packet(h, av, port);
+  const bool smi = h.deth && h.deth->src_qp == 0;
+  const bool gsi = h.deth && h.deth->src_qp == 1;
+  // An SMP is looked at before it leaves (loopback, §14.1): read it first.
+  Bytes smp;
+  const Payload* pl = &payload;
+  Payload staged;
+  if (smi && payload.ext) {
+    smp.resize(payload.len);
+    if (!queues_.gather(*payload.ext, payload.off, smp)) return false;
+    staged.bytes = smp;
+    pl = &staged;
+  }
+  // A segment's first packet is framed as if alone, with an MTU of payload.
+  auto frame = w::frame_packet(h, seg ? seg->mtu : pl->size());
+  if (!frame) {
+    ++dstats_.tx_dropped;
+    return true;
+  }
+  sim::Segment sg;
+  if (seg) {
+    sg = *seg;
+    sg.hdr_len = static_cast<uint16_t>(frame->payload_offset());
+    sg.later_hdr_len = static_cast<uint16_t>(w::kLrhBytes + (h.grh ? w::kGrhBytes : 0) + w::kBthBytes);
+  }
+  // §12.7 loopback: to this port's own LID, or (QP0) an SMP for this very
+  // port (a directed route of hop count 0, §14.1).
+  const bool local = for_own_port(port, av.dlid) ||
+                     (smi && smi_is_local(port, pl->bytes, av.dlid));
+  // Headers, then the payload straight from host memory (or the bytes
+  // given), then pad and CRCs, all into the packet's final place.
+  bool readable = true;
+  auto fill = [&](std::span<std::byte> out) {
+    std::copy(frame->headers().begin(), frame->headers().end(), out.begin());
+    auto dst = out.subspan(frame->payload_offset(), pl->size());
+    if (pl->ext) {
+      if (!queues_.gather(*pl->ext, pl->off, dst)) return readable = false;
+    } else {
+      std::copy(pl->bytes.begin(), pl->bytes.end(), dst.begin());
+    }
+    if (seg)  // the last packet's pad; no CRCs in a segment (Link::send_segment)
+      std::fill_n(dst.end(), sg.last_pad(), std::byte{0});
+    else
+      w::pad_packet(*frame, out);  // the CRCs are the link's (Link::send_with)
+    return true;
+  };
+  if (!transmit(port, seg ? sg.bytes() : frame->size, fill, smi || gsi, local,
+                pl->size() ? frame->payload_offset() : 0, seg ? &sg : nullptr)) {
+    if (readable) ++dstats_.tx_dropped;
+    return readable;
+  }
+  dstats_.tx_packets += seg ? sg.count : 1;
+  return true;
+}
+
+uint32_t Hca::mtu_bytes(const Qp& qp) const {
+  // IBA 9.7.1: RC/UC segment by the path MTU; UD by the port's (§6.3).
+  uint8_t code = (qp.cfg.type == kQpRc || qp.cfg.type == kQpUc) ? qp.attrs.path_mtu : port_at(qp_port(qp)).info.active_mtu;
+  code = static_cast<uint8_t>(std::clamp<int>(code, 1, 5));
+  return 128u << code;
+}
+
+// The cable a QP's packets leave by: none for a port without one, or for
+// packets that loop back inside the device (§12.7).
+sim::Link* Hca::qp_link(const Qp& qp) {
+  const uint8_t port = qp_port(qp);
+  if (port > opts_.caps.num_ports || for_own_port(port, qp.attrs.av.dlid)) return nullptr;
+  return port_at(port).link;
 }
 
 }  // namespace openib::simhca

@@ -2,10 +2,13 @@
 // send WQEs (§12.1, §12.5), receive WQEs from the RQ or SRQ through their
 // doorbell records (§12.2, §12.3), CQEs with the ownership phase, arming
 // and overrun (§12.4, §7.3), memory keys (§12.6, IBA 10.6), the QP error
-// state and flushing (§12.4, IBA 10.8.3). The wire side is transport.cpp.
+// state and flushing (§12.4, IBA 10.8.3). The wire side is rc_requester.cpp, rc_responder.cpp, ud_transport.cpp.
 #include <algorithm>
 
-#include "sim/simhca/hca.hpp"
+#include "sim/simhca/queue_engine.hpp"
+
+#include "sim/simhca/rc_requester.hpp"
+#include "sim/simhca/rc_responder.hpp"
 
 namespace openib::simhca {
 
@@ -25,23 +28,11 @@ uint8_t wc_opcode(uint8_t wr) {
 }
 }  // namespace
 
-uint32_t Hca::mtu_bytes(const Qp& qp) const {
-  // IBA 9.7.1: RC/UC segment by the path MTU; UD by the port's (§6.3).
-  uint8_t code = (qp.cfg.type == kQpRc || qp.cfg.type == kQpUc) ? qp.attrs.path_mtu : port_at(qp_port(qp)).info.active_mtu;
-  code = static_cast<uint8_t>(std::clamp<int>(code, 1, 5));
-  return 128u << code;
-}
-
-// §7.7 / IBA 9.7.6.1.3: the local ACK timeout is 4.096 us x 2^timeout.
-Hca::Clock::duration Hca::ack_timeout(const Qp& qp) const {
-  return std::chrono::nanoseconds(int64_t{4096} << std::min<uint8_t>(qp.attrs.timeout, 31));
-}
-
 // ---- §12.6 memory keys ----------------------------------------------------
 
-KeyFault Hca::resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uint32_t need,
+KeyFault QueueEngine::resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uint32_t need,
                       std::vector<Extent>& out) const {
-  const Mkey* m = mkeys_.get(key >> 8);
+  const Mkey* m = tables_.mkeys.get(key >> 8);
   if (!m) return KeyFault::kInvalidKey;
   KeyRegion r{m->key, m->cfg.pdn, m->cfg.access, m->cfg.start_va, m->cfg.length,
               m->cfg.log_page_size, &m->cfg.pages};
@@ -49,7 +40,7 @@ KeyFault Hca::resolve(uint32_t key, uint32_t pdn, uint64_t va, uint64_t len, uin
 }
 
 // §11.2: every byte goes through the checked DMA of the HostPort.
-bool Hca::gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::byte> out) {
+bool QueueEngine::gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::byte> out) {
   size_t done = 0;
   for (const Extent& e : ext) {
     if (done == out.size()) break;
@@ -65,7 +56,7 @@ bool Hca::gather(const std::vector<Extent>& ext, uint64_t off, std::span<std::by
   return done == out.size();
 }
 
-bool Hca::scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in) {
+bool QueueEngine::scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const std::byte> in) {
   size_t done = 0;
   for (const Extent& e : ext) {
     if (done == in.size()) break;
@@ -83,10 +74,10 @@ bool Hca::scatter(const std::vector<Extent>& ext, uint64_t off, std::span<const 
 
 // ---- §12.4 CQEs -------------------------------------------------------------
 
-bool Hca::post_cqe(uint32_t cqn, const Cqe& c) {
-  Cq* cq = cqs_.get(cqn);
+bool QueueEngine::post_cqe(uint32_t cqn, const Cqe& c) {
+  Cq* cq = tables_.cqs.get(cqn);
   if (!cq || cq->state != 0) {  // a CQ in error takes no more CQEs (§12.4)
-    ++dstats_.cqes_dropped;
+    ++stats_.cqes_dropped;
     return false;
   }
   const uint32_t size = 1u << cq->cfg.log_size;
@@ -100,10 +91,10 @@ bool Hca::post_cqe(uint32_t cqn, const Cqe& c) {
   }
   if (cq->producer - cq->consumer >= size) {  // §12.4: overrun puts the CQ in error
     cq->state = 1;
-    ++dstats_.cq_overruns;
-    ++dstats_.cqes_dropped;
+    ++stats_.cq_overruns;
+    ++stats_.cqes_dropped;
     log_->warn("simhca: CQ {} overrun", cqn);
-    emit_event(kEvCqError, cqn, cq->cfg.eqn, 1);
+    events_.emit(kEvCqError, cqn, cq->cfg.eqn, 1);
     return false;
   }
   auto e = encode_cqe(c, ((cq->producer >> cq->cfg.log_size) & 1) ^ 1);  // §9.2 phase
@@ -112,23 +103,23 @@ bool Hca::post_cqe(uint32_t cqn, const Cqe& c) {
   auto body = std::span<const std::byte>(e).first(kCqeSize - 1);
   if (!host_.dma_write(at, body) || !host_.dma_write(at + kCqeSize - 1, std::span(e).last(1))) {
     cq->state = 1;
-    ++dstats_.cqes_dropped;
+    ++stats_.cqes_dropped;
     log_->warn("simhca: CQ {} ring at {:#x} not writable", cqn, at);
-    emit_event(kEvCqError, cqn, cq->cfg.eqn, 2);
+    events_.emit(kEvCqError, cqn, cq->cfg.eqn, 2);
     return false;
   }
   ++cq->producer;
-  ++dstats_.cqes_written;
+  ++stats_.cqes_written;
   // §7.3: one CQ_COMPLETION per arm; "solicited" arms take solicited or error CQEs.
   if (cq->arm == 1 || (cq->arm == 2 && ((c.flags & kCqeFlagSolicited) || c.status != kWcSuccess))) {
     cq->arm = 0;
-    emit_event(kEvCqCompletion, cqn, cq->cfg.eqn);
+    events_.emit(kEvCqCompletion, cqn, cq->cfg.eqn);
   }
   return true;
 }
 
 // §12.5: unsignaled successes make no CQE, unless the QP is SIG_ALL.
-void Hca::finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status) {
+void QueueEngine::finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status) {
   if (status == kWcSuccess && !op.signaled && !(qp.cfg.flags & kQpFlagSigAll)) return;
   Cqe c;
   c.wr_id = op.w.wr_id;
@@ -140,7 +131,7 @@ void Hca::finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status) {
   post_cqe(qp.cfg.send_cqn, c);
 }
 
-void Hca::complete_front(uint32_t qpn, Qp& qp, uint8_t status) {
+void QueueEngine::complete_front(uint32_t qpn, Qp& qp, uint8_t status) {
   if (qp.rt.inflight.empty()) return;
   SendOp op = std::move(qp.rt.inflight.front());
   qp.rt.inflight.pop_front();
@@ -149,13 +140,13 @@ void Hca::complete_front(uint32_t qpn, Qp& qp, uint8_t status) {
 
 // §12.4 / IBA 10.8.3: a send error completes the WQE with its status, then
 // RC goes to ERR and UC/UD to SQE; the rest is flushed.
-void Hca::req_fail(uint32_t qpn, Qp& qp, uint8_t status) {
+void QueueEngine::req_fail(uint32_t qpn, Qp& qp, uint8_t status) {
   log_->debug("simhca: QP {:#x} send error {}", qpn, wc_status_name(status));
   complete_front(qpn, qp, status);
   qp_to_error(qpn, qp, qp.cfg.type == kQpRc ? kErr : kSqe);
 }
 
-void Hca::qp_to_error(uint32_t qpn, Qp& qp, uint8_t state) {
+void QueueEngine::qp_to_error(uint32_t qpn, Qp& qp, uint8_t state) {
   const uint8_t was = qp.attrs.state;
   qp.attrs.state = state;
   track_live(qpn, &qp);
@@ -164,12 +155,12 @@ void Hca::qp_to_error(uint32_t qpn, Qp& qp, uint8_t state) {
   qp.rt.pace_until.reset();
   flush_posted(qpn, qp);
   // IBA 11.6.3.1: a QP on an SRQ reports its last WQE once it is in ERR.
-  if (state == kErr && was != kErr && qp.cfg.use_srq()) emit_event(kEvQpLastWqeReached, qpn);
+  if (state == kErr && was != kErr && qp.cfg.use_srq()) events_.emit(kEvQpLastWqeReached, qpn);
 }
 
 // §8.3 / IBA 10.3.1: in SQE the send queue is flushed; in ERR both queues
 // (an SRQ's WQEs stay in the SRQ, but one a QP holds is flushed).
-void Hca::flush_posted(uint32_t qpn, Qp& qp) {
+void QueueEngine::flush_posted(uint32_t qpn, Qp& qp) {
   QpRuntime& rt = qp.rt;
   while (!rt.inflight.empty()) complete_front(qpn, qp, kWcWrFlushErr);
   const uint32_t sq_size = 1u << qp.cfg.log_sq_size;
@@ -221,7 +212,7 @@ void Hca::flush_posted(uint32_t qpn, Qp& qp) {
 }
 
 // §8.3 effects on the data path.
-void Hca::on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m) {
+void QueueEngine::on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m) {
   QpRuntime& rt = qp.rt;
   const uint8_t to = qp.attrs.state;
   if (to == kReset) {  // IBA 10.3.1: Reset clears the queues' state
@@ -244,10 +235,10 @@ void Hca::on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const ModifyQp& m
 // The QP an SQ_DOORBELL value names, if the value is acceptable: a QP of
 // this UAR and a counter neither behind the device's nor more than the
 // ring ahead (§12.5). Otherwise counted in bad_access.
-Qp* Hca::sq_doorbell_target(uint32_t uar, uint64_t v) {
+Qp* QueueEngine::sq_doorbell_target(uint32_t uar, uint64_t v) {
   const uint32_t qpn = v & 0xffffff;
   const auto pi = static_cast<uint32_t>(v >> 32);
-  Qp* qp = qps_.get(qpn);
+  Qp* qp = tables_.qps.get(qpn);
   if (!qp || qp->cfg.uar != uar || pi - qp->rt.sq_ci > (1u << qp->cfg.log_sq_size)) {
     ++stats_.bad_access;
     return nullptr;
@@ -256,22 +247,22 @@ Qp* Hca::sq_doorbell_target(uint32_t uar, uint64_t v) {
 }
 
 // A register write of SQ_DOORBELL: the counter is the doorbell's.
-bool Hca::sq_doorbell(uint32_t uar, uint64_t v) {
+bool QueueEngine::sq_doorbell(uint32_t uar, uint64_t v) {
   Qp* qp = sq_doorbell_target(uar, v);
   if (!qp) return false;
-  ++dstats_.sq_doorbells;
+  ++stats_.sq_doorbells;
   qp->rt.sq_pi = static_cast<uint32_t>(v >> 32);
-  qp->rt.kick = true;  // taken up by datapath_tick() (run_due)
+  qp->rt.kick = true;  // taken up by datapath_tick() (QueueEngine::tick, from Hca::run_due)
   return true;
 }
 
 // §12.5: SQ_DOORBELL changed in the page of `uar` (one word for all its
 // QPs): every QP of the UAR in RTS, SQD, SQE or ERR re-reads its SQ
 // producer counter from its doorbell record (§12.3, offset 0x04).
-void Hca::sq_rescan(uint32_t uar) {
-  const Uar* u = uars_.get(uar);
+void QueueEngine::sq_rescan(uint32_t uar) {
+  const Uar* u = tables_.uars.get(uar);
   for (uint32_t n = u ? u->first_qp : kNoQp; n != kNoQp;) {
-    Qp* qp = qps_.get(n);
+    Qp* qp = tables_.qps.get(n);
     if (!qp) break;
     const uint8_t st = qp->attrs.state;
     if (st == kRts || st == kSqd || st == kSqe || st == kErr) sq_from_record(n, *qp);
@@ -282,7 +273,7 @@ void Hca::sq_rescan(uint32_t uar) {
 // The record's counter is taken if it is ahead of the device's producer
 // counter and at most the ring size ahead of its consumer counter; equal:
 // nothing new; anything else is counted and ignored.
-void Hca::sq_from_record(uint32_t qpn, Qp& qp) {
+void QueueEngine::sq_from_record(uint32_t qpn, Qp& qp) {
   std::array<std::byte, 8> rec{};
   QpRuntime& rt = qp.rt;
   if (!host_.dma_read(qp.cfg.dbr_iova, rec)) {
@@ -297,7 +288,7 @@ void Hca::sq_from_record(uint32_t qpn, Qp& qp) {
                 rt.sq_ci, rt.sq_pi);
     return;
   }
-  ++dstats_.sq_doorbells;
+  ++stats_.sq_doorbells;
   rt.sq_pi = pi;
   rt.kick = true;
 }
@@ -305,7 +296,7 @@ void Hca::sq_from_record(uint32_t qpn, Qp& qp) {
 // Takes the next send WQE (§12.1) if the SQ has one and limits allow:
 // decodes it, checks its keys and gathers its data (IBA 10.7.2.2:
 // local protection is checked when the WQE is processed).
-bool Hca::fetch_send(uint32_t qpn, Qp& qp) {
+bool QueueEngine::fetch_send(uint32_t qpn, Qp& qp) {
   QpRuntime& rt = qp.rt;
   if (rt.sq_ci == rt.sq_pi || rt.inflight.size() >= kMaxInflightOps) return false;
   const uint32_t size = 1u << qp.cfg.log_sq_size;
@@ -327,7 +318,7 @@ bool Hca::fetch_send(uint32_t qpn, Qp& qp) {
   op.w.wr_id = get64(raw, 0x08);
   op.w.opcode = get8(raw, 0x00);
   op.signaled = get8(raw, 0x01) & kWqeSignaled;
-  auto w = decode_send_wqe(raw, qp.cfg.type, WqeLimits{opts_.caps.max_sge, opts_.caps.max_inline});
+  auto w = decode_send_wqe(raw, qp.cfg.type, WqeLimits{caps_.max_sge, caps_.max_inline});
   if (!w) {
     log_->debug("simhca: QP {:#x} WQE {}: {}", qpn, idx, w.error().message);
     return fail(static_cast<uint8_t>(w.error().code));
@@ -341,9 +332,9 @@ bool Hca::fetch_send(uint32_t qpn, Qp& qp) {
     if (op.reads() && reads >= std::max<uint8_t>(qp.attrs.max_rd_atomic, 1)) return false;
   }
   op.len = op.w.length();
-  const uint32_t mtu = mtu_bytes(qp);
+  const uint32_t mtu = wire_.mtu_bytes(qp);
   if (qp.cfg.type == kQpUd || qp.cfg.type == kQpSmi || qp.cfg.type == kQpGsi) {
-    const Ah* ah = ahs_.get(op.w.ahn);
+    const Ah* ah = tables_.ahs.get(op.w.ahn);
     if (!ah || ah->pdn != qp.cfg.pdn) return fail(kWcLocQpOpErr);  // §12.1: the AH's PD is the QP's
     if (op.len > mtu) return fail(kWcLocLenErr);  // IBA 9.8.4: UD messages fit one packet
   }
@@ -355,7 +346,7 @@ bool Hca::fetch_send(uint32_t qpn, Qp& qp) {
         return fail(kWcLocProtErr);
   } else {
     // The keys are checked now; the data is read as each packet goes out
-    // (req_send_packet), straight into the packet.
+    // (RcRequester::send_packet), straight into the packet.
     for (const Sge& s : op.w.sges)
       if (s.length && resolve(s.lkey, qp.cfg.pdn, s.addr, s.length, 0, op.local) != KeyFault::kNone)
         return fail(kWcLocProtErr);
@@ -364,14 +355,14 @@ bool Hca::fetch_send(uint32_t qpn, Qp& qp) {
   op.first_psn = rt.next_psn;
   rt.next_psn = (rt.next_psn + op.npkts) & 0xffffff;
   ++rt.sq_ci;
-  ++dstats_.wqes_executed;
+  ++stats_.wqes_executed;
   rt.inflight.push_back(std::move(op));
   return true;
 }
 
 // ---- §12.2, §12.3 receive WQEs -----------------------------------------------
 
-int Hca::fetch_recv(uint32_t qpn, Qp& qp) {
+int QueueEngine::fetch_recv(uint32_t qpn, Qp& qp) {
   QpRuntime& rt = qp.rt;
   if (rt.rwqe.valid) return 1;
   std::array<std::byte, 8> dbr{};
@@ -379,7 +370,7 @@ int Hca::fetch_recv(uint32_t qpn, Qp& qp) {
   uint32_t stride_log = 0;
   RecvCtx ctx;
   if (qp.cfg.use_srq()) {
-    Srq* srq = srqs_.get(qp.cfg.srqn);
+    Srq* srq = tables_.srqs.get(qp.cfg.srqn);
     if (!srq || !host_.dma_read(srq->cfg.dbr_iova, dbr)) return 0;
     const uint32_t pi = get32(dbr, 0), size = 1u << srq->cfg.log_size;
     if (pi == srq->ci || pi - srq->ci > size) return 0;
@@ -390,7 +381,7 @@ int Hca::fetch_recv(uint32_t qpn, Qp& qp) {
     // IBA 10.2.9.3 / §6.9: SRQ_LIMIT once when the posted count drops below the limit.
     if (srq->cfg.limit && pi - srq->ci < srq->cfg.limit) {
       srq->cfg.limit = 0;
-      emit_event(kEvSrqLimit, qp.cfg.srqn);
+      events_.emit(kEvSrqLimit, qp.cfg.srqn);
     }
   } else {
     if (!host_.dma_read(qp.cfg.dbr_iova, dbr)) return 0;
@@ -404,7 +395,7 @@ int Hca::fetch_recv(uint32_t qpn, Qp& qp) {
   Bytes raw(size_t{1} << stride_log);
   const bool read_ok = host_.dma_read(at, raw).ok();
   ctx.wr_id = get64(raw, 0);
-  auto w = read_ok ? decode_recv_wqe(raw, opts_.caps.max_sge)
+  auto w = read_ok ? decode_recv_wqe(raw, caps_.max_sge)
                    : Result<RecvWqe>(Error{kWcLocQpOpErr, "receive WQE unreadable"});
   ctx.valid = true;
   if (!w) {
@@ -421,14 +412,14 @@ int Hca::fetch_recv(uint32_t qpn, Qp& qp) {
 }
 
 // Completes the held receive WQE (§12.4); c carries status and details.
-void Hca::complete_recv(uint32_t qpn, Qp& qp, Cqe c) {
+void QueueEngine::complete_recv(uint32_t qpn, Qp& qp, Cqe c) {
   QpRuntime& rt = qp.rt;
   c.wr_id = rt.rwqe.wr_id;
   c.wqe_index = rt.rwqe.index;
   c.qpn = qpn;
   if (c.opcode == 0) c.opcode = kWcRecv;
   rt.rwqe = RecvCtx{};
-  if (c.status == kWcSuccess) ++dstats_.messages_received;
+  if (c.status == kWcSuccess) ++stats_.messages_received;
   post_cqe(qp.cfg.recv_cqn, c);
 }
 
@@ -437,27 +428,26 @@ void Hca::complete_recv(uint32_t qpn, Qp& qp, Cqe c) {
 // In QPs of other states (RESET, INIT, RTR) the requester does nothing:
 // a doorbell's `kick` waits for RTS (on_qp_transition kicks then), and no
 // timer runs.
-void Hca::track_live(uint32_t qpn, const Qp* qp) {
+void QueueEngine::track_live(uint32_t qpn, const Qp* qp) {
   const uint8_t st = qp ? qp->attrs.state : static_cast<uint8_t>(kReset);
-  live_qps_.set(qpn, st == kRtr || st == kRts || st == kSqd || st == kSqe || st == kErr);
+  tables_.live_qps.set(qpn, st == kRtr || st == kRts || st == kSqd || st == kSqe || st == kErr);
 }
 
-void Hca::datapath_tick() {
-  if (!initialized_) return;
-  live_qps_.for_each([&](uint32_t qpn) {
-    Qp* q = qps_.get(qpn);
+void QueueEngine::tick() {
+  tables_.live_qps.for_each([&](uint32_t qpn) {
+    Qp* q = tables_.qps.get(qpn);
     if (!q) return;
     Qp& qp = *q;
     QpRuntime& rt = qp.rt;
     if (qp.attrs.state == kErr || qp.attrs.state == kSqe) {
       if (rt.kick) {
         rt.kick = false;
-        resp_out_progress(qpn, qp, false);  // SQE still responds; ERR drops the queue
+        responder_.out_progress(qpn, qp, false);  // SQE still responds; ERR drops the queue
         flush_posted(qpn, qp);  // WQEs posted to a QP in error: flushed (§12.4)
       }
       return;
     }
-    if (rt.ack_due && *rt.ack_due <= now_) req_timeout(qpn, qp);
+    if (rt.ack_due && *rt.ack_due <= now_) requester_.timeout(qpn, qp);
     for (auto* t : {&rt.rnr_until, &rt.pace_until})
       if (*t && **t <= now_) {
         t->reset();
@@ -465,21 +455,21 @@ void Hca::datapath_tick() {
       }
     if (rt.kick) {
       rt.kick = false;
-      resp_out_progress(qpn, qp, false);
-      req_progress(qpn, qp);
+      responder_.out_progress(qpn, qp, false);
+      requester_.progress(qpn, qp);
     }
   });
 }
 
-std::optional<Hca::Clock::time_point> Hca::datapath_due() const {
-  std::optional<Clock::time_point> due;
-  auto take = [&](const std::optional<Clock::time_point>& t) {
+std::optional<DpClock::time_point> QueueEngine::due() const {
+  std::optional<DpClock::time_point> due;
+  auto take = [&](const std::optional<DpClock::time_point>& t) {
     if (t && (!due || *t < *due)) due = t;
   };
-  live_qps_.for_each([&](uint32_t qpn) {
-    const Qp* qp = qps_.get(qpn);
+  tables_.live_qps.for_each([&](uint32_t qpn) {
+    const Qp* qp = tables_.qps.get(qpn);
     if (!qp) return;
-    if (qp->rt.kick) take(Clock::time_point::min());
+    if (qp->rt.kick) take(DpClock::time_point::min());
     take(qp->rt.ack_due);
     take(qp->rt.rnr_until);
     take(qp->rt.pace_until);

@@ -1,0 +1,292 @@
+// simhca's device loop (docs/simhca.md §13): one device of the process,
+// what the command line gives it, and its part of the loop's pass.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/log.hpp"
+#include "sim/cable/shm_link.hpp"
+#include "sim/cable/udp_link.hpp"
+#include "sim/simhca/packet_inbox.hpp"
+#include "sim/simhca/socket_watch.hpp"
+#include "sim/simhca/vfio_model.hpp"
+#include "sim/wire/pcap_erf.hpp"
+
+namespace openib::simhca::server {
+
+// What one device is given on the command line.
+struct DeviceConfig {
+  std::string path, pcap_path;
+  openib::simhca::HcaOptions opts;
+  std::optional<openib::sim::UdpLinkOptions> port1;
+  std::optional<openib::sim::ShmLinkOptions> port1_shm;
+  std::optional<openib::sim::UdpLinkOptions> port2;  // §13 --port2 (with --ports 2)
+  openib::sim::FaultSpec faults;
+};
+
+
+// One device of this process: its model and vfio-user server, its cables,
+// its socket watcher, and its part of the loop's pass (§13).
+class Device {
+ public:
+  using Hca = openib::simhca::Hca;
+  Device(DeviceConfig cfg, openib::simhca::DeviceWaiter& waiter, bool shared_loop)
+      : cfg_(std::move(cfg)), waiter_(waiter), shared_(shared_loop), inbox_(waiter), inbox2_(waiter),
+        lock_(mu_, std::defer_lock) {}
+
+  // Everything up to the first client; false (logged) if something failed.
+  bool start() {
+    using namespace openib;
+    auto model = simhca::VfioModel::create(cfg_.opts);
+    if (!model) return fail(model.error().str());
+    model_ = std::move(model).value();
+    server_ = std::make_unique<vfio::user::VfioUserServer>(*model_);
+    if (auto r = server_->listen(cfg_.path); !r) return fail(r.error().str());
+    log_->info("simhca {:04x}:{:04x} listening on {}", simhca::kVendorId, simhca::kDeviceId, cfg_.path);
+    Hca& hca = model_->hca();
+    // §12.7 port 1: capture file, then the cable end.
+    if (!cfg_.pcap_path.empty()) {
+      auto w = sim::wire::PcapErfWriter::open(cfg_.pcap_path);
+      if (!w) return fail(w.error().str());
+      pcap_ = std::move(w).value();
+    }
+    if (cfg_.port1) {
+      cfg_.port1->faults = cfg_.faults;
+      cfg_.port1->pcap = pcap_.get();
+      auto l = sim::UdpLink::create(*cfg_.port1);
+      if (!l) return fail(l.error().str());
+      link_ = std::move(l).value();
+      link_->set_receiver([this](std::span<const std::byte> p) { inbox_.push(p); });
+      hca.attach_link(1, link_.get());
+      log_->info("simhca: port 1 on udp {} -> {}", cfg_.port1->local, cfg_.port1->peer);
+    } else if (cfg_.port1_shm) {
+      cfg_.port1_shm->faults = cfg_.faults;
+      cfg_.port1_shm->pcap = pcap_.get();
+      auto l = sim::ShmLink::create(*cfg_.port1_shm);
+      if (!l) return fail(l.error().str());
+      shm_ = std::move(l).value();
+      // Polled by the loop: packets go to the device straight from their
+      // slot, with the link's parse; the time is read once per batch.
+      shm_->set_parsed_receiver([this](size_t wire_bytes, const sim::wire::ParsedPacket& parsed) {
+        model_->hca().receive_packet(1, wire_bytes, parsed, rx_now_);
+      });
+      hca.attach_link(1, shm_.get());
+      log_->info("simhca: port 1 on shared memory {} end {}", cfg_.port1_shm->path, cfg_.port1_shm->end);
+    }
+    // §13 port 2: a UDP cable end of its own (no capture, no faults).
+    if (cfg_.port2) {
+      auto l = sim::UdpLink::create(*cfg_.port2);
+      if (!l) return fail(l.error().str());
+      link2_ = std::move(l).value();
+      link2_->set_receiver([this](std::span<const std::byte> p) { inbox2_.push(p); });
+      hca.attach_link(2, link2_.get());
+      log_->info("simhca: port 2 on udp {} -> {}", cfg_.port2->local, cfg_.port2->peer);
+    }
+    // The device is run by whoever holds mu_: the loop, except while it
+    // sleeps, when the socket watcher may serve a message (§13).
+    if (!shared_) lock_.lock();  // shared: taken for each pass (the loop's or the helper's)
+    watch_ = std::make_unique<SocketWatch>(waiter_, mu_, [this] {
+      auto r = server_->handle_message(0);
+      if (!r) {  // as in the loop: the server failed, simhca ends
+        serve_error_ = r.error().str();
+        return 2;
+      }
+      if (!*r) {  // the client went: the loop resets the device
+        client_gone_ = true;
+        return 2;
+      }
+      // The command (§5.3) runs now; the loop is woken only if it must
+      // watch other pages or wake earlier.
+      const uint64_t gen = model_->scanner().generation();
+      model_->hca().run_due(Hca::Clock::now());
+      due_ = model_->hca().next_due();
+      due_known_ = true;
+      return model_->scanner().generation() != gen || (due_ && *due_ < sleep_until_) ? 2 : 1;
+    });
+    if (!watch_->start()) return fail(std::string("socket watcher: ") + std::strerror(errno));
+    return true;
+  }
+
+  // One pass over this device's sources (§13 "The device loop"): -1 the
+  // device failed (logged), 0 nothing done, 1 work done, 2 work done and
+  // the loop must not sleep (reset, or a single device accepting).
+  int pass() {
+    Hca& hca = model_->hca();
+    if (!server_->connected()) {
+      watch_->set_fd(-1);
+      deliver();  // the device is reset: counted and dropped (§12.8)
+      rx_now_ = Hca::Clock::now();
+      if (shm_) shm_->poll(SIZE_MAX);
+      // Alone, the loop waits in accept; sharing it, it only looks.
+      auto a = server_->accept_client(shared_ ? 0 : 50);
+      if (!a && a.error().code != ETIMEDOUT) {
+        fail(a.error().str());
+        return -1;
+      }
+      due_known_ = false;
+      if (server_->connected()) {
+        watch_->set_fd(server_->client_fd());
+        return 2;
+      }
+      sleep_until_ = Hca::Clock::now() + kAcceptPoll;
+      return shared_ ? 0 : 2;
+    }
+    if (!serve_error_.empty()) {
+      fail(serve_error_);
+      return -1;
+    }
+    if (client_gone_) {  // seen by the socket watcher
+      client_gone_ = false;
+      reset_device();
+      return 2;
+    }
+    bool work = model_->poll_doorbells() > 0;  // §12.5 scanner
+    rx_now_ = Hca::Clock::now();
+    if (shm_ && shm_->poll(kShmBatch) > 0) work = true;
+    if (deliver()) work = true;
+    if (watch_->ready()) {
+      work = true;
+      auto r = server_->handle_message(0);
+      if (!r) {
+        fail(r.error().str());
+        return -1;
+      }
+      if (!*r) {
+        reset_device();
+        return 2;
+      }
+      watch_->rearm();
+    }
+    auto now = Hca::Clock::now();
+    // Commands, doorbells taken, data-path timers (RNR, pacing,
+    // retransmission), --cmd-delay-ms: whatever is due. next_due() is
+    // asked again only after the device did something (nothing else
+    // changes its answer).
+    if (work || carried_ || !due_known_ || (due_ && *due_ <= now)) {
+      work = true;
+      carried_ = false;
+      hca.run_due(now);
+      due_ = hca.next_due();
+      due_known_ = true;
+    }
+    sleep_until_ = now + openib::simhca::DeviceWaiter::kMaxSleep;
+    if (due_ && *due_ < sleep_until_) sleep_until_ = *due_;
+    return work ? 1 : 0;
+  }
+
+  // When the loop should come back for this device at the latest.
+  Hca::Clock::time_point deadline() const { return sleep_until_; }
+  void set_sleep_until(Hca::Clock::time_point t) { sleep_until_ = t; }
+
+  // §12.5.2 step 3: anything that came in while the loop published its
+  // flags is taken now, and the loop does not sleep.
+  bool recheck() {
+    if (model_->poll_doorbells() > 0) carried_ = true;  // taken; run_due() on the next pass
+    return carried_ || (shm_ && shm_->pending()) || inbox_.nonempty() || inbox2_.nonempty() || watch_->ready();
+  }
+
+  openib::simhca::DoorbellScanner* scanner() { return model_ ? &model_->scanner() : nullptr; }
+  openib::sim::ShmLink* shm() { return shm_.get(); }
+  std::unique_lock<std::mutex>* lock() { return &lock_; }
+  std::mutex& mutex() { return mu_; }
+  // Packets waiting in this device's cable ring: the loop is behind.
+  uint64_t backlog() const { return shm_ ? shm_->backlog() : 0; }
+
+  // At the end: stops the cables and logs the counters.
+  void finish() {
+    if (!model_) return;
+    Hca& hca = model_->hca();
+    hca.attach_link(1, nullptr);
+    hca.attach_link(2, nullptr);
+    if (link_) link_->stop();
+    if (link2_) link2_->stop();
+    if (shm_)
+      log_->info("simhca: port 1 shared-memory cable: tx {} packets ({} dropped), rx {} ({} bad CRC, {} malformed)",
+                 shm_->stats().tx_packets, shm_->stats().tx_errors, shm_->stats().rx_packets,
+                 shm_->stats().rx_dropped_bad_crc, shm_->stats().rx_dropped_malformed);
+    log_data_stats();
+    const openib::simhca::HcaStats& s = hca.stats();
+    const auto& ss = server_->stats();
+    log_->info(
+        "simhca: exiting; commands {} (failed {}, dropped {}), bad accesses {}, events {} "
+        "(dropped {}), irqs {}, vfio-user messages {} (malformed {}), dma faults {}",
+        s.cmds_completed, s.cmds_failed, s.cmds_dropped, s.bad_access, s.events_written,
+        s.events_dropped, s.irqs_signalled, ss.messages, ss.bad_messages, ss.dma_faults);
+    const openib::simhca::ScannerCounts sc = model_->scanner_counts();
+    log_->info(
+        "simhca: doorbell scanner: mmap doorbells {} (ignored {}), bad SQ records {}, pages "
+        "noticed {}, sleeps {}, wakeups {}, timeouts {}, polled naps {}; device loop sleeps {}",
+        s.mmap_doorbells, s.mmap_doorbells_bad, s.sq_records_bad, sc.notices, sc.sleeps, sc.wakeups,
+        sc.timeouts, sc.polled_sleeps, waiter_.sleeps());
+  }
+
+  ~Device() {
+    watch_.reset();  // its thread uses the server and the model
+  }
+
+ private:
+  static constexpr size_t kShmBatch = 64;  // packets per pass, so doorbells and messages interleave
+  // A device without a client, in a shared loop, looks for one this often.
+  static constexpr auto kAcceptPoll = std::chrono::milliseconds(20);
+
+  bool fail(const std::string& what) {
+    log_->error("{}", what);
+    return false;
+  }
+  bool deliver() {
+    if (!inbox_.nonempty() && !inbox2_.nonempty()) return false;
+    Hca& hca = model_->hca();
+    for (auto& p : inbox_.take()) hca.receive_packet(p, Hca::Clock::now());
+    for (auto& p : inbox2_.take()) hca.receive_packet(2, p, Hca::Clock::now());
+    return true;
+  }
+  void reset_device() {
+    log_->info("simhca: client gone; device reset");
+    log_data_stats();
+    model_->reset();
+    watch_->set_fd(-1);
+    due_known_ = false;
+  }
+  void log_data_stats() {
+    const openib::simhca::DataStats& d = model_->hca().data_stats();
+    log_->info(
+        "simhca: data path: tx {} (dropped {}), rx {} (malformed {}, bad dlid {}, bad pkey {}, "
+        "bad qkey {}, no qp {}, out of sequence {}, duplicates {}), acks {}, naks {}, rnr naks {}, "
+        "retransmits {}, timeouts {}, cqes {}, inbox drops {}",
+        d.tx_packets, d.tx_dropped, d.rx_packets, d.rx_malformed, d.rx_bad_dlid, d.rx_bad_pkey,
+        d.rx_bad_qkey, d.rx_no_qp, d.rx_dropped_seq, d.rx_duplicates, d.acks_sent, d.naks_sent,
+        d.rnr_naks_sent, d.retransmits, d.timeouts, d.cqes_written, inbox_.dropped());
+    log_->info(  // §14, §15
+        "simhca: management: SMPs answered {}, to the driver {}, dropped {}, M_Key violations {}; "
+        "PMA answers {}, GMPs to the driver {}, MADs dropped {}; loopback {}, not sent (port state) {}, "
+        "bad VL {}",
+        d.smps_answered, d.smps_to_driver, d.smps_dropped, d.mkey_violations, d.gmps_answered,
+        d.gmps_to_driver, d.mads_dropped, d.loopback_packets, d.tx_port_down, d.rx_bad_vl);
+  }
+
+  DeviceConfig cfg_;
+  openib::simhca::DeviceWaiter& waiter_;
+  bool shared_;
+  std::shared_ptr<spdlog::logger> log_ = openib::log::get("simhca");
+  std::unique_ptr<openib::simhca::VfioModel> model_;
+  std::unique_ptr<openib::vfio::user::VfioUserServer> server_;
+  std::unique_ptr<openib::sim::wire::PcapErfWriter> pcap_;
+  PacketInbox inbox_, inbox2_;
+  std::unique_ptr<openib::sim::UdpLink> link_, link2_;
+  std::unique_ptr<openib::sim::ShmLink> shm_;
+  Hca::Clock::time_point rx_now_{};
+  std::mutex mu_;
+  std::unique_lock<std::mutex> lock_;
+  bool client_gone_ = false;  // the watcher saw the client go: the loop resets
+  std::string serve_error_;   // the watcher's handle_message() failed: the loop exits
+  std::optional<Hca::Clock::time_point> due_;  // hca.next_due() as of the last time the device ran
+  bool due_known_ = false, carried_ = false;
+  Hca::Clock::time_point sleep_until_{};  // the loop's wake-up time for this device
+  std::unique_ptr<SocketWatch> watch_;  // last: stopped first
+};
+
+}  // namespace openib::simhca::server
