@@ -129,7 +129,8 @@ void CommandInterface::submit(uint16_t opcode, std::span<const std::byte> in, si
                               CommandCompleter done, SlotClass cls) {
   if (dead_) return fail_later(std::move(done), *dead_);
   if (auto r = check_sizes(opcode, in.size(), out_len); !r) return fail_later(std::move(done), r.take_error());
-  Pending p{opcode, std::vector<std::byte>(in.begin(), in.end()), out_len, cls, std::move(done)};
+  Pending p{next_pending_id_++, opcode, std::vector<std::byte>(in.begin(), in.end()), out_len, cls,
+            std::move(done)};
   auto& q = cls == SlotClass::kHealth ? health_queue_ : queue_;
   const int slot = q.empty() ? free_slot(cls) : -1;  // FIFO: never overtake a queued command
   if (slot < 0) {
@@ -175,7 +176,8 @@ Result<void> CommandInterface::start(uint32_t slot, Pending& p) {
   s.deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
   s.done = std::move(p.done);
   stats_.max_in_flight = std::max<uint64_t>(stats_.max_in_flight, in_flight());
-  ring_later(slot);
+  if (withhold_) --withhold_;
+  else ring_later(slot);
   arm_timer();
   return ok();
 }
@@ -263,6 +265,21 @@ void CommandInterface::fail_all(const Error& e) {
   }
   if (!waiting.empty())
     log::get("hca")->warn("{}: failing {} commands: {}", dev_.name(), waiting.size(), e.str());
+  for (auto& d : waiting) d(e);
+}
+
+void CommandInterface::cancel_all(const Error& e) {
+  std::vector<CommandCompleter> waiting;
+  const bool alive = dev_.alive();
+  for (Slot& s : slots_) {
+    if (s.state != State::kBusy) continue;
+    waiting.push_back(std::move(s.done));
+    s.state = alive ? State::kFenced : State::kFree;
+  }
+  for (std::deque<Pending>* q : {&health_queue_, &queue_}) {
+    for (Pending& p : *q) waiting.push_back(std::move(p.done));
+    q->clear();
+  }
   for (auto& d : waiting) d(e);
 }
 
@@ -366,11 +383,28 @@ Result<CommandResult> CommandInterface::exec(uint16_t opcode, std::span<const st
   OPENIB_TRY(check_sizes(opcode, in.size(), out_len));
   std::optional<Result<CommandResult>> out;
   const bool was_sync = std::exchange(sync_, true);
+  const uint64_t id = next_pending_id_;
   submit(opcode, in, out_len, [&out](Result<CommandResult> r) { out = std::move(r); }, cls);
+  // A command that started times out by itself; one still queued behind
+  // fenced slots after a whole timeout gives up here.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
   for (unsigned rounds = 0; !out; ++rounds) {
     if (drain_hook_) drain_hook_();
     if (!out) poll_slots(false);
     if (out) break;
+    if (Clock::now() >= deadline) {
+      for (std::deque<Pending>* q : {&health_queue_, &queue_}) {
+        for (auto it = q->begin(); it != q->end(); ++it) {
+          if (it->id != id) continue;
+          CommandCompleter d = std::move(it->done);
+          q->erase(it);
+          d(err(ETIMEDOUT, "{}: command {:#06x} found no free slot within {} ms", dev_.name(), opcode,
+                opts_.timeout_ms));
+          break;
+        }
+      }
+      if (out) break;
+    }
     if (rounds < 64) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(20));
   }

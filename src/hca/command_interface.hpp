@@ -124,6 +124,10 @@ class CommandInterface {
   // here and may submit more). False if commands remain.
   bool drain(int timeout_ms);
 
+  // Fails every command in flight and queued with `e` (teardown). Slots the
+  // device may still be executing stay fenced.
+  void cancel_all(const Error& e);
+
   // Writes a raw 128-byte entry (OWNER as given) into a free slot, rings it
   // and waits for OWNER to clear (ETIMEDOUT if it stays set; the slot is
   // then fenced). Returns the entry as the device left it. An entry written
@@ -134,6 +138,12 @@ class CommandInterface {
 
   // §5.1 teardown: CMDQ_CTRL = 0.
   Result<void> disable();
+
+  // Test seam: the next n commands started are written and handed over
+  // (OWNER set) but their doorbell is never rung, so the device never
+  // executes them: a command lost by the device, for tests of timeouts,
+  // fencing and the reserved slot.
+  void test_withhold_doorbell(uint32_t n) { withhold_ = n; }
 
   const CommandStats& stats() const { return stats_; }
   uint32_t num_slots() const { return 1u << opts_.log_size; }
@@ -159,6 +169,7 @@ class CommandInterface {
     dma::DmaBuffer in_mbox, out_mbox;  // allocated on first need, kept
   };
   struct Pending {
+    uint64_t id = 0;  // for exec() to find its own entry in the queue
     uint16_t opcode = 0;
     std::vector<std::byte> in;
     size_t out_len = 0;
@@ -206,8 +217,10 @@ class CommandInterface {
   Clock::time_point next_health_;
   std::function<void()> drain_hook_;
   uint32_t bell_bits_ = 0;
+  uint32_t withhold_ = 0;
   bool bell_posted_ = false;
   uint32_t next_token_ = 1;
+  uint64_t next_pending_id_ = 1;
   bool enabled_ = false;
   std::optional<Error> dead_;  // set once the device is gone: every submit fails with it
   CommandStats stats_;

@@ -141,7 +141,11 @@ Result<void> Hca::close(bool force) {
     if (!r && first) first = std::move(r);
   };
   if (cmd_) {  // from here completions are polled (OWNER only)
-    (void)cmd_->drain(opts_.cmd.timeout_ms);  // continuations of the loop's commands first
+    // Continuations of the loop's commands first; what the device does not
+    // complete in a second is cancelled (its slots fenced) before the
+    // ladder's own commands.
+    if (!cmd_->drain(1000))
+      cmd_->cancel_all(err(ECANCELED, "{}: HCA closing", dev_.name()));
     cmd_->use_events(nullptr);
     cmd_->set_drain_hook(nullptr);
   }
