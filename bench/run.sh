@@ -38,7 +38,9 @@ done
 [[ $layout == one || $layout == each ]] || { echo "run.sh: --simhca one or each, not '$layout'" >&2; exit 2; }
 [[ ${1:-} == -- ]] && shift
 build=$(cd "$build" && pwd)
-IBD=$build/src/ibd/ibd BENCH=$build/bench/openib-bench SIMHCA=$build/src/sim/simhca/simhca
+# OPENIB_BENCH: another openib-bench binary (qp_rate_ab.sh runs one bench
+# against the daemons of two builds).
+IBD=$build/src/ibd/ibd BENCH=${OPENIB_BENCH:-$build/bench/openib-bench} SIMHCA=$build/src/sim/simhca/simhca
 for b in "$IBD" "$BENCH" "$SIMHCA"; do
   [[ -x $b ]] || { echo "run.sh: $b is not built (ninja -C $build)" >&2; exit 2; }
 done
