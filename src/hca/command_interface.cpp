@@ -27,11 +27,13 @@ Result<std::unique_ptr<CommandInterface>> CommandInterface::create(vfio::Device&
   std::unique_ptr<CommandInterface> ci(new CommandInterface(dev, pool, opts));
   ci->slots_.resize(size_t{1} << opts.log_size);
   // §5.1: entries in one 4 KiB-aligned page; mailboxes 8-byte aligned.
-  // Slot 0's mailboxes exist from the start (tests aim raw entries at them);
-  // the others' are allocated when a command first needs them.
+  // Every slot's mailboxes exist from the start: the daemon's DMA memory
+  // is fixed after bring-up (2 x 16 KiB x 32 = 1 MiB), not grown by load.
   OPENIB_TRY_ASSIGN(ci->ring_, pool.alloc(4096, 4096));
-  OPENIB_TRY_ASSIGN(ci->slots_[0].in_mbox, pool.alloc(opts.mailbox_size, 64));
-  OPENIB_TRY_ASSIGN(ci->slots_[0].out_mbox, pool.alloc(opts.mailbox_size, 64));
+  for (Slot& s : ci->slots_) {
+    OPENIB_TRY_ASSIGN(s.in_mbox, pool.alloc(opts.mailbox_size, 64));
+    OPENIB_TRY_ASSIGN(s.out_mbox, pool.alloc(opts.mailbox_size, 64));
+  }
   const uint64_t a = ci->ring_.iova();
   constexpr uint32_t bar0 = VFIO_PCI_BAR0_REGION_INDEX;
   // §3: address and size first, then ENABLE, then STATUS says whether it took.

@@ -5,7 +5,7 @@
 // A command is submitted and completes later, through a Completer called
 // exactly once (completer.hpp):
 //  - Up to 2^log_size slots (32) in flight at once, each with its own
-//    mailboxes. The last slot is reserved for health checks (NOP), so a
+//    mailboxes (allocated at creation). The last slot is reserved for health checks (NOP), so a
 //    health probe never waits behind work, as mlx5 keeps a slot for page
 //    requests. Commands beyond the free slots wait in FIFO order.
 //  - Completion comes from the CMD_COMPLETION event on EQ 0, matched by its
@@ -166,7 +166,7 @@ class CommandInterface {
     size_t out_len = 0;
     Clock::time_point deadline;
     CommandCompleter done;
-    dma::DmaBuffer in_mbox, out_mbox;  // allocated on first need, kept
+    dma::DmaBuffer in_mbox, out_mbox;  // allocated at creation
   };
   struct Pending {
     uint64_t id = 0;  // for exec() to find its own entry in the queue
