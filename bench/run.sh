@@ -89,6 +89,8 @@ rc=0
 simpid=()
 [[ -n $PID_SIM ]] && simpid=(--simhca-pid "$PID_SIM")
 timeout 900 "$BENCH" --socket-a "$work/a.sock" --socket-b "$work/b.sock" --ibd-pid "$PID_A" "${simpid[@]}" "$@" || rc=$?
+# IBD_LOG=info shows ibd A's command statistics (printed at its shutdown).
+if [[ ${IBD_LOG:-} == info ]]; then stop_daemons; grep -h "commands:" "$work/a.log" || true; fi
 if ((rc != 0)); then
   for n in a b; do echo "--- ibd $n log (tail):"; tail -20 "$work/$n.log"; done
   [[ -n $PID_SIM ]] && { echo "--- simhca log (tail):"; tail -20 "$work/simhca.log"; }

@@ -140,6 +140,12 @@ Result<void> Hca::close(bool force) {
   auto note = [&](Result<void> r) {
     if (!r && first) first = std::move(r);
   };
+  if (cmd_) {
+    const CommandStats& st = cmd_->stats();
+    log::get("hca")->info("{}: commands: {} executed, {} doorbell writes, at most {} in flight, {} queued for a "
+                          "slot, {} events ({} missed), {} timed out", dev_.name(), st.executed, st.doorbells,
+                          st.max_in_flight, st.queued, st.events, st.missed_events, st.timeouts);
+  }
   if (cmd_) {  // from here completions are polled (OWNER only)
     // Continuations of the loop's commands first; what the device does not
     // complete in a second is cancelled (its slots fenced) before the
