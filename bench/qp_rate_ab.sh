@@ -62,7 +62,7 @@ rate_of() {  # build dir -> QP/s of one run (0 if the run failed)
     echo 0
     return
   fi
-  grep 'QPs created' <<<"$out" | sed 's/^/    /' >&2
+  grep -E 'QPs created|memory per QP' <<<"$out" | sed 's/^/    /' >&2
   awk '{for (i = 1; i <= NF; ++i) if ($i == "QPs/s") print $(i - 1)}' <<<"$line"
 }
 
