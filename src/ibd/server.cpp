@@ -143,7 +143,9 @@ void Server::check_device() {
       if (r) return;
       ++counters_.health_failures;
       logger()->warn("health check NOP: {}", r.error().str());
-      if (!hca_.device().alive() || r.error().code == ENODEV) device_is_gone();
+      // A NOP the device never completes (ETIMEDOUT, its slot fenced) is a
+      // hung device: handled as one that is gone (docs/operations.md §5).
+      if (!hca_.device().alive() || r.error().code == ENODEV || r.error().code == ETIMEDOUT) device_is_gone();
     }));
   }
   if (!hca_.device().alive()) return device_is_gone();
