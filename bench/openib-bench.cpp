@@ -3,7 +3,7 @@
 //
 //   openib-bench --socket-a A.sock --socket-b B.sock [--ibd-pid PID] [--simhca-pid PID] [--quick]
 //                [--nap-us N] [--yield-every N] [--skip-many-qps] [--procs N] [--qps-per-proc N]
-//                [--scale N] [--only latency|write]
+//                [--scale N] [--only latency|write|qps]
 //   openib-bench --baselines-only
 //
 // What it measures, and how:
@@ -506,7 +506,7 @@ struct Args {
   bool quick = false, baselines_only = false, skip_many = false;
   int procs = 100, per_proc = 100;
   int scale = 1;  // --scale N: N times the openib iterations (for profiling)
-  std::string only;  // --only latency|write: that openib phase alone, no baselines (for profiling)
+  std::string only;  // --only latency|write|qps: that openib phase alone, no baselines (profiling, A/B runs)
 };
 
 }  // namespace
@@ -545,14 +545,14 @@ int main(int argc, char** argv) {
       a.scale = std::max(1, std::atoi(next().c_str()));
     } else if (s == "--only") {
       a.only = next();
-      if (a.only != "latency" && a.only != "write") die("--only takes latency or write");
+      if (a.only != "latency" && a.only != "write" && a.only != "qps") die("--only takes latency, write or qps");
     } else if (s == "--quick") {
       a.quick = true;
     } else if (s == "--baselines-only") {
       a.baselines_only = true;
     } else {
       die("usage: openib-bench --socket-a A --socket-b B [--ibd-pid PID] [--simhca-pid PID] [--quick] "
-          "[--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] [--scale N] [--only latency|write] | --baselines-only");
+          "[--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] [--scale N] [--only latency|write|qps] | --baselines-only");
     }
   }
   const int reps = a.quick ? 3 : 5;
@@ -570,7 +570,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::vector<double> tl, ol, tb, ob;
-  {  // The openib phases: one pair of QPs through the two daemons, closed before the many-QP phase.
+  if (a.only != "qps") {  // The openib phases: one pair of QPs through the two daemons, closed before the many-QP phase.
     if (a.sock_a.empty() || a.sock_b.empty()) die("--socket-a and --socket-b are required");
     QpCap cap;
     cap.max_send_wr = 64;
@@ -599,6 +599,8 @@ int main(int argc, char** argv) {
       ob.push_back(openib_write_mbs(*A, *B, 1, kBlock, openib_writes));
     }
   }
+  if (a.only == "qps") goto many;  // (e) alone: bench/qp_rate_ab.sh
+  {
   const double tcp_lat = median(tl), lat = median(ol), tcp_bw = median(tb), bw = median(ob);
   const double mem_bw = memcpy_mbs(reps, kBlock, memcpy_copies);
   std::printf("%-44s %12.2f us\n", "TCP loopback 8 B half RTT (NODELAY)", tcp_lat);
@@ -612,8 +614,9 @@ int main(int argc, char** argv) {
               verdict(bw >= 1.5 * tcp_bw));
   std::printf("%-44s %12.3f\n", "bandwidth ratio openib/memcpy", bw / mem_bw);
   std::fflush(stdout);
-
+  }
   if (a.skip_many) return 0;
+many:
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) die("readlink /proc/self/exe");

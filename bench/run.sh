@@ -38,7 +38,9 @@ done
 [[ $layout == one || $layout == each ]] || { echo "run.sh: --simhca one or each, not '$layout'" >&2; exit 2; }
 [[ ${1:-} == -- ]] && shift
 build=$(cd "$build" && pwd)
-IBD=$build/src/ibd/ibd BENCH=$build/bench/openib-bench SIMHCA=$build/src/sim/simhca/simhca
+# OPENIB_BENCH: another openib-bench binary (qp_rate_ab.sh runs one bench
+# against the daemons of two builds).
+IBD=$build/src/ibd/ibd BENCH=${OPENIB_BENCH:-$build/bench/openib-bench} SIMHCA=$build/src/sim/simhca/simhca
 for b in "$IBD" "$BENCH" "$SIMHCA"; do
   [[ -x $b ]] || { echo "run.sh: $b is not built (ninja -C $build)" >&2; exit 2; }
 done
@@ -87,6 +89,8 @@ rc=0
 simpid=()
 [[ -n $PID_SIM ]] && simpid=(--simhca-pid "$PID_SIM")
 timeout 900 "$BENCH" --socket-a "$work/a.sock" --socket-b "$work/b.sock" --ibd-pid "$PID_A" "${simpid[@]}" "$@" || rc=$?
+# IBD_LOG=info shows ibd A's command statistics (printed at its shutdown).
+if [[ ${IBD_LOG:-} == info ]]; then stop_daemons; grep -h "commands:" "$work/a.log" || true; fi
 if ((rc != 0)); then
   for n in a b; do echo "--- ibd $n log (tail):"; tail -20 "$work/$n.log"; done
   [[ -n $PID_SIM ]] && { echo "--- simhca log (tail):"; tail -20 "$work/simhca.log"; }

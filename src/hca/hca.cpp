@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/post.hpp>
 #include <chrono>
+#include <thread>
 
 #include "common/log.hpp"
 #include "hca/prm.hpp"
@@ -35,6 +37,38 @@ constexpr uint64_t kEq0EventMask = (1ull << kEvCmdCompletion) | (1ull << kEvPort
                                    (1ull << kEvQpLastWqeReached) | (1ull << kEvQpCommEst) |
                                    (1ull << kEvSqDrained) | (1ull << kEvSrqLimit) |
                                    (1ull << kEvSrqCatas) | (1ull << kEvDeviceFatal);
+// §6.5 CREATE_CQ input.
+Bytes encode_create_cq(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova, uint32_t uar, uint32_t eqn) {
+  Bytes in(32);
+  put64(in, 0x00, ring_iova);
+  put64(in, 0x08, dbr_iova);
+  put8(in, 0x10, log_size);
+  put32(in, 0x14, eqn);
+  put32(in, 0x18, uar);
+  return in;
+}
+
+// §6.9 CREATE_SRQ input.
+Bytes encode_create_srq(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint64_t ring_iova,
+                        uint64_t dbr_iova, uint32_t limit, uint32_t uar) {
+  Bytes in(32);
+  put64(in, 0x00, ring_iova);
+  put64(in, 0x08, dbr_iova);
+  put8(in, 0x10, log_size);
+  put8(in, 0x11, log_stride);
+  put32(in, 0x14, pdn);
+  put32(in, 0x18, limit);
+  put32(in, 0x1c, uar);
+  return in;
+}
+
+// §6.8 CREATE_AH input: pdn, reserved, address vector (§7.6).
+Bytes encode_create_ah(uint32_t pdn, const AddressVector& av) {
+  Bytes in(40);
+  put32(in, 0x00, pdn);
+  encode_av(std::span<std::byte>(in).subspan(8), av);
+  return in;
+}
 }  // namespace
 
 Result<std::unique_ptr<Hca>> Hca::open(vfio::Device& dev, boost::asio::io_context& io,
@@ -88,13 +122,12 @@ Result<void> Hca::bring_up() {
   OPENIB_TRY_ASSIGN(uint32_t eqn, command_u32(kCreateEq, in));
   eq->bind(eqn, 0);
   eq0_ = std::move(eq);
-  if (opts_.commands_run_io) {
-    cmd_->use_events(&io_);
-  } else {
-    cmd_->set_poll_hook([this] {
-      if (drain_eq0() && dev_.alive()) (void)eq0_->arm(dev_);
-    });
-  }
+  // From here completions come by CMD_COMPLETION event (§5.4); the command
+  // interface drains EQ 0 itself on its fallback timer and sync path.
+  cmd_->set_drain_hook([this] {
+    if (drain_eq0() && dev_.alive()) (void)eq0_->arm(dev_);
+  });
+  cmd_->use_events(&io_);
   log::get("hca")->info("{}: simhca fw {}.{} up: {} QPs, {} CQs, {} MSI-X vectors, EQ {}", dev_.name(),
                         fw_rev_ >> 16, fw_rev_ & 0xffff, caps_.max_qp, caps_.max_cq, caps_.num_msix,
                         eqn);
@@ -107,9 +140,20 @@ Result<void> Hca::close(bool force) {
   auto note = [&](Result<void> r) {
     if (!r && first) first = std::move(r);
   };
-  if (cmd_) {  // from here completions are polled
+  if (cmd_) {
+    const CommandStats& st = cmd_->stats();
+    log::get("hca")->info("{}: commands: {} executed, {} doorbell writes, at most {} in flight, {} queued for a "
+                          "slot, {} events ({} missed), {} timed out", dev_.name(), st.executed, st.doorbells,
+                          st.max_in_flight, st.queued, st.events, st.missed_events, st.timeouts);
+  }
+  if (cmd_) {  // from here completions are polled (OWNER only)
+    // Continuations of the loop's commands first; what the device does not
+    // complete in a second is cancelled (its slots fenced) before the
+    // ladder's own commands.
+    if (!cmd_->drain(1000))
+      cmd_->cancel_all(err(ECANCELED, "{}: HCA closing", dev_.name()));
     cmd_->use_events(nullptr);
-    cmd_->set_poll_hook(nullptr);
+    cmd_->set_drain_hook(nullptr);
   }
   // DESTROY_EQ is RESOURCE_BUSY while CQs still use EQ 0; TEARDOWN_HCA
   // below then decides (graceful: EBUSY; force: everything goes).
@@ -165,12 +209,126 @@ bool Hca::drain_eq0() {
 bool Hca::wait_event(uint8_t type, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
+    if (drain_eq0() && dev_.alive()) (void)eq0_->arm(dev_);
     for (const EventEntry& e : events_)
       if (e.type == type) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
-    if (io_.stopped()) io_.restart();
-    io_.run_one_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+bool Hca::drain(int timeout_ms) { return !cmd_ || cmd_->drain(timeout_ms); }
+
+namespace {
+// §5.5: a status other than OK is an error; its errno as documented in hca.hpp.
+Result<Bytes> to_output(const std::string& dev, uint16_t opcode, Result<CommandResult> r) {
+  if (!r) return r.take_error();
+  if (!r->ok())
+    return err(status_errno(r->status), "{}: command {:#06x}: {} (syndrome {:#x})", dev, opcode,
+               status_name(r->status), r->syndrome);
+  return std::move(r->output);
+}
+}  // namespace
+
+void Hca::command_async(uint16_t opcode, std::span<const std::byte> in, size_t out_len, Done<Bytes> done,
+                        SlotClass cls) {
+  if (!cmd_) {
+    boost::asio::post(io_, [d = std::move(done), name = dev_.name()]() mutable {
+      d(err(ENODEV, "{}: HCA is closed", name));
+    });
+    return;
+  }
+  cmd_->submit(opcode, in, out_len,
+               [d = std::move(done), name = dev_.name(), opcode](Result<CommandResult> r) mutable {
+                 d(to_output(name, opcode, std::move(r)));
+               },
+               cls);
+}
+
+template <class T, class F>
+void Hca::then_async(uint16_t opcode, std::span<const std::byte> in, size_t out_len, Done<T> done, F decode) {
+  command_async(opcode, in, out_len, [d = std::move(done), decode](Result<Bytes> r) mutable {
+    if (!r) return d(r.take_error());
+    if (r->size() < 4 && !std::is_void_v<T>) return d(err(EIO, "short command output"));
+    d(decode(*r));
+  });
+}
+
+void Hca::nop_async(Done<void> done) {
+  command_async(kNop, {}, 0, [d = std::move(done)](Result<Bytes> r) mutable {
+    d(r ? Result<void>(ok()) : Result<void>(r.take_error()));
+  }, SlotClass::kHealth);
+}
+
+void Hca::query_port_async(uint8_t port, Done<PortAttr> done) {
+  Bytes in(4);
+  put8(in, 0, port);
+  then_async<PortAttr>(kQueryPort, in, 48, std::move(done), [](const Bytes& o) { return Result<PortAttr>(decode_port(o)); });
+}
+
+void Hca::set_port_async(uint8_t port, const PortSetup& s, Done<void> done) {
+  destroy_like(kSetPort, encode_set_port(port, s), std::move(done));
+}
+
+void Hca::alloc_pd_async(Done<uint32_t> done) {
+  then_async<uint32_t>(kAllocPd, {}, 4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
+}
+
+void Hca::alloc_uar_async(Done<uint32_t> done) {
+  then_async<uint32_t>(kAllocUar, {}, 4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
+}
+
+void Hca::create_cq_at_async(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova, uint32_t uar,
+                             uint32_t eqn, Done<uint32_t> done) {
+  then_async<uint32_t>(kCreateCq, encode_create_cq(log_size, ring_iova, dbr_iova, uar, eqn), 4, std::move(done),
+                       [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
+}
+
+void Hca::create_srq_at_async(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint64_t ring_iova,
+                              uint64_t dbr_iova, uint32_t limit, uint32_t uar, Done<uint32_t> done) {
+  then_async<uint32_t>(kCreateSrq, encode_create_srq(pdn, log_size, log_stride, ring_iova, dbr_iova, limit, uar),
+                       4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
+}
+
+void Hca::arm_srq_async(uint32_t srqn, uint32_t limit, Done<void> done) {
+  destroy_like(kArmSrq, encode_u32x2(srqn, limit), std::move(done));
+}
+
+void Hca::create_qp_at_async(const QpCreateParams& p, Done<uint32_t> done) {
+  then_async<uint32_t>(kCreateQp, encode_create_qp(p), 4, std::move(done),
+                       [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
+}
+
+void Hca::modify_qp_async(uint32_t qpn, uint32_t mask, const QpAttr& a, Done<void> done) {
+  destroy_like(kModifyQp, encode_modify_qp(qpn, mask, a), std::move(done));
+}
+
+void Hca::query_qp_async(uint32_t qpn, Done<QpInfo> done) {
+  command_async(kQueryQp, encode_u32(qpn), 128, [d = std::move(done)](Result<Bytes> r) mutable {
+    if (!r) return d(r.take_error());
+    std::span<const std::byte> o(*r);
+    d(QpInfo{decode_qp_attr(o.first(64)), decode_create_qp(o.subspan(64))});
+  });
+}
+
+void Hca::create_mkey_async(const MkeyParams& p, Done<Mkey> done) {
+  then_async<Mkey>(kCreateMkey, encode_create_mkey(p), 8, std::move(done),
+                   [](const Bytes& o) { return Result<Mkey>(Mkey{get32(o, 0), get32(o, 4)}); });
+}
+
+void Hca::create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done) {
+  then_async<uint32_t>(kCreateAh, encode_create_ah(pdn, av), 4, std::move(done),
+                       [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
+}
+
+void Hca::destroy_async(uint16_t opcode, uint32_t number, Done<void> done) {
+  destroy_like(opcode, encode_u32(number), std::move(done));
+}
+
+void Hca::destroy_like(uint16_t opcode, std::span<const std::byte> in, Done<void> done) {
+  command_async(opcode, in, 0, [d = std::move(done)](Result<Bytes> r) mutable {
+    d(r ? Result<void>(ok()) : Result<void>(r.take_error()));
+  });
 }
 
 Result<Bytes> Hca::command(uint16_t opcode, std::span<const std::byte> in, size_t out_len) {
@@ -357,28 +515,14 @@ Result<void> Hca::destroy_qp(Qp& qp) {
 // §6.5 CREATE_CQ input layout, memory supplied by the caller.
 Result<uint32_t> Hca::create_cq_at(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova,
                                    uint32_t uar, std::optional<uint32_t> eqn) {
-  Bytes in(32);
-  put64(in, 0x00, ring_iova);
-  put64(in, 0x08, dbr_iova);
-  put8(in, 0x10, log_size);
-  put32(in, 0x14, eqn.value_or(eq0()));
-  put32(in, 0x18, uar);
-  return command_u32(kCreateCq, in);
+  return command_u32(kCreateCq, encode_create_cq(log_size, ring_iova, dbr_iova, uar, eqn.value_or(eq0())));
 }
 
 // §6.9 CREATE_SRQ
 Result<uint32_t> Hca::create_srq_at(uint32_t pdn, uint8_t log_size, uint8_t log_stride,
                                     uint64_t ring_iova, uint64_t dbr_iova, uint32_t limit,
                                     uint32_t uar) {
-  Bytes in(32);
-  put64(in, 0x00, ring_iova);
-  put64(in, 0x08, dbr_iova);
-  put8(in, 0x10, log_size);
-  put8(in, 0x11, log_stride);
-  put32(in, 0x14, pdn);
-  put32(in, 0x18, limit);
-  put32(in, 0x1c, uar);
-  return command_u32(kCreateSrq, in);
+  return command_u32(kCreateSrq, encode_create_srq(pdn, log_size, log_stride, ring_iova, dbr_iova, limit, uar));
 }
 
 // §6.10 CREATE_QP
@@ -477,10 +621,7 @@ Result<MkeyContext> Hca::query_mkey(uint32_t lkey) {
 }
 
 Result<uint32_t> Hca::create_ah(uint32_t pdn, const AddressVector& av) {
-  Bytes in(40);
-  put32(in, 0x00, pdn);
-  encode_av(std::span<std::byte>(in).subspan(8), av);
-  return command_u32(kCreateAh, in);
+  return command_u32(kCreateAh, encode_create_ah(pdn, av));
 }
 
 Result<void> Hca::destroy_ah(uint32_t ahn) {

@@ -4,8 +4,18 @@
 // function is a simhca (1234:1b1e, interface revision 1).
 //
 // Single-threaded, like the rest of ibd's control plane: every call runs on
-// the thread that runs `io`, and must not be made from inside an io handler
-// (a command waits by running `io`).
+// the thread that runs `io`.
+//
+// Two ways to issue a command (command_interface.hpp):
+//  - the *_async calls submit it and return at once; the completer runs
+//    later from a handler of `io` (EQ 0's interrupt, the fallback timer).
+//    These are the only command calls a handler running on `io` may make.
+//  - the synchronous calls (command(), nop(), create_qp(), ...) wait by
+//    polling OWNER and draining EQ 0 themselves; they never run `io` (no
+//    nested event loop). For code that runs before the loop starts or after
+//    it stopped (bring-up, teardown, MadPort::open at start-up) and for
+//    in-process tests; a handler must not call them (the loop would stall).
+// The data-path calls (post_*, poll_cq, arm_cq) issue no command.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -29,10 +39,6 @@ struct HcaOptions {
   CommandOptions cmd;
   uint8_t eq0_log_size = 7;  // 128 events
   dma::PoolOptions pool;
-  // false: commands never run `io` while they wait (they poll, draining EQ
-  // 0 in between), so verbs may be called from inside io handlers; events
-  // still arrive through `io`'s MSI-X handler. ibd runs this way.
-  bool commands_run_io = true;
   // Events kept for events()/wait_event(); older ones are dropped.
   size_t max_recorded_events = 1024;
 };
@@ -86,6 +92,8 @@ struct Mkey {
 class Hca {
  public:
   using EventHandler = std::function<void(const EventEntry&)>;
+  template <class T>
+  using Done = Completer<Result<T>>;
 
   // The bring-up ladder (§5.1): identity and interface revision, DMA pool,
   // command queue, INIT_HCA, QUERY_DEVICE_CAP, MSI-X vector 0, EQ 0, event
@@ -117,8 +125,13 @@ class Hca {
   // and passed to the handler if one is set.
   void set_event_handler(EventHandler h) { on_event_ = std::move(h); }
   const std::deque<EventEntry>& events() const { return events_; }
-  // Runs io until an event of `type` has been recorded (or timeout_ms).
+  // Polls EQ 0 (without running io) until an event of `type` has been
+  // recorded, or timeout_ms. For tests and tools outside the loop.
   bool wait_event(uint8_t type, int timeout_ms);
+  // Completes every command in flight or queued by polling (continuations
+  // run here and may submit more), within timeout_ms. For shutdown after
+  // the loop has stopped. False if some remain.
+  bool drain(int timeout_ms);
 
   // The status and syndrome of the last command (§5.5), for callers that
   // need more than the errno of a failed call.
@@ -131,7 +144,30 @@ class Hca {
   // BAD_OPCODE -> EOPNOTSUPP, INTERNAL_ERROR -> EIO, the rest -> EINVAL).
   Result<Bytes> command(uint16_t opcode, std::span<const std::byte> in, size_t out_len);
 
-  // ---- verbs (IBA 11.2), one command each -------------------------------
+  // ---- asynchronous commands (safe from handlers) ---------------------------
+  // Any command; `done` gets the output, or the status mapped as command().
+  void command_async(uint16_t opcode, std::span<const std::byte> in, size_t out_len, Done<Bytes> done,
+                     SlotClass cls = SlotClass::kNormal);
+  // NOP on the reserved slot: a health check that never waits behind work.
+  void nop_async(Done<void> done);
+  void query_port_async(uint8_t port, Done<PortAttr> done);
+  void set_port_async(uint8_t port, const PortSetup& s, Done<void> done);
+  void alloc_pd_async(Done<uint32_t> done);
+  void alloc_uar_async(Done<uint32_t> done);
+  void create_cq_at_async(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova, uint32_t uar,
+                          uint32_t eqn, Done<uint32_t> done);
+  void create_srq_at_async(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint64_t ring_iova,
+                           uint64_t dbr_iova, uint32_t limit, uint32_t uar, Done<uint32_t> done);
+  void arm_srq_async(uint32_t srqn, uint32_t limit, Done<void> done);
+  void create_qp_at_async(const QpCreateParams& p, Done<uint32_t> done);
+  void modify_qp_async(uint32_t qpn, uint32_t attr_mask, const QpAttr& attr, Done<void> done);
+  void query_qp_async(uint32_t qpn, Done<QpInfo> done);
+  void create_mkey_async(const MkeyParams& p, Done<Mkey> done);
+  void create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done);
+  // Any command with a u32 input and no output: DESTROY_*, DEALLOC_*.
+  void destroy_async(uint16_t opcode, uint32_t number, Done<void> done);
+
+  // ---- verbs (IBA 11.2), one command each, synchronous -------------------
   Result<void> nop();
   Result<DeviceCaps> query_device();
   Result<PortAttr> query_port(uint8_t port);
@@ -203,6 +239,10 @@ class Hca {
   // Consumes EQ 0's new entries; true if there were any.
   bool drain_eq0();
   Result<uint32_t> command_u32(uint16_t opcode, std::span<const std::byte> in);
+  void destroy_like(uint16_t opcode, std::span<const std::byte> in, Done<void> done);
+  // A command whose output is decoded by `decode` (Bytes -> Result<T>).
+  template <class T, class F>
+  void then_async(uint16_t opcode, std::span<const std::byte> in, size_t out_len, Done<T> done, F decode);
 
   vfio::Device& dev_;
   boost::asio::io_context& io_;

@@ -22,6 +22,9 @@ namespace openib::ibd {
 enum class Kind : uint8_t { kPd, kMem, kMr, kCq, kSrq, kQp, kAh };
 inline constexpr size_t kNumKinds = 7;
 const char* kind_name(Kind k);
+// docs/simhca.md §6: the command that destroys an object of kind k by its
+// number (0 for memory, which has no device object).
+uint16_t destroy_opcode(Kind k);
 
 // One object. Kept small (the benchmark holds 10,000 QPs): the device's
 // number, the handles it depends on (each holding a reference), and the
@@ -55,6 +58,12 @@ struct Client {
   gid_t gid = 0;
   bool hello = false;
   bool closing = false;
+  // One request at a time (docs/client-protocol.md "Request handling"): the
+  // socket is not read while a request waits for the device, so a client
+  // that pipelines cannot reorder its own requests.
+  bool busy = false;
+  bool dispatching = false;  // inside Server::on_readable's call of handle()
+  uint32_t teardown_outstanding = 0;  // destroy commands in flight after disconnect
   uint32_t uar = 0;  // 0: none allocated
   UniqueFd async_fd;
   std::chrono::steady_clock::time_point connected;

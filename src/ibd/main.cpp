@@ -103,7 +103,6 @@ int run(const Options& o) {
 
   asio::io_context io;
   hca::HcaOptions hopts;
-  hopts.commands_run_io = false;  // verbs are called from inside io handlers
   auto h = hca::Hca::open(*dev, io, hopts);
   if (!h) {
     logger->error("HCA bring-up on {}: {}", device_name, h.error().str());

@@ -73,45 +73,75 @@ proto::Av to_proto(const hca::AddressVector& v) {
 }
 }  // namespace
 
-Result<Server::Reply> Server::handle(Client& c, proto::Message& m) {
+void Server::handle(Client& c, proto::Message& m, Respond done) {
   const auto op = static_cast<Op>(m.header.op);
-  if (!c.hello && op != Op::kHello) return err(EPROTO, "HELLO must come first");
+  if (!c.hello && op != Op::kHello) return done(err(EPROTO, "HELLO must come first"));
   if (c.objects.size() >= kMaxObjectsPerClient && m.header.op != static_cast<uint16_t>(Op::kInfo))
-    return err(ENOSPC, "too many objects for one client");
+    return done(err(ENOSPC, "too many objects for one client"));
+  // An asynchronous handler either handed `done` to its command's
+  // continuation (ok) or failed validation (error, `done` still here).
+  auto run = [&](Result<void> r) {
+    if (!r && done) done(r.take_error());
+  };
   switch (op) {
-    case Op::kHello: return op_hello(c, m);
-    case Op::kQueryDevice: return op_query_device(c, m);
-    case Op::kQueryPort: return op_query_port(c, m);
-    case Op::kAllocPd: return op_alloc_pd(c, m);
-    case Op::kDeallocPd: return op_destroy(c, m, Kind::kPd);
-    case Op::kMapMem: return op_map_mem(c, m);
-    case Op::kUnmapMem: return op_destroy(c, m, Kind::kMem);
-    case Op::kRegMr: return op_reg_mr(c, m);
-    case Op::kDeregMr: return op_destroy(c, m, Kind::kMr);
-    case Op::kCreateCq: return op_create_cq(c, m);
-    case Op::kDestroyCq: return op_destroy(c, m, Kind::kCq);
-    case Op::kCreateSrq: return op_create_srq(c, m);
-    case Op::kModifySrq: return op_modify_srq(c, m);
-    case Op::kDestroySrq: return op_destroy(c, m, Kind::kSrq);
-    case Op::kCreateQp: return op_create_qp(c, m);
-    case Op::kModifyQp: return op_modify_qp(c, m);
-    case Op::kQueryQp: return op_query_qp(c, m);
-    case Op::kDestroyQp: return op_destroy(c, m, Kind::kQp);
-    case Op::kCreateAh: return op_create_ah(c, m);
-    case Op::kDestroyAh: return op_destroy(c, m, Kind::kAh);
-    case Op::kGetAsyncEvents: return op_get_async_events(c, m);
-    case Op::kInfo: return op_info(c, m);
+    case Op::kHello: return run(op_hello(c, m, done));
+    case Op::kQueryDevice: return done(op_query_device(c, m));
+    case Op::kQueryPort: return run(op_query_port(c, m, done));
+    case Op::kAllocPd: return run(op_alloc_pd(c, m, done));
+    case Op::kDeallocPd: return run(op_destroy(c, m, Kind::kPd, done));
+    case Op::kMapMem: return done(op_map_mem(c, m));
+    case Op::kUnmapMem: return run(op_destroy(c, m, Kind::kMem, done));
+    case Op::kRegMr: return run(op_reg_mr(c, m, done));
+    case Op::kDeregMr: return run(op_destroy(c, m, Kind::kMr, done));
+    case Op::kCreateCq: return run(op_create_cq(c, m, done));
+    case Op::kDestroyCq: return run(op_destroy(c, m, Kind::kCq, done));
+    case Op::kCreateSrq: return run(op_create_srq(c, m, done));
+    case Op::kModifySrq: return run(op_modify_srq(c, m, done));
+    case Op::kDestroySrq: return run(op_destroy(c, m, Kind::kSrq, done));
+    case Op::kCreateQp: return run(op_create_qp(c, m, done));
+    case Op::kModifyQp: return run(op_modify_qp(c, m, done));
+    case Op::kQueryQp: return run(op_query_qp(c, m, done));
+    case Op::kDestroyQp: return run(op_destroy(c, m, Kind::kQp, done));
+    case Op::kCreateAh: return run(op_create_ah(c, m, done));
+    case Op::kDestroyAh: return run(op_destroy(c, m, Kind::kAh, done));
+    case Op::kGetAsyncEvents: return done(op_get_async_events(c, m));
+    case Op::kInfo: return done(op_info(c, m));
     case Op::kUmadPort:
     case Op::kUmadOpen:
     case Op::kUmadRegister:
-    case Op::kUmadUnregister: return op_umad(c, m);
+    case Op::kUmadUnregister: return run(op_umad(c, m, done));
   }
-  return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
+  done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
+}
+
+hca::Completer<Result<uint32_t>> Server::created(uint32_t id, Object o, Respond done) {
+  return guard<uint32_t>([this, id, o = std::move(o), done = std::move(done)](Result<uint32_t> r) mutable {
+    if (!r) return done(r.take_error());
+    o.number = *r;
+    Client* c = owner(id);
+    if (!c) {  // cannot happen while the server lives (a departing client waits for us)
+      log::get("ibd")->warn("client {} unknown at the completion of its {} {:#x}; destroying it", id,
+                            kind_name(o.kind), *r);
+      hca_.destroy_async(destroy_opcode(o.kind), *r, [](Result<void>) {});
+      return done(err(ENOTCONN, "client gone"));
+    }
+    if (!client(id)) {
+      ++counters_.created_for_gone_client;
+      log::get("ibd")->info("client {} left while its {} {:#x} was being created; destroyed with the rest",
+                            id, kind_name(o.kind), *r);
+    }
+    const Kind kind = o.kind;
+    const uint32_t number = *r, rkey = o.rkey;
+    const uint32_t h = add(*c, std::move(o));
+    if (kind == Kind::kMr) return done(Reply{body(proto::RegMrRep{h, number, rkey}), {}});
+    if (kind == Kind::kPd) return done(Reply{body(proto::HandleRep{h}), {}});
+    done(Reply{body(proto::ObjRep{h, number}), {}});
+  });
 }
 
 // HELLO: version, the async eventfd, the client's own UAR and the fd to
 // mmap its page from (docs/client-protocol.md "Doorbells").
-Result<Server::Reply> Server::op_hello(Client& c, proto::Message& m) {
+Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
   if (c.hello) return err(EPROTO, "HELLO was already said");
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HelloReq>(m.body));
   if (req.version_min > proto::kVersion || req.version_max < proto::kVersion)
@@ -130,36 +160,47 @@ Result<Server::Reply> Server::op_hello(Client& c, proto::Message& m) {
     log::get("ibd")->info("client {}: HELLO (management only, no UAR)", c.id);
     Reply rep;
     rep.payload = body(h);
-    return rep;
+    done(std::move(rep));
+    return ok();
   }
-  auto uar = hca_.alloc_uar();
-  if (!uar) return err(uar.error().code, "no UAR for this client: {}", uar.error().message);
-  Reply rep;
-  proto::HelloRep h;
-  h.version = proto::kVersion;
-  h.client_id = c.id;
-  h.uar = *uar;
-  h.uar_size = static_cast<uint32_t>(hca::prm::kUarPageSize);
-  h.num_ports = hca_.caps().num_ports;
-  // docs/simhca.md §4: UAR n is BAR2 offset n * 4096.
-  auto rfd = hca_.device().region_mmap_fd(VFIO_PCI_BAR2_REGION_INDEX);
-  if (rfd) {
-    h.doorbell_mode = proto::kDoorbellMmap;
-    h.uar_mmap_offset = rfd->offset + uint64_t{*uar} * hca::prm::kUarPageSize;
-    rep.fds.push_back(std::move(rfd->fd));
-  } else if (!hca_.device().alive()) {
-    (void)hca_.dealloc_uar(*uar);
-    return err(ENODEV, "the device is gone");
-  } else {
-    h.doorbell_mode = proto::kDoorbellRelay;
-  }
-  c.uar = *uar;
-  c.hello = true;
-  if (!m.fds.empty()) c.async_fd = std::move(m.fds[0]);
-  rep.payload = body(h);
-  log::get("ibd")->info("client {}: HELLO, UAR {}, doorbells {}", c.id, c.uar,
-                        h.doorbell_mode == proto::kDoorbellMmap ? "mmap" : "relay");
-  return rep;
+  UniqueFd async_fd = m.fds.empty() ? UniqueFd() : std::move(m.fds[0]);
+  hca_.alloc_uar_async(guard<uint32_t>([this, id = c.id, async_fd = std::move(async_fd),
+                                        done = std::move(done)](Result<uint32_t> uar) mutable {
+    if (!uar) return done(err(uar.error().code, "no UAR for this client: {}", uar.error().message));
+    Client* cl = owner(id);
+    if (!cl) return;
+    if (!client(id)) {  // left meanwhile: its teardown deallocates the UAR
+      cl->uar = *uar;
+      return done(err(ENOTCONN, "client gone"));
+    }
+    Reply rep;
+    proto::HelloRep h;
+    h.version = proto::kVersion;
+    h.client_id = cl->id;
+    h.uar = *uar;
+    h.uar_size = static_cast<uint32_t>(hca::prm::kUarPageSize);
+    h.num_ports = hca_.caps().num_ports;
+    // docs/simhca.md §4: UAR n is BAR2 offset n * 4096.
+    auto rfd = hca_.device().region_mmap_fd(VFIO_PCI_BAR2_REGION_INDEX);
+    if (rfd) {
+      h.doorbell_mode = proto::kDoorbellMmap;
+      h.uar_mmap_offset = rfd->offset + uint64_t{*uar} * hca::prm::kUarPageSize;
+      rep.fds.push_back(std::move(rfd->fd));
+    } else if (!hca_.device().alive()) {
+      hca_.destroy_async(hca::prm::kDeallocUar, *uar, [](Result<void>) {});
+      return done(err(ENODEV, "the device is gone"));
+    } else {
+      h.doorbell_mode = proto::kDoorbellRelay;
+    }
+    cl->uar = *uar;
+    cl->hello = true;
+    cl->async_fd = std::move(async_fd);
+    rep.payload = body(h);
+    log::get("ibd")->info("client {}: HELLO, UAR {}, doorbells {}", cl->id, cl->uar,
+                          h.doorbell_mode == proto::kDoorbellMmap ? "mmap" : "relay");
+    done(std::move(rep));
+  }));
+  return ok();
 }
 
 Result<Server::Reply> Server::op_query_device(Client&, proto::Message& m) {
@@ -194,11 +235,23 @@ Result<Server::Reply> Server::op_query_device(Client&, proto::Message& m) {
   return Reply{body(d), {}};
 }
 
-Result<Server::Reply> Server::op_query_port(Client&, proto::Message& m) {
+namespace {
+proto::PortRep port_rep(const hca::PortAttr& a);
+}
+
+Result<void> Server::op_query_port(Client&, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   if (req.port < 1 || req.port > hca_.caps().num_ports) return err(EINVAL, "no port {}", req.port);
-  OPENIB_TRY_ASSIGN(hca::PortAttr a, hca_.query_port(req.port));
+  hca_.query_port_async(req.port, guard<hca::PortAttr>([done = std::move(done)](Result<hca::PortAttr> r) mutable {
+    if (!r) return done(r.take_error());
+    done(Reply{body(port_rep(*r)), {}});
+  }));
+  return ok();
+}
+
+namespace {
+proto::PortRep port_rep(const hca::PortAttr& a) {
   proto::PortRep p;
   p.state = a.state;
   p.phys_state = a.phys_state;
@@ -215,17 +268,17 @@ Result<Server::Reply> Server::op_query_port(Client&, proto::Message& m) {
   p.gid_prefix = a.gid_prefix;
   p.port_guid = a.port_guid;
   p.cap_flags = a.cap_flags;
-  return Reply{body(p), {}};
+  return p;
 }
+}  // namespace
 
-Result<Server::Reply> Server::op_alloc_pd(Client& c, proto::Message& m) {
+Result<void> Server::op_alloc_pd(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY(proto::decode<proto::Empty>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
-  OPENIB_TRY_ASSIGN(uint32_t pdn, hca_.alloc_pd());
   Object o;
   o.kind = Kind::kPd;
-  o.number = pdn;
-  return Reply{body(proto::HandleRep{add(c, std::move(o))}), {}};
+  hca_.alloc_pd_async(created(c.id, std::move(o), std::move(done)));
+  return ok();
 }
 
 // MAP_MEM: a memfd, at least `length` long, mapped for DMA (IOMMU / vfio-user
@@ -254,7 +307,7 @@ Result<Server::Reply> Server::op_map_mem(Client& c, proto::Message& m) {
 
 // REG_MR: a page list of the memory's IOVAs for [offset, offset+length),
 // seen by the client at `va` (docs/simhca.md §6.7, §12.6).
-Result<Server::Reply> Server::op_reg_mr(Client& c, proto::Message& m) {
+Result<void> Server::op_reg_mr(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::RegMrReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   OPENIB_TRY_ASSIGN(Object * pd, find(c, req.pd, Kind::kPd));
@@ -276,19 +329,22 @@ Result<Server::Reply> Server::op_reg_mr(Client& c, proto::Message& m) {
   p.pages.reserve(npages);
   const uint64_t base = first - first % kPage;
   for (uint64_t i = 0; i < npages; ++i) p.pages.push_back(base + i * kPage);
-  OPENIB_TRY_ASSIGN(hca::Mkey k, hca_.create_mkey(p));
   Object o;
   o.kind = Kind::kMr;
-  o.number = k.lkey;
-  o.rkey = k.rkey;
   o.length = req.length;
   o.deps = {req.pd, req.mem, 0, 0, 0};
-  return Reply{body(proto::RegMrRep{add(c, std::move(o)), k.lkey, k.rkey}), {}};
+  hca_.create_mkey_async(p, guard<hca::Mkey>([this, id = c.id, o = std::move(o),
+                                               done = std::move(done)](Result<hca::Mkey> k) mutable {
+    if (!k) return done(k.take_error());
+    o.rkey = k->rkey;  // the lkey is the object's number
+    created(id, std::move(o), std::move(done))(k->lkey);
+  }));
+  return ok();
 }
 
 // CREATE_CQ: 2^log_size 64-byte CQEs, 64-byte aligned; an 8-byte doorbell
 // record (docs/simhca.md §6.5); on EQ 0 and the client's UAR.
-Result<Server::Reply> Server::op_create_cq(Client& c, proto::Message& m) {
+Result<void> Server::op_create_cq(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateCqReq>(m.body));
   if (req.flags & ~proto::kCqEventFd) return err(EINVAL, "unknown CQ flags {:#x}", req.flags);
   OPENIB_TRY(expect_fds(m, (req.flags & proto::kCqEventFd) ? 1 : 0));
@@ -299,18 +355,17 @@ Result<Server::Reply> Server::op_create_cq(Client& c, proto::Message& m) {
   OPENIB_TRY_ASSIGN(uint64_t ring, range_iova(*mem, req.ring_offset,
                                               (uint64_t{1} << req.log_size) * 64, 64, "CQ ring"));
   OPENIB_TRY_ASSIGN(uint64_t dbr, range_iova(*mem, req.dbr_offset, 8, 8, "CQ doorbell record"));
-  OPENIB_TRY_ASSIGN(uint32_t cqn, hca_.create_cq_at(req.log_size, ring, dbr, c.uar, hca_.eq0()));
   Object o;
   o.kind = Kind::kCq;
-  o.number = cqn;
   o.log_size = req.log_size;
   o.deps = {req.mem, 0, 0, 0, 0};
   if (!m.fds.empty()) o.eventfd = std::move(m.fds[0]);
-  return Reply{body(proto::ObjRep{add(c, std::move(o)), cqn}), {}};
+  hca_.create_cq_at_async(req.log_size, ring, dbr, c.uar, hca_.eq0(), created(c.id, std::move(o), std::move(done)));
+  return ok();
 }
 
 // CREATE_SRQ (docs/simhca.md §6.9).
-Result<Server::Reply> Server::op_create_srq(Client& c, proto::Message& m) {
+Result<void> Server::op_create_srq(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateSrqReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   OPENIB_TRY_ASSIGN(Object * pd, find(c, req.pd, Kind::kPd));
@@ -322,27 +377,29 @@ Result<Server::Reply> Server::op_create_srq(Client& c, proto::Message& m) {
   OPENIB_TRY_ASSIGN(uint64_t ring, range_iova(*mem, req.ring_offset,
                                               (uint64_t{1} << req.log_size) << req.log_stride, 64, "SRQ ring"));
   OPENIB_TRY_ASSIGN(uint64_t dbr, range_iova(*mem, req.dbr_offset, 8, 8, "SRQ doorbell record"));
-  OPENIB_TRY_ASSIGN(uint32_t srqn, hca_.create_srq_at(pd->number, req.log_size, req.log_stride, ring, dbr,
-                                                      req.limit, c.uar));
   Object o;
   o.kind = Kind::kSrq;
-  o.number = srqn;
   o.log_size = req.log_size;
   o.deps = {req.pd, req.mem, 0, 0, 0};
-  return Reply{body(proto::ObjRep{add(c, std::move(o)), srqn}), {}};
+  hca_.create_srq_at_async(pd->number, req.log_size, req.log_stride, ring, dbr, req.limit, c.uar,
+                           created(c.id, std::move(o), std::move(done)));
+  return ok();
 }
 
-Result<Server::Reply> Server::op_modify_srq(Client& c, proto::Message& m) {
+Result<void> Server::op_modify_srq(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ModifySrqReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   OPENIB_TRY_ASSIGN(Object * srq, find(c, req.srq, Kind::kSrq));
-  OPENIB_TRY(hca_.arm_srq(srq->number, req.limit));
-  return Reply{};
+  hca_.arm_srq_async(srq->number, req.limit, guard<void>([done = std::move(done)](Result<void> r) mutable {
+    if (!r) return done(r.take_error());
+    done(Reply{});
+  }));
+  return ok();
 }
 
 // CREATE_QP (docs/simhca.md §6.10): RC, UC or UD only (QP0/QP1 are the
 // daemon's); rings and doorbell record in the client's memory.
-Result<Server::Reply> Server::op_create_qp(Client& c, proto::Message& m) {
+Result<void> Server::op_create_qp(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateQpReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   if (req.type > 2) return err(EINVAL, "QP type {} (0 RC, 1 UC, 2 UD)", req.type);
@@ -380,19 +437,18 @@ Result<Server::Reply> Server::op_create_qp(Client& c, proto::Message& m) {
   p.log_sq_stride = req.log_sq_stride;
   p.log_rq_size = srq ? 0 : req.log_rq_size;
   p.log_rq_stride = srq ? 5 : req.log_rq_stride;
-  OPENIB_TRY_ASSIGN(uint32_t qpn, hca_.create_qp_at(p));
   Object o;
   o.kind = Kind::kQp;
-  o.number = qpn;
   o.qp_type = req.type;
   o.qp_state = 0;  // RESET
   o.deps = {req.pd, req.send_cq, req.recv_cq, req.srq, req.mem};
-  return Reply{body(proto::ObjRep{add(c, std::move(o)), qpn}), {}};
+  hca_.create_qp_at_async(p, created(c.id, std::move(o), std::move(done)));
+  return ok();
 }
 
 // MODIFY_QP: the device validates the transition and the attributes
 // (docs/simhca.md §8.3); ibd checks only that the QP is this client's.
-Result<Server::Reply> Server::op_modify_qp(Client& c, proto::Message& m) {
+Result<void> Server::op_modify_qp(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ModifyQpReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   OPENIB_TRY_ASSIGN(Object * qp, find(c, req.qp, Kind::kQp));
@@ -417,16 +473,42 @@ Result<Server::Reply> Server::op_modify_qp(Client& c, proto::Message& m) {
   h.max_rd_atomic = a.max_rd_atomic;
   h.max_dest_rd_atomic = a.max_dest_rd_atomic;
   h.av = to_hca(a.av);
-  OPENIB_TRY(hca_.modify_qp(qp->number, a.mask, h));
-  if (a.mask & hca::qp_attr::kState) qp->qp_state = a.state;
-  return Reply{};
+  const uint32_t handle = req.qp;
+  const uint8_t state = (a.mask & hca::qp_attr::kState) ? a.state : 0xff;
+  hca_.modify_qp_async(qp->number, a.mask, h,
+                       guard<void>([this, id = c.id, handle, state, done = std::move(done)](Result<void> r) mutable {
+                         if (!r) return done(r.take_error());
+                         if (Client* cl = owner(id); cl && state != 0xff) {
+                           if (auto it = cl->objects.find(handle); it != cl->objects.end())
+                             it->second.qp_state = state;
+                         }
+                         done(Reply{});
+                       }));
+  return ok();
 }
 
-Result<Server::Reply> Server::op_query_qp(Client& c, proto::Message& m) {
+namespace {
+proto::QueryQpRep query_qp_rep(const hca::QpInfo& info, uint32_t qpn);
+}
+
+Result<void> Server::op_query_qp(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   OPENIB_TRY_ASSIGN(Object * qp, find(c, req.handle, Kind::kQp));
-  OPENIB_TRY_ASSIGN(hca::QpInfo info, hca_.query_qp(qp->number));
+  hca_.query_qp_async(qp->number, guard<hca::QpInfo>([this, id = c.id, handle = req.handle, qpn = qp->number,
+                                                       done = std::move(done)](Result<hca::QpInfo> info) mutable {
+    if (!info) return done(info.take_error());
+    proto::QueryQpRep r = query_qp_rep(*info, qpn);
+    if (Client* cl = owner(id)) {
+      if (auto it = cl->objects.find(handle); it != cl->objects.end()) it->second.qp_state = r.attr.state;
+    }
+    done(Reply{body(r), {}});
+  }));
+  return ok();
+}
+
+namespace {
+proto::QueryQpRep query_qp_rep(const hca::QpInfo& info, uint32_t qpn) {
   const hca::QpAttr& h = info.attr;
   proto::QueryQpRep r;
   r.attr.state = static_cast<uint8_t>(h.state);
@@ -451,29 +533,41 @@ Result<Server::Reply> Server::op_query_qp(Client& c, proto::Message& m) {
   r.sig_all = info.init.sig_all ? 1 : 0;
   r.log_sq_size = info.init.log_sq_size;
   r.log_rq_size = info.init.log_rq_size;
-  r.qpn = qp->number;
-  qp->qp_state = r.attr.state;
-  return Reply{body(r), {}};
+  r.qpn = qpn;
+  return r;
 }
+}  // namespace
 
-Result<Server::Reply> Server::op_create_ah(Client& c, proto::Message& m) {
+Result<void> Server::op_create_ah(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateAhReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   OPENIB_TRY_ASSIGN(Object * pd, find(c, req.pd, Kind::kPd));
-  OPENIB_TRY_ASSIGN(uint32_t ahn, hca_.create_ah(pd->number, to_hca(req.av)));
   Object o;
   o.kind = Kind::kAh;
-  o.number = ahn;
   o.deps = {req.pd, 0, 0, 0, 0};
-  return Reply{body(proto::ObjRep{add(c, std::move(o)), ahn}), {}};
+  hca_.create_ah_async(pd->number, to_hca(req.av), created(c.id, std::move(o), std::move(done)));
+  return ok();
 }
 
-Result<Server::Reply> Server::op_destroy(Client& c, proto::Message& m, Kind k) {
+// The entry goes only once the device destroyed the object; if it refuses,
+// the client gets the error and keeps the object.
+Result<void> Server::op_destroy(Client& c, proto::Message& m, Kind k, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
-  OPENIB_TRY(find(c, req.handle, k));
-  OPENIB_TRY(destroy(c, req.handle, /*force*/ false));
-  return Reply{};
+  OPENIB_TRY_ASSIGN(Object * o, find(c, req.handle, k));
+  if (o->refs) return err(EBUSY, "{} {} is still used by {} objects", kind_name(k), req.handle, o->refs);
+  if (k == Kind::kMem) {  // no device object: the mapping goes with the entry
+    drop(c, req.handle, ok());
+    done(Reply{});
+    return ok();
+  }
+  hca_.destroy_async(destroy_opcode(k), o->number,
+                     guard<void>([this, id = c.id, handle = req.handle, done = std::move(done)](Result<void> r) mutable {
+                       if (!r) return done(r.take_error());
+                       if (Client* cl = owner(id)) drop(*cl, handle, ok());
+                       done(Reply{});
+                     }));
+  return ok();
 }
 
 Result<Server::Reply> Server::op_get_async_events(Client& c, proto::Message& m) {
@@ -501,16 +595,25 @@ Result<Server::Reply> Server::op_info(Client& c, proto::Message& m) {
 }
 
 // UMAD_*: the user-MAD service (docs/client-protocol.md "User MADs").
-Result<Server::Reply> Server::op_umad(Client& c, proto::Message& m) {
+Result<void> Server::op_umad(Client& c, proto::Message& m, Respond& done) {
+  auto r = op_umad_sync(c, m, done);
+  if (r && done) done(std::move(*r));
+  if (!r) return r.take_error();
+  return ok();
+}
+
+Result<Server::Reply> Server::op_umad_sync(Client& c, proto::Message& m, Respond& done) {
   if (!umad_) return err(EOPNOTSUPP, "this ibd has no user-MAD service");
   Reply rep;
   switch (static_cast<Op>(m.header.op)) {
     case Op::kUmadPort: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
       OPENIB_TRY(expect_fds(m, 0));
-      OPENIB_TRY_ASSIGN(auto p, umad_->port_info(req.port));
-      rep.payload = body(p);
-      return rep;
+      umad_->port_info_async(req.port, guard<proto::UmadPortRep>([done = std::move(done)](Result<proto::UmadPortRep> p) mutable {
+        if (!p) return done(p.take_error());
+        done(Reply{body(*p), {}});
+      }));
+      return rep;  // `done` is gone: the continuation answers
     }
     case Op::kUmadOpen: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));

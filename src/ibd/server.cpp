@@ -57,8 +57,14 @@ Server::Server(asio::io_context& io, hca::Hca& hca, ServerOptions opts)
   hca_.set_event_handler([this](const hca::EventEntry& e) { on_event(e); });
 }
 
+// Commands this server issued may still be in flight (teardowns of the
+// clients stop() disconnected): they are completed here, by polling, while
+// the server still exists; the loop has stopped by now.
 Server::~Server() {
   stop();
+  if (!hca_.drain(10000)) logger()->warn("device commands still in flight at shutdown");
+  alive_.reset();  // continuations that come later do nothing
+  departing_.clear();
   hca_.set_event_handler(nullptr);
 }
 
@@ -122,26 +128,38 @@ void Server::stop() {
 }
 
 // Health check (once a second): a device that vanished while idle is
-// noticed here; a NOP after 2 s without requests probes a silent one.
+// noticed here; a NOP after 2 s without requests probes a silent one. The
+// NOP goes to the command slot reserved for it, so it never waits behind
+// other commands; it is asynchronous like every command on the loop.
 void Server::check_device() {
   if (stopped_) return;
-  if (hca_.device().alive() &&
+  if (hca_.device().alive() && !health_in_flight_ &&
       std::chrono::steady_clock::now() - last_activity_ > std::chrono::seconds(2)) {
     last_activity_ = std::chrono::steady_clock::now();
-    (void)hca_.nop();
+    health_in_flight_ = true;
+    ++counters_.health_checks;
+    hca_.nop_async(guard<void>([this](Result<void> r) {
+      health_in_flight_ = false;
+      if (r) return;
+      ++counters_.health_failures;
+      logger()->warn("health check NOP: {}", r.error().str());
+      // A NOP the device never completes (ETIMEDOUT, its slot fenced) is a
+      // hung device: handled as one that is gone (docs/operations.md §5).
+      if (!hca_.device().alive() || r.error().code == ENODEV || r.error().code == ETIMEDOUT) device_is_gone();
+    }));
   }
-  if (!hca_.device().alive()) {
-    if (!device_gone_) {
-      device_gone_ = true;
-      logger()->error("device {} is gone", opts_.device_name);
-      if (on_device_gone_) asio::post(io_, on_device_gone_);
-    }
-    return;
-  }
+  if (!hca_.device().alive()) return device_is_gone();
   health_.expires_after(std::chrono::seconds(1));
   health_.async_wait([this](const boost::system::error_code& e) {
     if (!e) check_device();
   });
+}
+
+void Server::device_is_gone() {
+  if (device_gone_) return;
+  device_gone_ = true;
+  logger()->error("device {} is gone", opts_.device_name);
+  if (on_device_gone_) asio::post(io_, on_device_gone_);
 }
 
 void Server::accept_next() {
@@ -194,6 +212,12 @@ Client* Server::client(uint32_t id) {
   return it == clients_.end() ? nullptr : it->second.get();
 }
 
+Client* Server::owner(uint32_t id) {
+  if (Client* c = client(id)) return c;
+  auto it = departing_.find(id);
+  return it == departing_.end() ? nullptr : it->second.get();
+}
+
 void Server::watch(uint32_t id) {
   Client* c = client(id);
   if (!c) return;
@@ -203,6 +227,9 @@ void Server::watch(uint32_t id) {
                      });
 }
 
+// One request at a time per client: a request that waits for the device
+// leaves the socket unread until finish() sent its reply. Requests of
+// different clients proceed concurrently, up to the device's command slots.
 void Server::on_readable(uint32_t id) {
   // A few messages per wake-up, so one busy client cannot starve the rest.
   for (int n = 0; n < 16; ++n) {
@@ -230,36 +257,61 @@ void Server::on_readable(uint32_t id) {
     proto::Header h;
     h.op = static_cast<uint16_t>(m->header.op | proto::kReplyBit);
     h.seq = m->header.seq;
-    proto::Bytes body;
-    std::vector<int> fds;
-    auto r = handle(*c, *m);
-    if (r) {
-      body = proto::encode_reply(0, r->payload);
-      for (auto& f : r->fds) fds.push_back(f.get());
-    } else {
-      ++counters_.errors;
-      ++c->stats.errors;
-      logger()->debug("client {}: {} seq {}: {}", id, proto::op_name(m->header.op), m->header.seq,
-                      r.error().str());
-      body = proto::encode_error_reply(r.error().code, r.error().message);
-    }
-    auto sent = proto::send_message(c->sock.native_handle(), h, body, fds);
-    if (!sent) {
-      disconnect(id, sent.error().code == EAGAIN ? "not reading its replies" : sent.error().str());
-      return;
-    }
-    if (!hca_.device().alive() && !device_gone_) {
-      check_device();
-      return;
-    }
+    c->busy = true;
+    c->dispatching = true;
+    handle(*c, *m, guard<Reply>([this, id, h](Result<Reply> r) { finish(id, h, std::move(r)); }));
+    c = client(id);
+    if (!c) return;  // finish() disconnected it
+    c->dispatching = false;
+    if (c->busy) return;  // waits for the device; finish() resumes reading
+    if (!hca_.device().alive()) return;  // finish() ran check_device()
   }
   watch(id);
 }
 
+void Server::finish(uint32_t id, proto::Header h, Result<Reply> r) {
+  Client* c = client(id);
+  if (!c) {  // left while its request was in flight: nobody to answer
+    if (Client* gone = owner(id)) {
+      gone->busy = false;
+      continue_teardown(id);
+    }
+    return;
+  }
+  c->busy = false;
+  proto::Bytes body;
+  std::vector<int> fds;
+  if (r) {
+    body = proto::encode_reply(0, r->payload);
+    for (auto& f : r->fds) fds.push_back(f.get());
+  } else {
+    ++counters_.errors;
+    ++c->stats.errors;
+    logger()->debug("client {}: {} seq {}: {}", id, proto::op_name(h.op & ~proto::kReplyBit), h.seq,
+                    r.error().str());
+    body = proto::encode_error_reply(r.error().code, r.error().message);
+  }
+  auto sent = proto::send_message(c->sock.native_handle(), h, body, fds);
+  if (!sent) {
+    disconnect(id, sent.error().code == EAGAIN ? "not reading its replies" : sent.error().str());
+    return;
+  }
+  if (!hca_.device().alive() && !device_gone_) {
+    check_device();
+    return;
+  }
+  if (!c->dispatching) watch(id);  // else on_readable's loop goes on
+}
+
+// The client leaves the table at once (a continuation that looks it up
+// finds it gone); its objects are destroyed asynchronously, after the
+// request it may have in flight completed.
 void Server::disconnect(uint32_t id, const std::string& why) {
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
-  Client& c = *it->second;
+  std::unique_ptr<Client> owned = std::move(it->second);
+  clients_.erase(it);
+  Client& c = *owned;
   c.closing = true;
   // Wake whatever the client may be blocked on (its async eventfd, its CQs'
   // completion eventfds): it then finds the connection closed, an error,
@@ -267,20 +319,16 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   if (c.async_fd) signal_fd(c.async_fd.get());
   for (auto& [h, o] : c.objects)
     if (o.eventfd) signal_fd(o.eventfd.get());
-  size_t objects = c.objects.size();
   if (umad_) umad_->client_gone(id);
-  destroy_all(c);
-  if (c.uar) {
-    if (auto r = hca_.dealloc_uar(c.uar); !r && hca_.device().alive())
-      logger()->warn("client {}: DEALLOC_UAR {}: {}", id, c.uar, r.error().str());
-    c.uar = 0;
-  }
   boost::system::error_code ec;
+  c.sock.cancel(ec);
   c.sock.close(ec);
   ++counters_.disconnects;
-  logger()->info("client {} (pid {}) gone: {}; {} objects destroyed; {} requests, {} errors", id, c.pid,
-                 why, objects, c.stats.requests, c.stats.errors);
-  clients_.erase(it);
+  logger()->info("client {} (pid {}) gone: {}; {} objects to destroy{}; {} requests, {} errors", id, c.pid,
+                 why, c.objects.size(), c.busy ? " after its request in flight" : "", c.stats.requests,
+                 c.stats.errors);
+  departing_.emplace(id, std::move(owned));
+  continue_teardown(id);
 }
 
 // ---- object tables -----------------------------------------------------------
@@ -317,27 +365,10 @@ uint32_t Server::add(Client& c, Object o) {
   return h;
 }
 
-Result<void> Server::destroy(Client& c, uint32_t handle, bool force) {
+void Server::drop(Client& c, uint32_t handle, const Result<void>& r) {
   auto it = c.objects.find(handle);
-  if (it == c.objects.end()) return err(ENOENT, "no object with handle {}", handle);
+  if (it == c.objects.end()) return;
   Object& o = it->second;
-  if (o.refs && !force)
-    return err(EBUSY, "{} {} is still used by {} objects", kind_name(o.kind), handle, o.refs);
-  Result<void> r;
-  switch (o.kind) {
-    case Kind::kPd: r = hca_.dealloc_pd(o.number); break;
-    case Kind::kMem: break;  // the mapping goes with the entry
-    case Kind::kMr: r = hca_.destroy_mkey(o.number); break;
-    case Kind::kCq: r = hca_.destroy_cq(o.number); break;
-    case Kind::kSrq: r = hca_.destroy_srq(o.number); break;
-    case Kind::kQp: r = hca_.destroy_qp(o.number); break;
-    case Kind::kAh: r = hca_.destroy_ah(o.number); break;
-  }
-  if (!r) {
-    if (!force) return r;
-    if (hca_.device().alive())
-      logger()->warn("client {}: destroying {} {:#x}: {}", c.id, kind_name(o.kind), o.number, r.error().str());
-  }
   // The device may still reach memory of an object it refused to destroy:
   // keep such mappings (never reuse their IOVA) while the device lives.
   if (!r && hca_.device().alive()) {
@@ -361,20 +392,68 @@ Result<void> Server::destroy(Client& c, uint32_t handle, bool force) {
   }
   --c.counts[static_cast<size_t>(o.kind)];
   c.objects.erase(it);
-  return r;
 }
 
-// Dependency order: QPs, SRQs, CQs, AHs, MRs, PDs, then memory.
-void Server::destroy_all(Client& c) {
-  static constexpr Kind kOrder[] = {Kind::kQp, Kind::kSrq, Kind::kCq, Kind::kAh,
-                                    Kind::kMr, Kind::kPd, Kind::kMem};
+uint16_t destroy_opcode(Kind k) {
+  namespace prm = hca::prm;
+  switch (k) {
+    case Kind::kPd: return prm::kDeallocPd;
+    case Kind::kMr: return prm::kDestroyMkey;
+    case Kind::kCq: return prm::kDestroyCq;
+    case Kind::kSrq: return prm::kDestroySrq;
+    case Kind::kQp: return prm::kDestroyQp;
+    case Kind::kAh: return prm::kDestroyAh;
+    case Kind::kMem: break;
+  }
+  return 0;
+}
+
+void Server::continue_teardown(uint32_t id) {
+  auto it = departing_.find(id);
+  if (it == departing_.end()) return;
+  Client& c = *it->second;
+  if (c.busy || c.teardown_outstanding) return;
+  static constexpr Kind kOrder[] = {Kind::kQp, Kind::kSrq, Kind::kCq, Kind::kAh, Kind::kMr, Kind::kPd};
   std::vector<uint32_t> handles;
   for (Kind k : kOrder) {
-    handles.clear();
     for (auto& [h, o] : c.objects)
       if (o.kind == k) handles.push_back(h);
-    for (uint32_t h : handles) (void)destroy(c, h, /*force*/ true);
+    if (handles.empty()) continue;
+    c.teardown_outstanding = static_cast<uint32_t>(handles.size());
+    for (uint32_t h : handles) {
+      hca_.destroy_async(destroy_opcode(k), c.objects.at(h).number,
+                         guard<void>([this, id, h](Result<void> r) {
+                           Client* gone = owner(id);
+                           if (!gone) return;
+                           if (!r && hca_.device().alive()) {
+                             auto o = gone->objects.find(h);
+                             if (o != gone->objects.end())
+                               logger()->warn("client {}: destroying {} {:#x}: {}", id, kind_name(o->second.kind),
+                                              o->second.number, r.error().str());
+                           }
+                           drop(*gone, h, r);
+                           --gone->teardown_outstanding;
+                           continue_teardown(id);
+                         }));
+    }
+    return;  // the next kind once these completed
   }
+  // Nothing on the device uses the client's memory any more: unmap it.
+  c.objects.clear();
+  if (c.uar) {
+    const uint32_t uar = std::exchange(c.uar, 0);
+    c.teardown_outstanding = 1;
+    hca_.destroy_async(hca::prm::kDeallocUar, uar, guard<void>([this, id, uar](Result<void> r) {
+                         if (!r && hca_.device().alive())
+                           logger()->warn("client {}: DEALLOC_UAR {}: {}", id, uar, r.error().str());
+                         if (Client* gone = owner(id)) {
+                           gone->teardown_outstanding = 0;
+                           continue_teardown(id);
+                         }
+                       }));
+    return;
+  }
+  departing_.erase(it);
 }
 
 // ---- events ------------------------------------------------------------------

@@ -33,6 +33,8 @@ struct ServerCounters {
   uint64_t protocol_violations = 0, events = 0, events_dropped = 0;
   uint64_t cq_notifications = 0;
   uint64_t quarantined_mappings = 0;  // kept mapped: the device refused to let go
+  uint64_t created_for_gone_client = 0;  // completions that found their client gone: undone
+  uint64_t health_checks = 0, health_failures = 0;
 };
 
 class Server {
@@ -55,6 +57,8 @@ class Server {
   void set_umad(UmadService* u) { umad_ = u; }
 
   size_t num_clients() const { return clients_.size(); }
+  // Clients disconnected whose objects are still being destroyed.
+  size_t num_departing() const { return departing_.size(); }
   const ServerCounters& counters() const { return counters_; }
 
  private:
@@ -66,45 +70,71 @@ class Server {
     uint32_t client = 0, handle = 0;
   };
 
+  using Respond = hca::Completer<Result<Reply>>;
+
   void accept_next();
   void on_acceptable();
   void watch(uint32_t id);
   void on_readable(uint32_t id);
+  // Sends the reply of the client's current request and resumes reading
+  // its socket; for a client that left meanwhile, continues its teardown.
+  void finish(uint32_t id, proto::Header h, Result<Reply> r);
   void disconnect(uint32_t id, const std::string& why);
+  // A connected client, or nullptr. Continuations look clients up by id.
   Client* client(uint32_t id);
+  // A connected client or one that left and is still being torn down.
+  Client* owner(uint32_t id);
   void check_device();
+  void device_is_gone();
+  // Wraps a continuation so that it does nothing once the Server is gone.
+  template <class T, class F>
+  hca::Completer<Result<T>> guard(F f);
 
-  // Validation and dispatch of one request; the reply (or error) is sent
-  // by the caller.
-  Result<Reply> handle(Client& c, proto::Message& m);
-  Result<Reply> op_hello(Client& c, proto::Message& m);
+  // Validation and dispatch of one request; `done` gets the reply (or
+  // error), at once or after the device command it issued completed.
+  void handle(Client& c, proto::Message& m, Respond done);
+  // Handlers that issue a device command return ok() after handing `done`
+  // to the command's continuation; a validation error is returned with
+  // `done` still unused.
+  Result<void> op_hello(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_query_device(Client& c, proto::Message& m);
-  Result<Reply> op_query_port(Client& c, proto::Message& m);
-  Result<Reply> op_alloc_pd(Client& c, proto::Message& m);
+  Result<void> op_query_port(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_alloc_pd(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_map_mem(Client& c, proto::Message& m);
-  Result<Reply> op_reg_mr(Client& c, proto::Message& m);
-  Result<Reply> op_create_cq(Client& c, proto::Message& m);
-  Result<Reply> op_create_srq(Client& c, proto::Message& m);
-  Result<Reply> op_modify_srq(Client& c, proto::Message& m);
-  Result<Reply> op_create_qp(Client& c, proto::Message& m);
-  Result<Reply> op_modify_qp(Client& c, proto::Message& m);
-  Result<Reply> op_query_qp(Client& c, proto::Message& m);
-  Result<Reply> op_create_ah(Client& c, proto::Message& m);
-  Result<Reply> op_destroy(Client& c, proto::Message& m, Kind k);
+  Result<void> op_reg_mr(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_create_cq(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_create_srq(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_modify_srq(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_create_qp(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_modify_qp(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_query_qp(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_create_ah(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_destroy(Client& c, proto::Message& m, Kind k, Respond& done);
   Result<Reply> op_get_async_events(Client& c, proto::Message& m);
   Result<Reply> op_info(Client& c, proto::Message& m);
-  Result<Reply> op_umad(Client& c, proto::Message& m);
+  Result<void> op_umad(Client& c, proto::Message& m, Respond& done);
+  Result<Reply> op_umad_sync(Client& c, proto::Message& m, Respond& done);
+  // The continuation of a command that created an object `o` (its number
+  // filled in from the result) for client `id`: the object is added to the
+  // client's table, also when the client left meanwhile (its teardown then
+  // destroys it with the rest, while the memory it uses is still mapped).
+  hca::Completer<Result<uint32_t>> created(uint32_t id, Object o, Respond done);
 
   // Object tables.
   Result<Object*> find(Client& c, uint32_t handle, Kind k);
   Result<uint64_t> range_iova(const Object& mem, uint64_t offset, uint64_t size, uint64_t align,
                               const char* what);
   uint32_t add(Client& c, Object o);
-  // Device-side destroy of one object, then its references dropped and
-  // the entry erased. With force, the entry goes even if the device
-  // refused (client teardown); mappings it held are then quarantined.
-  Result<void> destroy(Client& c, uint32_t handle, bool force);
-  void destroy_all(Client& c);
+  // After the device-side destroy (result `r`; memory needs none): the
+  // entry erased and its references dropped. If the device refused, the
+  // mappings the object used are quarantined (the device may still reach
+  // them).
+  void drop(Client& c, uint32_t handle, const Result<void>& r);
+  // Asynchronous teardown of a departed client, in dependency order (QPs,
+  // SRQs, CQs, AHs, MRs, PDs, memory, UAR): each step's destroys are issued
+  // together, the next step starts when they completed, memory is unmapped
+  // only after everything that used it is destroyed.
+  void continue_teardown(uint32_t id);
 
   // Events (docs/simhca.md §9.4 -> IBA 11.6.3 -> the client's queue).
   void on_event(const hca::EventEntry& e);
@@ -120,6 +150,7 @@ class Server {
   boost::asio::steady_timer health_;
   boost::asio::steady_timer accept_retry_;  // after EMFILE/ENFILE
   std::map<uint32_t, std::unique_ptr<Client>> clients_;
+  std::map<uint32_t, std::unique_ptr<Client>> departing_;  // disconnected, objects being destroyed
   uint32_t next_client_ = 1;
   std::unordered_map<uint32_t, Owner> cq_owner_, qp_owner_, srq_owner_;
   std::vector<dma::DmaMapping> quarantine_;
@@ -130,6 +161,15 @@ class Server {
   UmadService* umad_ = nullptr;
   bool device_gone_ = false;
   bool stopped_ = false;
+  bool health_in_flight_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for continuations
 };
+
+template <class T, class F>
+hca::Completer<Result<T>> Server::guard(F f) {
+  return [alive = std::weak_ptr<bool>(alive_), f = std::move(f)](Result<T> r) mutable {
+    if (!alive.expired()) f(std::move(r));
+  };
+}
 
 }  // namespace openib::ibd

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include <boost/asio/post.hpp>
+
 #include "common/log.hpp"
 
 namespace openib::ibd {
@@ -140,9 +142,11 @@ void UmadService::on_inotify() {
         hca::PortSetup ps;
         if (opens > 0) ps.cap_set = kIsSmCap;
         else ps.cap_clear = kIsSmCap;
-        auto r = hca_.set_port(it->second, ps);
-        log::get("ibd")->info("umad: port {}: IsSM {}{}", it->second, opens > 0 ? "set" : "cleared",
-                              r ? "" : " (SET_PORT failed: " + r.error().str() + ")");
+        // Asynchronous: this runs on the loop (docs/device-access.md).
+        hca_.set_port_async(it->second, ps, [port = it->second, set = opens > 0](Result<void> r) {
+          log::get("ibd")->info("umad: port {}: IsSM {}{}", port, set ? "set" : "cleared",
+                                r ? "" : " (SET_PORT failed: " + r.error().str() + ")");
+        });
       }
     }
   }
@@ -151,9 +155,23 @@ void UmadService::on_inotify() {
   });
 }
 
-Result<proto::UmadPortRep> UmadService::port_info(uint8_t port) {
-  if (port < 1 || port > num_ports_) return err(EINVAL, "no port {}", port);
-  OPENIB_TRY_ASSIGN(auto a, hca_.query_port(port));
+namespace {
+proto::UmadPortRep port_rep(const hca::PortAttr& a);
+}
+
+void UmadService::port_info_async(uint8_t port, hca::Completer<Result<proto::UmadPortRep>> done) {
+  if (port < 1 || port > num_ports_) {
+    asio::post(io_, [d = std::move(done), port]() mutable { d(err(EINVAL, "no port {}", port)); });
+    return;
+  }
+  hca_.query_port_async(port, [d = std::move(done)](Result<hca::PortAttr> a) mutable {
+    if (!a) return d(a.take_error());
+    d(port_rep(*a));
+  });
+}
+
+namespace {
+proto::UmadPortRep port_rep(const hca::PortAttr& a) {
   proto::UmadPortRep r;
   r.state = a.state;
   r.phys_state = a.phys_state;
@@ -171,6 +189,7 @@ Result<proto::UmadPortRep> UmadService::port_info(uint8_t port) {
   r.pkeys[1] = uint8_t(a.pkey0 >> 8);
   return r;
 }
+}  // namespace
 
 Result<mad::MadLayer*> UmadService::layer(uint8_t port) {
   if (auto it = layers_.find(port); it != layers_.end()) return it->second.get();

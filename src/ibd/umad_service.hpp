@@ -43,7 +43,8 @@ class UmadService {
   ~UmadService();
 
   // Client requests (the client's id is ibd's connection id).
-  Result<proto::UmadPortRep> port_info(uint8_t port);
+  // QUERY_PORT, asynchronous (called from a request handler).
+  void port_info_async(uint8_t port, hca::Completer<Result<proto::UmadPortRep>> done);
   Result<UniqueFd> open(uint32_t client, uint8_t port);       // the client's end of the MAD socket
   Result<uint32_t> register_agent(uint32_t client, const proto::UmadRegReq& r);
   Result<void> unregister_agent(uint32_t client, uint32_t agent);

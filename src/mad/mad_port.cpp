@@ -81,6 +81,7 @@ Result<void> MadPort::setup() {
 }
 
 MadPort::~MadPort() {
+  alive_.reset();  // CREATE_AH continuations completed by the teardown commands below do nothing
   for (int q = 1; q >= 0; --q)
     if (have_qp_[q]) (void)hca_.destroy_qp(qps_[q]);
   if (have_cq_) (void)hca_.destroy_cq(cq_);
@@ -97,9 +98,12 @@ Result<void> MadPort::post_recv_slot(uint8_t qp, uint32_t slot) {
   return hca_.post_recv(qps_[qp], wr);
 }
 
-Result<uint32_t> MadPort::ah_for(const MadAddress& to) {
-  auto key = std::make_tuple(to.lid, to.sl, to.path_bits, to.grh, to.gid, to.gid_index);
-  if (auto it = ahs_.find(key); it != ahs_.end()) return it->second;
+MadPort::AhKey MadPort::ah_key(const MadAddress& to) {
+  return std::make_tuple(to.lid, to.sl, to.path_bits, to.grh, to.gid, to.gid_index);
+}
+
+// IBA 11.2.2 address handle for a MAD destination; docs/simhca.md §6.8.
+void MadPort::create_ah_async(const AhKey& key, const MadAddress& to) {
   hca::AddressVector av;
   av.dlid = to.lid;
   av.sl = to.sl;
@@ -111,9 +115,23 @@ Result<uint32_t> MadPort::ah_for(const MadAddress& to) {
   av.sgid_index = to.gid_index;
   av.traffic_class = to.traffic_class;
   av.dgid = to.gid;
-  OPENIB_TRY_ASSIGN(uint32_t ahn, hca_.create_ah(pdn_, av));
-  ahs_.emplace(key, ahn);
-  return ahn;
+  hca_.create_ah_async(pdn_, av, [this, key, alive = std::weak_ptr<bool>(alive_)](Result<uint32_t> ahn) {
+    if (alive.expired()) return;  // the port closed meanwhile; TEARDOWN_HCA reclaims the AH
+    auto it = waiting_.find(key);
+    std::vector<Waiting> mads;
+    if (it != waiting_.end()) {
+      mads = std::move(it->second);
+      waiting_.erase(it);
+    }
+    if (!ahn) {
+      counters_.send_errors += mads.size();
+      log::get("mad")->warn("port {}: CREATE_AH for LID {}: {}; {} MADs dropped", port_, std::get<0>(key),
+                            ahn.error().str(), mads.size());
+      return;
+    }
+    ahs_.emplace(key, *ahn);
+    for (const Waiting& w : mads) (void)post(w.qp, w.to, w.mad, *ahn);
+  });
 }
 
 Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) {
@@ -123,10 +141,24 @@ Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std
     ++counters_.no_send_buffer;
     return err(EAGAIN, "all {} MAD send buffers in flight", kSendSlots);
   }
-  auto ahn = ah_for(to);
-  if (!ahn) {
-    ++counters_.send_errors;
-    return ahn.error();
+  const AhKey key = ah_key(to);
+  if (auto it = ahs_.find(key); it != ahs_.end()) return post(qp, to, mad, it->second);
+  auto& w = waiting_[key];
+  if (w.size() >= kSendSlots) {
+    ++counters_.no_send_buffer;
+    return err(EAGAIN, "{} MADs already wait for this destination's address handle", w.size());
+  }
+  Waiting one{qp, to, {}};
+  std::memcpy(one.mad.data(), mad.data(), kMadBytes);
+  w.push_back(one);
+  if (w.size() == 1) create_ah_async(key, to);
+  return ok();
+}
+
+Result<void> MadPort::post(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn) {
+  if (free_send_.empty()) {
+    ++counters_.no_send_buffer;
+    return err(EAGAIN, "all {} MAD send buffers in flight", kSendSlots);
   }
   const uint32_t slot = free_send_.back();
   const size_t off = kRecvArea + size_t(slot) * kMadBytes;
@@ -135,7 +167,7 @@ Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std
   wr.wr_id = kSendTag | uint64_t(qp) << 32 | slot;
   wr.opcode = hca::WrOpcode::kSend;
   wr.sg.push_back({slot_va(off), uint32_t(kMadBytes), mkey_.lkey});
-  wr.ahn = *ahn;
+  wr.ahn = ahn;
   wr.remote_qpn = to.qpn;
   wr.remote_qkey = qp == 0 ? 0 : (to.qkey ? to.qkey : kGsiQkey);
   if (auto r = hca_.post_send(qps_[qp], wr); !r) {

@@ -39,7 +39,10 @@ class MadPort final : public MadTransport {
   void set_receiver(Receiver r) override { receiver_ = std::move(r); }
 
   // Posts one MAD (exactly kMadBytes) on QP `qp` (0 or 1) to `to`.
-  // EAGAIN: every send buffer is in flight.
+  // EAGAIN: every send buffer is in flight. A destination without an
+  // address handle yet: the MAD waits while CREATE_AH runs asynchronously
+  // (this runs on ibd's loop, which never waits for a command) and is
+  // posted when it completes; a failure then counts as a send error.
   Result<void> send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) override;
   bool on_cq_event(uint32_t cqn) override {
     if (cqn != cq_.cqn) return false;
@@ -57,7 +60,15 @@ class MadPort final : public MadTransport {
   MadPort(hca::Hca& hca, uint8_t port) : hca_(hca), port_(port) {}
   Result<void> setup();
   Result<void> post_recv_slot(uint8_t qp, uint32_t slot);
-  Result<uint32_t> ah_for(const MadAddress& to);
+  using AhKey = std::tuple<uint16_t, uint8_t, uint8_t, bool, std::array<uint8_t, 16>, uint8_t>;
+  struct Waiting {
+    uint8_t qp = 0;
+    MadAddress to;
+    std::array<std::byte, kMadBytes> mad{};
+  };
+  static AhKey ah_key(const MadAddress& to);
+  void create_ah_async(const AhKey& key, const MadAddress& to);
+  Result<void> post(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn);
   std::byte* slot_ptr(size_t offset) const;
   uint64_t slot_va(size_t offset) const;
 
@@ -72,7 +83,9 @@ class MadPort final : public MadTransport {
   hca::Mkey mkey_{};
   bool have_mkey_ = false;
   std::vector<uint32_t> free_send_;  // send slot indices
-  std::map<std::tuple<uint16_t, uint8_t, uint8_t, bool, std::array<uint8_t, 16>, uint8_t>, uint32_t> ahs_;
+  std::map<AhKey, uint32_t> ahs_;
+  std::map<AhKey, std::vector<Waiting>> waiting_;  // MADs whose AH is being created
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for CREATE_AH continuations
   Receiver receiver_;
   MadPortCounters counters_;
 };

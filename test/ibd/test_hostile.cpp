@@ -14,6 +14,8 @@
 // hostile clients' objects, mappings and fds are gone once they are.
 #include <fcntl.h>
 #include <poll.h>
+
+#include <set>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -768,4 +770,104 @@ TEST_CASE("hostile clients get errors; the victim's RC traffic and data are unto
   CHECK(now_a.matches(base_a));
   INFO("B before: " << base_b.str() << "\nB after:  " << now_b.str());
   CHECK(now_b.matches(base_b));
+}
+
+// Requests wait for the device asynchronously (docs/client-protocol.md
+// "Request handling"): a client that pipelines gets its replies in order,
+// and a client that goes while its CREATE_QP is in flight leaves nothing
+// behind (the completion finds it gone; its teardown destroys the QP).
+TEST_CASE("pipelined requests are answered in order; a client gone mid-command leaks nothing",
+          "[hostile][async]") {
+  TempDir dir;
+  Ibd ibd(dir.path(), "a", IbdOptions{});
+  const std::string sock = ibd.socket();
+  constexpr size_t kLen = 1 << 20;
+  // HELLO, PD, memory, CQ; then the CREATE_QP request body for QP i.
+  struct Setup {
+    explicit Setup(const std::string& s) : r(s) {
+      r.hello();
+      uar_fds = std::move(r.last_fds());
+      pd = r.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{}).handle;
+      mfd = make_memfd(kLen);
+      int f = mfd.get();
+      mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{kLen}, {&f, 1}).handle;
+      proto::CreateCqReq cq;
+      cq.mem = mem;
+      cq.ring_offset = 0;
+      cq.dbr_offset = 4096;
+      cq.log_size = 6;
+      cqh = r.must<proto::ObjRep>(Op::kCreateCq, cq).handle;
+    }
+    proto::Bytes create_qp(uint32_t i) {
+      proto::CreateQpReq q;
+      q.pd = pd;
+      q.send_cq = q.recv_cq = cqh;
+      q.mem = mem;
+      q.log_sq_size = 2;
+      q.log_sq_stride = 6;
+      q.log_rq_size = 2;
+      q.log_rq_stride = 5;
+      q.sq_offset = 8192 + i * 1024;
+      q.rq_offset = 8192 + i * 1024 + 256;
+      q.dbr_offset = 4096 + 64 + i * 8;
+      return r.frame(uint16_t(Op::kCreateQp), proto::encode(q));
+    }
+    Raw r;
+    std::vector<UniqueFd> uar_fds;
+    uint32_t pd = 0, mem = 0, cqh = 0;
+    UniqueFd mfd;
+  };
+
+  {  // a first client, so that what ibd sets up once (e.g. the doorbell BAR's fd) is in the base
+    Setup warm(sock);
+    REQUIRE(warm.r.send_raw(warm.create_qp(0)));
+    REQUIRE(warm.r.wait_reply().reply.status == 0);
+  }
+  // The base: three snapshots in a row alike (ibd has seen the first
+  // client go and finished its teardown).
+  Snapshot base = snapshot(ibd);
+  for (int alike = 0, i = 0; alike < 2 && i < 200; ++i) {
+    Snapshot again = snapshot(ibd);
+    alike = again == base ? alike + 1 : 0;
+    base = again;
+  }
+
+  SECTION("pipelined CREATE_QPs: every one answered, in the order sent") {
+    Setup s(sock);
+    constexpr uint32_t kN = 40;
+    std::vector<uint32_t> sent;
+    for (uint32_t i = 0; i < kN; ++i) {
+      auto f = s.create_qp(i);
+      sent.push_back(proto::decode_header(f)->seq);
+      REQUIRE(s.r.send_raw(f));
+    }
+    std::vector<uint32_t> got;
+    std::set<uint32_t> qpns;
+    for (uint32_t i = 0; i < kN; ++i) {
+      pollfd pf{s.r.fd(), POLLIN, 0};
+      REQUIRE(::poll(&pf, 1, 10000) == 1);
+      auto m = proto::recv_message(s.r.fd(), true);
+      REQUIRE(m.ok());
+      got.push_back(m->header.seq);
+      auto rv = proto::decode_reply(m->body);
+      REQUIRE(rv.ok());
+      REQUIRE(rv->status == 0);
+      auto rep = proto::decode<proto::ObjRep>(rv->payload);
+      REQUIRE(rep.ok());
+      qpns.insert(rep->number);
+    }
+    CHECK(got == sent);
+    CHECK(qpns.size() == kN);
+  }
+  SECTION("a client that closes while its CREATE_QPs are in flight") {
+    for (int round = 0; round < 5; ++round) {
+      Setup s(sock);
+      for (uint32_t i = 0; i < 8; ++i) REQUIRE(s.r.send_raw(s.create_qp(i)));
+      // Gone at once: ibd may be anywhere between the first command and the last.
+    }
+  }
+  REQUIRE(ibd.alive());
+  const Snapshot now = settle(ibd, base, 10s);
+  INFO("before: " << base.str() << "\nafter:  " << now.str());
+  CHECK(now.matches(base));
 }
