@@ -2,17 +2,9 @@
 
 #include <cstring>
 
-namespace openib::proto {
+#include "common/byte_order.hpp"
 
-namespace {
-uint32_t rd32(const std::byte* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
-}
-void wr32(std::byte* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-}  // namespace
+namespace openib::proto {
 
 const char* op_name(uint16_t op) {
   switch (static_cast<Op>(op & ~kReplyBit)) {
@@ -47,12 +39,10 @@ const char* op_name(uint16_t op) {
 }
 
 void encode_header(std::span<std::byte, kHeaderSize> out, const Header& h) {
-  wr32(out.data(), h.magic);
-  out[4] = static_cast<std::byte>(h.version);
-  out[5] = static_cast<std::byte>(h.version >> 8);
-  out[6] = static_cast<std::byte>(h.op);
-  out[7] = static_cast<std::byte>(h.op >> 8);
-  wr32(out.data() + 8, h.seq);
+  bytes::put_le(out, 0, 4, h.magic);
+  bytes::put_le(out, 4, 2, h.version);
+  bytes::put_le(out, 6, 2, h.op);
+  bytes::put_le(out, 8, 4, h.seq);
   out[12] = static_cast<std::byte>(h.nfds);
   out[13] = out[14] = out[15] = std::byte{0};
 }
@@ -60,10 +50,10 @@ void encode_header(std::span<std::byte, kHeaderSize> out, const Header& h) {
 Result<Header> decode_header(std::span<const std::byte> in) {
   if (in.size() < kHeaderSize) return err(EPROTO, "message of {} bytes, shorter than the header", in.size());
   Header h;
-  h.magic = rd32(in.data());
-  h.version = static_cast<uint16_t>(static_cast<unsigned>(in[4]) | static_cast<unsigned>(in[5]) << 8);
-  h.op = static_cast<uint16_t>(static_cast<unsigned>(in[6]) | static_cast<unsigned>(in[7]) << 8);
-  h.seq = rd32(in.data() + 8);
+  h.magic = bytes::get_le32(in, 0);
+  h.version = bytes::get_le16(in, 4);
+  h.op = bytes::get_le16(in, 6);
+  h.seq = bytes::get_le32(in, 8);
   h.nfds = static_cast<uint8_t>(in[12]);
   if (h.magic != kMagic) return err(EPROTO, "bad magic {:#x}", h.magic);
   if (h.version != kVersion) return err(EPROTO, "protocol version {}, this side speaks {}", h.version, kVersion);
@@ -75,7 +65,7 @@ Result<Header> decode_header(std::span<const std::byte> in) {
 
 Bytes encode_reply(int status, std::span<const std::byte> payload) {
   Bytes out(4 + payload.size());
-  wr32(out.data(), static_cast<uint32_t>(status));
+  bytes::put_le(out, 0, 4, static_cast<uint32_t>(status));
   if (!payload.empty()) std::memcpy(out.data() + 4, payload.data(), payload.size());
   return out;
 }
@@ -87,7 +77,7 @@ Bytes encode_error_reply(int status, std::string_view message) {
 Result<ReplyView> decode_reply(std::span<const std::byte> in) {
   if (in.size() < 4) return err(EPROTO, "reply body of {} bytes, shorter than its status", in.size());
   ReplyView v;
-  v.status = static_cast<int>(rd32(in.data()));
+  v.status = static_cast<int>(bytes::get_le32(in, 0));
   if (v.status < 0 || v.status > 4095) return err(EPROTO, "reply status {} is not an errno value", v.status);
   v.payload = in.subspan(4);
   return v;

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/byte_order.hpp"
 #include "common/result.hpp"
 
 namespace openib::proto {
@@ -333,24 +334,25 @@ struct Sizer {
   template <size_t N> void operator()(const std::array<uint8_t, N>&) { n += N; }
 };
 struct Writer {
-  std::byte* p;
+  bytes::MutSpan out;
+  size_t off = 0;
   template <class T> void operator()(const T& x) {
-    auto v = static_cast<uint64_t>(x);
-    for (size_t i = 0; i < sizeof(T); ++i) *p++ = static_cast<std::byte>(v >> (8 * i));
+    bytes::put_le(out, off, sizeof(T), static_cast<uint64_t>(x));
+    off += sizeof(T);
   }
   template <size_t N> void operator()(const std::array<uint8_t, N>& a) {
-    for (uint8_t b : a) *p++ = static_cast<std::byte>(b);
+    for (uint8_t b : a) out[off++] = static_cast<std::byte>(b);
   }
 };
 struct Reader {
-  const std::byte* p;
+  bytes::ConstSpan in;
+  size_t off = 0;
   template <class T> void operator()(T& x) {
-    uint64_t v = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(*p++) << (8 * i);
-    x = static_cast<T>(v);
+    x = static_cast<T>(bytes::get_le(in, off, sizeof(T)));
+    off += sizeof(T);
   }
   template <size_t N> void operator()(std::array<uint8_t, N>& a) {
-    for (uint8_t& b : a) b = static_cast<uint8_t>(*p++);
+    for (uint8_t& b : a) b = static_cast<uint8_t>(in[off++]);
   }
 };
 }  // namespace detail
@@ -364,7 +366,7 @@ template <class M> size_t body_size() {
 template <class M> Bytes encode(const M& msg) {
   M copy = msg;  // visit() is non-const so that one list serves both ways
   Bytes out(body_size<M>());
-  detail::Writer w{out.data()};
+  detail::Writer w{out};
   copy.visit(w);
   return out;
 }
@@ -373,7 +375,7 @@ template <class M> Result<M> decode(std::span<const std::byte> in) {
   if (in.size() != body_size<M>())
     return err(EPROTO, "body of {} bytes, expected {}", in.size(), body_size<M>());
   M m{};
-  detail::Reader r{in.data()};
+  detail::Reader r{in};
   m.visit(r);
   return m;
 }

@@ -30,9 +30,11 @@
 
 #include "clientproto/messages.hpp"
 #include "clientproto/socket.hpp"
+#include "common/byte_order.hpp"
 
 namespace {
 namespace proto = openib::proto;
+namespace bytes = openib::bytes;
 using openib::UniqueFd;
 
 int g_debug = 0;
@@ -165,7 +167,8 @@ int fill_port(Control& c, const Device& d, int portnum, umad_port_t* port) {
   port->pkeys_size = n;
   port->pkeys = static_cast<uint16_t*>(std::calloc(n ? n : 1, sizeof(uint16_t)));
   if (!port->pkeys) return -ENOMEM;
-  for (unsigned i = 0; i < n; ++i) port->pkeys[i] = uint16_t(r.pkeys[2 * i] | r.pkeys[2 * i + 1] << 8);
+  const auto pkeys = std::as_bytes(std::span(r.pkeys));  // little-endian u16 each (clientproto)
+  for (unsigned i = 0; i < n; ++i) port->pkeys[i] = bytes::get_le16(pkeys, 2 * i);
   std::snprintf(port->link_layer, sizeof port->link_layer, "InfiniBand");
   return 0;
 }
@@ -501,7 +504,7 @@ int umad_register_oui(int portid, int mgmt_class, uint8_t rmpp_version, uint8_t 
     errno = EINVAL;
     return -EINVAL;
   }
-  const uint32_t o = uint32_t(oui[0]) << 16 | uint32_t(oui[1]) << 8 | oui[2];
+  const auto o = static_cast<uint32_t>(bytes::get_be(std::as_bytes(std::span(oui, 3)), 0, 3));
   return register_common(portid, mgmt_class, 1, rmpp_version, o, method_mask);
 }
 

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <optional>
 
+#include "common/byte_order.hpp"
 #include "common/log.hpp"
 #include "sim/wire/crc.hpp"
 #include "sim/wire/headers.hpp"
@@ -18,10 +19,10 @@ RxVerdict check_received(std::span<const std::byte> d, std::string* why, wire::P
     if (why) *why = "datagram of " + std::to_string(d.size()) + " bytes cannot be an IBA packet";
     return RxVerdict::kMalformed;
   }
-  // VCRC, IBA 7.8.2: over LRH..ICRC, stored least significant byte first.
+  // VCRC, IBA 7.8.2: over LRH..ICRC, stored least significant byte first
+  // (the length was checked above, so the load is unchecked).
   const std::size_t n = d.size() - kVcrcBytes;
-  const auto stored = static_cast<std::uint16_t>(std::to_integer<unsigned>(d[n]) |
-                                                 (std::to_integer<unsigned>(d[n + 1]) << 8));
+  const std::uint16_t stored = bytes::ld_le16(d.data() + n);
   if (crcs && compute_vcrc(d.first(n)) != stored) {
     if (why) *why = "bad VCRC";
     return RxVerdict::kBadCrc;

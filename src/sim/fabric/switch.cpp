@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "common/byte_order.hpp"
 #include "common/log.hpp"
 #include "mad/mad.hpp"
 #include "mad/smp.hpp"
@@ -12,9 +13,12 @@ namespace openib::sim::fabric {
 
 namespace {
 
-constexpr std::uint16_t kPermissive = 0xFFFF;      // IBA 4.1.5
+// The switch is hardware: like simhca it keeps its own reading of these
+// numbers, the other side of the driver's (common/iba.hpp), with the same
+// citations.
+constexpr std::uint16_t kPermissiveLid = 0xFFFF;   // IBA 4.1.5
 constexpr std::uint16_t kMulticastBase = 0xC000;   // IBA 4.1.1: 0xC000..0xFFFE multicast
-constexpr std::uint32_t kGsiQKey = 0x80010000;     // IBA 13.5.1: QP1's well-known Q_Key
+constexpr std::uint32_t kGsiQkey = 0x80010000;     // IBA 13.5.3.1: QP1's well-known Q_Key
 constexpr std::uint8_t kUdSendOnly = 0x64;         // IBA 9.2.1: UD SEND Only
 
 // PortInfo:LinkWidth bits (IBA 14.2.5.6): the widest in a mask.
@@ -205,7 +209,7 @@ void Switch::receive(unsigned port, std::span<const std::byte> pkt, unsigned hop
     handle_smp(port, *p, pkt, hops, now);
     return;
   }
-  if (dlid >= kMulticastBase && dlid != kPermissive) {
+  if (dlid >= kMulticastBase && dlid != kPermissiveLid) {
     ++in.ctr.multicast_rcv_pkts;
   } else {
     ++in.ctr.unicast_rcv_pkts;
@@ -214,7 +218,7 @@ void Switch::receive(unsigned port, std::span<const std::byte> pkt, unsigned hop
     ++stats_.rx_port_not_active;
     return;
   }
-  if (dlid == 0 || dlid == kPermissive) {  // IBA 7.11.1: permissive DLID only on SMPs
+  if (dlid == 0 || dlid == kPermissiveLid) {  // IBA 7.11.1: permissive DLID only on SMPs
     ++stats_.bad_dlid;
     ++in.ctr.rcv_errors;
     return;
@@ -288,9 +292,8 @@ void Switch::transmit(unsigned out_port, std::span<const std::byte> pkt, unsigne
   wire::rewrite_vcrc(scratch_);
   ++out.ctr.xmit_pkts;
   out.ctr.xmit_bytes += wire_octets(scratch_.size());
-  const std::uint16_t dlid = static_cast<std::uint16_t>((std::to_integer<unsigned>(scratch_[2]) << 8) |
-                                                        std::to_integer<unsigned>(scratch_[3]));
-  if (dlid >= kMulticastBase && dlid != kPermissive) ++out.ctr.multicast_xmit_pkts;
+  const std::uint16_t dlid = bytes::ld_be16(scratch_.data() + 2);  // IBA 7.7: the LRH DLID, bytes 2-3
+  if (dlid >= kMulticastBase && dlid != kPermissiveLid) ++out.ctr.multicast_xmit_pkts;
   else ++out.ctr.unicast_xmit_pkts;
   ++stats_.forwarded;
   if (emit_) {
@@ -312,7 +315,7 @@ void Switch::handle_smp(unsigned in_port, const wire::ParsedPacket& p, std::span
     return;
   }
   const std::uint8_t cls = mad::mad_class(p.payload);
-  if (cls == mad::mgmt_class::kSubnLid && h.lrh.dlid != kPermissive && !is_own_lid(h.lrh.dlid)) {
+  if (cls == mad::mgmt_class::kSubnLid && h.lrh.dlid != kPermissiveLid && !is_own_lid(h.lrh.dlid)) {
     relay_unicast(in_port, h.lrh.dlid, pkt, true, hops);  // a LID-routed SMP passing through
     return;
   }
@@ -344,7 +347,7 @@ void Switch::send_smp_out(const sma::Outgoing& o, const wire::Lrh* req_lrh, unsi
   h.lrh.sl = 0;
   h.lrh.dlid = o.dlid;
   const std::uint16_t own = lid();
-  h.lrh.slid = (o.out_port != 0 && o.dlid == kPermissive) || own == 0 ? kPermissive : own;
+  h.lrh.slid = (o.out_port != 0 && o.dlid == kPermissiveLid) || own == 0 ? kPermissiveLid : own;
   if (o.out_port == 0 && req_lrh == nullptr) h.lrh.sl = ports_[0].pi.master_sm_sl;  // traps (IBA 14.2.5.1)
   h.bth.opcode = kUdSendOnly;
   h.bth.pkey = mad::kDefaultPKey;
@@ -391,7 +394,7 @@ void Switch::handle_local_gmp(unsigned in_port, const wire::ParsedPacket& p) {
   r.bth.opcode = kUdSendOnly;
   r.bth.pkey = h.bth.pkey;
   r.bth.dest_qp = h.deth->src_qp;
-  r.deth = wire::Deth{kGsiQKey, 1};
+  r.deth = wire::Deth{kGsiQkey, 1};
   if (h.grh) {  // answer a global request globally (IBA 13.5.2)
     r.grh = wire::Grh{};
     r.grh->hop_lmt = 255;

@@ -7,8 +7,8 @@
 //
 // Addressing of what the engine returns (Outgoing):
 //   out_port != 0 : send out of that physical port; for a directed-route
-//                   hop the LRH DLID and SLID are the permissive LID 0xFFFF
-//                   (dlid == 0xFFFF), else dlid is the LRH DLID;
+//                   hop the LRH DLID and SLID are the permissive LID
+//                   (dlid == mad::kPermissiveLid), else dlid is the LRH DLID;
 //   out_port == 0 : LID routed to `dlid` (a switch looks up its LFT; a CA
 //                   never gets this for replies, it gets its own port).
 // SMPs travel on VL15, QP0, no P_Key check (IBA 14.2.1). The engine never
@@ -150,7 +150,7 @@ enum class PmaActionKind : std::uint8_t { kReply, kDrop };
 struct PmaAction {
   PmaActionKind kind = PmaActionKind::kDrop;
   mad::Mad mad{};              // kReply: the GetResp; send it back to the requester
-                               // (its SLID, source QP, P_Key, Q_Key 0x80010000)
+                               // (its SLID, source QP, P_Key, the GSI Q_Key of IBA 13.5.3.1)
   std::string_view reason;
 };
 

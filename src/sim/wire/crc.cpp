@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/byte_order.hpp"
 #include "sim/wire/headers.hpp"
 
 namespace openib::sim::wire {
@@ -34,23 +35,20 @@ constexpr Tables make_tables(std::uint32_t reflected_poly) {
 constexpr Tables kCrc32Tables = make_tables(0xEDB88320u);
 constexpr Tables kCrc16Tables = make_tables(0xD008u);
 
-std::uint32_t load32le(const std::byte* p) {
-  return std::to_integer<std::uint32_t>(p[0]) | std::to_integer<std::uint32_t>(p[1]) << 8 |
-         std::to_integer<std::uint32_t>(p[2]) << 16 | std::to_integer<std::uint32_t>(p[3]) << 24;
-}
-
 // Raw register update (no pre/post complement) of a reflected CRC of up to
-// 32 bits whose register is `c`.
+// 32 bits whose register is `c`. Words are loaded little-endian, as the
+// reflected register takes the first byte in its low bits, and unchecked
+// (common/byte_order.hpp): the loop bounds are the checks.
 std::uint32_t crc_raw(const Tables& t, std::uint32_t c, std::span<const std::byte> data) {
   const std::byte* p = data.data();
   std::size_t n = data.size();
   for (; n >= 8; n -= 8, p += 8) {
-    const std::uint32_t one = c ^ load32le(p), two = load32le(p + 4);
+    const std::uint32_t one = c ^ bytes::ld_le32(p), two = bytes::ld_le32(p + 4);
     c = t[7][one & 0xFF] ^ t[6][(one >> 8) & 0xFF] ^ t[5][(one >> 16) & 0xFF] ^ t[4][one >> 24] ^
         t[3][two & 0xFF] ^ t[2][(two >> 8) & 0xFF] ^ t[1][(two >> 16) & 0xFF] ^ t[0][two >> 24];
   }
   if (n >= 4) {  // slicing-by-4 (the ICRC's headers are 20 and 60 bytes)
-    const std::uint32_t one = c ^ load32le(p);
+    const std::uint32_t one = c ^ bytes::ld_le32(p);
     c = t[3][one & 0xFF] ^ t[2][(one >> 8) & 0xFF] ^ t[1][(one >> 16) & 0xFF] ^ t[0][one >> 24];
     n -= 4;
     p += 4;

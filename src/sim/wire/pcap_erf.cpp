@@ -3,17 +3,11 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/byte_order.hpp"
+
 namespace openib::sim::wire {
 
 namespace {
-
-void le(std::vector<std::byte>& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xFF));
-}
-void be16(std::vector<std::byte>& out, std::uint32_t v) {
-  out.push_back(static_cast<std::byte>((v >> 8) & 0xFF));
-  out.push_back(static_cast<std::byte>(v & 0xFF));
-}
 
 constexpr std::uint8_t kErfFlagTrunc = 0x08;
 constexpr std::size_t kMaxCaptured = kPcapSnaplen - kErfHeaderBytes;
@@ -22,14 +16,15 @@ constexpr std::size_t kMaxCaptured = kPcapSnaplen - kErfHeaderBytes;
 
 std::vector<std::byte> pcap_file_header() {
   // pcap-savefile(5): magic, version 2.4, thiszone, sigfigs, snaplen, linktype.
-  std::vector<std::byte> h;
-  le(h, kPcapMagic, 4);
-  le(h, 2, 2);
-  le(h, 4, 2);
-  le(h, 0, 4);
-  le(h, 0, 4);
-  le(h, kPcapSnaplen, 4);
-  le(h, kLinktypeErf, 4);
+  // Written little-endian; readers tell the order by the magic.
+  std::vector<std::byte> h(kPcapFileHeaderBytes);
+  bytes::put_le(h, 0, 4, kPcapMagic);
+  bytes::put_le(h, 4, 2, 2);
+  bytes::put_le(h, 6, 2, 4);
+  bytes::put_le(h, 8, 4, 0);
+  bytes::put_le(h, 12, 4, 0);
+  bytes::put_le(h, 16, 4, kPcapSnaplen);
+  bytes::put_le(h, 20, 4, kLinktypeErf);
   return h;
 }
 
@@ -42,23 +37,24 @@ std::vector<std::byte> pcap_erf_record(CaptureClock::time_point ts, std::uint8_t
   std::size_t caplen = std::min(packet.size(), kMaxCaptured);
   std::size_t rlen = kErfHeaderBytes + caplen;
 
-  std::vector<std::byte> r;
-  r.reserve(kPcapRecordHeaderBytes + rlen);
-  // pcap record header: ts_sec, ts_usec, incl_len, orig_len.
-  le(r, sec, 4);
-  le(r, frac_ns / 1000, 4);
-  le(r, rlen, 4);
-  le(r, kErfHeaderBytes + packet.size(), 4);
+  std::vector<std::byte> r(kPcapRecordHeaderBytes + rlen);
+  // pcap record header, little-endian as the file header: ts_sec, ts_usec,
+  // incl_len, orig_len.
+  bytes::put_le(r, 0, 4, sec);
+  bytes::put_le(r, 4, 4, frac_ns / 1000);
+  bytes::put_le(r, 8, 4, rlen);
+  bytes::put_le(r, 12, 4, kErfHeaderBytes + packet.size());
   // ERF record header (Endace ERF types reference, "Generic ERF header"):
-  // timestamp, little-endian 32.32 fixed point seconds.
-  le(r, (sec << 32) | ((frac_ns << 32) / 1'000'000'000), 8);
-  r.push_back(static_cast<std::byte>(kErfTypeInfiniband));
-  std::uint8_t flags = (iface & 0x3) | kErfFlagVlen | (caplen < packet.size() ? kErfFlagTrunc : 0);
-  r.push_back(static_cast<std::byte>(flags));
-  be16(r, static_cast<std::uint32_t>(rlen));                  // rlen: record length
-  be16(r, 0);                                                 // lctr: loss counter
-  be16(r, static_cast<std::uint32_t>(std::min<std::size_t>(packet.size(), 0xFFFF)));  // wlen
-  r.insert(r.end(), packet.begin(), packet.begin() + static_cast<std::ptrdiff_t>(caplen));
+  // timestamp, little-endian 32.32 fixed point seconds; the rest big-endian.
+  const std::size_t erf = kPcapRecordHeaderBytes;
+  bytes::put_le(r, erf + 0, 8, (sec << 32) | ((frac_ns << 32) / 1'000'000'000));
+  bytes::put8(r, erf + 8, kErfTypeInfiniband);
+  const std::uint8_t flags = (iface & 0x3) | kErfFlagVlen | (caplen < packet.size() ? kErfFlagTrunc : 0);
+  bytes::put8(r, erf + 9, flags);
+  bytes::put16(r, erf + 10, rlen);                                          // rlen: record length
+  bytes::put16(r, erf + 12, 0);                                             // lctr: loss counter
+  bytes::put16(r, erf + 14, std::min<std::size_t>(packet.size(), 0xFFFF));  // wlen, saturated
+  std::copy_n(packet.begin(), caplen, r.begin() + static_cast<std::ptrdiff_t>(erf + kErfHeaderBytes));
   return r;
 }
 
