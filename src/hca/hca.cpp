@@ -391,20 +391,33 @@ Result<EqContext> Hca::query_eq(uint32_t eqn) {
 }
 
 // §6.5 CREATE_CQ: ring of 64-byte CQEs and an 8-byte doorbell record.
-Result<Cq> Hca::create_cq(uint8_t log_size, std::optional<uint32_t> eqn, uint32_t uar) {
+Result<Cq> Hca::cq_memory(uint8_t log_size, uint32_t uar) {
   Cq cq;
   OPENIB_TRY_ASSIGN(cq.ring, pool_->alloc((size_t{1} << log_size) * kCqeSize, 64));
   OPENIB_TRY_ASSIGN(cq.dbr, pool_->alloc(8, 8));
-  Bytes in(32);
-  put64(in, 0x00, cq.ring.iova());
-  put64(in, 0x08, cq.dbr.iova());
-  put8(in, 0x10, log_size);
-  put32(in, 0x14, eqn.value_or(eq0()));
-  put32(in, 0x18, uar);
-  OPENIB_TRY_ASSIGN(cq.cqn, command_u32(kCreateCq, in));
   cq.log_size = log_size;
   cq.uar = uar;
   return cq;
+}
+
+Result<Cq> Hca::create_cq(uint8_t log_size, std::optional<uint32_t> eqn, uint32_t uar) {
+  OPENIB_TRY_ASSIGN(Cq cq, cq_memory(log_size, uar));
+  OPENIB_TRY_ASSIGN(cq.cqn, create_cq_at(log_size, cq.ring.iova(), cq.dbr.iova(), uar, eqn));
+  return cq;
+}
+
+void Hca::create_cq_async(uint8_t log_size, Done<Cq> done) {
+  auto cq = cq_memory(log_size, 0);
+  if (!cq) {
+    boost::asio::post(io_, [d = std::move(done), e = cq.take_error()]() mutable { d(std::move(e)); });
+    return;
+  }
+  const uint64_t ring = cq->ring.iova(), dbr = cq->dbr.iova();
+  create_cq_at_async(log_size, ring, dbr, 0, eq0(), [c = std::move(*cq), d = std::move(done)](Result<uint32_t> n) mutable {
+    if (!n) return d(n.take_error());
+    c.cqn = *n;
+    d(std::move(c));
+  });
 }
 
 Result<void> Hca::destroy_cq(Cq& cq) {
@@ -463,7 +476,7 @@ Result<void> Hca::arm_srq(uint32_t srqn, uint32_t limit) {
 }
 
 // §6.10 CREATE_QP: the driver allocates the rings and doorbell record.
-Result<Qp> Hca::create_qp(const QpInit& init) {
+Result<Qp> Hca::qp_memory(const QpInit& init, QpCreateParams& p) {
   Qp qp;
   qp.type = init.type;
   OPENIB_TRY_ASSIGN(qp.sq, pool_->alloc((size_t{1} << init.log_sq_size) << init.log_sq_stride, 64));
@@ -471,7 +484,6 @@ Result<Qp> Hca::create_qp(const QpInit& init) {
     OPENIB_TRY_ASSIGN(qp.rq, pool_->alloc((size_t{1} << init.log_rq_size) << init.log_rq_stride, 64));
   }
   OPENIB_TRY_ASSIGN(qp.dbr, pool_->alloc(8, 8));
-  QpCreateParams p;
   p.type = init.type;
   p.port = init.port;
   p.sig_all = init.sig_all;
@@ -487,13 +499,33 @@ Result<Qp> Hca::create_qp(const QpInit& init) {
   p.log_sq_stride = init.log_sq_stride;
   p.log_rq_size = init.log_rq_size;
   p.log_rq_stride = init.log_rq_stride;
-  OPENIB_TRY_ASSIGN(qp.qpn, command_u32(kCreateQp, encode_create_qp(p)));
   qp.uar = init.uar;
   qp.log_sq_size = init.log_sq_size;
   qp.log_sq_stride = init.log_sq_stride;
   qp.log_rq_size = init.log_rq_size;
   qp.log_rq_stride = init.log_rq_stride;
   return qp;
+}
+
+Result<Qp> Hca::create_qp(const QpInit& init) {
+  QpCreateParams p;
+  OPENIB_TRY_ASSIGN(Qp qp, qp_memory(init, p));
+  OPENIB_TRY_ASSIGN(qp.qpn, command_u32(kCreateQp, encode_create_qp(p)));
+  return qp;
+}
+
+void Hca::create_qp_async(const QpInit& init, Done<Qp> done) {
+  QpCreateParams p;
+  auto qp = qp_memory(init, p);
+  if (!qp) {
+    boost::asio::post(io_, [d = std::move(done), e = qp.take_error()]() mutable { d(std::move(e)); });
+    return;
+  }
+  create_qp_at_async(p, [q = std::move(*qp), d = std::move(done)](Result<uint32_t> n) mutable {
+    if (!n) return d(n.take_error());
+    q.qpn = *n;
+    d(std::move(q));
+  });
 }
 
 Result<void> Hca::modify_qp(uint32_t qpn, uint32_t mask, const QpAttr& a) {
