@@ -191,7 +191,8 @@ void MadPort::fail(std::unique_ptr<MadPort> p, OpenDone done, Error e) {
 void MadPort::undo(std::unique_ptr<MadPort> p, std::vector<std::pair<uint16_t, uint32_t>> steps, OpenDone done,
                    Error e) {
   if (steps.empty()) return done(std::move(e));
-  const auto [op, num] = steps.back();
+  const uint16_t op = steps.back().first;
+  const uint32_t num = steps.back().second;
   steps.pop_back();
   hca::Hca& h = p->hca_;
   h.destroy_async(op, num, [p = std::move(p), s = std::move(steps), d = std::move(done), e = std::move(e), op,

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "clientproto/messages.hpp"
 #include "clientproto/socket.hpp"
@@ -28,9 +29,10 @@ namespace {
 struct Env {
   TempDir dir;
   std::unique_ptr<Ibd> ibd;
-  explicit Env(uint16_t lid = 7) {
+  explicit Env(uint16_t lid = 7, std::vector<std::string> extra = {}) {
     IbdOptions o;
     o.lid = lid;
+    o.extra_args = std::move(extra);
     ibd = std::make_unique<Ibd>(dir.path(), "u", o);
     ::setenv("OPENIB_SOCKET", ibd->socket().c_str(), 1);
   }
@@ -97,6 +99,7 @@ struct RawConn {
   struct Rep {
     int status = -1;
     size_t fds = 0;
+    std::vector<openib::UniqueFd> fd;  // kept: closing a MAD socket ends its session
   };
   Rep reply() {
     REQUIRE(readable(10000));
@@ -104,7 +107,7 @@ struct RawConn {
     REQUIRE(m);
     auto v = openib::proto::decode_reply(m->body);
     REQUIRE(v);
-    return {int(v->status), m->fds.size()};
+    return {int(v->status), m->fds.size(), std::move(m->fds)};
   }
 };
 
@@ -114,10 +117,12 @@ struct RawConn {
 // UMAD_OPEN of a port brings QP0/QP1 up by a chain of about ten commands,
 // and other clients' requests are served between them. With an ibd that
 // ran the chain on its loop, no reply to another client could come before
-// the UMAD_OPEN's (at most the one read just before it).
+// the UMAD_OPEN's (at most the one read just before it). Every command
+// takes 20 ms of firmware time (simhca --cmd-delay-ms), so the chain takes
+// about 200 ms and a QUERY_PORT 20, whatever the machine's load.
 TEST_CASE("umad: other clients are served while a port's QP0/QP1 open", "[umad]") {
   namespace proto = openib::proto;
-  Env env(7);
+  Env env(7, {"--simhca-arg=--cmd-delay-ms", "--simhca-arg=20"});
   RawConn opener(env.ibd->socket()), second(env.ibd->socket()), leaver(env.ibd->socket()),
       other(env.ibd->socket());
   proto::PortReq port;
@@ -145,7 +150,8 @@ TEST_CASE("umad: other clients are served while a port's QP0/QP1 open", "[umad]"
   // a second open of the same port on one connection is refused.
   RawConn late(env.ibd->socket());
   late.send(proto::Op::kUmadOpen, proto::encode(port));
-  CHECK(late.reply().fds == 1);
+  const auto first = late.reply();
+  CHECK(first.fds == 1);
   late.send(proto::Op::kUmadOpen, proto::encode(port));
   CHECK(late.reply().status == EBUSY);
   const int id = umad_open_port(nullptr, 1);  // and libibumad's own path
