@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "hca/prm.hpp"
+#include "prm/uar.hpp"
 
 namespace openib::hca {
 
@@ -40,9 +41,9 @@ std::vector<EventEntry> EventQueue::poll() {
 }
 
 Result<void> EventQueue::arm(vfio::Device& dev) {
-  // §4 EQ_DOORBELL: 23:0 EQN, bit 31 ARM, 63:32 consumer counter.
-  const uint64_t v = (uint64_t{consumer_} << 32) | (1ull << 31) | (eqn_ & 0xffffff);
-  return dev.write64(VFIO_PCI_BAR2_REGION_INDEX, uar_ * kUarPageSize + kUarEqDoorbell, v);
+  // §4/§9.3 EQ_DOORBELL, the value by src/prm/uar.hpp.
+  return dev.write64(VFIO_PCI_BAR2_REGION_INDEX, uar_ * kUarPageSize + kUarEqDoorbell,
+                     dp::eq_doorbell(eqn_, true, consumer_));
 }
 
 }  // namespace openib::hca

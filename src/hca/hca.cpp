@@ -6,10 +6,13 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "common/log.hpp"
 #include "hca/prm.hpp"
+#include "prm/cqe.hpp"
+#include "prm/uar.hpp"
 
 namespace openib::hca {
 
@@ -388,20 +391,33 @@ Result<EqContext> Hca::query_eq(uint32_t eqn) {
 }
 
 // §6.5 CREATE_CQ: ring of 64-byte CQEs and an 8-byte doorbell record.
-Result<Cq> Hca::create_cq(uint8_t log_size, std::optional<uint32_t> eqn, uint32_t uar) {
+Result<Cq> Hca::cq_memory(uint8_t log_size, uint32_t uar) {
   Cq cq;
   OPENIB_TRY_ASSIGN(cq.ring, pool_->alloc((size_t{1} << log_size) * kCqeSize, 64));
   OPENIB_TRY_ASSIGN(cq.dbr, pool_->alloc(8, 8));
-  Bytes in(32);
-  put64(in, 0x00, cq.ring.iova());
-  put64(in, 0x08, cq.dbr.iova());
-  put8(in, 0x10, log_size);
-  put32(in, 0x14, eqn.value_or(eq0()));
-  put32(in, 0x18, uar);
-  OPENIB_TRY_ASSIGN(cq.cqn, command_u32(kCreateCq, in));
   cq.log_size = log_size;
   cq.uar = uar;
   return cq;
+}
+
+Result<Cq> Hca::create_cq(uint8_t log_size, std::optional<uint32_t> eqn, uint32_t uar) {
+  OPENIB_TRY_ASSIGN(Cq cq, cq_memory(log_size, uar));
+  OPENIB_TRY_ASSIGN(cq.cqn, create_cq_at(log_size, cq.ring.iova(), cq.dbr.iova(), uar, eqn));
+  return cq;
+}
+
+void Hca::create_cq_async(uint8_t log_size, Done<Cq> done) {
+  auto cq = cq_memory(log_size, 0);
+  if (!cq) {
+    boost::asio::post(io_, [d = std::move(done), e = cq.take_error()]() mutable { d(std::move(e)); });
+    return;
+  }
+  const uint64_t ring = cq->ring.iova(), dbr = cq->dbr.iova();
+  create_cq_at_async(log_size, ring, dbr, 0, eq0(), [c = std::move(*cq), d = std::move(done)](Result<uint32_t> n) mutable {
+    if (!n) return d(n.take_error());
+    c.cqn = *n;
+    d(std::move(c));
+  });
 }
 
 Result<void> Hca::destroy_cq(Cq& cq) {
@@ -415,12 +431,12 @@ Result<CqContext> Hca::query_cq(uint32_t cqn) {
   return decode_cq_context(out);
 }
 
-// §4 CQ_ARM: 23:0 CQN, 25:24 command, 29:28 sequence, 63:32 consumer.
+// §4/§7.3 CQ_ARM, the value by src/prm/uar.hpp.
 Result<void> Hca::arm_cq(Cq& cq, bool solicited_only, uint32_t consumer) {
   cq.arm_sn = (cq.arm_sn + 1) & 3;  // §7.3: must change between arms
-  const uint64_t v = (uint64_t{consumer} << 32) | (uint64_t{cq.arm_sn} << 28) |
-                     (uint64_t{solicited_only ? 2u : 1u} << 24) | (cq.cqn & 0xffffff);
-  return dev_.write64(VFIO_PCI_BAR2_REGION_INDEX, cq.uar * kUarPageSize + kUarCqArm, v);
+  const auto cmd = solicited_only ? dp::CqArm::kSolicited : dp::CqArm::kNext;
+  return dev_.write64(VFIO_PCI_BAR2_REGION_INDEX, cq.uar * kUarPageSize + kUarCqArm,
+                      dp::cq_arm(cq.cqn, cmd, cq.arm_sn, consumer));
 }
 
 // §6.9 CREATE_SRQ
@@ -460,7 +476,7 @@ Result<void> Hca::arm_srq(uint32_t srqn, uint32_t limit) {
 }
 
 // §6.10 CREATE_QP: the driver allocates the rings and doorbell record.
-Result<Qp> Hca::create_qp(const QpInit& init) {
+Result<Qp> Hca::qp_memory(const QpInit& init, QpCreateParams& p) {
   Qp qp;
   qp.type = init.type;
   OPENIB_TRY_ASSIGN(qp.sq, pool_->alloc((size_t{1} << init.log_sq_size) << init.log_sq_stride, 64));
@@ -468,7 +484,6 @@ Result<Qp> Hca::create_qp(const QpInit& init) {
     OPENIB_TRY_ASSIGN(qp.rq, pool_->alloc((size_t{1} << init.log_rq_size) << init.log_rq_stride, 64));
   }
   OPENIB_TRY_ASSIGN(qp.dbr, pool_->alloc(8, 8));
-  QpCreateParams p;
   p.type = init.type;
   p.port = init.port;
   p.sig_all = init.sig_all;
@@ -484,13 +499,33 @@ Result<Qp> Hca::create_qp(const QpInit& init) {
   p.log_sq_stride = init.log_sq_stride;
   p.log_rq_size = init.log_rq_size;
   p.log_rq_stride = init.log_rq_stride;
-  OPENIB_TRY_ASSIGN(qp.qpn, command_u32(kCreateQp, encode_create_qp(p)));
   qp.uar = init.uar;
   qp.log_sq_size = init.log_sq_size;
   qp.log_sq_stride = init.log_sq_stride;
   qp.log_rq_size = init.log_rq_size;
   qp.log_rq_stride = init.log_rq_stride;
   return qp;
+}
+
+Result<Qp> Hca::create_qp(const QpInit& init) {
+  QpCreateParams p;
+  OPENIB_TRY_ASSIGN(Qp qp, qp_memory(init, p));
+  OPENIB_TRY_ASSIGN(qp.qpn, command_u32(kCreateQp, encode_create_qp(p)));
+  return qp;
+}
+
+void Hca::create_qp_async(const QpInit& init, Done<Qp> done) {
+  QpCreateParams p;
+  auto qp = qp_memory(init, p);
+  if (!qp) {
+    boost::asio::post(io_, [d = std::move(done), e = qp.take_error()]() mutable { d(std::move(e)); });
+    return;
+  }
+  create_qp_at_async(p, [q = std::move(*qp), d = std::move(done)](Result<uint32_t> n) mutable {
+    if (!n) return d(n.take_error());
+    q.qpn = *n;
+    d(std::move(q));
+  });
 }
 
 Result<void> Hca::modify_qp(uint32_t qpn, uint32_t mask, const QpAttr& a) {
@@ -545,62 +580,59 @@ Result<void> Hca::destroy_qp(uint32_t qpn) {
 
 // ---- data path, §12 ------------------------------------------------------
 
+namespace {
+// ibd's own QPs are checked against the stride alone (§6.10), not caps.
+constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
+}  // namespace
+
+// §12.1 written in place into the slot (src/prm/wqe.hpp), then §12.3/§12.5.
 Result<void> Hca::post_send(Qp& qp, const SendWr& wr) {
-  OPENIB_TRY_ASSIGN(Bytes w, encode_send_wqe(wr, qp.type));
   const size_t stride = size_t{1} << qp.log_sq_stride;
-  if (w.size() > stride) return err(EINVAL, "send WQE of {} bytes in a {}-byte stride", w.size(), stride);
   const size_t idx = qp.sq_pi & ((1u << qp.log_sq_size) - 1);
-  auto slot = qp.sq.bytes().subspan(idx * stride, stride);
-  std::copy(w.begin(), w.end(), slot.begin());
-  std::fill(slot.begin() + static_cast<ptrdiff_t>(w.size()), slot.end(), std::byte{0});
+  OPENIB_TRY(write_send_wqe(qp.sq.bytes().subspan(idx * stride, stride), wr, qp.type, {kUnbounded, kUnbounded}));
   ++qp.sq_pi;
   // §12.3: WQE, store barrier, record, then the doorbell with the same counter.
   std::atomic_thread_fence(std::memory_order_release);
-  put32(qp.dbr.bytes(), 4, qp.sq_pi);
+  put32(qp.dbr.bytes(), dp::kDbrQpSq, qp.sq_pi);
   return dev_.write64(VFIO_PCI_BAR2_REGION_INDEX, qp.uar * kUarPageSize + kUarSqDoorbell,
-                      (uint64_t{qp.sq_pi} << 32) | (qp.qpn & 0xffffff));
+                      dp::sq_doorbell(qp.qpn, qp.sq_pi));
 }
 
+// §12.2 in place, then the record of §12.3.
 Result<void> Hca::post_recv(Qp& qp, const RecvWr& wr) {
   if (!qp.rq.valid()) return err(EINVAL, "QP {:#x} receives from an SRQ", qp.qpn);
-  Bytes w = encode_recv_wqe(wr);
   const size_t stride = size_t{1} << qp.log_rq_stride;
-  if (w.size() > stride) return err(EINVAL, "receive WQE of {} bytes in a {}-byte stride", w.size(), stride);
   const size_t idx = qp.rq_pi & ((1u << qp.log_rq_size) - 1);
-  std::copy(w.begin(), w.end(), qp.rq.bytes().subspan(idx * stride).begin());
+  OPENIB_TRY(write_recv_wqe(qp.rq.bytes().subspan(idx * stride, stride), wr, kUnbounded));
   ++qp.rq_pi;
   std::atomic_thread_fence(std::memory_order_release);
-  put32(qp.dbr.bytes(), 0, qp.rq_pi);  // §12.5: no doorbell for receives
+  put32(qp.dbr.bytes(), dp::kDbrQpRq, qp.rq_pi);  // §12.5: no doorbell for receives
   return ok();
 }
 
 Result<void> Hca::post_srq_recv(Srq& s, const RecvWr& wr) {
-  Bytes w = encode_recv_wqe(wr);
   const size_t stride = size_t{1} << s.log_stride;
-  if (w.size() > stride) return err(EINVAL, "receive WQE of {} bytes in a {}-byte stride", w.size(), stride);
   const size_t idx = s.pi & ((1u << s.log_size) - 1);
-  std::copy(w.begin(), w.end(), s.ring.bytes().subspan(idx * stride).begin());
+  OPENIB_TRY(write_recv_wqe(s.ring.bytes().subspan(idx * stride, stride), wr, kUnbounded));
   ++s.pi;
   std::atomic_thread_fence(std::memory_order_release);
-  put32(s.dbr.bytes(), 0, s.pi);
+  put32(s.dbr.bytes(), dp::kDbrSrq, s.pi);
   return ok();
 }
 
-// §12.4 with the ownership phase of §9.2.
+// §12.4 with the ownership phase of §9.2 (src/prm/cqe.hpp).
 std::vector<WorkCompletion> Hca::poll_cq(Cq& cq, size_t max) {
   std::vector<WorkCompletion> out;
   const uint32_t size = 1u << cq.log_size;
   while (out.size() < max) {
-    auto e = cq.ring.bytes().subspan(size_t{cq.ci & (size - 1)} * kCqeSize, kCqeSize);
-    const uint8_t owner = std::to_integer<uint8_t>(
-        std::atomic_ref<std::byte>(e[kCqeSize - 1]).load(std::memory_order_acquire)) & 1;
-    if (owner != (((cq.ci >> cq.log_size) & 1) ^ 1)) break;
-    out.push_back(decode_cqe(e));
+    const std::byte* e = cq.ring.bytes().data() + size_t{cq.ci & (size - 1)} * kCqeSize;
+    if (!dp::cqe_owned(e, cq.ci, cq.log_size)) break;
+    out.push_back(dp::decode_cqe(e));
     ++cq.ci;
   }
   if (!out.empty()) {
     std::atomic_thread_fence(std::memory_order_release);
-    put32(cq.dbr.bytes(), 0, cq.ci);
+    put32(cq.dbr.bytes(), dp::kDbrCqCons, cq.ci);
   }
   return out;
 }

@@ -166,6 +166,10 @@ class Hca {
   void create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done);
   // Any command with a u32 input and no output: DESTROY_*, DEALLOC_*.
   void destroy_async(uint16_t opcode, uint32_t number, Done<void> done);
+  // create_cq()/create_qp() with the driver's own memory (ibd's QP0/QP1):
+  // rings allocated here, then one command; freed again if it fails.
+  void create_cq_async(uint8_t log_size, Done<Cq> done);
+  void create_qp_async(const QpInit& init, Done<Qp> done);
 
   // ---- verbs (IBA 11.2), one command each, synchronous -------------------
   Result<void> nop();
@@ -243,6 +247,10 @@ class Hca {
   // A command whose output is decoded by `decode` (Bytes -> Result<T>).
   template <class T, class F>
   void then_async(uint16_t opcode, std::span<const std::byte> in, size_t out_len, Done<T> done, F decode);
+
+  // The rings and doorbell records of a CQ / QP (§6.5, §6.10), no command.
+  Result<Cq> cq_memory(uint8_t log_size, uint32_t uar);
+  Result<Qp> qp_memory(const QpInit& init, QpCreateParams& p);
 
   vfio::Device& dev_;
   boost::asio::io_context& io_;

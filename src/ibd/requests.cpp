@@ -618,10 +618,15 @@ Result<Server::Reply> Server::op_umad_sync(Client& c, proto::Message& m, Respond
     case Op::kUmadOpen: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
       OPENIB_TRY(expect_fds(m, 0));
-      OPENIB_TRY_ASSIGN(UniqueFd fd, umad_->open(c.id, req.port));
-      log::get("ibd")->info("client {}: UMAD_OPEN port {}", c.id, req.port);
-      rep.fds.push_back(std::move(fd));
-      return rep;
+      umad_->open_async(c.id, req.port, guard<UniqueFd>([done = std::move(done), id = c.id, port = req.port](
+                                                         Result<UniqueFd> fd) mutable {
+        if (!fd) return done(fd.take_error());
+        log::get("ibd")->info("client {}: UMAD_OPEN port {}", id, port);
+        Reply r;
+        r.fds.push_back(std::move(*fd));
+        done(std::move(r));
+      }));
+      return rep;  // `done` is gone: the continuation answers
     }
     case Op::kUmadRegister: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::UmadRegReq>(m.body));

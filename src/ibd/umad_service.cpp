@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <span>
 
 #include <boost/asio/post.hpp>
 
+#include "common/byte_order.hpp"
 #include "common/log.hpp"
 
 namespace openib::ibd {
@@ -185,19 +187,34 @@ proto::UmadPortRep port_rep(const hca::PortAttr& a) {
   r.gid_prefix = a.gid_prefix;
   r.port_guid = a.port_guid;
   r.num_pkeys = 1;
-  r.pkeys[0] = uint8_t(a.pkey0);
-  r.pkeys[1] = uint8_t(a.pkey0 >> 8);
+  bytes::put_le(std::as_writable_bytes(std::span(r.pkeys)), 0, 2, a.pkey0);  // little-endian u16 each
   return r;
 }
 }  // namespace
 
 Result<mad::MadLayer*> UmadService::layer(uint8_t port) {
   if (auto it = layers_.find(port); it != layers_.end()) return it->second.get();
-  OPENIB_TRY_ASSIGN(auto l, mad::MadLayer::open(io_, hca_, port));
-  auto* raw = l.get();
-  layers_.emplace(port, std::move(l));
-  log::get("ibd")->info("umad: port {}: QP0 and QP1 up", port);
-  return raw;
+  return err(ENODEV, "port {}: QP0 and QP1 are not open", port);
+}
+
+// The layer's chain of commands ended: the waiting opens get their
+// sessions, or its error.
+void UmadService::on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLayer>> l) {
+  std::vector<Waiter> waiters = std::move(opening_[port]);
+  opening_.erase(port);
+  if (l) {
+    layers_.emplace(port, std::move(*l));
+    log::get("ibd")->info("umad: port {}: QP0 and QP1 up", port);
+  } else {
+    log::get("ibd")->warn("umad: port {}: opening QP0 and QP1: {}", port, l.error().str());
+  }
+  for (Waiter& w : waiters) {
+    if (!l) {
+      w.done(l.error());
+      continue;
+    }
+    w.done(new_session(w.client, port));
+  }
 }
 
 bool UmadService::on_cq_event(uint32_t cqn) {
@@ -212,10 +229,32 @@ UmadService::Session* UmadService::find_session(uint32_t client, uint8_t port) {
   return nullptr;
 }
 
-Result<UniqueFd> UmadService::open(uint32_t client, uint8_t port) {
-  if (port < 1 || port > num_ports_) return err(EINVAL, "no port {}", port);
-  if (find_session(client, port)) return err(EBUSY, "port {} is already open on this connection", port);
-  OPENIB_TRY(layer(port));
+void UmadService::open_async(uint32_t client, uint8_t port, hca::Completer<Result<UniqueFd>> done) {
+  auto fail = [&](Error e) { asio::post(io_, [d = std::move(done), e = std::move(e)]() mutable { d(std::move(e)); }); };
+  if (port < 1 || port > num_ports_) return fail(err(EINVAL, "no port {}", port));
+  bool waiting = false;
+  for (auto& [p, ws] : opening_)
+    for (auto& w : ws) waiting |= w.client == client && p == port;
+  if (find_session(client, port) || waiting) return fail(err(EBUSY, "port {} is already open on this connection", port));
+  if (layers_.count(port)) {
+    asio::post(io_, [this, d = std::move(done), client, port, alive = std::weak_ptr<bool>(alive_)]() mutable {
+      if (alive.expired()) return;
+      d(new_session(client, port));
+    });
+    return;
+  }
+  auto& ws = opening_[port];
+  ws.push_back(Waiter{client, std::move(done)});
+  if (ws.size() > 1) return;  // the port's opening is under way: wait for it
+  mad::MadLayer::open_async(io_, hca_, port,
+                            [this, port, alive = std::weak_ptr<bool>(alive_)](
+                                Result<std::unique_ptr<mad::MadLayer>> l) mutable {
+                              if (alive.expired()) return;  // ibd is stopping; the layer closes here
+                              on_layer_open(port, std::move(l));
+                            });
+}
+
+Result<UniqueFd> UmadService::new_session(uint32_t client, uint8_t port) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
     return err(errno, "socketpair: {}", std::strerror(errno));
@@ -282,6 +321,12 @@ Result<void> UmadService::unregister_agent(uint32_t client, uint32_t agent) {
 }
 
 void UmadService::client_gone(uint32_t client) {
+  // Its opens still waiting for a layer are answered (to no one) now; the
+  // opening itself goes on for the others and for the next client.
+  for (auto& [p, ws] : opening_)
+    for (auto& w : ws)
+      if (w.client == client) w.done(err(ECONNRESET, "client {} left while port {} was opening", client, p));
+  for (auto& [p, ws] : opening_) std::erase_if(ws, [&](const Waiter& w) { return w.client == client; });
   for (size_t i = sessions_.size(); i-- > 0;)
     if (sessions_[i]->client == client) close_session(sessions_[i].get());
 }

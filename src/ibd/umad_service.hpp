@@ -45,7 +45,10 @@ class UmadService {
   // Client requests (the client's id is ibd's connection id).
   // QUERY_PORT, asynchronous (called from a request handler).
   void port_info_async(uint8_t port, hca::Completer<Result<proto::UmadPortRep>> done);
-  Result<UniqueFd> open(uint32_t client, uint8_t port);       // the client's end of the MAD socket
+  // UMAD_OPEN: `done` gets the client's end of the MAD socket. The port's
+  // first open brings its QP0/QP1 up (asynchronously, a chain of device
+  // commands); opens arriving meanwhile wait for that one opening.
+  void open_async(uint32_t client, uint8_t port, hca::Completer<Result<UniqueFd>> done);
   Result<uint32_t> register_agent(uint32_t client, const proto::UmadRegReq& r);
   Result<void> unregister_agent(uint32_t client, uint32_t agent);
   // The client's connection closed: its MAD sockets and agents go.
@@ -69,7 +72,14 @@ class UmadService {
     uint32_t next_agent = 0;
   };
 
-  Result<mad::MadLayer*> layer(uint8_t port);
+  struct Waiter {  // a UMAD_OPEN waiting for its port's layer
+    uint32_t client = 0;
+    hca::Completer<Result<UniqueFd>> done;
+  };
+
+  Result<mad::MadLayer*> layer(uint8_t port);  // an open layer, or ENODEV
+  void on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLayer>> l);
+  Result<UniqueFd> new_session(uint32_t client, uint8_t port);
   void watch(Session& s);
   void on_client_mad(Session& s, std::span<const std::byte> msg);
   void deliver(uint32_t client, uint8_t port, uint32_t agent, const mad::Delivery& d);
@@ -83,6 +93,8 @@ class UmadService {
   std::string socket_path_;
   uint8_t num_ports_;
   std::map<uint8_t, std::unique_ptr<mad::MadLayer>> layers_;
+  std::map<uint8_t, std::vector<Waiter>> opening_;  // ports whose layer is being opened
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the opening's continuation
   std::vector<std::unique_ptr<Session>> sessions_;
   // issm: the inotify fd, the watch per port, how many opens are live.
   UniqueFd inotify_;

@@ -130,7 +130,7 @@ Result<void> MadLayer::dr_originate(Mad& m, MadAddress& dest) {
   const DrDecision dec = dr_send(m, false, port_->port());
   switch (dec.action) {
     case DrAction::kForward:
-      dest.lid = 0xffff;
+      dest.lid = kPermissiveLid;  // IBA 4.1.5
       return ok();
     case DrAction::kLocal: return ok();
     case DrAction::kLidRoute:

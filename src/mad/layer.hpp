@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "hca/completer.hpp"
 #include "mad/bytes.hpp"
 #include "mad/transport.hpp"
 #include "mad/rmpp.hpp"
@@ -71,6 +72,9 @@ class MadLayer {
   // The layer over `port`'s QP0 and QP1 on the HCA driver (defined in
   // mad_port.cpp, with the driver-facing half).
   static Result<std::unique_ptr<MadLayer>> open(boost::asio::io_context& io, hca::Hca& hca, uint8_t port);
+  // The same without blocking the loop (MadPort::open_async).
+  using OpenDone = hca::Completer<Result<std::unique_ptr<MadLayer>>>;
+  static void open_async(boost::asio::io_context& io, hca::Hca& hca, uint8_t port, OpenDone done);
   // The layer over any transport (tests, the fuzz target).
   MadLayer(boost::asio::io_context& io, std::unique_ptr<MadTransport> port);
   ~MadLayer();

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "hca/prm.hpp"
 #include "mad/layer.hpp"
 
 namespace openib::mad {
@@ -36,6 +37,42 @@ Result<std::unique_ptr<MadPort>> MadPort::open(hca::Hca& hca, uint8_t port) {
 std::byte* MadPort::slot_ptr(size_t offset) const { return static_cast<std::byte*>(buf_.data()) + offset; }
 uint64_t MadPort::slot_va(size_t offset) const { return reinterpret_cast<uint64_t>(slot_ptr(offset)); }
 
+hca::QpInit MadPort::qp_init(uint8_t q) const {
+  hca::QpInit in;
+  in.type = q == 0 ? hca::QpType::kSmi : hca::QpType::kGsi;
+  in.port = port_;
+  in.pdn = pdn_;
+  in.send_cqn = in.recv_cqn = cq_.cqn;
+  in.sig_all = true;
+  in.log_sq_size = in.log_rq_size = kLogQueue;
+  return in;
+}
+
+// IBA 10.3.1 transitions: INIT (P_Key index 0; QP1's Q_Key kGsiQkey), RTR, RTS.
+namespace {
+uint32_t modify_mask(hca::QpState to) {
+  namespace qa = hca::qp_attr;
+  switch (to) {
+    case hca::QpState::kInit: return qa::kState | qa::kPkeyIndex | qa::kQkey;
+    case hca::QpState::kRts: return qa::kState | qa::kSqPsn;
+    default: return qa::kState;
+  }
+}
+hca::QpAttr modify_attr(uint8_t q, hca::QpState to) {
+  hca::QpAttr a;
+  a.state = to;
+  a.pkey_index = 0;
+  a.qkey = q == 0 ? 0 : kGsiQkey;
+  a.sq_psn = 0;
+  return a;
+}
+}  // namespace
+
+Result<void> MadPort::post_receives(uint8_t q) {
+  for (uint32_t s = 0; s < kRecvSlots; ++s) OPENIB_TRY(post_recv_slot(q, s));
+  return ok();
+}
+
 Result<void> MadPort::setup() {
   OPENIB_TRY_ASSIGN(pdn_, hca_.alloc_pd());
   have_pd_ = true;
@@ -53,31 +90,116 @@ Result<void> MadPort::setup() {
   OPENIB_TRY_ASSIGN(cq_, hca_.create_cq(kLogCq));
   have_cq_ = true;
   for (uint8_t q = 0; q < 2; ++q) {
-    hca::QpInit in;
-    in.type = q == 0 ? hca::QpType::kSmi : hca::QpType::kGsi;
-    in.port = port_;
-    in.pdn = pdn_;
-    in.send_cqn = in.recv_cqn = cq_.cqn;
-    in.sig_all = true;
-    in.log_sq_size = in.log_rq_size = kLogQueue;
-    OPENIB_TRY_ASSIGN(qps_[q], hca_.create_qp(in));
+    OPENIB_TRY_ASSIGN(qps_[q], hca_.create_qp(qp_init(q)));
     have_qp_[q] = true;
-    hca::QpAttr a;
-    a.state = hca::QpState::kInit;
-    a.pkey_index = 0;
-    a.qkey = q == 0 ? 0 : kGsiQkey;
-    namespace qa = hca::qp_attr;
-    OPENIB_TRY(hca_.modify_qp(qps_[q].qpn, qa::kState | qa::kPkeyIndex | qa::kQkey, a));
-    a.state = hca::QpState::kRtr;
-    OPENIB_TRY(hca_.modify_qp(qps_[q].qpn, qa::kState, a));
-    a.state = hca::QpState::kRts;
-    a.sq_psn = 0;
-    OPENIB_TRY(hca_.modify_qp(qps_[q].qpn, qa::kState | qa::kSqPsn, a));
-    for (uint32_t s = 0; s < kRecvSlots; ++s) OPENIB_TRY(post_recv_slot(q, s));
+    for (auto to : {hca::QpState::kInit, hca::QpState::kRtr, hca::QpState::kRts})
+      OPENIB_TRY(hca_.modify_qp(qps_[q].qpn, modify_mask(to), modify_attr(q, to)));
+    OPENIB_TRY(post_receives(q));
   }
   for (uint32_t s = kSendSlots; s-- > 0;) free_send_.push_back(s);
   OPENIB_TRY(hca_.arm_cq(cq_, false, cq_.ci));
   return ok();
+}
+
+// The ladder of setup(), one command in flight at a time, on the loop:
+// ALLOC_PD, CREATE_MKEY, CREATE_CQ, then per QP CREATE_QP and three
+// MODIFY_QPs; receives posted and the CQ armed without a command.
+void MadPort::open_async(hca::Hca& hca, uint8_t port, OpenDone done) {
+  std::unique_ptr<MadPort> p(new MadPort(hca, port));
+  hca.alloc_pd_async([p = std::move(p), d = std::move(done)](Result<uint32_t> pd) mutable {
+    if (!pd) return fail(std::move(p), std::move(d), pd.take_error());
+    p->pdn_ = *pd;
+    p->have_pd_ = true;
+    rung_mkey(std::move(p), std::move(d));
+  });
+}
+
+void MadPort::rung_mkey(std::unique_ptr<MadPort> p, OpenDone done) {
+  auto buf = p->hca_.pool().alloc(kBufBytes, 4096);
+  if (!buf) return fail(std::move(p), std::move(done), buf.take_error());
+  p->buf_ = std::move(*buf);
+  std::memset(p->buf_.data(), 0, kBufBytes);
+  hca::MkeyParams mp;
+  mp.pdn = p->pdn_;
+  mp.access = hca::kAccessLocalWrite;
+  mp.start_va = p->slot_va(0);
+  mp.length = kBufBytes;
+  mp.log_page_size = 12;
+  for (size_t off = 0; off < kBufBytes; off += 4096) mp.pages.push_back(p->buf_.iova() + off);
+  hca::Hca& h = p->hca_;
+  h.create_mkey_async(mp, [p = std::move(p), d = std::move(done)](Result<hca::Mkey> m) mutable {
+    if (!m) return fail(std::move(p), std::move(d), m.take_error());
+    p->mkey_ = *m;
+    p->have_mkey_ = true;
+    hca::Hca& hc = p->hca_;
+    hc.create_cq_async(kLogCq, [p = std::move(p), d = std::move(d)](Result<hca::Cq> cq) mutable {
+      if (!cq) return fail(std::move(p), std::move(d), cq.take_error());
+      p->cq_ = std::move(*cq);
+      p->have_cq_ = true;
+      rung_qp(std::move(p), std::move(d), 0);
+    });
+  });
+}
+
+void MadPort::rung_qp(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q) {
+  if (q == 2) return finish(std::move(p), std::move(done));
+  const hca::QpInit in = p->qp_init(q);
+  hca::Hca& h = p->hca_;
+  h.create_qp_async(in, [p = std::move(p), d = std::move(done), q](Result<hca::Qp> qp) mutable {
+    if (!qp) return fail(std::move(p), std::move(d), qp.take_error());
+    p->qps_[q] = std::move(*qp);
+    p->have_qp_[q] = true;
+    rung_modify(std::move(p), std::move(d), q, hca::QpState::kInit);
+  });
+}
+
+void MadPort::rung_modify(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q, hca::QpState to) {
+  hca::Hca& h = p->hca_;
+  const uint32_t qpn = p->qps_[q].qpn;
+  h.modify_qp_async(qpn, modify_mask(to), modify_attr(q, to),
+                    [p = std::move(p), d = std::move(done), q, to](Result<void> r) mutable {
+                      if (!r) return fail(std::move(p), std::move(d), r.take_error());
+                      if (to == hca::QpState::kInit) return rung_modify(std::move(p), std::move(d), q, hca::QpState::kRtr);
+                      if (to == hca::QpState::kRtr) return rung_modify(std::move(p), std::move(d), q, hca::QpState::kRts);
+                      if (auto r2 = p->post_receives(q); !r2) return fail(std::move(p), std::move(d), r2.take_error());
+                      rung_qp(std::move(p), std::move(d), uint8_t(q + 1));
+                    });
+}
+
+void MadPort::finish(std::unique_ptr<MadPort> p, OpenDone done) {
+  for (uint32_t s = kSendSlots; s-- > 0;) p->free_send_.push_back(s);
+  if (auto r = p->hca_.arm_cq(p->cq_, false, p->cq_.ci); !r) return fail(std::move(p), std::move(done), r.take_error());
+  done(std::move(p));
+}
+
+// A failed rung: what was created is destroyed in reverse, one command at
+// a time (a QP before its CQ), and the port's memory is kept until then,
+// since the device may still reach it. Then `done` gets the error.
+void MadPort::fail(std::unique_ptr<MadPort> p, OpenDone done, Error e) {
+  using namespace hca::prm;
+  std::vector<std::pair<uint16_t, uint32_t>> steps;  // run from the back
+  if (p->have_pd_) steps.emplace_back(kDeallocPd, p->pdn_);
+  if (p->have_mkey_) steps.emplace_back(kDestroyMkey, p->mkey_.lkey);
+  if (p->have_cq_) steps.emplace_back(kDestroyCq, p->cq_.cqn);
+  for (uint8_t q = 0; q < 2; ++q)
+    if (p->have_qp_[q]) steps.emplace_back(kDestroyQp, p->qps_[q].qpn);
+  p->have_pd_ = p->have_mkey_ = p->have_cq_ = p->have_qp_[0] = p->have_qp_[1] = false;  // the destructor's part
+  log::get("mad")->warn("port {}: opening QP0/QP1: {}; undoing {} step(s)", p->port_, e.str(), steps.size());
+  undo(std::move(p), std::move(steps), std::move(done), std::move(e));
+}
+
+void MadPort::undo(std::unique_ptr<MadPort> p, std::vector<std::pair<uint16_t, uint32_t>> steps, OpenDone done,
+                   Error e) {
+  if (steps.empty()) return done(std::move(e));
+  const uint16_t op = steps.back().first;
+  const uint32_t num = steps.back().second;
+  steps.pop_back();
+  hca::Hca& h = p->hca_;
+  h.destroy_async(op, num, [p = std::move(p), s = std::move(steps), d = std::move(done), e = std::move(e), op,
+                            num](Result<void> r) mutable {
+    if (!r) log::get("mad")->warn("port {}: undo {:#06x} {:#x}: {}", p->port_, op, num, r.error().str());
+    undo(std::move(p), std::move(s), std::move(d), std::move(e));
+  });
 }
 
 MadPort::~MadPort() {
@@ -227,6 +349,13 @@ void MadPort::on_completion() {
 Result<std::unique_ptr<MadLayer>> MadLayer::open(boost::asio::io_context& io, hca::Hca& hca, uint8_t port) {
   OPENIB_TRY_ASSIGN(auto p, MadPort::open(hca, port));
   return std::make_unique<MadLayer>(io, std::move(p));
+}
+
+void MadLayer::open_async(boost::asio::io_context& io, hca::Hca& hca, uint8_t port, OpenDone done) {
+  MadPort::open_async(hca, port, [&io, d = std::move(done)](Result<std::unique_ptr<MadPort>> p) mutable {
+    if (!p) return d(p.take_error());
+    d(std::make_unique<MadLayer>(io, std::move(*p)));
+  });
 }
 
 }  // namespace openib::mad

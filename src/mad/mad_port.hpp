@@ -30,6 +30,11 @@ class MadPort final : public MadTransport {
   // Creates the CQ, QP0 and QP1 on `port`, moves both to RTS (P_Key index
   // 0; QP1's Q_Key kGsiQkey), posts the receive buffers and arms the CQ.
   static Result<std::unique_ptr<MadPort>> open(hca::Hca& hca, uint8_t port);
+  // The same ladder as a chain of asynchronous commands, for ibd's loop
+  // (which never waits for a command): `done` gets the port, or the first
+  // failure after what was created has been destroyed again.
+  using OpenDone = hca::Completer<Result<std::unique_ptr<MadPort>>>;
+  static void open_async(hca::Hca& hca, uint8_t port, OpenDone done);
   ~MadPort();
   MadPort(const MadPort&) = delete;
   MadPort& operator=(const MadPort&) = delete;
@@ -59,6 +64,16 @@ class MadPort final : public MadTransport {
  private:
   MadPort(hca::Hca& hca, uint8_t port) : hca_(hca), port_(port) {}
   Result<void> setup();
+  // open_async's rungs, each continuing the next; fail() undoes.
+  static void rung_mkey(std::unique_ptr<MadPort> p, OpenDone done);
+  static void rung_qp(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q);
+  static void rung_modify(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q, hca::QpState to);
+  static void finish(std::unique_ptr<MadPort> p, OpenDone done);
+  static void fail(std::unique_ptr<MadPort> p, OpenDone done, Error e);
+  static void undo(std::unique_ptr<MadPort> p, std::vector<std::pair<uint16_t, uint32_t>> steps, OpenDone done,
+                   Error e);
+  hca::QpInit qp_init(uint8_t q) const;
+  Result<void> post_receives(uint8_t q);
   Result<void> post_recv_slot(uint8_t qp, uint32_t slot);
   using AhKey = std::tuple<uint16_t, uint8_t, uint8_t, bool, std::array<uint8_t, 16>, uint8_t>;
   struct Waiting {

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <infiniband/umad.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,7 +15,10 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "clientproto/messages.hpp"
+#include "clientproto/socket.hpp"
 #include "harness.hpp"
 
 using namespace openib::testing;
@@ -24,9 +29,10 @@ namespace {
 struct Env {
   TempDir dir;
   std::unique_ptr<Ibd> ibd;
-  explicit Env(uint16_t lid = 7) {
+  explicit Env(uint16_t lid = 7, std::vector<std::string> extra = {}) {
     IbdOptions o;
     o.lid = lid;
+    o.extra_args = std::move(extra);
     ibd = std::make_unique<Ibd>(dir.path(), "u", o);
     ::setenv("OPENIB_SOCKET", ibd->socket().c_str(), 1);
   }
@@ -60,7 +66,98 @@ bool wait_cap(uint32_t bit, bool set) {
   return false;
 }
 
+// A raw control connection to ibd (docs/client-protocol.md), HELLO done:
+// requests are sent and their replies read separately, so a test can keep
+// one outstanding while another connection goes on.
+struct RawConn {
+  openib::UniqueFd fd;
+  uint32_t seq = 0;
+  explicit RawConn(const std::string& path) {
+    namespace proto = openib::proto;
+    int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    REQUIRE(s >= 0);
+    fd = openib::UniqueFd(s);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    proto::HelloReq h;
+    h.flags = proto::kHelloNoUar;
+    send(proto::Op::kHello, proto::encode(h));
+    REQUIRE(reply().status == 0);
+  }
+  void send(openib::proto::Op op, const openib::proto::Bytes& body) {
+    openib::proto::Header h;
+    h.op = static_cast<uint16_t>(op);
+    h.seq = ++seq;
+    REQUIRE(openib::proto::send_message(fd.get(), h, body));
+  }
+  bool readable(int timeout_ms) {
+    pollfd p{fd.get(), POLLIN, 0};
+    return ::poll(&p, 1, timeout_ms) == 1;
+  }
+  struct Rep {
+    int status = -1;
+    size_t fds = 0;
+    std::vector<openib::UniqueFd> fd;  // kept: closing a MAD socket ends its session
+  };
+  Rep reply() {
+    REQUIRE(readable(10000));
+    auto m = openib::proto::recv_message(fd.get());
+    REQUIRE(m);
+    auto v = openib::proto::decode_reply(m->body);
+    REQUIRE(v);
+    return {int(v->status), m->fds.size(), std::move(m->fds)};
+  }
+};
+
 }  // namespace
+
+// ibd's loop never waits for a device command (issue 12): the first
+// UMAD_OPEN of a port brings QP0/QP1 up by a chain of about ten commands,
+// and other clients' requests are served between them. With an ibd that
+// ran the chain on its loop, no reply to another client could come before
+// the UMAD_OPEN's (at most the one read just before it). Every command
+// takes 20 ms of firmware time (simhca --cmd-delay-ms), so the chain takes
+// about 200 ms and a QUERY_PORT 20, whatever the machine's load.
+TEST_CASE("umad: other clients are served while a port's QP0/QP1 open", "[umad]") {
+  namespace proto = openib::proto;
+  Env env(7, {"--simhca-arg=--cmd-delay-ms", "--simhca-arg=20"});
+  RawConn opener(env.ibd->socket()), second(env.ibd->socket()), leaver(env.ibd->socket()),
+      other(env.ibd->socket());
+  proto::PortReq port;
+  port.port = 1;
+  opener.send(proto::Op::kUmadOpen, proto::encode(port));
+  second.send(proto::Op::kUmadOpen, proto::encode(port));  // shares the opening
+  leaver.send(proto::Op::kUmadOpen, proto::encode(port));
+  leaver.fd = openib::UniqueFd();  // leaves while the port opens
+  int served = 0;
+  while (!opener.readable(0)) {
+    other.send(proto::Op::kUmadPort, proto::encode(port));
+    const auto r = other.reply();
+    REQUIRE(r.status == 0);
+    if (!opener.readable(0)) ++served;
+  }
+  INFO("served " << served);
+  CHECK(served >= 2);
+  const auto a = opener.reply();
+  CHECK(a.status == 0);
+  CHECK(a.fds == 1);
+  const auto b = second.reply();
+  CHECK(b.status == 0);
+  CHECK(b.fds == 1);
+  // Open now, the next client's UMAD_OPEN is answered from the open layer;
+  // a second open of the same port on one connection is refused.
+  RawConn late(env.ibd->socket());
+  late.send(proto::Op::kUmadOpen, proto::encode(port));
+  const auto first = late.reply();
+  CHECK(first.fds == 1);
+  late.send(proto::Op::kUmadOpen, proto::encode(port));
+  CHECK(late.reply().status == EBUSY);
+  const int id = umad_open_port(nullptr, 1);  // and libibumad's own path
+  CHECK(id >= 0);
+  if (id >= 0) umad_close_port(id);
+}
 
 TEST_CASE("umad: no ibd, no CA", "[umad]") {
   TempDir dir;

@@ -10,7 +10,8 @@
 //   final complement, over every byte from the LRH through the ICRC. On the
 //   wire least significant byte first, like the ICRC (both are serial CRCs
 //   sent in the order the bits were shifted in).
-// Speed (docs/performance.md): both are folded with PCLMULQDQ (VPCLMULQDQ
+// Speed (about 90 ns per CRC of a 4 KiB packet when measured; see
+// `git log -p docs/performance.md`): both are folded with PCLMULQDQ (VPCLMULQDQ
 // where the CPU has it) by one routine in crc.cpp, and fall back to
 // slicing-by-8 tables, which the unit tests compare them with.
 #pragma once
