@@ -78,7 +78,13 @@ int CqImpl::poll(std::span<Wc> out) {
 Result<void> CqImpl::req_notify(bool solicited_only) {
   if (!channel_) return err(EINVAL, "req_notify on CQ {} without a completion channel", cqn_);
   // §7.3: a new sequence number per arm.
-  ctx_.uar().arm_cq(cqn_, solicited_only ? dp::CqArm::kSolicited : dp::CqArm::kNext, ++arm_sn_, cons_);
+  const dp::CqArm cmd = solicited_only ? dp::CqArm::kSolicited : dp::CqArm::kNext;
+  const uint32_t sn = ++arm_sn_;
+  // §12.5.1: the arm into the CQ's record first (another CQ's arm may
+  // overwrite the page's one CQ_ARM word before the device reads it), then
+  // the doorbell.
+  dbr_store(dbr_, dp::kDbrCqArm, dp::cq_arm_record(cqn_, cmd, sn));
+  ctx_.uar().arm_cq(cqn_, cmd, sn, cons_);
   return ok();
 }
 

@@ -28,10 +28,13 @@
 namespace openib::lib {
 
 // A counter into a doorbell record (§12.3: big-endian u32 at dp::kDbr*),
-// after (release) the WQEs it publishes.
+// after (release) the WQEs it publishes: one atomic 4-byte store of the
+// big-endian bytes (bytes::st_be32 lays them out; the device reads the
+// record from another process, so the store itself stays atomic).
 inline void dbr_store(std::byte* rec, size_t off, uint32_t counter) {
-  std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(rec + off))
-      .store(__builtin_bswap32(counter), std::memory_order_release);
+  uint32_t be;
+  bytes::st_be32(&be, counter);
+  std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(rec + off)).store(be, std::memory_order_release);
 }
 
 class Uar {
@@ -45,7 +48,8 @@ class Uar {
     store64(dp::kUarSqDoorbell, dp::sq_doorbell(qpn, producer));
     wake_scanner();
   }
-  // §7.3 CQ_ARM with the consumer counter.
+  // §7.3 CQ_ARM with the consumer counter (after the arm into the CQ's
+  // record, dbr_store(dp::kDbrCqArm), §12.5.1).
   void arm_cq(uint32_t cqn, dp::CqArm cmd, uint32_t arm_sn, uint32_t consumer) {
     store64(dp::kUarCqArm, dp::cq_arm(cqn, cmd, arm_sn, consumer));
     wake_scanner();

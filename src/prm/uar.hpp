@@ -39,6 +39,12 @@ inline constexpr uint64_t cq_arm(uint32_t cqn, CqArm cmd, uint32_t arm_sn, uint3
          (uint64_t{static_cast<uint8_t>(cmd)} << 24) | (cqn & kNumberMask);
 }
 
+// §12.3 the CQ record's arm word: the low 32 bits of the CQ_ARM value
+// (29:28 sequence number, 25:24 command, 23:0 CQN), stored before CQ_ARM.
+inline constexpr uint32_t cq_arm_record(uint32_t cqn, CqArm cmd, uint32_t arm_sn) {
+  return static_cast<uint32_t>(cq_arm(cqn, cmd, arm_sn, 0));
+}
+
 // §4/§9.3 EQ_DOORBELL: 23:0 EQN, bit 31 ARM, 63:32 the consumer counter.
 inline constexpr uint64_t eq_doorbell(uint32_t eqn, bool arm, uint32_t consumer) {
   return (uint64_t{consumer} << 32) | (arm ? uint64_t{1} << 31 : 0) | (eqn & kNumberMask);
@@ -49,6 +55,7 @@ inline constexpr size_t kDbrSize = 8;
 inline constexpr size_t kDbrQpRq = 0x00;    // QP: RQ producer counter
 inline constexpr size_t kDbrQpSq = 0x04;    // QP: SQ producer counter
 inline constexpr size_t kDbrCqCons = 0x00;  // CQ: consumer counter
+inline constexpr size_t kDbrCqArm = 0x04;   // CQ: the last arm, bits 31:0 of cq_arm() (§12.3)
 inline constexpr size_t kDbrSrq = 0x00;     // SRQ: producer counter
 
 }  // namespace openib::dp

@@ -142,3 +142,19 @@ TEST_CASE("a QP on an SRQ that an error puts in ERR raises LAST_WQE_REACHED; the
   CHECK(first_diff(l.b->buf() + 1024, 300, 5) == 300);
   qp2.reset();
 }
+
+TEST_CASE("a QP on an SRQ modified to ERR raises LAST_WQE_REACHED", "[api]") {
+  EpOptions ob;
+  ob.srq = true;
+  Link l = link({}, ob);
+  REQUIRE(post_recv(*l.b->srq, l.b->sge(0, 64), 1) == 0);
+  QpAttr e;
+  e.state = QpState::kErr;
+  must(l.b->qp->modify(e, qp_attr::kState), "to ERR");
+  auto evs = wait_async(*l.b->ctx, [](const AsyncEvent& ev) { return ev.type == AsyncEventType::kQpLastWqeReached; },
+                        kWaitMs);
+  REQUIRE(count_events(evs, AsyncEventType::kQpLastWqeReached) == 1);
+  CHECK(evs.back().qp == l.b->qp.get());
+  // The SRQ's WQE is not the QP's: it stays, no flush completion for it.
+  expect_no_wc(*l.b->cq);
+}

@@ -222,6 +222,7 @@ Outcome Hca::cmd_create_cq(ByteView in, Bytes& out) {
   const uint32_t cqn = *tables_.cqs.alloc(cq);
   ++eq->users;
   uar_ref(c.uar, +1);
+  uar_link_cq(cqn, *tables_.cqs.get(cqn));
   out = number_out(cqn);
   return {};
 }
@@ -232,6 +233,7 @@ Outcome Hca::cmd_destroy_cq(ByteView in) {
   if (!cq) return {kBadResource, 0};
   if (cq->users) return {kResourceBusy, cq->users};
   --tables_.eqs.get(cq->cfg.eqn)->users;
+  uar_unlink_cq(cqn, *cq);
   uar_ref(cq->cfg.uar, -1);
   tables_.cqs.free(cqn);
   return {};

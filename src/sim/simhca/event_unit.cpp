@@ -90,22 +90,56 @@ bool EventUnit::eq_doorbell(uint32_t uar, uint64_t v) {
 }
 
 // §4 / §7.3 CQ_ARM: 23:0 CQN, 25:24 command, 29:28 sequence, 63:32 consumer.
+// A sequence number already taken from the CQ's doorbell record (a rescan
+// that ran between the record's store and the word's, §12.5.1) is that
+// same arm, not a new one.
 bool EventUnit::cq_arm(uint32_t uar, uint64_t v) {
   const uint32_t cqn = v & 0xffffff;
   const auto cmd = static_cast<uint8_t>((v >> 24) & 3);
+  const auto sn = static_cast<uint8_t>((v >> 28) & 3);
   Cq* cq = t_.cqs.get(cqn);
   if (!cq || cq->cfg.uar != uar || cmd == 0 || cmd == 3) return false;
-  cq->consumer = static_cast<uint32_t>(v >> 32);
-  cq->arm_sn = static_cast<uint8_t>((v >> 28) & 3);
-  cq->arm = cmd;
-  if (cq->producer != cq->consumer) {  // unpolled CQEs: notify now (§7.3)
-    cq->arm = 0;
+  if (cq->arm_sn_from_record && cq->arm_sn == sn) return true;
+  arm_cq(cqn, *cq, cmd, sn, static_cast<uint32_t>(v >> 32));
+  cq->arm_sn_from_record = false;
+  return true;
+}
+
+// §12.5.1: CQ_ARM is one word per page, so of two arms stored back to back
+// the word shows only the second. Each CQ of the UAR (Uar::first_cq: not
+// every CQ of the device) whose record holds an arm (§12.3 offset 0x04:
+// 25:24 command, 29:28 sequence number) with a sequence number other than
+// the one last taken is armed from it, with the record's consumer counter.
+void EventUnit::cq_arm_rescan(uint32_t uar) {
+  const Uar* u = t_.uars.get(uar);
+  for (uint32_t n = u ? u->first_cq : kNoQp; n != kNoQp;) {
+    Cq* cq = t_.cqs.get(n);
+    if (!cq) break;
+    std::array<std::byte, 8> rec{};
+    if (host_.dma_read(cq->cfg.dbr_iova, rec)) {
+      const uint32_t w = get32(rec, 4);
+      const auto cmd = static_cast<uint8_t>((w >> 24) & 3), sn = static_cast<uint8_t>((w >> 28) & 3);
+      if ((cmd == 1 || cmd == 2) && sn != cq->arm_sn) {
+        arm_cq(n, *cq, cmd, sn, get32(rec, 0));
+        cq->arm_sn_from_record = true;
+      }
+    }
+    n = cq->uar_next;
+  }
+}
+
+// §7.3: armed; unpolled CQEs notify at once.
+void EventUnit::arm_cq(uint32_t cqn, Cq& cq, uint8_t cmd, uint8_t sn, uint32_t consumer) {
+  cq.consumer = consumer;
+  cq.arm_sn = sn;
+  cq.arm = cmd;
+  if (cq.producer != cq.consumer) {
+    cq.arm = 0;
     PendingEvent ev;
     ev.type = kEvCqCompletion;
     put32(ev.data, 0, cqn);
-    raise(ev, cq->cfg.eqn);
+    raise(ev, cq.cfg.eqn);
   }
-  return true;
 }
 
 }  // namespace openib::simhca

@@ -55,6 +55,9 @@ class EventUnit {
   // caller counts a bad access, §11.3).
   bool eq_doorbell(uint32_t uar, uint64_t v);
   bool cq_arm(uint32_t uar, uint64_t v);
+  // §12.5.1: CQ_ARM of `uar` changed in its page: the arms in the doorbell
+  // records of the UAR's CQs (§12.3 offset 0x04) not yet taken.
+  void cq_arm_rescan(uint32_t uar);
 
   void reset() {
     after_completion_.clear();
@@ -66,6 +69,7 @@ class EventUnit {
  private:
   void write_eqe(uint32_t eqn, Eq& eq, const PendingEvent& ev);
   void signal(uint32_t vector);
+  void arm_cq(uint32_t cqn, Cq& cq, uint8_t cmd, uint8_t sn, uint32_t consumer);
 
   HostPort& host_;
   ResourceTables& t_;

@@ -155,6 +155,8 @@ class Hca final : private WireOps, private CommandExecutor {
   void uar_ref(uint32_t uar, int delta);
   void uar_link_qp(uint32_t qpn, Qp& qp);
   void uar_unlink_qp(uint32_t qpn, Qp& qp);
+  void uar_link_cq(uint32_t cqn, Cq& cq);
+  void uar_unlink_cq(uint32_t cqn, Cq& cq);
   void enter_fatal(uint32_t syndrome);
   void emit_event(uint8_t type, uint32_t number, std::optional<uint32_t> eqn = std::nullopt,
                   uint8_t byte4 = 0) {

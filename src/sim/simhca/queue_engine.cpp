@@ -147,7 +147,12 @@ void QueueEngine::req_fail(uint32_t qpn, Qp& qp, uint8_t status) {
 }
 
 void QueueEngine::qp_to_error(uint32_t qpn, Qp& qp, uint8_t state) {
-  const uint8_t was = qp.attrs.state;
+  enter_error(qpn, qp, qp.attrs.state, state);
+}
+
+// `was`: the state before (MODIFY_QP has already set attrs.state to ERR
+// when on_qp_transition runs; the data path has not).
+void QueueEngine::enter_error(uint32_t qpn, Qp& qp, uint8_t was, uint8_t state) {
   qp.attrs.state = state;
   track_live(qpn, &qp);
   qp.rt.ack_due.reset();
@@ -225,7 +230,7 @@ void QueueEngine::on_qp_transition(uint32_t qpn, Qp& qp, uint8_t from, const Mod
     rt.retry_left = qp.attrs.retry_cnt;
     rt.rnr_left = qp.attrs.rnr_retry;
   }
-  if (to == kErr && from != kErr) qp_to_error(qpn, qp, kErr);
+  if (to == kErr && from != kErr) enter_error(qpn, qp, from, kErr);  // IBA 11.6.3.1 via MODIFY_QP too
   if (to == kRts) rt.kick = true;  // SQD/SQE -> RTS: resume the SQ
 }
 

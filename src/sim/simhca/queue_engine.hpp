@@ -90,6 +90,7 @@ class QueueEngine final : public QueueOps {
   bool post_cqe(uint32_t cqn, const Cqe& c);
   void finish_send(uint32_t qpn, Qp& qp, const SendOp& op, uint8_t status);
   void flush_posted(uint32_t qpn, Qp& qp);
+  void enter_error(uint32_t qpn, Qp& qp, uint8_t was, uint8_t state);
   void sq_from_record(uint32_t qpn, Qp& qp);
 
   HostPort& host_;

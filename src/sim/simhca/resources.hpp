@@ -134,6 +134,7 @@ struct Uar {
   uint32_t users = 0;           // EQs, CQs, SRQs, QPs
   uint32_t doorbell_users = 0;  // EQs, CQs, QPs: the scanner watches the page (§12.5)
   uint32_t first_qp = kNoQp;    // the QPs of this UAR, linked through Qp::uar_next
+  uint32_t first_cq = kNoQp;    // the CQs of this UAR, linked through Cq::uar_next (§12.5.1 CQ_ARM)
   UarWords taken{};             // §12.5: the doorbell words last taken
 };
 
@@ -149,7 +150,9 @@ struct Eq {
 struct Cq {
   CreateCq cfg;
   uint8_t arm = 0, state = 0, arm_sn = 0;
+  bool arm_sn_from_record = false;  // arm_sn was taken from the doorbell record (§7.3)
   uint32_t producer = 0, consumer = 0;
+  uint32_t uar_prev = kNoQp, uar_next = kNoQp;  // the CQs of cfg.uar (§12.5.1)
   uint32_t users = 0;  // QP references (send and receive count separately)
 };
 

@@ -42,13 +42,14 @@ void Hca::uar_scan(uint32_t uar) {
   Uar* u = initialized_ ? tables_.uars.get(uar) : nullptr;
   const std::optional<UarWords> words = host_.uar_words(uar);
   if (!u || !u->doorbell_users || !words) return;  // freed since it was noticed
-  bool sq = false;
+  bool sq = false, arm = false;
   for (size_t i = 0; i < words->size(); ++i) {
     const uint64_t v = (*words)[i];
     if (v == u->taken[i]) continue;
     u->taken[i] = v;
     ++stats_.mmap_doorbells;
     sq |= i == kWordSqDoorbell;
+    arm |= i == kWordCqArm;
     const bool ok = i == kWordSqDoorbell ? queues_.sq_doorbell_target(uar, v) != nullptr : uar_doorbell(uar, i, v);
     if (!ok) {
       ++stats_.mmap_doorbells_bad;
@@ -56,6 +57,7 @@ void Hca::uar_scan(uint32_t uar) {
     }
   }
   if (sq) queues_.sq_rescan(uar);
+  if (arm) events_.cq_arm_rescan(uar);  // §12.5.1: the arms the word no longer shows
 }
 
 // §12.5: the page is watched while an EQ, CQ or QP uses the UAR. When it
@@ -90,6 +92,24 @@ void Hca::uar_unlink_qp(uint32_t qpn, Qp& qp) {
   else if (u->first_qp == qpn) u->first_qp = qp.uar_next;
   if (Qp* next = tables_.qps.get(qp.uar_next)) next->uar_prev = qp.uar_prev;
   qp.uar_prev = qp.uar_next = kNoQp;
+}
+
+// §12.5.1: the CQs of a UAR, so that a CQ_ARM rescan reads their records
+// only, not every CQ of the device.
+void Hca::uar_link_cq(uint32_t cqn, Cq& cq) {
+  Uar* u = tables_.uars.get(cq.cfg.uar);
+  cq.uar_prev = kNoQp;
+  cq.uar_next = u->first_cq;
+  if (Cq* next = tables_.cqs.get(u->first_cq)) next->uar_prev = cqn;
+  u->first_cq = cqn;
+}
+
+void Hca::uar_unlink_cq(uint32_t cqn, Cq& cq) {
+  Uar* u = tables_.uars.get(cq.cfg.uar);
+  if (Cq* prev = tables_.cqs.get(cq.uar_prev)) prev->uar_next = cq.uar_next;
+  else if (u->first_cq == cqn) u->first_cq = cq.uar_next;
+  if (Cq* next = tables_.cqs.get(cq.uar_next)) next->uar_prev = cq.uar_prev;
+  cq.uar_prev = cq.uar_next = kNoQp;
 }
 
 // §11.4
