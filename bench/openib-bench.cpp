@@ -342,6 +342,14 @@ double openib_write_mbs(Side& a, Side& b, int reps, size_t block, int count) {
 }
 
 // ---- (e) many QPs -----------------------------------------------------------
+void wait_for_start(int report_fd, int go_fd) {
+  const char ready = 'R';
+  full_write(report_fd, &ready, 1);
+  char c;
+  while (::read(go_fd, &c, 1) < 0 && errno == EINTR) {
+  }
+}
+
 struct ChildReport {
   double t0 = 0, t1 = 0;  // CLOCK_MONOTONIC seconds around the create_qp loop
   int created = 0;
@@ -354,8 +362,11 @@ double mono_now() {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
 }
 
-// A child: Context, PD, one CQ, `n` RC QPs; report; wait for the parent.
-[[noreturn]] void qp_child(const std::string& sock, int n, int report_fd, int release_fd) {
+// A child: Context, PD, one CQ; says it is ready (one byte on report_fd)
+// and waits for the parent's start (EOF on go_fd), so the timed window holds
+// QP creation only, not the other children's exec and HELLO; then `n` RC QPs;
+// report; wait for the parent.
+[[noreturn]] void qp_child(const std::string& sock, int n, int report_fd, int release_fd, int go_fd) {
   ::alarm(600);  // never outlive a lost parent
   ChildReport rep;
   std::vector<std::unique_ptr<Qp>> qps;
@@ -377,6 +388,7 @@ double mono_now() {
     QpInit init;
     init.send_cq = init.recv_cq = cq.get();
     init.cap.max_send_wr = init.cap.max_recv_wr = 1;
+    wait_for_start(report_fd, go_fd);
     rep.t0 = mono_now();
     for (int i = 0; i < n; ++i) {
       auto q = (*ctx)->create_qp(*pd, init);
@@ -390,6 +402,7 @@ double mono_now() {
     rep.t1 = mono_now();
     rep.created = static_cast<int>(qps.size());
   }
+  if (!rep.t0) wait_for_start(report_fd, go_fd);  // failed before: still ready, then report
   full_write(report_fd, &rep, sizeof rep);
   char c;
   while (::read(release_fd, &c, 1) < 0 && errno == EINTR) {
@@ -416,8 +429,8 @@ ManyQps many_qps(const std::string& self, const std::string& sock, int ibd_pid, 
     m.ibd_before = smaps_rollup(ibd_pid);
     if (sim_pid) m.sim_before = smaps_rollup(sim_pid);
   }
-  int release[2];
-  if (::pipe2(release, O_CLOEXEC) != 0) die("pipe");
+  int release[2], go[2];
+  if (::pipe2(release, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0) die("pipe");
   struct Kid {
     pid_t pid;
     int fd;
@@ -432,18 +445,29 @@ ManyQps many_qps(const std::string& self, const std::string& sock, int ibd_pid, 
     if (pid < 0) die("fork");
     if (pid == 0) {
       std::string n = std::to_string(per_proc), rfd = std::to_string(rp[1]),
-                  lfd = std::to_string(release[0]);
+                  lfd = std::to_string(release[0]), gfd = std::to_string(go[0]);
       ::fcntl(rp[1], F_SETFD, 0);
       ::fcntl(release[0], F_SETFD, 0);
+      ::fcntl(go[0], F_SETFD, 0);
       ::execl(self.c_str(), self.c_str(), "--qp-child", sock.c_str(), n.c_str(), rfd.c_str(),
-              lfd.c_str(), static_cast<char*>(nullptr));
+              lfd.c_str(), gfd.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(rp[1]);
     kids.push_back({pid, rp[0]});
   }
   ::close(release[0]);
+  ::close(go[0]);
   auto t0 = Clock::now();
+  // The start barrier: every child's ready byte (or its end), then EOF on go.
+  for (auto& k : kids) {
+    char c;
+    ssize_t r;
+    while ((r = ::read(k.fd, &c, 1)) < 0 && errno == EINTR) {
+    }
+    (void)r;
+  }
+  ::close(go[1]);
   size_t got = 0;
   while (got < kids.size() && seconds_since(t0) < 300) {
     std::vector<pollfd> pf;
@@ -521,8 +545,8 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (s == "--qp-child") {
-      if (argc != 6) die("--qp-child SOCK N REPORT_FD RELEASE_FD");
-      qp_child(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]));
+      if (argc != 7) die("--qp-child SOCK N REPORT_FD RELEASE_FD GO_FD");
+      qp_child(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6]));
     } else if (s == "--socket-a") {
       a.sock_a = next();
     } else if (s == "--socket-b") {

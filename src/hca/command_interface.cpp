@@ -220,7 +220,8 @@ void CommandInterface::flush_doorbell() {
   if (!bits) return;
   std::atomic_thread_fence(std::memory_order_release);  // entries before doorbell
   ++stats_.doorbells;
-  if (auto r = dev_.write32(VFIO_PCI_BAR0_REGION_INDEX, kCmdDoorbell, bits); !r) {
+  // Posted (§5.3): ibd's loop does not wait for the device to take it.
+  if (auto r = dev_.write32_posted(VFIO_PCI_BAR0_REGION_INDEX, kCmdDoorbell, bits); !r) {
     Error e = r.take_error();
     if (!dev_.alive()) e.code = ENODEV;
     fail_all(e);

@@ -119,6 +119,14 @@ class Device {
                                    std::span<std::byte> out) = 0;
   virtual Result<void> region_write(uint32_t index, uint64_t offset,
                                     std::span<const std::byte> in) = 0;
+  // A posted write, as PCIe memory writes are: the caller does not wait for
+  // the device to take it, and an error the device would report is lost
+  // (a doorbell: what it starts completes or times out on its own). The
+  // default waits, as region_write does; vfio-user posts (no_reply flag).
+  virtual Result<void> region_write_posted(uint32_t index, uint64_t offset,
+                                           std::span<const std::byte> in) {
+    return region_write(index, offset, in);
+  }
   // mmap [offset, offset+size) of a region; must lie inside one sparse area
   // (or the whole region if it has none). Offset and size page-aligned.
   virtual Result<RegionMapping> region_mmap(uint32_t index, uint64_t offset,
@@ -161,6 +169,7 @@ class Device {
   Result<uint64_t> read64(uint32_t index, uint64_t offset);
   Result<void> write32(uint32_t index, uint64_t offset, uint32_t value);
   Result<void> write64(uint32_t index, uint64_t offset, uint64_t value);
+  Result<void> write32_posted(uint32_t index, uint64_t offset, uint32_t value);
   Result<uint16_t> config_read16(uint64_t offset);
   Result<void> config_write16(uint64_t offset, uint16_t value);
 };

@@ -57,6 +57,8 @@ class VfioUserClient final : public Device {
   Result<void> region_read(uint32_t index, uint64_t offset, std::span<std::byte> out) override;
   Result<void> region_write(uint32_t index, uint64_t offset,
                             std::span<const std::byte> in) override;
+  Result<void> region_write_posted(uint32_t index, uint64_t offset,
+                                   std::span<const std::byte> in) override;
   Result<RegionMapping> region_mmap(uint32_t index, uint64_t offset, uint64_t size) override;
   Result<RegionFd> region_mmap_fd(uint32_t index) override;
   Result<std::vector<IovaRange>> iova_ranges() override { return std::vector<IovaRange>{}; }
@@ -273,6 +275,24 @@ Result<void> VfioUserClient::region_write(uint32_t index, uint64_t offset,
       return broken(err(EPROTO, "REGION_WRITE reply ({}, {:#x}, {}) for request ({}, {:#x}, {})",
                         a->region, a->offset, a->count, index, off, n));
     done += n;
+  }
+  return ok();
+}
+
+// REGION_WRITE with no_reply (spec "Header"): sent, not waited for. The
+// server handles messages in order, so a later command's reply still
+// follows this write's effect.
+Result<void> VfioUserClient::region_write_posted(uint32_t index, uint64_t offset,
+                                                 std::span<const std::byte> in) {
+  if (dead_) return gone();
+  if (in.size() > max_xfer_) return region_write(index, offset, in);
+  Bytes msg = encode_posted_command(next_id_++, Command::kRegionWrite,
+                                    encode_region_access(offset, index, static_cast<uint32_t>(in.size()), in));
+  auto sent = send_message(sock_.get(), msg, {}, opts_.reply_timeout_ms);
+  if (!sent) {
+    Error e = sent.take_error();
+    if (e.code == ETIMEDOUT) return broken(err(ETIMEDOUT, "REGION_WRITE: server not reading"));
+    return broken(err(ENODEV, "{}: server gone while sending REGION_WRITE ({})", name_, e.message));
   }
   return ok();
 }

@@ -121,6 +121,10 @@ Bytes encode_command(uint16_t id, Command c, ByteSpan payload) {
   return encode_message(Header{id, static_cast<uint16_t>(c), 0, kTypeCommand, 0}, payload);
 }
 
+Bytes encode_posted_command(uint16_t id, Command c, ByteSpan payload) {
+  return encode_message(Header{id, static_cast<uint16_t>(c), 0, kTypeCommand | kFlagNoReply, 0}, payload);
+}
+
 Bytes encode_reply(uint16_t id, uint16_t command, ByteSpan payload) {
   return encode_message(Header{id, command, 0, kTypeReply, 0}, payload);
 }

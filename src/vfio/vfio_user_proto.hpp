@@ -112,6 +112,8 @@ Result<Header> decode_header(ByteSpan bytes, size_t max_size = kMaxMessageSize);
 // A whole message: the header (with size filled in) followed by payload.
 Bytes encode_message(Header h, ByteSpan payload);
 Bytes encode_command(uint16_t id, Command c, ByteSpan payload);
+// The same with the no_reply flag (spec "Header": the server sends no reply).
+Bytes encode_posted_command(uint16_t id, Command c, ByteSpan payload);
 Bytes encode_reply(uint16_t id, uint16_t command, ByteSpan payload);
 Bytes encode_error_reply(uint16_t id, uint16_t command, uint32_t error);
 

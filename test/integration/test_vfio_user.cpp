@@ -593,6 +593,27 @@ TEST_CASE("fake server: an error reply fails only that call") {
   CHECK(must(dev->device_info()).num_regions == 9);
 }
 
+TEST_CASE("fake server: a posted write is sent with no_reply and not waited for") {
+  // The server answers nothing to the posted write: a client that waited
+  // would time out (300 ms) and mark the device gone.
+  uint32_t written = 0;
+  FakeServer f({version_reply(), [&](int, const Header&, ByteSpan p) {
+                  auto a = decode_region_access_data(p, 4);
+                  if (a && a->data.size() == 4) std::memcpy(&written, a->data.data(), 4);
+                },
+                reply_with(encode_device_info(kInfo))});
+  auto dev = must(open_vfio_user(f.dir.sock(), {.reply_timeout_ms = 300}));
+  must(dev->write32_posted(kBar0, 0x40, 0x1234abcd));
+  CHECK(must(dev->device_info()).num_regions == 9);  // the next call's reply is its own
+  CHECK(dev->alive());
+  f.join();
+  REQUIRE(f.seen.size() == 3);
+  CHECK(f.seen[1].command == uint16_t(Command::kRegionWrite));
+  CHECK(f.seen[1].no_reply());
+  CHECK_FALSE(f.seen[2].no_reply());
+  CHECK(written == 0x1234abcdu);
+}
+
 TEST_CASE("fake server: unexpected fds with a reply are closed") {
   UniqueFd e1 = must(make_eventfd()), e2 = must(make_eventfd());
   const int extra[] = {e1.get(), e2.get()};
