@@ -281,15 +281,20 @@ Result<void> Server::op_alloc_pd(Client& c, proto::Message& m, Respond& done) {
   return ok();
 }
 
-// MAP_MEM: a memfd, at least `length` long, mapped for DMA (IOMMU / vfio-user
-// DMA_MAP) through the pool's IOVA space.
+// MAP_MEM: a memfd sealed against shrinking, at least `length` long, mapped
+// for DMA (IOMMU / vfio-user DMA_MAP) through the pool's IOVA space. The
+// seal comes first: without it the length check below means nothing, and
+// the device's copies would fault on pages truncated away (memfd_create(2),
+// "File sealing"; docs/client-protocol.md §3.1).
 Result<Server::Reply> Server::op_map_mem(Client& c, proto::Message& m) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::MapMemReq>(m.body));
   OPENIB_TRY(expect_fds(m, 1));
   if (req.length == 0 || req.length % kPage != 0 || req.length > kMaxMapLength)
     return err(EINVAL, "length {} must be a non-zero multiple of 4096, at most 16 GiB", req.length);
   const int fd = m.fds[0].get();
-  if (::fcntl(fd, F_GET_SEALS) < 0) return err(EINVAL, "the attached fd is not a memfd");
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return err(EINVAL, "the attached fd is not a memfd");
+  if (!(seals & F_SEAL_SHRINK)) return err(EPERM, "the memfd is not sealed against shrinking (F_SEAL_SHRINK)");
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return err(EINVAL, "the attached fd is not a memfd");
   if (static_cast<uint64_t>(st.st_size) < req.length)

@@ -1,5 +1,6 @@
 #include "lib/arena.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -9,11 +10,18 @@
 
 namespace openib::lib {
 
+Result<UniqueFd> sealed_memfd(const char* name, size_t size) {
+  UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return sys_err("memfd_create");
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) < 0) return sys_err("ftruncate memfd to {}", size);
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+    return sys_err("seal memfd of {} bytes", size);
+  return fd;
+}
+
 Result<MemfdMap> memfd_map(const char* name, size_t size, void* fixed_addr) {
   MemfdMap m;
-  m.fd = UniqueFd(::memfd_create(name, MFD_CLOEXEC));
-  if (!m.fd) return sys_err("memfd_create");
-  if (::ftruncate(m.fd.get(), static_cast<off_t>(size)) < 0) return sys_err("ftruncate memfd to {}", size);
+  OPENIB_TRY_ASSIGN(m.fd, sealed_memfd(name, size));
   void* p = ::mmap(fixed_addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | (fixed_addr ? MAP_FIXED : 0),
                    m.fd.get(), 0);
   if (p == MAP_FAILED) return sys_err("mmap memfd of {} bytes", size);

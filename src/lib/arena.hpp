@@ -59,7 +59,12 @@ class Arena {
   std::vector<std::unique_ptr<Chunk>> chunks_;
 };
 
-// memfd_create + ftruncate + mmap(MAP_SHARED): memory ibd can map for DMA.
+// A memfd of `size` bytes sealed against shrinking and growing (and
+// against further sealing): ibd maps only memfds that cannot shrink under
+// the device (docs/client-protocol.md §3.1, MAP_MEM).
+Result<UniqueFd> sealed_memfd(const char* name, size_t size);
+
+// sealed_memfd + mmap(MAP_SHARED): memory ibd can map for DMA.
 struct MemfdMap {
   UniqueFd fd;
   std::byte* base = nullptr;

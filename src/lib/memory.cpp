@@ -97,9 +97,7 @@ Result<std::unique_ptr<Mr>> ContextImpl::reg_mr(Pd& pd, void* addr, size_t lengt
       auto nr = std::make_unique<Remap>();
       nr->start = s;
       nr->size = e - s;
-      nr->fd = UniqueFd(::memfd_create("openib-reg-mr", MFD_CLOEXEC));
-      if (!nr->fd) return sys_err("memfd_create");
-      if (::ftruncate(nr->fd.get(), static_cast<off_t>(nr->size)) < 0) return sys_err("ftruncate");
+      OPENIB_TRY_ASSIGN(nr->fd, sealed_memfd("openib-reg-mr", nr->size));
       for (size_t done = 0; done < nr->size;) {
         // Whole pages, neighbours of the caller's buffer included: the raw
         // system call, so sanitizers do not take it for an overflow.

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/bus_fault.hpp"
 #include "vfio/vfio_user_socket.hpp"
 
 namespace openib::vfio::user {
@@ -20,6 +21,7 @@ namespace openib::vfio::user {
 VfioUserServer::VfioUserServer(DeviceModel& model, ServerOptions opts)
     : model_(model), opts_(opts), log_(log::get("vfio-user")) {
   model_.server_ = this;
+  install_bus_fault_handler();  // dma_read/dma_write's guarded copies
   opts_.max_data_xfer_size = std::clamp<uint64_t>(opts_.max_data_xfer_size, 4096, kMaxDataXfer);
 }
 
@@ -350,51 +352,55 @@ const VfioUserServer::DmaEntry* VfioUserServer::find_dma(uint64_t iova) {
 }
 
 template <typename F>
-bool VfioUserServer::dma_walk(uint64_t iova, uint64_t len, uint32_t need, F&& f) {
-  if (len == 0) return true;
-  if (iova + len < iova) return false;
-  // First check every byte is mapped with `need`, then copy: a faulting
-  // access touches nothing.
+VfioUserServer::DmaOutcome VfioUserServer::dma_walk(uint64_t iova, uint64_t len, uint32_t need, F&& f) {
+  if (len == 0) return DmaOutcome::kOk;
+  if (iova + len < iova) return DmaOutcome::kUnmapped;
+  // First check every byte is mapped with `need`, then copy: an access
+  // outside the mappings touches nothing.
   for (int pass = 0; pass < 2; ++pass) {
     uint64_t cur = iova, done = 0;
     for (size_t steps = 0; done < len; ++steps) {
-      if (steps > dma_.size()) return false;
+      if (steps > dma_.size()) return DmaOutcome::kUnmapped;
       const DmaEntry* e = find_dma(cur);
-      if (!e) return false;
+      if (!e) return DmaOutcome::kUnmapped;
       const DmaRegion& r = e->second;
       const uint64_t off = cur - e->first;
-      if (off >= r.size || (r.flags & need) != need) return false;
+      if (off >= r.size || (r.flags & need) != need) return DmaOutcome::kUnmapped;
       const uint64_t n = std::min(len - done, r.size - off);
-      if (pass == 1) f(static_cast<std::byte*>(r.addr) + off, done, n);
+      if (pass == 1 && !f(static_cast<std::byte*>(r.addr) + off, done, n)) return DmaOutcome::kBusError;
       cur += n;
       done += n;
     }
   }
-  return true;
+  return DmaOutcome::kOk;
+}
+
+// A copy that takes SIGBUS (the client's file no longer backs the page,
+// docs/simhca.md §11.2) stops part way and fails like an unmapped access.
+Result<void> VfioUserServer::dma_result(DmaOutcome o, const char* dir, uint64_t iova, uint64_t len) {
+  if (o == DmaOutcome::kOk) return ok();
+  ++stats_.dma_faults;
+  if (o == DmaOutcome::kBusError) {
+    ++stats_.dma_bus_errors;
+    log_->warn("vfio-user server: DMA {} [{:#x}, +{:#x}) took a bus error (client memory gone)", dir, iova, len);
+    return err(EFAULT, "DMA {} [{:#x}, +{:#x}): bus error", dir, iova, len);
+  }
+  log_->warn("vfio-user server: DMA {} [{:#x}, +{:#x}) outside client memory mapped for it", dir, iova, len);
+  return err(EFAULT, "DMA {} [{:#x}, +{:#x}) not mapped for it", dir, iova, len);
 }
 
 Result<void> VfioUserServer::dma_read(uint64_t iova, std::span<std::byte> out) {
-  bool ok_ = dma_walk(iova, out.size(), VFIO_DMA_MAP_FLAG_READ,
-                      [&](const std::byte* src, uint64_t done, uint64_t n) {
-                        std::memcpy(out.data() + done, src, n);
-                      });
-  if (ok_) return ok();
-  ++stats_.dma_faults;
-  log_->warn("vfio-user server: DMA read [{:#x}, +{:#x}) outside readable client memory", iova,
-             out.size());
-  return err(EFAULT, "DMA read [{:#x}, +{:#x}) not mapped readable", iova, out.size());
+  auto o = dma_walk(iova, out.size(), VFIO_DMA_MAP_FLAG_READ, [&](const std::byte* src, uint64_t done, uint64_t n) {
+    return guarded_copy(out.data() + done, src, n);
+  });
+  return dma_result(o, "read", iova, out.size());
 }
 
 Result<void> VfioUserServer::dma_write(uint64_t iova, std::span<const std::byte> in) {
-  bool ok_ = dma_walk(iova, in.size(), VFIO_DMA_MAP_FLAG_WRITE,
-                      [&](std::byte* dst, uint64_t done, uint64_t n) {
-                        std::memcpy(dst, in.data() + done, n);
-                      });
-  if (ok_) return ok();
-  ++stats_.dma_faults;
-  log_->warn("vfio-user server: DMA write [{:#x}, +{:#x}) outside writable client memory", iova,
-             in.size());
-  return err(EFAULT, "DMA write [{:#x}, +{:#x}) not mapped writable", iova, in.size());
+  auto o = dma_walk(iova, in.size(), VFIO_DMA_MAP_FLAG_WRITE, [&](std::byte* dst, uint64_t done, uint64_t n) {
+    return guarded_copy(dst, in.data() + done, n);
+  });
+  return dma_result(o, "write", iova, in.size());
 }
 
 bool VfioUserServer::irq_routed(uint32_t index, uint32_t vector) const {

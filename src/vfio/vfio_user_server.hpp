@@ -63,6 +63,7 @@ class DeviceModel {
   // The server this model is attached to (set by VfioUserServer's
   // constructor); valid inside every callback.
   VfioUserServer& server() { return *server_; }
+  const VfioUserServer& server() const { return *server_; }
 
  private:
   friend class VfioUserServer;
@@ -79,7 +80,8 @@ struct ServerStats {
   uint64_t messages = 0;        // commands handled
   uint64_t bad_messages = 0;    // answered with an error for being malformed
   uint64_t error_replies = 0;   // every error reply, malformed or refused
-  uint64_t dma_faults = 0;      // dma_read/dma_write outside mapped memory
+  uint64_t dma_faults = 0;      // dma_read/dma_write refused: outside mapped memory, or a bus error
+  uint64_t dma_bus_errors = 0;  // of those, copies that took SIGBUS (common/bus_fault.hpp)
   uint64_t irqs_triggered = 0;  // eventfd writes
   uint64_t irqs_dropped = 0;    // trigger_irq with no eventfd routed
 };
@@ -111,7 +113,9 @@ class VfioUserServer {
 
   // Device-side access to client memory: the whole range must lie in
   // mappings with the needed permission, or nothing is copied, the fault is
-  // counted and EFAULT returned.
+  // counted and EFAULT returned. A copy that takes SIGBUS (the client's
+  // file no longer backs a page) stops part way, is counted as a bus error
+  // and is EFAULT too; the server goes on (common/bus_fault.hpp).
   Result<void> dma_read(uint64_t iova, std::span<std::byte> out);
   Result<void> dma_write(uint64_t iova, std::span<const std::byte> in);
   // Signals vector `vector` of IRQ index `index` (writes its eventfd).
@@ -143,10 +147,12 @@ class VfioUserServer {
   Result<Bytes> on_region_write(ByteSpan p);
   Result<Bytes> on_reset(ByteSpan p);
   Result<void> check_access(uint32_t region, uint64_t offset, uint64_t count, bool write);
-  // Walks [iova, iova+len) over the mappings; nullopt on any gap or
-  // missing permission.
+  // Walks [iova, iova+len) over the mappings, calling f (a copy, false on
+  // a bus error) only once the whole range is mapped with `need`.
+  enum class DmaOutcome { kOk, kUnmapped, kBusError };
   template <typename F>
-  bool dma_walk(uint64_t iova, uint64_t len, uint32_t need, F&& f);
+  DmaOutcome dma_walk(uint64_t iova, uint64_t len, uint32_t need, F&& f);
+  Result<void> dma_result(DmaOutcome o, const char* dir, uint64_t iova, uint64_t len);
   void drop_client();
 
   DeviceModel& model_;

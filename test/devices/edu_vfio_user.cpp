@@ -11,6 +11,8 @@
 //         area, page 0 only through REGION_READ/WRITE.
 //   BAR0 0xF0000 (write): the server _exit()s without replying.
 //   BAR0 0xF0008 (write): the server stops answering (sleeps, then exits).
+//   BAR0 0xF0010, 0xF0018 (read): the server's DMA faults and, of those,
+//         bus errors (ServerStats dma_faults, dma_bus_errors).
 //
 // Usage: openib-edu-vfio-user --socket PATH [--log LEVEL] [--persist]
 #include <sys/mman.h>
@@ -42,7 +44,8 @@ constexpr uint64_t kBufAddr = 0x40000, kBufSize = 4096;
 constexpr uint64_t kDmaMask = (1ull << 28) - 1;  // edu's default dma_mask
 constexpr uint64_t kBar0Size = 1 << 20;
 constexpr uint64_t kBar2Size = 2 * 4096;
-constexpr uint64_t kHookDie = 0xF0000, kHookHang = 0xF0008;
+constexpr uint64_t kHookDie = 0xF0000, kHookHang = 0xF0008, kHookDmaFaults = 0xF0010,
+                   kHookDmaBusErrors = 0xF0018;
 constexpr uint16_t kVendor = 0x1234, kDevice = 0x11e8;
 constexpr uint8_t kMsiCap = 0x40;
 
@@ -136,7 +139,7 @@ class Edu final : public DeviceModel {
  private:
   // edu.c edu_mmio_read: below 0x80 only 4-byte accesses, the DMA
   // registers 4 or 8; anything else reads as all ones.
-  uint64_t mmio_read(uint64_t addr, size_t size) const {
+  uint64_t mmio_read(uint64_t addr, size_t size) {
     if (addr % size != 0 || (addr < 0x80 && size != 4) || (addr >= 0x80 && size != 4 && size != 8))
       return ~0ull;
     uint64_t v = ~0ull;
@@ -150,6 +153,8 @@ class Edu final : public DeviceModel {
       case 0x88: v = dma_dst_; break;
       case 0x90: v = dma_cnt_; break;
       case 0x98: v = dma_cmd_; break;
+      case kHookDmaFaults: v = server().stats().dma_faults; break;
+      case kHookDmaBusErrors: v = server().stats().dma_bus_errors; break;
       default: break;
     }
     return size == 4 ? (v & 0xffffffffu) : v;
@@ -329,12 +334,13 @@ int run(int argc, char** argv) {
   } while (persist && !g_stop);
   const ServerStats& s = server.stats();
   std::fprintf(stderr,
-               "edu: messages %llu, malformed %llu, error replies %llu, dma faults %llu, "
-               "bad dma %llu, irqs %llu (dropped %llu), resets %llu\n",
+               "edu: messages %llu, malformed %llu, error replies %llu, dma faults %llu "
+               "(bus errors %llu), bad dma %llu, irqs %llu (dropped %llu), resets %llu\n",
                static_cast<unsigned long long>(s.messages),
                static_cast<unsigned long long>(s.bad_messages),
                static_cast<unsigned long long>(s.error_replies),
                static_cast<unsigned long long>(s.dma_faults),
+               static_cast<unsigned long long>(s.dma_bus_errors),
                static_cast<unsigned long long>(edu.bad_dma()),
                static_cast<unsigned long long>(s.irqs_triggered),
                static_cast<unsigned long long>(s.irqs_dropped),

@@ -159,10 +159,12 @@ class Raw {
   std::vector<UniqueFd> last_fds_;
 };
 
-UniqueFd make_memfd(size_t len) {
+// A memfd of len bytes with `seals` added (MAP_MEM needs F_SEAL_SHRINK).
+UniqueFd make_memfd(size_t len, int seals = F_SEAL_SHRINK) {
   UniqueFd fd(::memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   REQUIRE(fd.valid());
   REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(len)) == 0);
+  if (seals) REQUIRE(::fcntl(fd.get(), F_ADD_SEALS, seals) == 0);
   return fd;
 }
 
@@ -452,9 +454,38 @@ TEST_CASE("hostile clients get errors; the victim's RC traffic and data are unto
       map_with("of length 4097", {good.get()}, 4097);
       map_with("of length 2^63", {good.get()}, 1ull << 63);
       map_with("of length 2^64 - 4096", {good.get()}, ~0ull - 4095);
-      // Sealed against writes and shrunk after mapping? Sealing shrink is
-      // the client's business; a memfd truncated after MAP_MEM is covered
-      // by the device's checked DMA (docs/simhca.md §11.2).
+    }
+    // A memfd that could shrink under the device (simhca would take SIGBUS
+    // copying into pages truncated away): EPERM, whatever other seals it
+    // has; sealed against shrinking it maps (docs/client-protocol.md §3.1).
+    {
+      Raw r(sa);
+      r.hello();
+      UniqueFd unsealed = make_memfd(65536, 0), grow_only = make_memfd(65536, F_SEAL_GROW),
+               no_sealing(::memfd_create("hostile", MFD_CLOEXEC));
+      REQUIRE(::ftruncate(no_sealing.get(), 65536) == 0);
+      std::string shm = "/dev/shm/openib-hostile-" + std::to_string(::getpid());
+      UniqueFd tmpfs(::open(shm.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      REQUIRE(tmpfs.valid());
+      ::unlink(shm.c_str());
+      REQUIRE(::ftruncate(tmpfs.get(), 65536) == 0);
+      for (auto [what, fd] : {std::pair{"a memfd without seals", unsealed.get()},
+                              {"a memfd sealed only against growing", grow_only.get()},
+                              {"a memfd created without MFD_ALLOW_SEALING", no_sealing.get()},
+                              {"a tmpfs file (seals not allowed)", tmpfs.get()}}) {
+        Outcome o = r.call(Op::kMapMem, proto::MapMemReq{65536}, {&fd, 1});
+        INFO("MAP_MEM of " << what << ": " << o.str());
+        CHECK(o.kind == Outcome::kReplied);
+        CHECK(o.reply.status == EPERM);
+        // A truncation the daemon would not have survived is now harmless.
+        CHECK(::ftruncate(fd, 0) == 0);
+      }
+      UniqueFd sealed = make_memfd(65536, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+      int f = sealed.get();
+      auto mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{65536}, {&f, 1});
+      CHECK(::ftruncate(f, 4096) == -1);
+      CHECK(errno == EPERM);
+      r.must<proto::Empty>(Op::kUnmapMem, proto::HandleReq{mem.handle});
     }
 
   }

@@ -238,6 +238,7 @@ inline UniqueFd make_memfd(size_t size) {
   UniqueFd fd(::memfd_create("ibd-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   REQUIRE(fd.valid());
   REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(size)) == 0);
+  REQUIRE(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK) == 0);  // MAP_MEM requires it
   return fd;
 }
 

@@ -2,6 +2,9 @@
 // with errors while the device keeps working, commands in the wrong device
 // state, a command queue outside mapped memory, device fatal, and a simhca
 // that dies under the driver (ENODEV, never a hang).
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <random>
 
 #include "hca/prm.hpp"
@@ -39,6 +42,7 @@ uint8_t run_raw(Hca& h, const Entry& e) {
 }
 
 constexpr uint64_t kUnmapped = 0x7f0000000000ull;  // inside the IOVA space, never mapped here
+constexpr uint64_t kDmaFaults = 0x050, kDmaBusErrors = 0x054;  // §3, from the manual
 
 }  // namespace
 
@@ -221,4 +225,124 @@ TEST_CASE("simhca faults: simhca gone while idle: the next command is ENODEV", "
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code == ENODEV);
   CHECK(Clock::now() - t0 < std::chrono::seconds(2));
+}
+
+// §11.2: host memory that fails under the device (here the driver's own
+// memfd truncated behind simhca's back; ibd refuses client memfds that can
+// shrink, docs/client-protocol.md §3.1, but a page can fail otherwise) is a
+// DMA error on that memory only: the QP whose send ring it holds completes
+// with an error and leaves RTS, the CQ whose ring it holds goes to error
+// with an event; QPs and CQs in other memory keep working, and simhca
+// counts the bus errors (§3 DMA_BUS_ERRORS) instead of dying of SIGBUS.
+TEST_CASE("simhca faults: ring memory that faults errors its QP and CQ only; the device goes on",
+          "[simhca][faults]") {
+  HcaFixture f;
+  auto must = [](auto r) {
+    if (!r) FAIL(r.error().str());
+    return std::move(r).value();
+  };
+  PortSetup ps;
+  ps.state = kPortActive;
+  ps.lid = 1;
+  REQUIRE(f.hca->set_port(1, ps).ok());
+  const uint32_t pd = must(f.hca->alloc_pd()), uar = must(f.hca->alloc_uar());
+  AddressVector av;
+  av.dlid = 1;  // our own LID: no cable, the packet is dropped and the WQE completes
+  const uint32_t ah = must(f.hca->create_ah(pd, av));
+  Cq good = must(f.hca->create_cq(6, std::nullopt, uar));
+
+  // Four pages of a memfd: 0 doorbell records, 1 SQ and 2 RQ of the victim
+  // QP, 3 the ring of the victim CQ.
+  constexpr uint64_t kPg = 4096;
+  UniqueFd mfd(::memfd_create("simhca-fault", MFD_CLOEXEC));
+  REQUIRE(mfd.valid());
+  REQUIRE(::ftruncate(mfd.get(), 4 * kPg) == 0);
+  dma::DmaMapping mem = must(f.hca->pool().map_fd(mfd.get(), 0, 4 * kPg, true));
+  const uint32_t bad_cqn = must(f.hca->create_cq_at(6, mem.iova() + 3 * kPg, mem.iova(), uar));
+  QpCreateParams p;
+  p.type = QpType::kUd;
+  p.pdn = pd;
+  p.send_cqn = p.recv_cqn = good.cqn;
+  p.uar = uar;
+  p.sq_iova = mem.iova() + kPg;
+  p.rq_iova = mem.iova() + 2 * kPg;
+  p.dbr_iova = mem.iova() + 64;
+  p.log_sq_size = p.log_rq_size = 4;
+  const uint32_t victim = must(f.hca->create_qp_at(p));
+
+  auto to_rts = [&](uint32_t qpn) {
+    QpAttr a;
+    a.state = QpState::kInit;
+    a.port = 1;
+    a.qkey = 0x11111111;
+    REQUIRE(f.hca->modify_qp(qpn, qp_attr::kState | qp_attr::kPkeyIndex | qp_attr::kPort | qp_attr::kQkey, a).ok());
+    a.state = QpState::kRtr;
+    REQUIRE(f.hca->modify_qp(qpn, qp_attr::kState, a).ok());
+    a.state = QpState::kRts;
+    REQUIRE(f.hca->modify_qp(qpn, qp_attr::kState | qp_attr::kSqPsn, a).ok());
+  };
+  auto ud_qp = [&](uint32_t cqn) {
+    QpInit in;
+    in.type = QpType::kUd;
+    in.pdn = pd;
+    in.send_cqn = in.recv_cqn = cqn;
+    in.uar = uar;
+    Qp q = must(f.hca->create_qp(in));
+    to_rts(q.qpn);
+    return q;
+  };
+  to_rts(victim);
+  Qp bystander = ud_qp(good.cqn), cq_victim = ud_qp(bad_cqn);
+  const char payload[8] = "faults!";
+  auto send = [&](Qp& q, uint64_t wr_id) {
+    SendWr wr;
+    wr.wr_id = wr_id;
+    wr.inline_data = true;
+    wr.sg = {Sge{reinterpret_cast<uint64_t>(payload), sizeof payload, 0}};
+    wr.ahn = ah;
+    wr.remote_qpn = 0x123;
+    REQUIRE(f.hca->post_send(q, wr).ok());
+  };
+  auto wait_cqe = [&]() -> std::optional<WorkCompletion> {
+    for (auto end = Clock::now() + std::chrono::seconds(5); Clock::now() < end;) {
+      auto c = f.hca->poll_cq(good, 1);
+      if (!c.empty()) return c[0];
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return std::nullopt;
+  };
+  send(bystander, 1);
+  auto c = wait_cqe();
+  REQUIRE(c);
+  CHECK(int(c->status) == kWcSuccess);
+
+  // Pages 1..3 go away; the records in page 0 stay.
+  REQUIRE(::ftruncate(mfd.get(), kPg) == 0);
+  const uint32_t faults_before = f.reg(kDmaFaults);
+
+  // The victim QP's WQE cannot be read: an error completion for it, and its
+  // SQ leaves RTS (UD: SQE), as for any unreadable send ring.
+  prm::put32(std::span(static_cast<std::byte*>(mem.data()) + 64, 8), dp::kDbrQpSq, 1);
+  REQUIRE(f.dev->write64(VFIO_PCI_BAR2_REGION_INDEX, uar * prm::kUarPageSize + prm::kUarSqDoorbell,
+                         dp::sq_doorbell(victim, 1)).ok());
+  c = wait_cqe();
+  REQUIRE(c);
+  CHECK(c->qpn == victim);
+  CHECK(int(c->status) == kWcLocQpOpErr);
+  CHECK(must(f.hca->query_qp(victim)).attr.state == QpState::kSqe);
+
+  // The victim CQ cannot take its CQE: CQ error event.
+  send(cq_victim, 2);
+  REQUIRE(f.hca->wait_event(prm::kEvCqError, 5000));
+
+  // Everything else goes on: the bystander's sends complete, commands work.
+  send(bystander, 3);
+  c = wait_cqe();
+  REQUIRE(c);
+  CHECK(c->wr_id == 3);
+  CHECK(int(c->status) == kWcSuccess);
+  CHECK(f.hca->nop().ok());
+  CHECK(f.reg(kDmaBusErrors) == 2);
+  CHECK(f.reg(kDmaFaults) == faults_before + 2);
+  CHECK(::kill(f.sim.pid(), 0) == 0);
 }

@@ -44,7 +44,8 @@ constexpr uint64_t kRegId = 0x00, kRegLive = 0x04, kRegFact = 0x08, kRegStatus =
                    kRegIrqStatus = 0x24, kRegIrqRaise = 0x60, kRegIrqAck = 0x64,
                    kRegDmaSrc = 0x80, kRegDmaDst = 0x88, kRegDmaCnt = 0x90, kRegDmaCmd = 0x98;
 constexpr uint64_t kEduBuf = 0x40000;
-constexpr uint64_t kHookDie = 0xF0000, kHookHang = 0xF0008;
+constexpr uint64_t kHookDie = 0xF0000, kHookHang = 0xF0008, kHookDmaFaults = 0xF0010,
+                   kHookDmaBusErrors = 0xF0018;
 constexpr long kPage = 4096;
 
 // A private directory under /tmp, removed with everything in it.
@@ -377,6 +378,42 @@ TEST_CASE("DMA_MAP/UNMAP of memfd memory and edu DMA through the passed fds") {
     edu_dma(*dev, kEduBuf, dst, kPage, true);
     CHECK(mem.page(1)[0] == std::byte{0xa5});
   }
+}
+
+// docs/simhca.md §11.2: memory that stops backing a DMA mapping (here the
+// client truncates its memfd after DMA_MAP, behind the server's back) fails
+// the DMAs that touch it, counted as bus errors; the server does not die of
+// SIGBUS and goes on serving, other mappings unaffected.
+TEST_CASE("DMA to memory truncated behind the server's back fails that DMA; the server goes on") {
+  EduServer srv;
+  auto dev = srv.open();
+  must(dev->config_write16(0x04, 0x0006));  // memory + bus master
+  Memfd gone(2), kept(2);
+  const uint64_t a = 0x100000, b = 0x200000;
+  must(dev->dma_map({gone.fd.get(), 0, nullptr, a, 2 * uint64_t(kPage), true, true}));
+  must(dev->dma_map({kept.fd.get(), 0, nullptr, b, 2 * uint64_t(kPage), true, true}));
+  fill(kept.page(0), 23);
+  // From here on `gone.view` must not be touched by this process either.
+  REQUIRE(::ftruncate(gone.fd.get(), 0) == 0);
+  edu_dma(*dev, a, kEduBuf, kPage, false);     // the device reads: bus error
+  edu_dma(*dev, kEduBuf, a + kPage, 64, true);  // the device writes: bus error
+  REQUIRE(dev->alive());
+  CHECK(must(dev->read32(kBar0, kRegId)) == 0x010000edu);
+  CHECK(must(dev->read64(kBar0, kHookDmaBusErrors)) == 2);
+  CHECK(must(dev->read64(kBar0, kHookDmaFaults)) == 2);
+
+  // Another mapping still moves data, both ways.
+  edu_dma(*dev, b, kEduBuf, kPage, false);
+  edu_dma(*dev, kEduBuf, b + kPage, kPage, true);
+  CHECK(std::equal(kept.page(0).begin(), kept.page(0).end(), kept.page(1).begin()));
+  CHECK(must(dev->read64(kBar0, kHookDmaFaults)) == 2);
+
+  // Each access is its own error: once the file backs the pages again, the
+  // same mapping works.
+  REQUIRE(::ftruncate(gone.fd.get(), 2 * kPage) == 0);
+  edu_dma(*dev, kEduBuf, a, kPage, true);
+  CHECK(std::equal(kept.page(0).begin(), kept.page(0).end(), gone.page(0).begin()));
+  CHECK(must(dev->read64(kBar0, kHookDmaBusErrors)) == 2);
 }
 
 TEST_CASE("DEVICE_RESET returns the device to power-on state") {

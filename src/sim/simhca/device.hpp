@@ -213,9 +213,9 @@ class Device {
     const auto& ss = server_->stats();
     log_->info(
         "simhca: exiting; commands {} (failed {}, dropped {}), bad accesses {}, events {} "
-        "(dropped {}), irqs {}, vfio-user messages {} (malformed {}), dma faults {}",
+        "(dropped {}), irqs {}, vfio-user messages {} (malformed {}), dma faults {} (bus errors {})",
         s.cmds_completed, s.cmds_failed, s.cmds_dropped, s.bad_access, s.events_written,
-        s.events_dropped, s.irqs_signalled, ss.messages, ss.bad_messages, ss.dma_faults);
+        s.events_dropped, s.irqs_signalled, ss.messages, ss.bad_messages, ss.dma_faults, ss.dma_bus_errors);
     const openib::simhca::ScannerCounts sc = model_->scanner_counts();
     log_->info(
         "simhca: doorbell scanner: mmap doorbells {} (ignored {}), bad SQ records {}, pages "

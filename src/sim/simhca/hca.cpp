@@ -110,6 +110,8 @@ uint32_t Hca::bar0_read32(uint64_t off) const {
     case reg::kScannerWakeups: return static_cast<uint32_t>(host_.scanner_counts().wakeups);
     case reg::kMmapDoorbells: return static_cast<uint32_t>(stats_.mmap_doorbells);
     case reg::kMmapDoorbellsBad: return static_cast<uint32_t>(stats_.mmap_doorbells_bad);
+    case reg::kDmaFaults: return static_cast<uint32_t>(host_.dma_counts().faults);
+    case reg::kDmaBusErrors: return static_cast<uint32_t>(host_.dma_counts().bus_errors);
     default: return 0;  // write-only and reserved registers read 0
   }
 }

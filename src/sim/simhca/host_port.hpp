@@ -14,6 +14,12 @@
 
 namespace openib::simhca {
 
+// DMA accesses refused (§11.2), and of those the ones that took a bus
+// error (the memory behind a mapping failed).
+struct DmaCounts {
+  uint64_t faults = 0, bus_errors = 0;
+};
+
 // The device's side of the bus: DMA that refuses any byte outside the
 // driver's mappings (§11.2), and MSI-X vectors (§10).
 class HostPort {
@@ -23,6 +29,7 @@ class HostPort {
   virtual Result<void> dma_write(uint64_t iova, std::span<const std::byte> in) = 0;
   // False if nothing is routed to the vector (the interrupt is dropped).
   virtual bool signal_msix(uint32_t vector) = 0;
+  virtual DmaCounts dma_counts() const { return {}; }
 
   // §12.5 doorbell scanner. A bus without mmap-able UAR pages (tests, the
   // fuzz target) keeps these defaults: nothing is watched or stored.

@@ -50,6 +50,8 @@ inline constexpr uint64_t kScannerSleeps = 0x040;    // §3, §12.5
 inline constexpr uint64_t kScannerWakeups = 0x044;
 inline constexpr uint64_t kMmapDoorbells = 0x048;
 inline constexpr uint64_t kMmapDoorbellsBad = 0x04c;
+inline constexpr uint64_t kDmaFaults = 0x050;  // §3, §11.2
+inline constexpr uint64_t kDmaBusErrors = 0x054;
 inline constexpr uint64_t kSimFault = 0xf00;
 }  // namespace reg
 

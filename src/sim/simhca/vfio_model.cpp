@@ -138,6 +138,9 @@ Result<void> VfioModel::dma_read(uint64_t iova, std::span<std::byte> out) {
 Result<void> VfioModel::dma_write(uint64_t iova, std::span<const std::byte> in) {
   return server().dma_write(iova, in);
 }
+DmaCounts VfioModel::dma_counts() const {
+  return {server().stats().dma_faults, server().stats().dma_bus_errors};
+}
 bool VfioModel::signal_msix(uint32_t vector) {
   return server().trigger_irq(VFIO_PCI_MSIX_IRQ_INDEX, vector);
 }

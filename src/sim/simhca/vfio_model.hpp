@@ -36,6 +36,7 @@ class VfioModel final : public vfio::user::DeviceModel, public HostPort {
   size_t poll_doorbells();
   DoorbellScanner& scanner() { return *scanner_; }
   ScannerCounts scanner_counts() const override { return scanner_->counts(); }
+  DmaCounts dma_counts() const override;
 
  private:
   explicit VfioModel(HcaOptions opts);
