@@ -325,8 +325,8 @@ TEST_CASE("ibd: SIGTERM closes clients and exits 0", "[ibd]") {
   CHECK(!std::filesystem::exists(ibd.socket()));
 }
 
-TEST_CASE("ibd: a vanished device ends the daemon with an error", "[ibd]") {
-  IbdProcess ibd;
+TEST_CASE("ibd: with --restart-limit 0 a vanished device ends the daemon with an error", "[ibd]") {
+  IbdProcess ibd({"--restart-limit", "0"});
   IbdClient c(ibd.socket());
   c.hello();
   const pid_t sim = ibd.simhca_pid();
@@ -337,6 +337,42 @@ TEST_CASE("ibd: a vanished device ends the daemon with an error", "[ibd]") {
   REQUIRE(st != -1);
   CHECK(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) != 0);
+}
+
+// docs/client-protocol.md §6.1: what a client of a lost device sees.
+TEST_CASE("ibd: a vanished device: DEVICE_FATAL, then ENODEV; a new client is served", "[ibd]") {
+  IbdProcess ibd;
+  IbdClient c(ibd.socket());
+  UniqueFd ev(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  c.hello(ev.get());
+  (void)c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});  // start-up port events
+  uint64_t v;
+  (void)!::read(ev.get(), &v, sizeof v);
+  UniqueFd mem = make_memfd(kMem);
+  make_objects(c, mem.get());
+  const pid_t sim = ibd.simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGKILL) == 0);
+  // The async eventfd is written (bounded generous wait; ibd notices the
+  // death by SIGCHLD at once).
+  pollfd p{ev.get(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  auto evs = c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});
+  bool fatal = false;
+  for (uint32_t i = 0; i < evs.count && i < evs.events.size(); ++i)
+    fatal |= evs.events[i].type == 8 && evs.events[i].kind == static_cast<uint8_t>(proto::ObjKind::kDevice);
+  CHECK(fatal);
+  // Every request that needs the device: ENODEV, and the connection stays.
+  CHECK(c.call(Op::kAllocPd, proto::Empty{}).status == ENODEV);
+  CHECK(c.call(Op::kQueryPort, proto::PortReq{1}).status == ENODEV);
+  // A new client's HELLO waits for the restarted device, then is served.
+  IbdClient d(ibd.socket());
+  d.hello();
+  (void)d.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+  CHECK(ibd.simhca_pid() != sim);
+  // The old one stays on the lost device: still ENODEV.
+  CHECK(c.call(Op::kAllocPd, proto::Empty{}).status == ENODEV);
+  CHECK(ibd.wait_exit(0) == -1);  // ibd is still running
 }
 
 TEST_CASE("ibd: affiliated async events reach only the owner", "[ibd]") {
