@@ -375,6 +375,34 @@ TEST_CASE("ibd: a vanished device: DEVICE_FATAL, then ENODEV; a new client is se
   CHECK(ibd.wait_exit(0) == -1);  // ibd is still running
 }
 
+// A device that stops answering (simhca SIGSTOPped: a command that never
+// completes) is a lost device too: the health check's NOP times out, ibd
+// fences it (SIGKILL), tells the client and brings up a new one.
+TEST_CASE("ibd: a hung device is fenced and replaced", "[ibd]") {
+  IbdProcess ibd;
+  IbdClient c(ibd.socket());
+  UniqueFd ev(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  c.hello(ev.get());
+  (void)c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});
+  uint64_t v;
+  (void)!::read(ev.get(), &v, sizeof v);
+  const pid_t sim = ibd.simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGSTOP) == 0);
+  // Health check after 2 s idle, then the vfio-user reply timeout (5 s).
+  pollfd p{ev.get(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 20000) == 1);
+  auto evs = c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});
+  REQUIRE(evs.count >= 1);
+  CHECK(evs.events[0].type == 8);
+  CHECK(c.call(Op::kAllocPd, proto::Empty{}).status == ENODEV);
+  IbdClient d(ibd.socket());
+  d.hello();
+  (void)d.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+  CHECK(ibd.simhca_pid() != sim);
+  CHECK(::kill(sim, 0) != 0);  // the hung one was killed and reaped
+}
+
 TEST_CASE("ibd: affiliated async events reach only the owner", "[ibd]") {
   IbdProcess ibd;
   IbdClient a(ibd.socket()), b(ibd.socket());
