@@ -325,6 +325,17 @@ TEST_CASE("ibd: SIGTERM closes clients and exits 0", "[ibd]") {
   CHECK(!std::filesystem::exists(ibd.socket()));
 }
 
+// HELLO with an async eventfd, the start-up port events fetched and the
+// eventfd read: it is written next by a new event.
+static UniqueFd hello_with_async_fd(IbdClient& c) {
+  UniqueFd ev(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  c.hello(ev.get());
+  (void)c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});
+  uint64_t v;
+  (void)!::read(ev.get(), &v, sizeof v);
+  return ev;
+}
+
 TEST_CASE("ibd: with --restart-limit 0 a vanished device ends the daemon with an error", "[ibd]") {
   IbdProcess ibd({"--restart-limit", "0"});
   IbdClient c(ibd.socket());
@@ -343,11 +354,7 @@ TEST_CASE("ibd: with --restart-limit 0 a vanished device ends the daemon with an
 TEST_CASE("ibd: a vanished device: DEVICE_FATAL, then ENODEV; a new client is served", "[ibd]") {
   IbdProcess ibd;
   IbdClient c(ibd.socket());
-  UniqueFd ev(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  c.hello(ev.get());
-  (void)c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});  // start-up port events
-  uint64_t v;
-  (void)!::read(ev.get(), &v, sizeof v);
+  UniqueFd ev = hello_with_async_fd(c);
   UniqueFd mem = make_memfd(kMem);
   make_objects(c, mem.get());
   const pid_t sim = ibd.simhca_pid();
@@ -381,11 +388,7 @@ TEST_CASE("ibd: a vanished device: DEVICE_FATAL, then ENODEV; a new client is se
 TEST_CASE("ibd: a hung device is fenced and replaced", "[ibd]") {
   IbdProcess ibd;
   IbdClient c(ibd.socket());
-  UniqueFd ev(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  c.hello(ev.get());
-  (void)c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});
-  uint64_t v;
-  (void)!::read(ev.get(), &v, sizeof v);
+  UniqueFd ev = hello_with_async_fd(c);
   const pid_t sim = ibd.simhca_pid();
   REQUIRE(sim > 0);
   REQUIRE(::kill(sim, SIGSTOP) == 0);

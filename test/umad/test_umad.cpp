@@ -377,8 +377,7 @@ TEST_CASE("umad: a lost device closes the MAD socket; after recovery the port op
   Env env;
   int fd = umad_open_port(nullptr, 0);
   REQUIRE(fd >= 0);
-  int agent = umad_register(fd, 0x04, 1, 0, nullptr);
-  REQUIRE(agent >= 0);
+  REQUIRE(umad_register(fd, 0x04, 1, 0, nullptr) >= 0);
   const pid_t sim = env.ibd->simhca_pid();
   REQUIRE(sim > 0);
   REQUIRE(::kill(sim, SIGKILL) == 0);
@@ -393,7 +392,7 @@ TEST_CASE("umad: a lost device closes the MAD socket; after recovery the port op
   fd = umad_open_port(nullptr, 0);
   REQUIRE(fd >= 0);
   CHECK(env.ibd->simhca_pid() != sim);
-  agent = umad_register(fd, 0x04, 1, 0, nullptr);
+  const int agent = umad_register(fd, 0x04, 1, 0, nullptr);
   REQUIRE(agent >= 0);
   pma_get_classportinfo(static_cast<uint8_t*>(umad_get_mad(buf.data())), 78);
   umad_set_addr(buf.data(), 0x1234 /* nobody */, 1, 0, 0x80010000);
