@@ -127,6 +127,10 @@ class CommandInterface {
   // Fails every command in flight and queued with `e` (teardown). Slots the
   // device may still be executing stay fenced.
   void cancel_all(const Error& e);
+  // The device is gone (ibd's recovery, docs/operations.md §5): every
+  // command in flight and queued fails with `e` now, and every later
+  // submission at once; no slot is fenced (nothing will complete).
+  void fence(const Error& e) { fail_all(e); }
 
   // Writes a raw 128-byte entry (OWNER as given) into a free slot, rings it
   // and waits for OWNER to clear (ETIMEDOUT if it stays set; the slot is

@@ -90,6 +90,23 @@ Hca::~Hca() {
   }
 }
 
+Result<void> Hca::close_dead() {
+  if (cmd_) cmd_->fence(err(ENODEV, "{}: device is gone", dev_.name()));
+  return close(true);
+}
+
+Result<void> Hca::reopen() {
+  if (is_open()) (void)close(true);
+  events_.clear();
+  last_status_ = 0;
+  last_syndrome_ = 0;
+  if (auto r = bring_up(); !r) {
+    (void)close(true);
+    return r.take_error();
+  }
+  return ok();
+}
+
 // §5.1 bring-up order, one rung per step.
 Result<void> Hca::bring_up() {
   // 1. Identity: the interface revision this driver speaks (§3).

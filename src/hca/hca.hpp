@@ -111,6 +111,14 @@ class Hca {
   // down by force anyway and EBUSY returned. Every step is attempted; on a
   // vanished device the local resources are still freed. Idempotent.
   Result<void> close(bool force = false);
+  // Fences the command interface (every command in flight fails with
+  // ENODEV at once), then close(true): for a device that is gone.
+  Result<void> close_dead();
+  // The ladder climbed again on the same vfio::Device object, after
+  // close()/close_dead() and after the caller replaced its transport (ibd's
+  // device recovery). The event handler stays set. On failure the HCA is
+  // left closed and reopen() may be tried again.
+  Result<void> reopen();
   bool is_open() const { return cmd_ != nullptr; }
 
   const DeviceCaps& caps() const { return caps_; }

@@ -63,6 +63,10 @@ struct Client {
   // that pipelines cannot reorder its own requests.
   bool busy = false;
   bool dispatching = false;  // inside Server::on_readable's call of handle()
+  bool watching = false;     // a wait for its socket is pending (at most one)
+  // Said HELLO to a device that is gone (docs/client-protocol.md §6.1):
+  // every request but GET_ASYNC_EVENTS and INFO gets ENODEV.
+  bool stale = false;
   uint32_t teardown_outstanding = 0;  // destroy commands in flight after disconnect
   uint32_t uar = 0;  // 0: none allocated
   UniqueFd async_fd;

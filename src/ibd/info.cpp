@@ -69,7 +69,10 @@ std::string Server::info_json(const Client& asker, uint32_t flags) {
                  {"protocol", proto::kVersion},
                  {"uptime_s", std::chrono::duration_cast<std::chrono::seconds>(now - started_).count()},
                  {"socket", opts_.socket},
-                 {"device", opts_.device_name}};
+                 {"device", opts_.device_name},
+                 {"device_state", device_state_name(device_state_)},
+                 {"device_generation", generation_},
+                 {"device_losses", counters_.device_losses}};
   const hca::DeviceCaps& k = hca_.caps();
   j["device"] = {{"name", "simhca0"},
                  {"spec", opts_.device_name},
@@ -94,7 +97,7 @@ std::string Server::info_json(const Client& asker, uint32_t flags) {
                      {"pkey_violations", a->pkey_violations}});
   }
   j["ports"] = std::move(ports);
-  const auto pool = hca_.pool().stats();
+  const auto pool = hca_.is_open() ? hca_.pool().stats() : dma::PoolStats{};  // closed while the device is dead
   j["counters"] = {{"connects", counters_.connects},
                    {"disconnects", counters_.disconnects},
                    {"requests", counters_.requests},

@@ -1,7 +1,8 @@
 // ibd: the root daemon (docs/operations.md). Start-up ladder: options, log
 // level, device lock, device (a named one, or an embedded simhca child),
 // HCA bring-up, static port setup, client socket, readiness. Shutdown on
-// SIGTERM/SIGINT, or with an error status when the device goes away.
+// SIGTERM/SIGINT. A device that goes away is fenced and brought up again
+// (docs/operations.md §5); ibd exits 1 only when it does not come back.
 #include <signal.h>
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
@@ -9,12 +10,14 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <filesystem>
 
 #include "common/log.hpp"
 #include "hca/hca.hpp"
 #include "ibd/device_lock.hpp"
+#include "ibd/device_slot.hpp"
 #include "ibd/options.hpp"
 #include "ibd/server.hpp"
 #include "ibd/simhca_child.hpp"
@@ -49,6 +52,35 @@ std::string lock_device_name(const Options& o) {
   return o.device;
 }
 
+// The transport to the device: a new embedded simhca child (whose socket
+// then accepts) or the named device opened.
+Result<std::unique_ptr<vfio::Device>> open_transport(const Options& o, std::unique_ptr<SimhcaChild>& child) {
+  if (!o.device.empty()) return vfio::open_device(o.device);
+  SimhcaChild::Params p;
+  p.binary = o.simhca;
+  p.socket = o.run_dir + "/simhca.sock";
+  p.log_level = (o.log == "debug" || o.log == "trace") ? o.log : "warn";
+  p.cable = o.cable;
+  p.pcap = o.pcap;
+  p.faults = o.faults;
+  p.extra = o.simhca_args;
+  OPENIB_TRY_ASSIGN(child, SimhcaChild::spawn(p));
+  auto d = child->connect(10000);
+  if (!d) return err(d.error().code, "embedded simhca: {}", d.error().message);
+  return d;
+}
+
+// Static port setup until a subnet manager exists (docs/simhca.md §6.3).
+Result<void> setup_port(const Options& o, hca::Hca& hca) {
+  if (o.lid == 0) return ok();
+  hca::PortSetup ps;
+  ps.lid = o.lid;
+  ps.state = hca::kPortActive;
+  if (auto r = hca.set_port(1, ps); !r) return err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", o.lid, r.error().str());
+  log::get("ibd")->info("port 1: LID {}, Active (static setup)", o.lid);
+  return ok();
+}
+
 int run(const Options& o) {
   auto logger = log::get("ibd");
   if (!o.config.empty()) logger->info("config {}", o.config);
@@ -64,62 +96,36 @@ int run(const Options& o) {
     return 1;
   }
 
-  // The device: named, or an embedded simhca child (docs/simhca.md §13).
+  // The device: named, or an embedded simhca child (docs/simhca.md §13),
+  // inside a slot that outlives its transports (device recovery).
   std::unique_ptr<SimhcaChild> child;
-  std::unique_ptr<vfio::Device> dev;
   std::string device_name = o.device;
   if (o.device.empty()) {
-    SimhcaChild::Params p;
-    p.binary = o.simhca;
-    p.socket = o.run_dir + "/simhca.sock";
-    p.log_level = (o.log == "debug" || o.log == "trace") ? o.log : "warn";
-    p.cable = o.cable;
-    p.pcap = o.pcap;
-    p.faults = o.faults;
-    p.extra = o.simhca_args;
-    auto c = SimhcaChild::spawn(p);
-    if (!c) {
-      logger->error("starting simhca: {}", c.error().str());
-      return 1;
-    }
-    child = std::move(*c);
-    auto d = child->connect(10000);
+    device_name = "vfio-user:" + o.run_dir + "/simhca.sock (embedded)";
+  } else if (!o.cable.empty() || !o.pcap.empty() || !o.faults.empty() || !o.simhca_args.empty()) {
+    logger->warn("--cable, --pcap, --faults and --simhca-arg apply to the embedded simhca only; ignored");
+  }
+  DeviceSlot slot(device_name);
+  {
+    auto d = open_transport(o, child);
     if (!d) {
-      logger->error("embedded simhca: {}", d.error().str());
+      logger->error("opening {}: {}", device_name, d.error().str());
       return 1;
     }
-    dev = std::move(*d);
-    device_name = "vfio-user:" + p.socket + " (embedded)";
-  } else {
-    if (!o.cable.empty() || !o.pcap.empty() || !o.faults.empty() || !o.simhca_args.empty())
-      logger->warn("--cable, --pcap, --faults and --simhca-arg apply to the embedded simhca only; ignored");
-    auto d = vfio::open_device(o.device);
-    if (!d) {
-      logger->error("opening {}: {}", o.device, d.error().str());
-      return 1;
-    }
-    dev = std::move(*d);
+    slot.replace(std::move(*d));
   }
 
   asio::io_context io;
   hca::HcaOptions hopts;
-  auto h = hca::Hca::open(*dev, io, hopts);
+  auto h = hca::Hca::open(slot, io, hopts);
   if (!h) {
     logger->error("HCA bring-up on {}: {}", device_name, h.error().str());
     return 1;
   }
   std::unique_ptr<hca::Hca> hca = std::move(*h);
-
-  // Static port setup until a subnet manager exists (docs/simhca.md §6.3).
-  if (o.lid != 0) {
-    hca::PortSetup ps;
-    ps.lid = o.lid;
-    ps.state = hca::kPortActive;
-    if (auto r = hca->set_port(1, ps); !r) {
-      logger->error("SET_PORT 1 (LID {}, Active): {}", o.lid, r.error().str());
-      return 1;
-    }
-    logger->info("port 1: LID {}, Active (static setup)", o.lid);
+  if (auto r = setup_port(o, *hca); !r) {
+    logger->error("{}", r.error().str());
+    return 1;
   }
 
   int exit_code = 0;
@@ -135,17 +141,83 @@ int run(const Options& o) {
   }
 
   bool stopping = false;
+  asio::steady_timer restart_timer(io);
   auto shutdown = [&](int code, const std::string& why) {
     if (stopping) return;
     stopping = true;
     exit_code = code;
+    restart_timer.cancel();
     (void)sd_notify(0, "STOPPING=1");
     logger->info("shutting down: {}", why);
     if (code != 0) server.notify_device_fatal();
     server.stop();
     io.stop();
   };
-  server.set_on_device_gone([&] { shutdown(1, "the device is gone"); });
+
+  // Device recovery (docs/operations.md §5): Running -> Dead -> Restarting
+  // -> Running. Dead: the device is fenced (an embedded simhca SIGKILLed,
+  // the transport closed), clients are told and their objects forgotten,
+  // the MAD layer and the HCA closed, all without device commands.
+  // Restarting: bring-up attempts with backoff, at most --restart-limit.
+  unsigned attempt = 0;
+  auto lost_at = std::chrono::steady_clock::now();
+  std::function<void()> try_restart;
+  auto retry_or_give_up = [&](const Error& e) {
+    logger->warn("device restart attempt {} of {}: {}", attempt, o.restart_limit, e.str());
+    if (child) (void)child->kill_now();
+    child.reset();
+    slot.clear();
+    if (attempt >= o.restart_limit) return shutdown(1, fmt::format("the device did not come back after {} attempts", attempt));
+    const auto delay = std::chrono::milliseconds(std::min(5000, 100 << std::min(attempt - 1, 6u)));
+    restart_timer.expires_after(delay);
+    restart_timer.async_wait([&](const boost::system::error_code& e2) {
+      if (!e2 && !stopping) try_restart();
+    });
+  };
+  try_restart = [&] {
+    ++attempt;
+    logger->info("restarting device {} (attempt {} of {})", device_name, attempt, o.restart_limit);
+    auto d = open_transport(o, child);
+    if (!d) return retry_or_give_up(d.error());
+    slot.replace(std::move(*d));
+    // A device that is not ours to restart may still be in its fatal state
+    // (docs/simhca.md §11.4): a function reset first (§11.5, VFIO reset).
+    if (!o.device.empty()) {
+      if (auto r = slot.reset(); !r) return retry_or_give_up(r.error());
+    }
+    if (auto r = hca->reopen(); !r) return retry_or_give_up(r.error());
+    if (auto r = setup_port(o, *hca); !r) {
+      (void)hca->close_dead();
+      return retry_or_give_up(r.error());
+    }
+    umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports);
+    server.set_umad(umad.get());
+    server.device_back();
+    logger->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name,
+                 attempt, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count(),
+                 server.device_generation());
+  };
+  auto lose_device = [&](const std::string& why) {
+    if (stopping || server.device_state() != DeviceState::kRunning) return;
+    if (o.restart_limit == 0) return shutdown(1, "the device is gone");
+    lost_at = std::chrono::steady_clock::now();
+    logger->error("device {} is gone ({}); recovering", device_name, why);
+    // Fence: the device must not touch memory any more.
+    if (child) {
+      const int st = child->kill_now();
+      logger->info("embedded simhca {}", describe_wait_status(st));
+    }
+    slot.clear();
+    server.device_lost();
+    server.set_umad(nullptr);
+    umad.reset();  // MAD sockets closed: user-MAD clients must reopen
+    (void)hca->close_dead();
+    child.reset();
+    server.set_device_state(DeviceState::kRestarting);
+    attempt = 0;
+    try_restart();
+  };
+  server.set_on_device_gone([&] { lose_device("commands fail, or DEVICE_FATAL"); });
 
   asio::signal_set signals(io, SIGTERM, SIGINT);
   std::function<void(const boost::system::error_code&, int)> on_signal =
@@ -162,12 +234,11 @@ int run(const Options& o) {
     int st = 0;
     if (child && child->exited(&st)) {
       logger->error("embedded simhca {}; the device is gone", describe_wait_status(st));
-      shutdown(1, "the device is gone");
-      return;
+      lose_device("embedded simhca " + describe_wait_status(st));
     }
-    chld.async_wait(on_chld);
+    if (!stopping) chld.async_wait(on_chld);
   };
-  if (child) chld.async_wait(on_chld);
+  if (o.device.empty()) chld.async_wait(on_chld);
 
   (void)sd_notify(0, "READY=1");
   logger->info("ready on {} (device {})", o.socket, device_name);
@@ -177,6 +248,7 @@ int run(const Options& o) {
   io.run();
 
   // Teardown ladder: clients are gone (server.stop); the HCA, then the child.
+  restart_timer.cancel();
   server.stop();
   server_ptr.reset();  // before the HCA it uses
   umad.reset();        // QP0/QP1 and the issm files, before the HCA
@@ -186,7 +258,7 @@ int run(const Options& o) {
     if (exit_code == 0) logger->warn("HCA close: {}", r.error().str());
   }
   hca.reset();
-  dev.reset();
+  slot.clear();
   if (child) {
     const int st = child->stop();
     logger->info("embedded simhca {}", describe_wait_status(st));

@@ -96,6 +96,9 @@ ParseOutcome parse_options(int argc, char** argv) {
                  "embedded simhca: one more argument (repeat: --simhca-arg=--node-desc --simhca-arg=Hca1)");
   app.add_option("--lid", o.lid, "static LID for port 1 (SET_PORT, state Active); 0: leave the port")
       ->capture_default_str();
+  app.add_option("--restart-limit", o.restart_limit,
+                 "device lost: attempts to bring it up again before exiting 1 (0: exit at once)")
+      ->capture_default_str();
   app.add_option("--log", o.log, "log level: trace, debug, info, warn, error, off")->capture_default_str();
   try {
     app.parse(argc, argv);

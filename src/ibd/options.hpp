@@ -23,6 +23,10 @@ struct Options {
   std::string cable, pcap, faults;  // passed to the embedded simhca
   std::vector<std::string> simhca_args;  // more arguments for it (--guid, --node-desc, ...)
   uint16_t lid = 1;          // static port setup (SET_PORT) until an SM exists; 0: leave the port
+  // Device recovery (docs/operations.md §5): bring-up attempts after a
+  // device loss (backoff 100 ms doubling to 5 s) before ibd gives up and
+  // exits 1; 0 exits at once, as before recovery existed.
+  unsigned restart_limit = 10;
   std::string log = "info";
   std::string config;        // the TOML file read, if any
 };

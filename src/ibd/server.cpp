@@ -132,7 +132,7 @@ void Server::stop() {
 // NOP goes to the command slot reserved for it, so it never waits behind
 // other commands; it is asynchronous like every command on the loop.
 void Server::check_device() {
-  if (stopped_) return;
+  if (stopped_ || device_state_ != DeviceState::kRunning) return;
   if (hca_.device().alive() && !health_in_flight_ &&
       std::chrono::steady_clock::now() - last_activity_ > std::chrono::seconds(2)) {
     last_activity_ = std::chrono::steady_clock::now();
@@ -220,11 +220,18 @@ Client* Server::owner(uint32_t id) {
 
 void Server::watch(uint32_t id) {
   Client* c = client(id);
-  if (!c) return;
+  if (!c || c->watching) return;
+  c->watching = true;
   c->sock.async_wait(asio::posix::stream_descriptor::wait_read,
                      [this, id](const boost::system::error_code& e) {
+                       if (Client* w = client(id)) w->watching = false;
                        if (!e) on_readable(id);
                      });
+}
+
+// A request from a client whose device is gone: only what needs no device.
+static bool served_when_stale(uint16_t op) {
+  return op == static_cast<uint16_t>(proto::Op::kGetAsyncEvents) || op == static_cast<uint16_t>(proto::Op::kInfo);
 }
 
 // One request at a time per client: a request that waits for the device
@@ -235,6 +242,9 @@ void Server::on_readable(uint32_t id) {
   for (int n = 0; n < 16; ++n) {
     Client* c = client(id);
     if (!c) return;
+    // No device (docs/operations.md §5): a client that did not say HELLO to
+    // the old one waits, unread, until device_back() watches it again.
+    if (device_state_ != DeviceState::kRunning && !c->stale) return;
     auto m = proto::recv_message(c->sock.native_handle(), /*nonblocking*/ true);
     if (!m) {
       const int code = m.error().code;
@@ -259,12 +269,17 @@ void Server::on_readable(uint32_t id) {
     h.seq = m->header.seq;
     c->busy = true;
     c->dispatching = true;
-    handle(*c, *m, guard<Reply>([this, id, h](Result<Reply> r) { finish(id, h, std::move(r)); }));
+    auto done = guard<Reply>([this, id, h](Result<Reply> r) { finish(id, h, std::move(r)); });
+    if (c->stale && !served_when_stale(m->header.op))
+      done(err(ENODEV, "the device this client opened is gone (ibd is at device generation {}); reconnect",
+               generation_));
+    else
+      handle(*c, *m, std::move(done));
     c = client(id);
     if (!c) return;  // finish() disconnected it
     c->dispatching = false;
     if (c->busy) return;  // waits for the device; finish() resumes reading
-    if (!hca_.device().alive()) return;  // finish() ran check_device()
+    if (!hca_.device().alive() && device_state_ == DeviceState::kRunning) return;  // finish() ran check_device()
   }
   watch(id);
 }
@@ -413,6 +428,11 @@ void Server::continue_teardown(uint32_t id) {
   if (it == departing_.end()) return;
   Client& c = *it->second;
   if (c.busy || c.teardown_outstanding) return;
+  if (device_state_ != DeviceState::kRunning) {  // nothing left on the device to destroy
+    c.objects.clear();
+    departing_.erase(it);
+    return;
+  }
   static constexpr Kind kOrder[] = {Kind::kQp, Kind::kSrq, Kind::kCq, Kind::kAh, Kind::kMr, Kind::kPd};
   std::vector<uint32_t> handles;
   for (Kind k : kOrder) {
@@ -491,7 +511,7 @@ void Server::on_event(const hca::EventEntry& e) {
   };
   auto to_all = [&](uint8_t type, proto::ObjKind kind, uint8_t port) {
     for (auto& [id, c] : clients_)
-      if (c->hello) queue_event(*c, {type, static_cast<uint8_t>(kind), port, 0});
+      if (c->hello && !c->stale) queue_event(*c, {type, static_cast<uint8_t>(kind), port, 0});
   };
   namespace prm = hca::prm;
   switch (e.type) {
@@ -529,11 +549,80 @@ void Server::on_event(const hca::EventEntry& e) {
       return to_all(kIbvLidChange, proto::ObjKind::kPort, get8(e.data, 0));
     }
     case prm::kEvDeviceFatal:
+      // §11.4: the device fails most commands from now on; handled as a
+      // lost device (device_lost() sends every client DEVICE_FATAL), and
+      // recovery resets it (docs/operations.md §5).
       logger()->error("device {}: DEVICE_FATAL (health syndrome {})", opts_.device_name, get32(e.data, 0));
-      return to_all(kIbvDeviceFatal, proto::ObjKind::kDevice, 0);
+      return device_is_gone();
     default:
       logger()->debug("event type {:#x} not routed", e.type);
   }
+}
+
+const char* device_state_name(DeviceState s) {
+  switch (s) {
+    case DeviceState::kRunning: return "running";
+    case DeviceState::kDead: return "dead";
+    case DeviceState::kRestarting: return "restarting";
+  }
+  return "?";
+}
+
+void Server::device_lost() {
+  if (device_state_ != DeviceState::kRunning) return;
+  device_state_ = DeviceState::kDead;
+  device_gone_ = true;
+  ++counters_.device_losses;
+  health_.cancel();
+  // Fence: every command in flight or queued fails now with ENODEV; their
+  // continuations answer their clients and drop what they would have made.
+  if (hca_.is_open()) hca_.commands().fence(err(ENODEV, "{}: device is gone", opts_.device_name));
+  size_t notified = 0, objects = 0;
+  for (auto& [id, c] : clients_) {
+    if (!c->hello) continue;
+    c->stale = true;
+    ++notified;
+    objects += c->objects.size();
+    queue_event(*c, {kIbvDeviceFatal, static_cast<uint8_t>(proto::ObjKind::kDevice), 0, 0});
+    // Wake a client blocked on a completion channel: it then finds the
+    // error (its next call gets ENODEV), instead of waiting forever.
+    for (auto& [h, o] : c->objects)
+      if (o.eventfd) signal_fd(o.eventfd.get());
+    // The device and its memory are gone: nothing to destroy, only to
+    // forget (the DMA mappings are released locally, docs/client-protocol.md §6.1).
+    c->objects.clear();
+    c->counts = {};
+    c->uar = 0;
+    if (umad_) umad_->client_gone(id);
+  }
+  for (auto& [id, c] : departing_) objects += c->objects.size();
+  departing_.clear();
+  cq_owner_.clear();
+  qp_owner_.clear();
+  srq_owner_.clear();
+  quarantine_.clear();
+  logger()->error("device {} lost: {} clients notified (DEVICE_FATAL), {} objects forgotten", opts_.device_name,
+                  notified, objects);
+  // Stale clients are still served (ENODEV); they may have been left
+  // unwatched by a request that saw the device fail.
+  for (auto& [id, c] : clients_)
+    if (!c->busy) watch(id);
+}
+
+void Server::device_back() {
+  ++generation_;
+  device_state_ = DeviceState::kRunning;
+  device_gone_ = false;
+  last_activity_ = std::chrono::steady_clock::now();
+  for (auto& [id, c] : clients_)
+    if (!c->busy) watch(id);
+  if (!stopped_) {
+    health_.expires_after(std::chrono::seconds(1));
+    health_.async_wait([this](const boost::system::error_code& e) {
+      if (!e) check_device();
+    });
+  }
+  logger()->info("device {} is back: generation {}", opts_.device_name, generation_);
 }
 
 void Server::notify_device_fatal() {

@@ -35,7 +35,13 @@ struct ServerCounters {
   uint64_t quarantined_mappings = 0;  // kept mapped: the device refused to let go
   uint64_t created_for_gone_client = 0;  // completions that found their client gone: undone
   uint64_t health_checks = 0, health_failures = 0;
+  uint64_t device_losses = 0;  // device_lost() calls
 };
+
+// Device recovery (docs/operations.md §5): Running -> Dead -> Restarting ->
+// Running; main.cpp drives it, the Server serves clients accordingly.
+enum class DeviceState : uint8_t { kRunning, kDead, kRestarting };
+const char* device_state_name(DeviceState s);
 
 class Server {
  public:
@@ -53,6 +59,18 @@ class Server {
   void set_on_device_gone(std::function<void()> f) { on_device_gone_ = std::move(f); }
   // Tells every client the device is gone (DEVICE_FATAL event).
   void notify_device_fatal();
+  // The device is gone and ibd will bring it up again (Running -> Dead):
+  // fences the command interface (requests waiting for the device get
+  // ENODEV), queues DEVICE_FATAL for every client that said HELLO and wakes
+  // its eventfds, forgets every client object, mapping and quarantined
+  // mapping without a device command, and marks those clients stale.
+  // Requests of clients without HELLO wait until device_back().
+  void device_lost();
+  void set_device_state(DeviceState s) { device_state_ = s; }
+  // The HCA is up again (-> Running): generation + 1, waiting clients served.
+  void device_back();
+  DeviceState device_state() const { return device_state_; }
+  uint64_t device_generation() const { return generation_; }
   // The user-MAD service (UMAD_* requests, its CQ events); may stay unset.
   void set_umad(UmadService* u) { umad_ = u; }
 
@@ -160,6 +178,8 @@ class Server {
   std::function<void()> on_device_gone_;
   UmadService* umad_ = nullptr;
   bool device_gone_ = false;
+  DeviceState device_state_ = DeviceState::kRunning;
+  uint64_t generation_ = 1;  // +1 each time the device comes back
   bool stopped_ = false;
   bool health_in_flight_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for continuations

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -84,6 +85,17 @@ Result<std::unique_ptr<vfio::Device>> SimhcaChild::connect(int timeout_ms) {
       return err(ETIMEDOUT, "simhca did not accept within {} ms: {}", timeout_ms, last.str());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+int SimhcaChild::kill_now() {
+  if (pid_ <= 0) return status_;
+  ::kill(pid_, SIGKILL);
+  int st = 0;
+  while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+  status_ = st;
+  return st;
 }
 
 int SimhcaChild::stop() {

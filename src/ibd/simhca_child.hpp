@@ -31,6 +31,9 @@ class SimhcaChild {
   bool exited(int* status = nullptr);
   // SIGTERM, wait up to 2 s, then SIGKILL; reaps. Idempotent.
   int stop();
+  // SIGKILL and reap (a device being fenced: it must not touch memory any
+  // more). Idempotent; the wait status.
+  int kill_now();
   pid_t pid() const { return pid_; }
   const std::string& socket() const { return socket_; }
 

@@ -65,7 +65,12 @@ ContextImpl::~ContextImpl() {
 
 bool ContextImpl::destroy(proto::Op op, uint32_t handle) {
   if (conn_->broken()) return false;  // ibd is gone and has destroyed everything
+  if (device_lost_) return true;      // ibd forgot it when the device went
   auto r = conn_->call_void(op, proto::HandleReq{handle});
+  if (!r && r.error().code == ENODEV) {
+    device_lost_ = true;
+    return true;
+  }
   if (!r) log::get("openib")->warn("{} of handle {}: {}", proto::op_name(uint16_t(op)), handle, r.error().str());
   return r.ok();
 }
@@ -218,6 +223,7 @@ Result<std::vector<AsyncEvent>> ContextImpl::get_async_events() {
       const auto& e = r.events[i];
       AsyncEvent a;
       a.type = static_cast<AsyncEventType>(e.type);
+      if (a.type == AsyncEventType::kDeviceFatal) device_lost_ = true;
       a.port = e.port;
       switch (static_cast<proto::ObjKind>(e.kind)) {
         case proto::ObjKind::kCq:

@@ -243,6 +243,10 @@ class ContextImpl final : public Context {
   std::unique_ptr<Conn> conn_;
   std::unique_ptr<Arena> arena_;
   UniqueFd async_efd_;
+  // The device this context opened is gone (a DEVICE_FATAL event, or ibd
+  // answered ENODEV; docs/client-protocol.md §6.1): ibd has forgotten every
+  // object, so destroys are not sent, and nothing will work again.
+  std::atomic<bool> device_lost_{false};
   std::byte* uar_page_ = nullptr;
   size_t uar_size_ = 0;
   Uar uar_;

@@ -403,7 +403,8 @@ bool is_gauge(const std::string& key) {
                                  "_us",     "notif",      "total",   "created", "destroyed",
                                  "pid",     "uid",        "gid",     "id",     "version",
                                  "guid",    "quarantin",  "max",     "lid",    "port",
-                                 "since",   "age",        "name",    "interrupt", "uar"};
+                                 "since",   "age",        "name",    "interrupt", "uar",
+                                 "generation", "losses"};
   std::string k = key;
   for (auto& c : k) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (auto* t : totals)

@@ -12,10 +12,17 @@
 //   wait-event    arms the CQ and blocks in CompChannel::get_event(-1)
 //   poll-async    polls its CQ and watches async_fd() (poll(2), 10 ms),
 //                 fetching the events when it is readable
+//   traffic       sends to itself (RC, 64-byte SENDs, one at a time) and
+//                 watches async_fd() (1 ms); prints "flowing" once the
+//                 first SEND completed; on DEVICE_FATAL prints "fatal
+//                 NS" (CLOCK_MONOTONIC) and "sent N", then tries ALLOC_PD
+//                 and prints its error as "result ..." (the device-recovery
+//                 test)
 // A mode that meets an error (or a DEVICE_FATAL event) prints
 // "result ERRNO MESSAGE" and exits 3. Exit 0 when the time limit passes;
 // 1 with a message on stderr if the setup fails.
 #include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -79,6 +86,8 @@ int main(int argc, char** argv) {
     return 3;
   };
   Wc wc[4];
+  bool send_posted = false;
+  uint64_t sent = 0;
   while (std::chrono::steady_clock::now() < end) {
     if (mode == "hold") {
       s.cq->poll(wc);
@@ -99,6 +108,40 @@ int main(int argc, char** argv) {
         for (auto& e : *evs)
           if (e.type == AsyncEventType::kDeviceFatal)
             return result(Error{ENODEV, "DEVICE_FATAL event"});
+      }
+    } else if (mode == "traffic") {
+      // After the device is gone the doorbells go nowhere and nothing
+      // completes; only the async event tells.
+      if (!send_posted) {
+        if (int e = post_send(*s.qp, *s.mr, 4096, 64, 100); e != 0) return result(Error{e, "post_send"});
+        send_posted = true;
+      }
+      const int n = s.cq->poll(wc);
+      for (int i = 0; i < n; ++i) {
+        if (wc[i].wr_id == 100) {
+          send_posted = false;
+          if (++sent == 1) {
+            std::printf("flowing\n");
+            std::fflush(stdout);
+          }
+        } else if (int e = post_recv(*s.qp, *s.mr, 0, 4096, 1); e != 0) {
+          return result(Error{e, "post_recv"});
+        }
+      }
+      pollfd pf{s.ctx->async_fd(), POLLIN, 0};
+      if (::poll(&pf, 1, 1) == 1) {
+        auto evs = s.ctx->get_async_events();
+        if (!evs) return result(evs.error());
+        for (auto& e : *evs) {
+          if (e.type != AsyncEventType::kDeviceFatal) continue;
+          timespec ts{};
+          ::clock_gettime(CLOCK_MONOTONIC, &ts);
+          std::printf("fatal %lld\nsent %llu\n", static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec,
+                      static_cast<unsigned long long>(sent));
+          std::fflush(stdout);
+          auto pd = s.ctx->alloc_pd();
+          return result(pd ? Error{0, "ALLOC_PD succeeded on a lost device"} : pd.error());
+        }
       }
     } else {
       std::fprintf(stderr, "ibd-test-client: unknown mode %s\n", mode.c_str());

@@ -325,8 +325,19 @@ TEST_CASE("ibd: SIGTERM closes clients and exits 0", "[ibd]") {
   CHECK(!std::filesystem::exists(ibd.socket()));
 }
 
-TEST_CASE("ibd: a vanished device ends the daemon with an error", "[ibd]") {
-  IbdProcess ibd;
+// HELLO with an async eventfd, the start-up port events fetched and the
+// eventfd read: it is written next by a new event.
+static UniqueFd hello_with_async_fd(IbdClient& c) {
+  UniqueFd ev(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  c.hello(ev.get());
+  (void)c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});
+  uint64_t v;
+  (void)!::read(ev.get(), &v, sizeof v);
+  return ev;
+}
+
+TEST_CASE("ibd: with --restart-limit 0 a vanished device ends the daemon with an error", "[ibd]") {
+  IbdProcess ibd({"--restart-limit", "0"});
   IbdClient c(ibd.socket());
   c.hello();
   const pid_t sim = ibd.simhca_pid();
@@ -337,6 +348,62 @@ TEST_CASE("ibd: a vanished device ends the daemon with an error", "[ibd]") {
   REQUIRE(st != -1);
   CHECK(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) != 0);
+}
+
+// docs/client-protocol.md §6.1: what a client of a lost device sees.
+TEST_CASE("ibd: a vanished device: DEVICE_FATAL, then ENODEV; a new client is served", "[ibd]") {
+  IbdProcess ibd;
+  IbdClient c(ibd.socket());
+  UniqueFd ev = hello_with_async_fd(c);
+  UniqueFd mem = make_memfd(kMem);
+  make_objects(c, mem.get());
+  const pid_t sim = ibd.simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGKILL) == 0);
+  // The async eventfd is written (bounded generous wait; ibd notices the
+  // death by SIGCHLD at once).
+  pollfd p{ev.get(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  auto evs = c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});
+  bool fatal = false;
+  for (uint32_t i = 0; i < evs.count && i < evs.events.size(); ++i)
+    fatal |= evs.events[i].type == 8 && evs.events[i].kind == static_cast<uint8_t>(proto::ObjKind::kDevice);
+  CHECK(fatal);
+  // Every request that needs the device: ENODEV, and the connection stays.
+  CHECK(c.call(Op::kAllocPd, proto::Empty{}).status == ENODEV);
+  CHECK(c.call(Op::kQueryPort, proto::PortReq{1}).status == ENODEV);
+  // A new client's HELLO waits for the restarted device, then is served.
+  IbdClient d(ibd.socket());
+  d.hello();
+  (void)d.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+  CHECK(ibd.simhca_pid() != sim);
+  // The old one stays on the lost device: still ENODEV.
+  CHECK(c.call(Op::kAllocPd, proto::Empty{}).status == ENODEV);
+  CHECK(ibd.wait_exit(0) == -1);  // ibd is still running
+}
+
+// A device that stops answering (simhca SIGSTOPped: a command that never
+// completes) is a lost device too: the health check's NOP times out, ibd
+// fences it (SIGKILL), tells the client and brings up a new one.
+TEST_CASE("ibd: a hung device is fenced and replaced", "[ibd]") {
+  IbdProcess ibd;
+  IbdClient c(ibd.socket());
+  UniqueFd ev = hello_with_async_fd(c);
+  const pid_t sim = ibd.simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGSTOP) == 0);
+  // Health check after 2 s idle, then the vfio-user reply timeout (5 s).
+  pollfd p{ev.get(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 20000) == 1);
+  auto evs = c.must<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{});
+  REQUIRE(evs.count >= 1);
+  CHECK(evs.events[0].type == 8);
+  CHECK(c.call(Op::kAllocPd, proto::Empty{}).status == ENODEV);
+  IbdClient d(ibd.socket());
+  d.hello();
+  (void)d.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+  CHECK(ibd.simhca_pid() != sim);
+  CHECK(::kill(sim, 0) != 0);  // the hung one was killed and reaped
 }
 
 TEST_CASE("ibd: affiliated async events reach only the owner", "[ibd]") {

@@ -368,3 +368,38 @@ TEST_CASE("umad: garbage on the MAD socket is dropped, the session and ibd go on
   umad_release_ca(&ca);
   umad_close_port(fd);
 }
+
+// docs/operations.md §5 "Device recovery": the device is lost (simhca
+// SIGKILLed) under a user-MAD client. Its MAD socket is closed by ibd (a
+// read fails instead of waiting forever), and once the device is back a new
+// open, agent and send work: the MAD layer and QP1 came back with it.
+TEST_CASE("umad: a lost device closes the MAD socket; after recovery the port opens again", "[umad]") {
+  Env env;
+  int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(umad_register(fd, 0x04, 1, 0, nullptr) >= 0);
+  const pid_t sim = env.ibd->simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGKILL) == 0);
+  std::vector<uint8_t> buf(umad_size() + 256);
+  int len = 256;
+  const int r = umad_recv(fd, buf.data(), &len, 10000);
+  CHECK(r < 0);
+  CHECK(r != -ETIMEDOUT);  // closed, not silent
+  umad_close_port(fd);
+  REQUIRE(env.ibd->alive());
+  // A new open waits for the restarted device (its HELLO is held), then works.
+  fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  CHECK(env.ibd->simhca_pid() != sim);
+  const int agent = umad_register(fd, 0x04, 1, 0, nullptr);
+  REQUIRE(agent >= 0);
+  pma_get_classportinfo(static_cast<uint8_t*>(umad_get_mad(buf.data())), 78);
+  umad_set_addr(buf.data(), 0x1234 /* nobody */, 1, 0, 0x80010000);
+  REQUIRE(umad_send(fd, agent, buf.data(), 256, 50, 0) == 0);
+  len = 256;
+  REQUIRE(umad_recv(fd, buf.data(), &len, 5000) == agent);
+  CHECK(umad_status(buf.data()) == ETIMEDOUT);
+  CHECK(cap_mask(1) != 0);  // the port answers again
+  umad_close_port(fd);
+}
