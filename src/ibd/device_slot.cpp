@@ -18,6 +18,10 @@ Result<void> DeviceSlot::region_write(uint32_t index, uint64_t offset, std::span
 Result<vfio::RegionMapping> DeviceSlot::region_mmap(uint32_t index, uint64_t offset, uint64_t size) {
   OPENIB_SLOT_CALL(region_mmap(index, offset, size));
 }
+Result<void> DeviceSlot::region_write_posted(uint32_t index, uint64_t offset,
+                                             std::span<const std::byte> in) {
+  OPENIB_SLOT_CALL(region_write_posted(index, offset, in));
+}
 Result<vfio::RegionFd> DeviceSlot::region_mmap_fd(uint32_t index) { OPENIB_SLOT_CALL(region_mmap_fd(index)); }
 Result<std::vector<vfio::IovaRange>> DeviceSlot::iova_ranges() { OPENIB_SLOT_CALL(iova_ranges()); }
 Result<void> DeviceSlot::dma_map(const vfio::DmaMap& map) { OPENIB_SLOT_CALL(dma_map(map)); }

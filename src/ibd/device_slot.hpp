@@ -33,6 +33,7 @@ class DeviceSlot final : public vfio::Device {
   Result<vfio::RegionInfo> region_info(uint32_t index) override;
   Result<void> region_read(uint32_t index, uint64_t offset, std::span<std::byte> out) override;
   Result<void> region_write(uint32_t index, uint64_t offset, std::span<const std::byte> in) override;
+  Result<void> region_write_posted(uint32_t index, uint64_t offset, std::span<const std::byte> in) override;
   Result<vfio::RegionMapping> region_mmap(uint32_t index, uint64_t offset, uint64_t size) override;
   Result<vfio::RegionFd> region_mmap_fd(uint32_t index) override;
   Result<std::vector<vfio::IovaRange>> iova_ranges() override;
