@@ -190,6 +190,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
       hca_.destroy_async(hca::prm::kDeallocUar, *uar, [](Result<void>) {});
       return done(err(ENODEV, "the device is gone"));
     } else {
+      log::get("ibd")->info("client {}: no doorbell page to hand out ({})", cl->id, page.error().str());
       h.doorbell_mode = proto::kDoorbellRelay;
     }
     cl->uar = *uar;
