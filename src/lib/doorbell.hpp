@@ -2,8 +2,8 @@
 // doorbell records, in one place (docs/simhca.md §4, §7.3, §12.3, §12.5).
 //
 // The UAR page is the client's own 4 KiB (a sealed memfd of that page alone,
-// docs/simhca.md §4), mmap-ed from the fd ibd handed over at HELLO. Registers are little-endian and the
-// doorbells 64 bits wide, written with one aligned 8-byte store (§1). A
+// docs/simhca.md §4), mmap-ed from the fd ibd handed over at HELLO.
+// Registers are little-endian and the doorbells 64 bits wide, written with one aligned 8-byte store (§1). A
 // store through the mapping is not trapped: the device's doorbell scanner
 // (§12.5.1) notices it, and when idle sleeps on the page's SCANNER_SLEEPING
 // word. The wake-up protocol (§12.5.2, Dekker with the scanner): store the
