@@ -3,8 +3,8 @@
 //
 // The UAR page is the client's own 4 KiB (a sealed memfd of that page alone,
 // docs/simhca.md §4), mmap-ed from the fd ibd handed over at HELLO.
-// Registers are little-endian and the doorbells 64 bits wide, written with one aligned 8-byte store (§1). A
-// store through the mapping is not trapped: the device's doorbell scanner
+// Registers are little-endian and the doorbells 64 bits wide, written with
+// one aligned 8-byte store (§1). A store through the mapping is not trapped: the device's doorbell scanner
 // (§12.5.1) notices it, and when idle sleeps on the page's SCANNER_SLEEPING
 // word. The wake-up protocol (§12.5.2, Dekker with the scanner): store the
 // doorbell, full fence, read SCANNER_SLEEPING; only if it is set, exchange
