@@ -2,6 +2,9 @@
 // EQ 0 and its interrupt (§9, §10), verbs over the commands of §6.
 #include "hca/hca.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/post.hpp>
@@ -400,6 +403,24 @@ Result<uint32_t> Hca::alloc_uar() { return command_u32(kAllocUar, {}); }
 Result<void> Hca::dealloc_uar(uint32_t uar) {
   OPENIB_TRY(command(kDeallocUar, encode_u32(uar), 0));
   return ok();
+}
+
+Result<UniqueFd> Hca::uar_page_fd(uint32_t uar) {
+  const uint32_t index = kUarRegionBase + uar;
+  OPENIB_TRY_ASSIGN(vfio::RegionInfo ri, dev_.region_info(index));
+  if (ri.type != kUarRegionType || ri.subtype != kUarRegionSubtype || ri.size != kUarPageSize ||
+      !ri.mmappable() || !ri.readable() || !ri.writable())
+    return err(EOPNOTSUPP, "{}: region {} is not UAR {}'s page", dev_.name(), index, uar);
+  OPENIB_TRY_ASSIGN(vfio::RegionFd rfd, dev_.region_mmap_fd(index));
+  // memfd_create(2) "File sealing": without F_SEAL_SHRINK a holder could
+  // truncate the page under the device's own mapping.
+  constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+  struct stat st{};
+  const int seals = ::fcntl(rfd.fd.get(), F_GET_SEALS);
+  if (rfd.offset != 0 || ::fstat(rfd.fd.get(), &st) < 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) != kUarPageSize || seals < 0 || (seals & kSeals) != kSeals)
+    return err(EOPNOTSUPP, "{}: UAR {}'s fd is not one sealed page", dev_.name(), uar);
+  return std::move(rfd.fd);
 }
 
 Result<EqContext> Hca::query_eq(uint32_t eqn) {

@@ -189,6 +189,14 @@ class Hca {
   Result<void> dealloc_pd(uint32_t pdn);
   Result<uint32_t> alloc_uar();
   Result<void> dealloc_uar(uint32_t uar);
+  // §4: an fd of UAR `uar`'s page alone (mmap offset 0, one page), to hand
+  // to the one client process that owns the UAR: asked of the device after
+  // each ALLOC_UAR (the page is new each time). Only a device-specific
+  // region of the UAR page's type whose fd is a memfd of exactly one page,
+  // sealed against shrinking and growing, is handed out; anything else
+  // (a kernel VFIO device, whose only fd is the whole device's) is
+  // EOPNOTSUPP, and the client gets no mapping.
+  Result<UniqueFd> uar_page_fd(uint32_t uar);
 
   Result<EqContext> query_eq(uint32_t eqn);
 

@@ -20,6 +20,11 @@ namespace openib::hca::prm {
 // §2
 inline constexpr uint16_t kVendorId = 0x1234;
 inline constexpr uint16_t kDeviceId = 0x1b1e;
+// §4: UAR n's page alone is the device-specific region kUarRegionBase + n,
+// whose REGION_INFO carries VFIO_REGION_INFO_CAP_TYPE (vendor type, subtype 1).
+inline constexpr uint32_t kUarRegionBase = 9;  // VFIO_PCI_NUM_REGIONS
+inline constexpr uint32_t kUarRegionType = (1u << 31) | kVendorId;  // VFIO_REGION_TYPE_PCI_VENDOR_TYPE
+inline constexpr uint32_t kUarRegionSubtype = 1;
 
 // §3 BAR0 initialization segment.
 inline constexpr uint64_t kFwRev = 0x000;

@@ -180,16 +180,17 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     h.uar = *uar;
     h.uar_size = static_cast<uint32_t>(hca::prm::kUarPageSize);
     h.num_ports = hca_.caps().num_ports;
-    // docs/simhca.md §4: UAR n is BAR2 offset n * 4096.
-    auto rfd = hca_.device().region_mmap_fd(VFIO_PCI_BAR2_REGION_INDEX);
-    if (rfd) {
+    // docs/simhca.md §4: the fd of this UAR's page alone, never BAR2's.
+    auto page = hca_.uar_page_fd(*uar);
+    if (page) {
       h.doorbell_mode = proto::kDoorbellMmap;
-      h.uar_mmap_offset = rfd->offset + uint64_t{*uar} * hca::prm::kUarPageSize;
-      rep.fds.push_back(std::move(rfd->fd));
+      h.uar_mmap_offset = 0;
+      rep.fds.push_back(std::move(*page));
     } else if (!hca_.device().alive()) {
       hca_.destroy_async(hca::prm::kDeallocUar, *uar, [](Result<void>) {});
       return done(err(ENODEV, "the device is gone"));
     } else {
+      log::get("ibd")->info("client {}: no doorbell page to hand out ({})", cl->id, page.error().str());
       h.doorbell_mode = proto::kDoorbellRelay;
     }
     cl->uar = *uar;

@@ -1,15 +1,16 @@
 // Doorbells: everything the library stores into its UAR page and its
 // doorbell records, in one place (docs/simhca.md §4, §7.3, §12.3, §12.5).
 //
-// The UAR page is the client's own 4 KiB of the device's BAR2, mmap-ed from
-// the fd ibd handed over at HELLO. Registers are little-endian and the
-// doorbells 64 bits wide, written with one aligned 8-byte store (§1). A
-// store through the mapping is not trapped: the device's doorbell scanner
-// (§12.5.1) notices it, and when idle sleeps on the page's SCANNER_SLEEPING
-// word. The wake-up protocol (§12.5.2, Dekker with the scanner): store the
-// doorbell, full fence, read SCANNER_SLEEPING; only if it is set, exchange
-// it with 0 and, if that returned non-zero, FUTEX_WAKE it (a shared futex:
-// the scanner waits on the same page from another process).
+// The UAR page is the client's own 4 KiB (a sealed memfd of that page alone,
+// docs/simhca.md §4), mmap-ed from the fd ibd handed over at HELLO.
+// Registers are little-endian and the doorbells 64 bits wide, written with
+// one aligned 8-byte store (§1). A store through the mapping is not
+// trapped: the device's doorbell scanner (§12.5.1) notices it, and when
+// idle sleeps on the page's SCANNER_SLEEPING word. The wake-up protocol
+// (§12.5.2, Dekker with the scanner): store the doorbell, full fence, read
+// SCANNER_SLEEPING; only if it is set, exchange it with 0 and, if that
+// returned non-zero, FUTEX_WAKE it (a shared futex: the scanner waits on
+// the same page from another process).
 // That futex call is the data path's only system call, and only after the
 // device went idle.
 #pragma once

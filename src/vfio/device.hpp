@@ -46,6 +46,9 @@ struct RegionInfo {
   uint64_t offset = 0;    // transport-specific offset (kernel: into the device fd)
   // Areas that may be mmap-ed. Empty with FLAG_MMAP set means the whole region.
   std::vector<SparseArea> sparse;
+  // VFIO_REGION_INFO_CAP_TYPE of a device-specific region (index >=
+  // VFIO_PCI_NUM_REGIONS); 0, 0 when the region carries none.
+  uint32_t type = 0, subtype = 0;
 
   bool readable() const { return flags & VFIO_REGION_INFO_FLAG_READ; }
   bool writable() const { return flags & VFIO_REGION_INFO_FLAG_WRITE; }
@@ -131,10 +134,12 @@ class Device {
   // (or the whole region if it has none). Offset and size page-aligned.
   virtual Result<RegionMapping> region_mmap(uint32_t index, uint64_t offset,
                                             uint64_t size) = 0;
-  // A duplicate of the fd that region_mmap maps, for handing to another
-  // process (ibd gives a client its UAR page this way). Transports whose
-  // fd would expose more than the region (kernel VFIO's device fd) do not
-  // offer it: EOPNOTSUPP.
+  // The fd that region_mmap maps, for handing to another process (ibd
+  // gives a client its UAR page this way, docs/simhca.md §4). Asked of the
+  // device afresh on every call (a region's fd may change, as a UAR page's
+  // does when the UAR is allocated again) and not kept by the transport.
+  // Transports whose fd would expose more than the region (kernel VFIO's
+  // device fd) do not offer it: EOPNOTSUPP.
   virtual Result<RegionFd> region_mmap_fd(uint32_t index) {
     return err(EOPNOTSUPP, "{}: region {} has no fd to hand out", name(), index);
   }

@@ -297,19 +297,17 @@ Result<void> VfioUserClient::region_write_posted(uint32_t index, uint64_t offset
   return ok();
 }
 
-// The server's fd for the region (spec "GET_REGION_INFO"), duplicated.
+// The server's fd for the region (spec "GET_REGION_INFO"), asked for
+// afresh and handed over, not kept: a region's fd may change (simhca's UAR
+// pages, docs/simhca.md §4), and ibd must not hold the pages of clients
+// long gone.
 Result<RegionFd> VfioUserClient::region_mmap_fd(uint32_t index) {
   if (dead_) return gone();
-  auto it = regions_.find(index);
-  if (it == regions_.end() || !it->second.fd.valid()) {
-    OPENIB_TRY(region_info(index));
-    it = regions_.find(index);
-  }
-  if (it == regions_.end() || !it->second.info.mmappable() || !it->second.fd.valid())
+  OPENIB_TRY_ASSIGN(RegionInfo info, region_info(index));
+  Region& reg = regions_[index];
+  if (!info.mmappable() || !reg.fd.valid())
     return err(EOPNOTSUPP, "{}: region {} is not mmap-able", name_, index);
-  int fd = ::fcntl(it->second.fd.get(), F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return sys_err("{}: dup of region {} fd", name_, index);
-  return RegionFd{UniqueFd(fd), it->second.info.offset};
+  return RegionFd{std::move(reg.fd), info.offset};
 }
 
 Result<RegionMapping> VfioUserClient::region_mmap(uint32_t index, uint64_t offset, uint64_t size) {

@@ -281,8 +281,9 @@ Result<DeviceInfo> decode_device_info(ByteSpan p) {
     return proto_err(fmt::format("DEVICE_GET_INFO reply: argsz {} != {}", argsz,
                                  kDeviceInfoSize));
   DeviceInfo i{get_le32(p, 4), get_le32(p, 8), get_le32(p, 12)};
-  // More than 64 regions or IRQ types is not a device we can drive.
-  if (i.num_regions > 64 || i.num_irqs > 64)
+  // More regions than kMaxRegions (simhca: 9 + one per UAR page,
+  // docs/simhca.md §4) or 64 IRQ types is not a device we can drive.
+  if (i.num_regions > kMaxRegions || i.num_irqs > 64)
     return proto_err(fmt::format("DEVICE_GET_INFO reply: {} regions, {} irqs",
                                  i.num_regions, i.num_irqs));
   return i;
@@ -308,9 +309,12 @@ Result<RegionInfoRequest> decode_region_info_request(ByteSpan p) {
 }
 
 Bytes encode_region_info(const RegionInfo& info, uint32_t request_argsz) {
-  const bool caps = !info.sparse.empty();
-  const uint32_t cap_size = caps ? static_cast<uint32_t>(8 + 8 + 16 * info.sparse.size()) : 0;
-  const uint32_t full = kRegionInfoSize + cap_size;
+  // Capabilities, in chain order: the type (8-byte header, type, subtype),
+  // then the sparse areas (8-byte header, count, pad, the areas).
+  const uint32_t type_size = info.type ? 16 : 0;
+  const uint32_t sparse_size = info.sparse.empty() ? 0 : static_cast<uint32_t>(8 + 8 + 16 * info.sparse.size());
+  const bool caps = type_size + sparse_size != 0;
+  const uint32_t full = kRegionInfoSize + type_size + sparse_size;
   const bool fits = request_argsz >= full;
   uint32_t flags = info.flags & ~uint32_t{VFIO_REGION_INFO_FLAG_CAPS};
   if (caps && fits) flags |= VFIO_REGION_INFO_FLAG_CAPS;
@@ -318,9 +322,15 @@ Bytes encode_region_info(const RegionInfo& info, uint32_t request_argsz) {
   w.u32(full).u32(flags).u32(info.index).u32(caps && fits ? kRegionInfoSize : 0)
       .u64(info.size).u64(info.offset);
   if (caps && fits) {
-    w.u16(VFIO_REGION_INFO_CAP_SPARSE_MMAP).u16(1).u32(0);
-    w.u32(static_cast<uint32_t>(info.sparse.size())).u32(0);
-    for (const SparseArea& a : info.sparse) w.u64(a.offset).u64(a.size);
+    if (type_size) {
+      const uint32_t next = sparse_size ? kRegionInfoSize + type_size : 0;
+      w.u16(VFIO_REGION_INFO_CAP_TYPE).u16(1).u32(next).u32(info.type).u32(info.subtype);
+    }
+    if (sparse_size) {
+      w.u16(VFIO_REGION_INFO_CAP_SPARSE_MMAP).u16(1).u32(0);
+      w.u32(static_cast<uint32_t>(info.sparse.size())).u32(0);
+      for (const SparseArea& a : info.sparse) w.u64(a.offset).u64(a.size);
+    }
   }
   return w.take();
 }
@@ -345,6 +355,17 @@ Result<void> decode_sparse_cap(ByteSpan caps, uint32_t off, RegionInfo& info) {
                                    "of {:#x} bytes", a.offset, a.size, info.size));
     info.sparse.push_back(a);
   }
+  return ok();
+}
+
+Result<void> decode_type_cap(ByteSpan caps, uint32_t off, RegionInfo& info) {
+  if (info.type) return proto_err("REGION_INFO: two type capabilities");
+  if (get_le16(caps, off + 2) != 1)
+    return proto_err(fmt::format("REGION_INFO: type capability version {}", get_le16(caps, off + 2)));
+  if (caps.size() - off < 16) return proto_err("REGION_INFO: type capability truncated");
+  info.type = get_le32(caps, off + 8);
+  info.subtype = get_le32(caps, off + 12);
+  if (!info.type) return proto_err("REGION_INFO: type capability of type 0");
   return ok();
 }
 
@@ -394,6 +415,7 @@ Result<RegionInfoReply> decode_region_info(ByteSpan p) {
     seen.push_back(off);
     uint16_t id = get_le16(p, off);
     if (id == VFIO_REGION_INFO_CAP_SPARSE_MMAP) OPENIB_TRY(decode_sparse_cap(p, off, r.info));
+    if (id == VFIO_REGION_INFO_CAP_TYPE) OPENIB_TRY(decode_type_cap(p, off, r.info));
     off = get_le32(p, off + 4);
   }
   return r;

@@ -76,7 +76,10 @@ inline constexpr size_t kMaxVersionJson = 4096;
 // Region-info capability chains: at most this many links, and a reply
 // (fixed part + caps) no larger than kMaxRegionInfoSize.
 inline constexpr uint32_t kMaxCaps = 16;
-inline constexpr uint32_t kMaxSparseAreas = 1024;  // simhca: one per UAR page (docs/simhca.md §4)
+inline constexpr uint32_t kMaxSparseAreas = 1024;
+// Regions a device may report: the 9 of VFIO PCI and device-specific ones
+// (simhca: one per UAR page, docs/simhca.md §4).
+inline constexpr uint32_t kMaxRegions = 9 + 4096;
 inline constexpr uint32_t kMaxRegionInfoSize = 32 + kMaxCaps * 8 + 8 + kMaxSparseAreas * 16;
 
 // Fixed payload sizes from the spec tables.
@@ -192,11 +195,13 @@ struct RegionInfoReply {
   bool truncated = false; // argsz > payload: caps left out, ask again
 };
 // Encodes the reply to a request with `request_argsz`: the fixed part, and
-// the sparse-mmap capability when info.sparse is non-empty and it fits
-// (otherwise argsz says how much room it needs, as the kernel does).
+// the type capability (info.type non-zero) and the sparse-mmap capability
+// (info.sparse non-empty) when they fit (otherwise argsz says how much
+// room they need, as the kernel does).
 Bytes encode_region_info(const RegionInfo& info, uint32_t request_argsz);
 // Walks the capability chain (bounds, alignment, no revisits, at most
-// kMaxCaps links); checks sparse areas lie within the region.
+// kMaxCaps links); checks sparse areas lie within the region; takes the
+// type capability (VFIO_REGION_INFO_CAP_TYPE) into info.type/subtype.
 Result<RegionInfoReply> decode_region_info(ByteSpan payload);
 
 // ---- VFIO_USER_DEVICE_GET_IRQ_INFO -----------------------------------------

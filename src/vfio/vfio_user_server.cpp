@@ -241,6 +241,8 @@ Result<Bytes> VfioUserServer::on_region_info(ByteSpan p) {
     info.size = r->size;
     info.flags = r->flags & (VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE |
                              VFIO_REGION_INFO_FLAG_MMAP);
+    info.type = r->type;
+    info.subtype = r->subtype;
     if ((info.flags & VFIO_REGION_INFO_FLAG_MMAP) && r->mmap_fd >= 0) {
       info.offset = r->mmap_offset;
       info.sparse = r->sparse;

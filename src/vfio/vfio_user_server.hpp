@@ -36,6 +36,8 @@ struct ServerRegion {
   int mmap_fd = -1;        // with FLAG_MMAP: the fd the client mmaps (not owned)
   uint64_t mmap_offset = 0;
   std::vector<SparseArea> sparse;  // mmap-able areas; empty = whole region
+  // VFIO_REGION_INFO_CAP_TYPE (a device-specific region); 0: none.
+  uint32_t type = 0, subtype = 0;
 };
 
 class VfioUserServer;

@@ -1,9 +1,11 @@
 // The doorbell scanner (docs/simhca.md §12.5): doorbells stored through an
-// mmap of a UAR page's sparse area, no REGION_WRITE, as a client process
+// mmap of a UAR page's region (§4), no REGION_WRITE, as a client process
 // rings them. The client's half of the protocol is written here from the
 // manual (write WQE, release fence, record, doorbell word, full fence,
 // SCANNER_SLEEPING, futex wake), as the client library will.
+#include <fcntl.h>
 #include <linux/futex.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -35,12 +38,11 @@ constexpr uint64_t kMmapDoorbells = 0x048, kMmapDoorbellsBad = 0x04c;
 constexpr uint64_t kSleeping = 0x000, kCqArm = 0x020, kEqDoorbell = 0x040, kSqDoorbell = 0x800;
 constexpr uint16_t kLid = 1;
 
-// One UAR page mapped from BAR2's sparse area, rung as §12.5 says.
+// One UAR page mapped from its own region (§4), rung as §12.5 says.
 class UarPage {
  public:
   UarPage(vfio::Device& dev, uint32_t uar) {
-    auto m = dev.region_mmap(VFIO_PCI_BAR2_REGION_INDEX, uint64_t{uar} * prm::kUarPageSize,
-                             prm::kUarPageSize);
+    auto m = dev.region_mmap(prm::kUarRegionBase + uar, 0, prm::kUarPageSize);
     if (!m) FAIL(m.error().str());
     map_ = std::move(m).value();
   }
@@ -292,4 +294,73 @@ TEST_CASE("simhca doorbell scanner: garbage in the doorbell words is counted and
   REQUIRE(c.size() == 1);
   CHECK(c[0].wr_id == 9);
   CHECK(int(c[0].status) == hca::kWcSuccess);
+}
+
+// §4: each UAR page is its own sealed memfd of one page, new at every
+// ALLOC_UAR; a doorbell stored into one page for another UAR's object is
+// ignored and counted.
+TEST_CASE("simhca UAR pages: one sealed page per UAR, a new one when the UAR is allocated again",
+          "[simhca][doorbell]") {
+  DoorbellFixture f;
+  auto fd = f.hca->uar_page_fd(f.uar);
+  INFO((fd ? std::string() : fd.error().str()));
+  REQUIRE(fd.ok());
+  struct stat st{};
+  REQUIRE(::fstat(fd->get(), &st) == 0);
+  CHECK(st.st_size == 4096);  // that page, nothing else of BAR2
+  errno = 0;
+  CHECK(::ftruncate(fd->get(), 0) == -1);
+  CHECK(errno == EPERM);
+  errno = 0;
+  CHECK(::ftruncate(fd->get(), 8192) == -1);
+  CHECK(errno == EPERM);
+  errno = 0;
+  CHECK(::fcntl(fd->get(), F_ADD_SEALS, F_SEAL_WRITE) == -1);  // F_SEAL_SEAL
+  CHECK(errno == EPERM);
+  // UAR 0 (the driver's) is never offered; a UAR not allocated has no page.
+  CHECK(f.dev->region_info(prm::kUarRegionBase + 0)->size == 0);
+  CHECK(f.hca->uar_page_fd(0).error().code == EOPNOTSUPP);
+
+  // A second UAR with a CQ (so that its page is watched): a doorbell for
+  // the first UAR's QP or CQ stored into it is ignored and counted.
+  hca::Qp q = f.ud_qp();
+  const uint32_t other = DoorbellFixture::must(f.hca->alloc_uar());
+  hca::Cq other_cq = DoorbellFixture::must(f.hca->create_cq(4, std::nullopt, other));
+  UarPage other_page(*f.dev, other);
+  const uint32_t bad = f.reg(kMmapDoorbellsBad);
+  other_page.ring(kSqDoorbell, f.stage(q, f.send_wr(5)));
+  REQUIRE(f.wait_reg(kMmapDoorbellsBad, bad + 1) == bad + 1);
+  other_page.ring(kCqArm, (uint64_t{0} << 32) | (1u << 24) | f.cq.cqn);
+  REQUIRE(f.wait_reg(kMmapDoorbellsBad, bad + 2) == bad + 2);
+  CHECK(f.hca->poll_cq(f.cq).empty());  // the WQE was not taken from the wrong page
+  f.page->ring(kSqDoorbell, (uint64_t{q.sq_pi} << 32) | q.qpn);  // the right page takes it
+  auto c = f.wait(1);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].wr_id == 5);
+
+  // Freed and allocated again (numbers go round-robin, §6: up to 1023
+  // allocations until the same number comes back): a new page, zeroed; the
+  // old mapping reaches only the orphan.
+  REQUIRE(f.hca->destroy_cq(other_cq).ok());
+  auto old_fd = f.hca->uar_page_fd(other);
+  REQUIRE(old_fd.ok());
+  REQUIRE(f.hca->dealloc_uar(other).ok());
+  std::optional<uint32_t> again;
+  for (int i = 0; i < 2048 && !again; ++i) {
+    const uint32_t u = DoorbellFixture::must(f.hca->alloc_uar());
+    if (u == other) again = u;
+    else REQUIRE(f.hca->dealloc_uar(u).ok());
+  }
+  REQUIRE(again);
+  other_page.word(kCqArm).store(0x1122334455667788ull);  // through the old mapping
+  UarPage fresh(*f.dev, other);
+  CHECK(fresh.word(kCqArm).load() == 0);
+  CHECK(*f.dev->read64(VFIO_PCI_BAR2_REGION_INDEX, uint64_t{other} * 4096 + kCqArm) == 0);
+  auto new_fd = f.hca->uar_page_fd(other);
+  REQUIRE(new_fd.ok());
+  struct stat a{}, b{};
+  REQUIRE(::fstat(old_fd->get(), &a) == 0);
+  REQUIRE(::fstat(new_fd->get(), &b) == 0);
+  CHECK(a.st_ino != b.st_ino);
+  REQUIRE(f.hca->dealloc_uar(other).ok());
 }

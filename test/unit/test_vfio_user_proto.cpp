@@ -200,7 +200,7 @@ TEST_CASE("DEVICE_GET_INFO request and reply", "[vfio-user]") {
   CHECK(d->num_irqs == 5);
   require_eproto(decode_device_info(ByteSpan(reply).first(12)));
   require_eproto(decode_device_info(B({8, 0, 0, 0, 3, 0, 0, 0, 9, 0, 0, 0, 5, 0, 0, 0})));
-  require_eproto(decode_device_info(B({16, 0, 0, 0, 3, 0, 0, 0, 0, 1, 0, 0, 5, 0, 0, 0})));
+  require_eproto(decode_device_info(B({16, 0, 0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 5, 0, 0, 0})));
   require_eproto(decode_device_info_request(B({4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})));
 }
 
@@ -263,6 +263,25 @@ TEST_CASE("DEVICE_GET_REGION_INFO with the sparse mmap capability", "[vfio-user]
     REQUIRE(p.ok());
     CHECK(p->info.size == 0x100000);
     CHECK(p->info.sparse.empty());
+  }
+  SECTION("the type capability, chained before the sparse areas") {
+    RegionInfo page = info;
+    page.index = 12;
+    page.type = 0x80001234;  // VFIO_REGION_TYPE_PCI_VENDOR_TYPE | vendor
+    page.subtype = 1;
+    Bytes w = encode_region_info(page, 256);
+    CHECK(w.size() == 32 + 16 + 32);
+    auto t = decode_region_info(w);
+    REQUIRE(t.ok());
+    CHECK(t->info.type == 0x80001234);
+    CHECK(t->info.subtype == 1);
+    REQUIRE(t->info.sparse.size() == 1);
+    page.sparse.clear();
+    auto alone = decode_region_info(encode_region_info(page, 256));
+    REQUIRE(alone.ok());
+    CHECK(alone->info.type == 0x80001234);
+    CHECK(alone->info.sparse.empty());
+    require_eproto(decode_region_info(with_u32(encode_region_info(page, 256), 40, 0)));  // type 0
   }
   SECTION("unknown capabilities are skipped") {
     // An unknown cap (id 99) at 32 pointing to the sparse cap moved to 40.

@@ -89,6 +89,7 @@ Outcome Hca::cmd_query_device_cap(Bytes& out) {
 Outcome Hca::cmd_init_hca() {
   if (initialized_) return {kBadSysState, 1};
   reset_tables();
+  if (!host_.uar_alloc(0)) return {kNoResources, 0};  // §4: UAR 0's page
   tables_.uars.alloc_at(0, Uar{});  // UAR 0: the driver's
   initialized_ = true;
   status_ |= kStatusHcaInitialized;
@@ -278,6 +279,10 @@ Outcome Hca::cmd_dealloc_pd(ByteView in) {
 Outcome Hca::cmd_alloc_uar(Bytes& out) {
   auto n = tables_.uars.alloc(Uar{});
   if (!n) return {kNoResources, 0};
+  if (!host_.uar_alloc(*n)) {  // §4: a new page for every allocation
+    tables_.uars.free(*n);
+    return {kNoResources, 1};
+  }
   out = number_out(*n);
   return {};
 }
@@ -288,6 +293,7 @@ Outcome Hca::cmd_dealloc_uar(ByteView in) {
   if (!uar) return {kBadResource, 0};
   if (uar->users) return {kResourceBusy, uar->users};
   tables_.uars.free(n);
+  host_.uar_free(n);
   return {};
 }
 

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <ctime>
 
@@ -29,12 +30,14 @@ timespec to_timespec(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-DoorbellScanner::DoorbellScanner(std::byte* bar2) : bar2_(bar2), last_(kNumUars) {}
+DoorbellScanner::DoorbellScanner() : pages_(kNumUars, nullptr), last_(kNumUars) {}
 
-void DoorbellScanner::watch(uint32_t page, bool on) {
+void DoorbellScanner::watch(uint32_t page, std::byte* mem) {
   if (page >= kNumUars) return;
+  const bool on = mem != nullptr;
   const uint64_t bit = uint64_t{1} << (page % 64);
   uint64_t& w = watched_[page / 64];
+  pages_[page] = mem;
   if (((w & bit) != 0) == on) return;
   ++generation_;
   if (on) {
@@ -50,10 +53,11 @@ void DoorbellScanner::unwatch_all() {
   ++generation_;
   watched_ = {};
   npages_ = 0;
+  std::fill(pages_.begin(), pages_.end(), nullptr);
 }
 
-uint32_t* DoorbellScanner::sleeping_ptr(uint32_t page) const {
-  return reinterpret_cast<uint32_t*>(bar2_ + page * kUarPageSize + kUarScannerSleeping);
+uint32_t* DoorbellScanner::sleeping_ptr(std::byte* mem) const {
+  return reinterpret_cast<uint32_t*>(mem + kUarScannerSleeping);
 }
 
 bool DoorbellScanner::arm_sleep(std::vector<futex_waitv>& w, size_t room) {
@@ -64,18 +68,21 @@ bool DoorbellScanner::arm_sleep(std::vector<futex_waitv>& w, size_t room) {
   for (uint32_t i = 0; i < kWords; ++i)
     for (uint64_t bits = watched_[i]; bits; bits &= bits - 1) {
       const uint32_t page = i * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
-      std::atomic_ref<uint32_t>(*sleeping_ptr(page)).store(1, std::memory_order_seq_cst);
-      sleeping_on_.push_back(page);
+      std::byte* mem = pages_[page];
+      std::atomic_ref<uint32_t>(*sleeping_ptr(mem)).store(1, std::memory_order_seq_cst);
+      sleeping_on_.emplace_back(page, mem);
       // Shared futexes: the client wakes them from its own mapping.
-      w.push_back({1, reinterpret_cast<uint64_t>(sleeping_ptr(page)), FUTEX_32, 0});
+      w.push_back({1, reinterpret_cast<uint64_t>(sleeping_ptr(mem)), FUTEX_32, 0});
     }
   return true;
 }
 
 bool DoorbellScanner::disarm_sleep() {
   bool woken = false;
-  for (uint32_t p : sleeping_on_)
-    woken |= std::atomic_ref<uint32_t>(*sleeping_ptr(p)).exchange(0, std::memory_order_seq_cst) != 1;
+  for (auto [page, mem] : sleeping_on_) {
+    if (pages_[page] != mem) continue;  // left while we slept: its mapping may be gone
+    woken |= std::atomic_ref<uint32_t>(*sleeping_ptr(mem)).exchange(0, std::memory_order_seq_cst) != 1;
+  }
   sleeping_on_.clear();
   return woken;
 }

@@ -37,10 +37,11 @@ class ShmLink;
 
 namespace openib::simhca {
 
-// A 64-bit word of BAR2 (UAR `page`, offset `off`), read and written
-// atomically: the device's threads and the clients' mappings share it.
-inline std::atomic_ref<uint64_t> uar_word64(std::byte* bar2, uint64_t page, uint64_t off) {
-  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bar2 + page * kUarPageSize + off));
+// A 64-bit word of a UAR page (the device's mapping `page` of it, offset
+// `off`), read and written atomically: the device's threads and the
+// client's mapping share it.
+inline std::atomic_ref<uint64_t> uar_word64(std::byte* page, uint64_t off) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(page + off));
 }
 
 struct ScannerCounts {
@@ -53,13 +54,13 @@ struct ScannerCounts {
 
 class DoorbellScanner {
  public:
-  // `bar2`: the device's mapping of the BAR2 memfd (kNumUars pages), which
-  // outlives the scanner.
-  explicit DoorbellScanner(std::byte* bar2);
+  DoorbellScanner();
 
-  // A page joins or leaves the watched set (§12.5: an allocated UAR that
-  // has an EQ, CQ or QP).
-  void watch(uint32_t page, bool on);
+  // A page joins the watched set (§12.5: an allocated UAR that has an EQ,
+  // CQ or QP), read through `mem`, the device's mapping of that page alone
+  // (§4: each UAR page is its own memfd); or leaves it (`mem` null). The
+  // mapping must stay until the page leaves.
+  void watch(uint32_t page, std::byte* mem);
   void unwatch_all();
   size_t watched() const { return npages_; }
   // Changes each time the watched set does (a sleeper must re-arm).
@@ -106,21 +107,24 @@ class DoorbellScanner {
     auto& last = last_[page];
     bool c = false;
     for (size_t i = 0; i < kUarDoorbellOffsets.size(); ++i) {
-      const uint64_t v = uar_word64(bar2_, page, kUarDoorbellOffsets[i]).load(std::memory_order_acquire);
+      const uint64_t v = uar_word64(pages_[page], kUarDoorbellOffsets[i]).load(std::memory_order_acquire);
       c |= v != last[i];
       last[i] = v;
     }
     return c;
   }
-  uint32_t* sleeping_ptr(uint32_t page) const;
+  uint32_t* sleeping_ptr(std::byte* mem) const;
 
-  std::byte* bar2_;
+  std::vector<std::byte*> pages_;      // per page: the mapping watched, or null
   std::array<uint64_t, kWords> watched_{};
   std::array<uint64_t, kWords> seen_watched_{};
   size_t npages_ = 0;
   uint64_t generation_ = 0;
   std::vector<UarWords> last_;         // per page: the doorbell words last seen
-  std::vector<uint32_t> sleeping_on_;  // pages whose SCANNER_SLEEPING we set
+  // The pages whose SCANNER_SLEEPING we set, with the mapping we set it
+  // in: a page that left meanwhile (its UAR freed, the mapping gone) is
+  // not touched again.
+  std::vector<std::pair<uint32_t, std::byte*>> sleeping_on_;
   ScannerCounts counts_;
 };
 

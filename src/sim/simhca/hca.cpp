@@ -80,6 +80,7 @@ void Hca::reset_tables() {
   const Caps& c = opts_.caps;
   tables_.uars.for_each([&](uint32_t n, const Uar& u) {  // §12.5: no page stays watched
     if (u.doorbell_users) host_.watch_uar(n, false);
+    host_.uar_free(n);  // §4, §11.5
   });
   tables_.reset(c);
 }

@@ -31,6 +31,13 @@ class HostPort {
   virtual bool signal_msix(uint32_t vector) = 0;
   virtual DmaCounts dma_counts() const { return {}; }
 
+  // §4 UAR pages: UAR `uar` was allocated (ALLOC_UAR, or UAR 0 by
+  // INIT_HCA) and gets a page of its own, fresh and zeroed; false if the
+  // bus has no room for it (the command then fails NO_RESOURCES). Freed
+  // (DEALLOC_UAR, reset): the device no longer reads or writes that page.
+  virtual bool uar_alloc(uint32_t /*uar*/) { return true; }
+  virtual void uar_free(uint32_t /*uar*/) {}
+
   // §12.5 doorbell scanner. A bus without mmap-able UAR pages (tests, the
   // fuzz target) keeps these defaults: nothing is watched or stored.
   // The page of UAR `uar` joins (on) or leaves the scanner's watched set.

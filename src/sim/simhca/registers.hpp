@@ -24,6 +24,12 @@ inline constexpr uint32_t kLogNumUars = 10;
 inline constexpr uint32_t kNumUars = 1u << kLogNumUars;  // §4: 1024 pages, 4 MiB
 inline constexpr uint64_t kUarPageSize = 4096;
 inline constexpr uint64_t kBar2Size = kNumUars * kUarPageSize;
+// §4: UAR n's page, alone, is device-specific region kUarRegionBase + n
+// (n >= 1, allocated), tagged with VFIO_REGION_INFO_CAP_TYPE
+// (VFIO_REGION_TYPE_PCI_VENDOR_TYPE | kVendorId, kUarRegionSubtype).
+inline constexpr uint32_t kUarRegionBase = 9;  // VFIO_PCI_NUM_REGIONS
+inline constexpr uint32_t kUarRegionType = (1u << 31) | kVendorId;
+inline constexpr uint32_t kUarRegionSubtype = 1;
 inline constexpr uint32_t kNumMsix = 32;
 inline constexpr uint64_t kMsixTable = 0x2000, kMsixTableSize = kNumMsix * 16;
 inline constexpr uint64_t kMsixPba = 0x3000;

@@ -2,12 +2,15 @@
 #include "sim/simhca/vfio_model.hpp"
 
 #include <fcntl.h>
-#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+
+#include "common/log.hpp"
 
 namespace openib::simhca {
 
@@ -16,20 +19,44 @@ using vfio::user::ServerRegion;
 VfioModel::VfioModel(HcaOptions opts) : hca_(std::make_unique<Hca>(*this, opts)) {}
 
 Result<std::unique_ptr<VfioModel>> VfioModel::create(HcaOptions opts) {
-  std::unique_ptr<VfioModel> m(new VfioModel(opts));
-  m->bar2_fd_ = UniqueFd(::memfd_create("simhca-uar", MFD_CLOEXEC));
-  if (!m->bar2_fd_) return sys_err("simhca: memfd_create for BAR2");
-  if (::ftruncate(m->bar2_fd_.get(), kBar2Size) < 0) return sys_err("simhca: ftruncate BAR2");
-  void* p = ::mmap(nullptr, kBar2Size, PROT_READ | PROT_WRITE, MAP_SHARED, m->bar2_fd_.get(), 0);
-  if (p == MAP_FAILED) return sys_err("simhca: mmap BAR2");
-  m->bar2_ = static_cast<std::byte*>(p);
-  m->scanner_ = std::make_unique<DoorbellScanner>(m->bar2_);
-  return m;
+  return std::unique_ptr<VfioModel>(new VfioModel(opts));
 }
 
 VfioModel::~VfioModel() {
+  hca_.reset();
   scanner_.reset();  // before its pages go
-  if (bar2_) ::munmap(bar2_, kBar2Size);
+  for (uint32_t i = 0; i < kNumUars; ++i) uar_free(i);
+}
+
+// §4: every allocation gets a new page, so a client that kept a mapping of
+// a freed UAR's page reaches only that orphan, which the device no longer
+// reads. Sealed (memfd_create(2), fcntl(2) F_ADD_SEALS): a holder of the fd
+// cannot shrink it under the device's mapping (the device would fault), nor
+// grow it, nor remove or add seals.
+bool VfioModel::uar_alloc(uint32_t uar) {
+  if (uar >= kNumUars) return false;
+  uar_free(uar);
+  UniqueFd fd(::memfd_create("simhca-uar", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd || ::ftruncate(fd.get(), kUarPageSize) < 0 ||
+      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+    log::get("simhca")->warn("simhca: no page for UAR {}: {}", uar, std::strerror(errno));
+    return false;
+  }
+  void* p = ::mmap(nullptr, kUarPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) {
+    log::get("simhca")->warn("simhca: mmap of UAR {}'s page: {}", uar, std::strerror(errno));
+    return false;
+  }
+  pages_[uar] = UarPage{std::move(fd), static_cast<std::byte*>(p)};
+  return true;
+}
+
+void VfioModel::uar_free(uint32_t uar) {
+  if (uar >= kNumUars) return;
+  UarPage& pg = pages_[uar];
+  if (scanner_) scanner_->watch(uar, nullptr);
+  if (pg.mem) ::munmap(pg.mem, kUarPageSize);
+  pg = UarPage{};
 }
 
 std::optional<ServerRegion> VfioModel::region(uint32_t index) const {
@@ -37,14 +64,17 @@ std::optional<ServerRegion> VfioModel::region(uint32_t index) const {
   switch (index) {
     case VFIO_PCI_CONFIG_REGION_INDEX: return ServerRegion{PciConfig::kSize, rw};
     case VFIO_PCI_BAR0_REGION_INDEX: return ServerRegion{kBar0Size, rw};
-    case VFIO_PCI_BAR2_REGION_INDEX: {
-      // §4: one sparse area per UAR page, so a page can be handed out alone.
-      ServerRegion r{kBar2Size, rw | VFIO_REGION_INFO_FLAG_MMAP, bar2_fd_.get(), 0, {}};
-      for (uint32_t i = 0; i < kNumUars; ++i) r.sparse.push_back({i * kUarPageSize, kUarPageSize});
-      return r;
-    }
-    default: return std::nullopt;
+    // §4: the architectural window, for the driver's register accesses; not
+    // mmap-able (there is no one fd for it: each page is its own).
+    case VFIO_PCI_BAR2_REGION_INDEX: return ServerRegion{kBar2Size, rw};
+    default: break;
   }
+  // §4: an allocated UAR's page alone (UAR 0, the driver's, is not offered).
+  if (index <= kUarRegionBase || index - kUarRegionBase >= kNumUars) return std::nullopt;
+  const UarPage& pg = pages_[index - kUarRegionBase];
+  if (!pg.mem) return std::nullopt;
+  return ServerRegion{kUarPageSize, rw | VFIO_REGION_INFO_FLAG_MMAP, pg.fd.get(), 0, {}, kUarRegionType,
+                      kUarRegionSubtype};
 }
 
 // §10: 32 MSI-X vectors, no INTx, no MSI.
@@ -57,7 +87,7 @@ vfio::IrqInfo VfioModel::irq(uint32_t index) const {
 Result<void> VfioModel::read(uint32_t region, uint64_t off, std::span<std::byte> out) {
   switch (region) {
     case VFIO_PCI_CONFIG_REGION_INDEX: config_.read(off, out); return ok();
-    case VFIO_PCI_BAR2_REGION_INDEX: std::memcpy(out.data(), bar2_ + off, out.size()); return ok();
+    case VFIO_PCI_BAR2_REGION_INDEX: bar2_read(off, out); return ok();
     case VFIO_PCI_BAR0_REGION_INDEX:
       // §1: aligned 4-byte accesses only; anything else reads as all ones.
       if (out.size() == 4 && off % 4 == 0) {
@@ -68,7 +98,13 @@ Result<void> VfioModel::read(uint32_t region, uint64_t off, std::span<std::byte>
         hca_->count_bad_access();
       }
       return ok();
-    default: return err(EINVAL, "simhca: no region {}", region);
+    default:
+      // §4: a UAR page's region is that page of BAR2 (the server checked the bounds).
+      if (region > kUarRegionBase && region - kUarRegionBase < kNumUars) {
+        bar2_read((region - kUarRegionBase) * kUarPageSize + off, out);
+        return ok();
+      }
+      return err(EINVAL, "simhca: no region {}", region);
   }
 }
 
@@ -84,36 +120,55 @@ Result<void> VfioModel::write(uint32_t region, uint64_t off, std::span<const std
         hca_->count_bad_access();
       }
       return ok();
-    case VFIO_PCI_BAR2_REGION_INDEX:
-      // §4: the page keeps the value; an aligned 8-byte write is a doorbell.
-      // Clients map the page too: one atomic store.
-      if (in.size() == 8 && off % 8 == 0) {
-        uint64_t v;
-        std::memcpy(&v, in.data(), 8);
-        uar_word64(bar2_, 0, off).store(v);
-        hca_->uar_write64(static_cast<uint32_t>(off / kUarPageSize), off % kUarPageSize, v);
-      } else {
-        std::memcpy(bar2_ + off, in.data(), in.size());
-        hca_->count_bad_access();
+    case VFIO_PCI_BAR2_REGION_INDEX: bar2_write(off, in); return ok();
+    default:
+      if (region > kUarRegionBase && region - kUarRegionBase < kNumUars) {
+        bar2_write((region - kUarRegionBase) * kUarPageSize + off, in);
+        return ok();
       }
-      return ok();
-    default: return err(EINVAL, "simhca: no region {}", region);
+      return err(EINVAL, "simhca: no region {}", region);
   }
 }
 
+// §4: reads of a page return what was last stored; a page with no UAR
+// allocated reads as zeros.
+void VfioModel::bar2_read(uint64_t off, std::span<std::byte> out) {
+  for (size_t done = 0; done < out.size();) {
+    const uint64_t at = off + done, in_page = at % kUarPageSize;
+    const size_t n = std::min<size_t>(out.size() - done, kUarPageSize - in_page);
+    const std::byte* mem = pages_[at / kUarPageSize].mem;
+    if (mem) std::memcpy(out.data() + done, mem + in_page, n);
+    else std::memset(out.data() + done, 0, n);
+    done += n;
+  }
+}
+
+// §4: an aligned 8-byte write is a doorbell (the page keeps the value;
+// clients map the page too: one atomic store). Anything else is stored and
+// counted; a write to a page with no UAR allocated is only counted.
+void VfioModel::bar2_write(uint64_t off, std::span<const std::byte> in) {
+  if (in.size() == 8 && off % 8 == 0) {
+    uint64_t v;
+    std::memcpy(&v, in.data(), 8);
+    const auto uar = static_cast<uint32_t>(off / kUarPageSize);
+    if (std::byte* mem = pages_[uar].mem) uar_word64(mem, off % kUarPageSize).store(v);
+    hca_->uar_write64(uar, off % kUarPageSize, v);
+    return;
+  }
+  for (size_t done = 0; done < in.size();) {
+    const uint64_t at = off + done, in_page = at % kUarPageSize;
+    const size_t n = std::min<size_t>(in.size() - done, kUarPageSize - in_page);
+    if (std::byte* mem = pages_[at / kUarPageSize].mem) std::memcpy(mem + in_page, in.data() + done, n);
+    done += n;
+  }
+  hca_->count_bad_access();
+}
+
+// §11.5: every UAR is freed with the tables (Hca::reset), and its page with it.
 void VfioModel::reset() {
   hca_->reset();
   scanner_->unwatch_all();
   config_.reset();
-  zero_bar2();
-}
-
-// Punching the memfd's pages out zeroes them for every mapping (ours and
-// the clients') without touching 4 MiB; memset if the file system refuses.
-void VfioModel::zero_bar2() {
-  if (::fallocate(bar2_fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kBar2Size) == 0)
-    return;
-  std::memset(bar2_, 0, kBar2Size);
 }
 
 size_t VfioModel::poll_doorbells() {
@@ -121,14 +176,14 @@ size_t VfioModel::poll_doorbells() {
 }
 
 void VfioModel::watch_uar(uint32_t uar, bool on) {
-  if (scanner_) scanner_->watch(uar, on);  // none yet while the Hca is constructed
+  if (uar < kNumUars) scanner_->watch(uar, on ? pages_[uar].mem : nullptr);
 }
 
 std::optional<UarWords> VfioModel::uar_words(uint32_t uar) {
-  if (uar >= kNumUars) return std::nullopt;
+  if (uar >= kNumUars || !pages_[uar].mem) return std::nullopt;
   UarWords w;
   for (size_t i = 0; i < w.size(); ++i)
-    w[i] = uar_word64(bar2_, uar, kUarDoorbellOffsets[i]).load(std::memory_order_acquire);
+    w[i] = uar_word64(pages_[uar].mem, kUarDoorbellOffsets[i]).load(std::memory_order_acquire);
   return w;
 }
 
