@@ -35,6 +35,7 @@ struct ServerCounters {
   uint64_t quarantined_mappings = 0;  // kept mapped: the device refused to let go
   uint64_t created_for_gone_client = 0;  // completions that found their client gone: undone
   uint64_t health_checks = 0, health_failures = 0;
+  uint64_t peercred_failures = 0;  // connections refused: SO_PEERCRED failed (INFO connects_refused)
 };
 
 class Server {

@@ -5,7 +5,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -439,6 +441,54 @@ Snapshot settle(const Ibd& ibd, const Snapshot& want, std::chrono::milliseconds 
     s = snapshot(ibd);
   } while (!s.matches(want) && Clock::now() < deadline);
   return s;
+}
+
+std::vector<int> run_as_nobody(const std::function<std::vector<int>()>& f, std::chrono::milliseconds timeout) {
+  const passwd* pw = ::getpwnam("nobody");
+  const group* gr = ::getgrnam("nogroup");
+  if (!pw) return {};
+  const uid_t uid = pw->pw_uid;
+  const gid_t gid = gr ? gr->gr_gid : pw->pw_gid;
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return {};
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(p[0]);
+    ::close(p[1]);
+    return {};
+  }
+  if (child == 0) {
+    ::close(p[0]);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0)
+      ::_exit(2);
+    const std::vector<int> out = f();
+    const size_t bytes = out.size() * sizeof(int);
+    if (bytes && ::write(p[1], out.data(), bytes) != static_cast<ssize_t>(bytes)) ::_exit(3);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::vector<int> got;
+  std::string buf;
+  const auto deadline = Clock::now() + timeout;
+  bool eof = false;
+  while (!eof && Clock::now() < deadline) {
+    pollfd pf{p[0], POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (::poll(&pf, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) != 1) break;
+    char chunk[256];
+    const ssize_t n = ::read(p[0], chunk, sizeof chunk);
+    if (n <= 0) eof = true;
+    else buf.append(chunk, static_cast<size_t>(n));
+  }
+  ::close(p[0]);
+  if (!eof) ::kill(child, SIGKILL);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  if (!eof || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return {};
+  got.resize(buf.size() / sizeof(int));
+  std::memcpy(got.data(), buf.data(), got.size() * sizeof(int));
+  return got;
 }
 
 }  // namespace openib::testing

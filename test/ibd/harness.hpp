@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -152,5 +153,14 @@ bool is_gauge(const std::string& json_key);
 Snapshot snapshot(const Ibd& ibd);
 // Polls until snapshot(ibd).matches(want) or `timeout`; the last snapshot.
 Snapshot settle(const Ibd& ibd, const Snapshot& want, std::chrono::milliseconds timeout);
+
+// Runs `f` in a forked child as user nobody (group nogroup, no
+// supplementary groups; setresgid/setresuid, so no capability is left) and
+// returns the numbers it returned, passed back through a pipe. Empty if the
+// child could not drop to nobody, died, or took longer than `timeout` (it
+// is then killed). The child connects to ibd itself: SO_PEERCRED is taken
+// at connect().
+std::vector<int> run_as_nobody(const std::function<std::vector<int>()>& f,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 }  // namespace openib::testing
