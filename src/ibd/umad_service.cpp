@@ -395,7 +395,9 @@ void UmadService::close_session(Session* s) {
     for (auto& [id, key] : s->agents) l->second->unregister_agent(key);
   boost::system::error_code ec;
   s->sock->cancel(ec);
-  s->sock->close(ec);
+  // Datagrams still queued may carry fds the client attached: released
+  // with the socket, off the loop (fd_closer.hpp).
+  close_off_loop(UniqueFd(s->sock->release()));
   std::erase_if(sessions_, [&](auto& p) { return p.get() == s; });
 }
 

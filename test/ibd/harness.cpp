@@ -4,11 +4,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -489,6 +492,57 @@ std::vector<int> run_as_nobody(const std::function<std::vector<int>()>& f, std::
   got.resize(buf.size() / sizeof(int));
   std::memcpy(got.data(), buf.data(), got.size() * sizeof(int));
   return got;
+}
+
+LingeringTcp::LingeringTcp() {
+  listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int small = 4096;  // inherited by the connections it queues: a small window
+  if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+      ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+      ::setsockopt(listener_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) != 0 || ::listen(listener_, 16) != 0)
+    throw std::runtime_error("LingeringTcp listener: " + std::string(strerror(errno)));
+  port_ = ntohs(a.sin_port);
+}
+
+LingeringTcp::~LingeringTcp() {
+  if (listener_ >= 0) ::close(listener_);
+}
+
+int LingeringTcp::make() {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) throw std::runtime_error("socket: " + std::string(strerror(errno)));
+  int small = 4096;
+  ::setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port_);
+  auto fail = [&](const char* what) {
+    const std::string e = std::string(what) + ": " + strerror(errno);
+    ::close(s);
+    throw std::runtime_error("LingeringTcp: " + e);
+  };
+  if (::connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) fail("connect");
+  // Fill the peer's window, then the send buffer: writable no more, also
+  // after a while (bounded rounds), with bytes left unsent.
+  std::vector<char> junk(65536, 'x');
+  bool full = false;
+  for (int round = 0; round < 200 && !full; ++round) {
+    while (::send(s, junk.data(), junk.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+    }
+    pollfd p{s, POLLOUT, 0};
+    full = ::poll(&p, 1, 50) == 0;
+  }
+  int unsent = 0;
+  errno = EAGAIN;
+  if (!full || ::ioctl(s, SIOCOUTQ, &unsent) != 0 || unsent <= 0) fail("send buffer not full");
+  linger l{1, 60};
+  if (::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) != 0) fail("SO_LINGER");
+  return s;
 }
 
 }  // namespace openib::testing

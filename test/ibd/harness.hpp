@@ -163,4 +163,21 @@ Snapshot settle(const Ibd& ibd, const Snapshot& want, std::chrono::milliseconds 
 std::vector<int> run_as_nobody(const std::function<std::vector<int>()>& f,
                                std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
+// A TCP listener on 127.0.0.1 that never accepts, and connections to it
+// whose last close blocks: SO_LINGER 60 s with their send buffer full of
+// data the peer never reads (socket(7), tcp(7)). Closing the listener
+// resets them (and ends such a close). Throws std::runtime_error.
+class LingeringTcp {
+ public:
+  LingeringTcp();
+  ~LingeringTcp();
+  LingeringTcp(const LingeringTcp&) = delete;
+  LingeringTcp& operator=(const LingeringTcp&) = delete;
+  int make();  // a new such connection (the caller owns the fd)
+
+ private:
+  int listener_ = -1;
+  uint16_t port_ = 0;
+};
+
 }  // namespace openib::testing

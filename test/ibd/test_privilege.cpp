@@ -4,11 +4,7 @@
 // Linux's uverbs; an fd whose last close blocks, sent on any request,
 // stalls neither ibd's loop nor its other clients. The user-MAD service's
 // privileges are tested in test/umad/test_umad.cpp.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -87,50 +83,6 @@ struct Conn {
   }
 };
 
-// A TCP listener on 127.0.0.1 that never accepts, and connections to it
-// whose last close blocks: SO_LINGER 60 s with their send buffer full of
-// data the peer never reads (socket(7), tcp(7)).
-struct Lingering {
-  UniqueFd listener;
-  sockaddr_in addr{};
-  Lingering() {
-    listener = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    REQUIRE(listener.valid());
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0);
-    REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    int small = 4096;  // inherited by the connections it queues: a small window
-    ::setsockopt(listener.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    REQUIRE(::listen(listener.get(), 16) == 0);
-  }
-  UniqueFd make() {
-    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    REQUIRE(s.valid());
-    int small = 4096;
-    ::setsockopt(s.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
-    REQUIRE(::connect(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
-    // Fill the peer's window and then our send buffer: writable no more,
-    // also after a while (bounded rounds), with bytes left unsent.
-    std::vector<char> junk(65536, 'x');
-    bool full = false;
-    for (int round = 0; round < 200 && !full; ++round) {
-      while (::send(s.get(), junk.data(), junk.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
-      }
-      pollfd p{s.get(), POLLOUT, 0};
-      full = ::poll(&p, 1, 50) == 0;
-    }
-    REQUIRE(full);
-    int unsent = 0;
-    REQUIRE(::ioctl(s.get(), SIOCOUTQ, &unsent) == 0);
-    REQUIRE(unsent > 0);
-    linger l{1, 60};
-    REQUIRE(::setsockopt(s.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
-    return s;
-  }
-};
-
 }  // namespace
 
 TEST_CASE("a controlled Q_Key (bit 31) is EPERM for user nobody, allowed for root", "[hostile][privilege]") {
@@ -162,7 +114,7 @@ TEST_CASE("an fd whose close blocks, sent where ibd does not take it, stalls nei
   o.extra_args = {"--simhca-arg=--cmd-delay-ms", "--simhca-arg=200"};
   Ibd ibd(dir.path(), "a", o);
   const std::string sock = ibd.socket();
-  Lingering tcp;
+  LingeringTcp tcp;
   auto still_serving = [&](const char* after) {
     Conn other(sock);
     INFO("another client, after " << after);
@@ -178,7 +130,7 @@ TEST_CASE("an fd whose close blocks, sent where ibd does not take it, stalls nei
     h.op = static_cast<uint16_t>(Op::kAllocPd);
     h.seq = ++bad.seq;
     REQUIRE(proto::send_message(bad.fd.get(), h, proto::encode(proto::Empty{})));
-    UniqueFd t = tcp.make();
+    UniqueFd t(tcp.make());
     const int f = t.get();
     iovec iov{const_cast<std::byte*>(bytes.data()), bytes.size()};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
@@ -237,7 +189,7 @@ TEST_CASE("an fd whose close blocks, sent where ibd does not take it, stalls nei
     h.seq = ++bad.seq;
     REQUIRE(proto::send_message(bad.fd.get(), h, proto::encode(proto::Empty{})));
     REQUIRE(::send(bad.fd.get(), garbage.data(), garbage.size(), MSG_NOSIGNAL) > 0);
-    UniqueFd t = tcp.make();
+    UniqueFd t(tcp.make());
     const int f = t.get();
     h.op = static_cast<uint16_t>(Op::kQueryDevice);
     h.seq = ++bad.seq;

@@ -498,3 +498,50 @@ TEST_CASE("umad: a symlink planted at the issm path is not followed; the file is
   ::close(f);
   CHECK(wait_cap(kIsSm, false));
 }
+
+// A MAD socket's datagrams take no fds; one attached to a datagram is
+// released where its close cannot stall ibd (docs/client-protocol.md §5).
+// ibd is stopped (SIGSTOP) while the datagram is queued, so that the
+// test's reference goes first and ibd's is the last.
+TEST_CASE("umad: an fd whose close blocks, attached to a MAD socket's datagram, stalls no one", "[umad]") {
+  Env env;
+  const int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  const int agent = umad_register(fd, 0x04, 1, 0, nullptr);
+  REQUIRE(agent >= 0);
+  LingeringTcp tcp;
+  openib::UniqueFd t(tcp.make());
+  std::vector<uint8_t> buf(umad_size() + 256);
+  pma_get_classportinfo(static_cast<uint8_t*>(umad_get_mad(buf.data())), 0x77);
+  umad_set_addr(buf.data(), 0x1234 /* nobody */, 1, 0, 0x80010000);
+  auto* hdr = static_cast<ib_user_mad*>(static_cast<void*>(buf.data()));
+  hdr->agent_id = uint32_t(agent);
+  hdr->timeout_ms = 100;
+  iovec iov{buf.data(), buf.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  const int f = t.get();
+  std::memcpy(CMSG_DATA(c), &f, sizeof f);
+  REQUIRE(::kill(env.ibd->pid(), SIGSTOP) == 0);
+  const bool sent = ::sendmsg(fd, &msg, MSG_NOSIGNAL) > 0;
+  t.reset();  // not the last reference: the queued datagram holds one
+  REQUIRE(::kill(env.ibd->pid(), SIGCONT) == 0);
+  REQUIRE(sent);
+  // The MAD was sent as usual (and timed out), and another client is served.
+  std::vector<uint8_t> in(umad_size() + 256);
+  int len = 256;
+  CHECK(umad_recv(fd, in.data(), &len, 5000) == agent);
+  CHECK(umad_status(in.data()) == ETIMEDOUT);
+  RawConn other(env.ibd->socket());
+  other.send(openib::proto::Op::kQueryDevice, openib::proto::encode(openib::proto::Empty{}));
+  CHECK(other.readable(3000));
+  umad_close_port(fd);
+}
