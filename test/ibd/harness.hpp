@@ -163,6 +163,9 @@ Snapshot settle(const Ibd& ibd, const Snapshot& want, std::chrono::milliseconds 
 std::vector<int> run_as_nobody(const std::function<std::vector<int>()>& f,
                                std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
+// sendmsg(2) of one datagram with `fd` attached (SCM_RIGHTS); its result.
+ssize_t send_with_fd(int sock, const void* data, size_t len, int fd);
+
 // A TCP listener on 127.0.0.1 that never accepts, and connections to it
 // whose last close blocks: SO_LINGER 60 s with their send buffer full of
 // data the peer never reads (socket(7), tcp(7)). Closing the listener

@@ -131,20 +131,7 @@ TEST_CASE("an fd whose close blocks, sent where ibd does not take it, stalls nei
     h.seq = ++bad.seq;
     REQUIRE(proto::send_message(bad.fd.get(), h, proto::encode(proto::Empty{})));
     UniqueFd t(tcp.make());
-    const int f = t.get();
-    iovec iov{const_cast<std::byte*>(bytes.data()), bytes.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &f, sizeof f);
-    REQUIRE(::sendmsg(bad.fd.get(), &msg, MSG_NOSIGNAL) > 0);
+    REQUIRE(send_with_fd(bad.fd.get(), bytes.data(), bytes.size(), t.get()) > 0);
     t.reset();  // not the last reference: the message in flight holds one
     CHECK(bad.reply(3000ms) == 0);
   };

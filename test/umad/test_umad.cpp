@@ -517,21 +517,8 @@ TEST_CASE("umad: an fd whose close blocks, attached to a MAD socket's datagram, 
   auto* hdr = static_cast<ib_user_mad*>(static_cast<void*>(buf.data()));
   hdr->agent_id = uint32_t(agent);
   hdr->timeout_ms = 100;
-  iovec iov{buf.data(), buf.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  const int f = t.get();
-  std::memcpy(CMSG_DATA(c), &f, sizeof f);
   REQUIRE(::kill(env.ibd->pid(), SIGSTOP) == 0);
-  const bool sent = ::sendmsg(fd, &msg, MSG_NOSIGNAL) > 0;
+  const bool sent = send_with_fd(fd, buf.data(), buf.size(), t.get()) > 0;
   t.reset();  // not the last reference: the queued datagram holds one
   REQUIRE(::kill(env.ibd->pid(), SIGCONT) == 0);
   REQUIRE(sent);
