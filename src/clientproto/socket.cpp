@@ -37,14 +37,19 @@ Result<void> send_message(int sock, Header h, std::span<const std::byte> body,
   }
 }
 
-Result<Message> recv_message(int sock, bool nonblocking) {
+namespace {
+constexpr size_t kScmMaxFd = 253;  // the kernel's SCM_MAX_FD: most fds one message carries
+}
+
+Result<Message> recv_message(int sock, bool nonblocking, std::vector<UniqueFd>* rejected) {
   Message m;
   m.body.resize(kMaxMessage);
   iovec iov{m.body.data(), m.body.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kMaxFds + 1))];
+  static_assert(kMaxFds <= kScmMaxFd);
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kScmMaxFd)];
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
   ssize_t n;
@@ -53,7 +58,13 @@ Result<Message> recv_message(int sock, bool nonblocking) {
     if (n >= 0 || errno != EINTR) break;
   }
   if (n < 0) return sys_err("recvmsg");
-  // Take ownership of every fd first, so that each error path closes them.
+  auto fail = [&](Error e) -> Result<Message> {
+    if (rejected)
+      for (auto& f : m.fds) rejected->push_back(std::move(f));
+    return e;
+  };
+  // Take ownership of every fd first, so that each error path closes them
+  // (or hands them to `rejected`).
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -63,12 +74,15 @@ Result<Message> recv_message(int sock, bool nonblocking) {
       m.fds.emplace_back(fd);
     }
   }
-  if (n == 0) return err(ECONNRESET, "peer closed the connection");
-  if (msg.msg_flags & MSG_TRUNC) return err(EPROTO, "message longer than {} bytes", kMaxMessage);
-  if (msg.msg_flags & MSG_CTRUNC) return err(EPROTO, "more fds than {} attached", kMaxFds);
-  OPENIB_TRY_ASSIGN(m.header, decode_header(std::span(m.body.data(), static_cast<size_t>(n))));
+  if (n == 0) return fail(err(ECONNRESET, "peer closed the connection"));
+  if (msg.msg_flags & MSG_TRUNC) return fail(err(EPROTO, "message longer than {} bytes", kMaxMessage));
+  if (msg.msg_flags & MSG_CTRUNC) return fail(err(EPROTO, "fds cut off (control data truncated)"));
+  if (m.fds.size() > kMaxFds) return fail(err(EPROTO, "{} fds attached, at most {}", m.fds.size(), kMaxFds));
+  auto h = decode_header(std::span(m.body.data(), static_cast<size_t>(n)));
+  if (!h) return fail(h.take_error());
+  m.header = *h;
   if (m.fds.size() != m.header.nfds)
-    return err(EPROTO, "{} fds attached, header says {}", m.fds.size(), m.header.nfds);
+    return fail(err(EPROTO, "{} fds attached, header says {}", m.fds.size(), m.header.nfds));
   m.body.resize(static_cast<size_t>(n));
   m.body.erase(m.body.begin(), m.body.begin() + kHeaderSize);
   return m;

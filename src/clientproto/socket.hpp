@@ -23,7 +23,11 @@ Result<void> send_message(int sock, Header h, std::span<const std::byte> body,
 // Receives one message. A datagram larger than kMaxMessage (MSG_TRUNC), fds
 // cut off (MSG_CTRUNC), a bad header, or fds that do not match header.nfds
 // are EPROTO (any fds received are closed). A closed peer is ECONNRESET.
-// With `nonblocking`, an empty socket is EAGAIN.
-Result<Message> recv_message(int sock, bool nonblocking = false);
+// With `nonblocking`, an empty socket is EAGAIN. The control buffer holds
+// as many fds as one message can carry (SCM_MAX_FD), so the kernel never
+// releases cut-off fds inside this call. With `rejected`, the fds of a
+// message that is an error are moved there instead of closed (ibd closes
+// them where a blocking close cannot stall it).
+Result<Message> recv_message(int sock, bool nonblocking = false, std::vector<UniqueFd>* rejected = nullptr);
 
 }  // namespace openib::proto

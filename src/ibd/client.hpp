@@ -56,6 +56,9 @@ struct Client {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  // At accept (peer.hpp): root or CAP_NET_ADMIN (user-MAD QP0/SMPs),
+  // root or CAP_NET_RAW (controlled Q_Keys).
+  bool net_admin = false, net_raw = false;
   bool hello = false;
   bool closing = false;
   // One request at a time (docs/client-protocol.md "Request handling"): the

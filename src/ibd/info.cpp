@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ibd/fd_closer.hpp"
 #include "ibd/server.hpp"
 
 #ifndef OPENIB_VERSION
@@ -110,6 +111,8 @@ std::string Server::info_json(const Client& asker, uint32_t flags) {
                    {"dma_mapped_bytes", pool.mapped_bytes},
                    {"dma_maps_total", pool.maps_total},
                    {"dma_unmaps_total", pool.unmaps_total}};
+  j["counters"]["connects_refused"] = counters_.peercred_failures;
+  j["counters"]["fds_closed_off_loop_total"] = fds_closed_off_loop();
   if (umad_)
     for (const auto& [name, value] : umad_->counter_list()) j["counters"][name] = value;
   // kInfoObjects: every client's objects for root, the asker's own otherwise.

@@ -130,7 +130,7 @@ int run(const Options& o) {
 
   int exit_code = 0;
   // The user-MAD service (libibumad.so.3 clients: OpenSM, infiniband-diags).
-  auto umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports);
+  auto umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports, o.umad_user_gmp);
   auto server_ptr =
       std::make_unique<Server>(io, *hca, ServerOptions{o.socket, o.socket_mode, o.socket_group, device_name});
   Server& server = *server_ptr;

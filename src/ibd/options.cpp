@@ -94,6 +94,11 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.add_option("--faults", o.faults, "embedded simhca: --faults drop=P,dup=P,...");
   app.add_option("--simhca-arg", o.simhca_args,
                  "embedded simhca: one more argument (repeat: --simhca-arg=--node-desc --simhca-arg=Hca1)");
+  std::string umad_users = "none";
+  app.add_option("--umad-user-access", umad_users,
+                 "user-MAD service for users without CAP_NET_ADMIN: none, or gmp (QP1 only)")
+      ->check(CLI::IsMember({"none", "gmp"}))
+      ->capture_default_str();
   app.add_option("--lid", o.lid, "static LID for port 1 (SET_PORT, state Active); 0: leave the port")
       ->capture_default_str();
   app.add_option("--restart-limit", o.restart_limit,
@@ -117,6 +122,7 @@ ParseOutcome parse_options(int argc, char** argv) {
     return {std::nullopt, 2};
   }
   o.socket_mode = *mode;
+  o.umad_user_gmp = umad_users == "gmp";
   if (o.run_dir.empty()) o.run_dir = std::filesystem::path(o.socket).parent_path().string();
   if (o.run_dir.empty()) o.run_dir = ".";
   if (o.simhca.empty()) o.simhca = default_simhca_path();

@@ -22,6 +22,10 @@ struct Options {
   std::string simhca;        // empty: found next to ibd (simhca_path())
   std::string cable, pcap, faults;  // passed to the embedded simhca
   std::vector<std::string> simhca_args;  // more arguments for it (--guid, --node-desc, ...)
+  // Who may open the user-MAD service (docs/operations.md "Privileges"):
+  // false (--umad-user-access=none): root and CAP_NET_ADMIN only; true
+  // (gmp): every user for GMPs on QP1, QP0 and SMP classes still not.
+  bool umad_user_gmp = false;
   uint16_t lid = 1;          // static port setup (SET_PORT) until an SM exists; 0: leave the port
   // Device recovery (docs/operations.md §5): bring-up attempts after a
   // device loss (backoff 100 ms doubling to 5 s) before ibd gives up and

@@ -9,6 +9,7 @@
 
 #include "common/log.hpp"
 #include "hca/prm.hpp"
+#include "ibd/fd_closer.hpp"
 #include "ibd/server.hpp"
 
 namespace openib::ibd {
@@ -32,6 +33,25 @@ Result<void> check_eventfd(int fd) {
   const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
   if (n < 0 || std::string_view(buf, static_cast<size_t>(n)) != "anon_inode:[eventfd]")
     return err(EINVAL, "the attached fd is not an eventfd");
+  return ok();
+}
+
+// Before anything else (fd_closer.hpp): the kinds of fd each op takes.
+// HELLO and CREATE_CQ an eventfd, MAP_MEM a memfd, every other op none.
+// How many is checked by each handler (expect_fds).
+Result<void> check_fd_kinds(const proto::Message& m) {
+  if (m.fds.empty()) return ok();
+  FdKind want;
+  switch (static_cast<Op>(m.header.op)) {
+    case Op::kHello:
+    case Op::kCreateCq: want = FdKind::kEventfd; break;
+    case Op::kMapMem: want = FdKind::kMemfd; break;
+    default: return err(EINVAL, "{} takes no fds, got {}", proto::op_name(m.header.op), m.fds.size());
+  }
+  for (const UniqueFd& f : m.fds)
+    if (const FdKind k = fd_kind(f.get()); k != want)
+      return err(EINVAL, "{} takes {}; the attached fd is {}", proto::op_name(m.header.op), fd_kind_name(want),
+                 fd_kind_name(k));
   return ok();
 }
 
@@ -75,6 +95,7 @@ proto::Av to_proto(const hca::AddressVector& v) {
 
 void Server::handle(Client& c, proto::Message& m, Respond done) {
   const auto op = static_cast<Op>(m.header.op);
+  if (auto r = check_fd_kinds(m); !r) return done(r.take_error());
   if (!c.hello && op != Op::kHello) return done(err(EPROTO, "HELLO must come first"));
   if (c.objects.size() >= kMaxObjectsPerClient && m.header.op != static_cast<uint16_t>(Op::kInfo))
     return done(err(ENOSPC, "too many objects for one client"));
@@ -460,6 +481,10 @@ Result<void> Server::op_modify_qp(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(Object * qp, find(c, req.qp, Kind::kQp));
   const proto::QpAttr& a = req.attr;
   if (a.state > 6 || a.cur_state > 6) return err(EINVAL, "QP state out of range");
+  // Controlled Q_Keys (bit 31 set, IBA 10.2.4 and 3.5.3) are not for any
+  // consumer: root or CAP_NET_RAW only, EPERM otherwise, as Linux's uverbs.
+  if ((a.mask & hca::qp_attr::kQkey) && (a.qkey & 0x80000000u) && !c.net_raw)
+    return err(EPERM, "Q_Key {:#x} is a controlled Q_Key (bit 31): root or CAP_NET_RAW only", a.qkey);
   hca::QpAttr h;
   h.state = static_cast<hca::QpState>(a.state);
   h.cur_state = static_cast<hca::QpState>(a.cur_state);
@@ -624,7 +649,7 @@ Result<Server::Reply> Server::op_umad_sync(Client& c, proto::Message& m, Respond
     case Op::kUmadOpen: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
       OPENIB_TRY(expect_fds(m, 0));
-      umad_->open_async(c.id, req.port, guard<UniqueFd>([done = std::move(done), id = c.id, port = req.port](
+      umad_->open_async(c.id, req.port, c.net_admin, guard<UniqueFd>([done = std::move(done), id = c.id, port = req.port](
                                                          Result<UniqueFd> fd) mutable {
         if (!fd) return done(fd.take_error());
         log::get("ibd")->info("client {}: UMAD_OPEN port {}", id, port);

@@ -16,6 +16,8 @@
 
 #include "common/log.hpp"
 #include "hca/prm.hpp"
+#include "ibd/fd_closer.hpp"
+#include "ibd/peer.hpp"
 
 namespace openib::ibd {
 
@@ -188,18 +190,26 @@ void Server::on_acceptable() {
         logger()->warn("accept on {}: {}", opts_.socket, std::strerror(errno));
       break;
     }
+    // Fail closed: a peer whose credentials cannot be read is refused
+    // (never taken for uid 0). docs/client-protocol.md §5.
+    auto cred = peer_credentials(fd);
+    if (!cred) {
+      ++counters_.peercred_failures;
+      logger()->warn("connection refused: {}", cred.error().str());
+      close_off_loop(UniqueFd(fd));
+      continue;
+    }
     auto c = std::make_unique<Client>(io_, fd);
     c->id = next_client_++;
     c->connected = std::chrono::steady_clock::now();
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-      c->pid = cred.pid;
-      c->uid = cred.uid;
-      c->gid = cred.gid;
-    }
+    c->pid = cred->pid;
+    c->uid = cred->uid;
+    c->gid = cred->gid;
+    c->net_admin = cred->net_admin;
+    c->net_raw = cred->net_raw;
     ++counters_.connects;
-    logger()->info("client {} connected: pid {} uid {} gid {}", c->id, c->pid, c->uid, c->gid);
+    logger()->info("client {} connected: pid {} uid {} gid {}{}", c->id, c->pid, c->uid, c->gid,
+                   c->net_admin ? " (privileged)" : "");
     const uint32_t id = c->id;
     clients_.emplace(id, std::move(c));
     watch(id);
@@ -245,7 +255,9 @@ void Server::on_readable(uint32_t id) {
     // No device (docs/operations.md §5): a client that did not say HELLO to
     // the old one waits, unread, until device_back() watches it again.
     if (device_state_ != DeviceState::kRunning && !c->stale) return;
-    auto m = proto::recv_message(c->sock.native_handle(), /*nonblocking*/ true);
+    std::vector<UniqueFd> rejected;
+    auto m = proto::recv_message(c->sock.native_handle(), /*nonblocking*/ true, &rejected);
+    dispose_fds(rejected);  // never a blocking close on the loop (fd_closer.hpp)
     if (!m) {
       const int code = m.error().code;
       if (code == EAGAIN || code == EWOULDBLOCK) break;
@@ -275,6 +287,7 @@ void Server::on_readable(uint32_t id) {
                generation_));
     else
       handle(*c, *m, std::move(done));
+    dispose_fds(m->fds);  // the fds the request did not keep
     c = client(id);
     if (!c) return;  // finish() disconnected it
     c->dispatching = false;
@@ -337,7 +350,9 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   if (umad_) umad_->client_gone(id);
   boost::system::error_code ec;
   c.sock.cancel(ec);
-  c.sock.close(ec);
+  // Its queue may hold fds in flight, released with the socket: closed
+  // where a blocking release cannot stall the loop (fd_closer.hpp).
+  close_off_loop(UniqueFd(c.sock.release()));
   ++counters_.disconnects;
   logger()->info("client {} (pid {}) gone: {}; {} objects to destroy{}; {} requests, {} errors", id, c.pid,
                  why, c.objects.size(), c.busy ? " after its request in flight" : "", c.stats.requests,

@@ -36,6 +36,7 @@ struct ServerCounters {
   uint64_t created_for_gone_client = 0;  // completions that found their client gone: undone
   uint64_t health_checks = 0, health_failures = 0;
   uint64_t device_losses = 0;  // device_lost() calls
+  uint64_t peercred_failures = 0;  // connections refused: SO_PEERCRED failed (INFO connects_refused)
 };
 
 // Device recovery (docs/operations.md §5): Running -> Dead -> Restarting ->

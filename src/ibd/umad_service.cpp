@@ -4,6 +4,7 @@
 #include <infiniband/umad.h>
 #include <sys/inotify.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 
 #include "common/byte_order.hpp"
 #include "common/log.hpp"
+#include "ibd/fd_closer.hpp"
+#include "mad/mad.hpp"
 
 namespace openib::ibd {
 namespace asio = boost::asio;
@@ -62,10 +65,39 @@ ib_mad_addr_t to_umad(const mad::MadAddress& m) {
   return a;
 }
 
+// One datagram of a MAD socket, MSG_TRUNC semantics (the datagram's length).
+// The control buffer has room for as many fds as a datagram can carry (the
+// kernel's SCM_MAX_FD, 253): without it the kernel would release fds a
+// client attached inside this recvmsg, on ibd's loop, where a last close
+// can block (fd_closer.hpp). They are closed by dispose_fds instead.
+ssize_t recv_datagram(int sock, std::byte* buf, size_t len) {
+  iovec iov{buf, len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+  std::vector<UniqueFd> fds;
+  if (n >= 0)
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        fds.emplace_back(fd);
+      }
+    }
+  dispose_fds(fds);
+  return n;
+}
+
 }  // namespace
 
-UmadService::UmadService(asio::io_context& io, hca::Hca& hca, std::string socket_path, uint8_t num_ports)
-    : io_(io), hca_(hca), socket_path_(std::move(socket_path)), num_ports_(num_ports) {
+UmadService::UmadService(asio::io_context& io, hca::Hca& hca, std::string socket_path, uint8_t num_ports,
+                         bool user_gmp)
+    : io_(io), hca_(hca), socket_path_(std::move(socket_path)), num_ports_(num_ports), user_gmp_(user_gmp) {
   setup_issm();
 }
 
@@ -92,7 +124,13 @@ bool UmadService::is_sm(uint8_t port) const {
 }
 
 // The issm files: plain files that ibd watches with inotify. An open is
-// IN_OPEN, a close (also by a dying process) IN_CLOSE_*.
+// IN_OPEN, a close (also by a dying process) IN_CLOSE_*. Each is created
+// anew, mode 0600 (only root opens it, as /dev/infiniband/issmN, whose
+// open is what makes a process the port's SM): whatever was at the path is
+// unlinked (a symlink itself, never its target), then O_CREAT|O_EXCL|
+// O_NOFOLLOW, so a name planted meanwhile fails the create instead of
+// being followed; the watch does not follow symlinks either and must be
+// on the inode created.
 void UmadService::setup_issm() {
   auto log = log::get("ibd");
   int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -103,14 +141,22 @@ void UmadService::setup_issm() {
   inotify_ = UniqueFd(fd);
   for (uint8_t p = 1; p <= num_ports_; ++p) {
     const std::string path = issm_path(p);
-    int f = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0666);
-    if (f < 0) {
-      log->warn("umad: creating {}: {}", path, std::strerror(errno));
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      log->warn("umad: removing the old {}: {}", path, std::strerror(errno));
+    UniqueFd f(::open(path.c_str(), O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0600));
+    if (!f) {
+      log->warn("umad: creating {}: {}; no issm file for port {}", path, std::strerror(errno), p);
       continue;
     }
-    (void)::fchmod(f, 0666);  // the socket's permissions decide who may use ibd; not the umask
-    ::close(f);
-    int wd = ::inotify_add_watch(fd, path.c_str(), IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE);
+    (void)::fchmod(f.get(), 0600);  // whatever the umask
+    int wd = ::inotify_add_watch(fd, path.c_str(), IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE | IN_DONT_FOLLOW);
+    struct stat made{}, seen{};
+    if (wd >= 0 && (::fstat(f.get(), &made) != 0 || ::lstat(path.c_str(), &seen) != 0 ||
+                    made.st_ino != seen.st_ino || made.st_dev != seen.st_dev)) {
+      (void)::inotify_rm_watch(fd, wd);
+      errno = EEXIST;
+      wd = -1;  // replaced between the create and the watch
+    }
     if (wd < 0) {
       log->warn("umad: watching {}: {}", path, std::strerror(errno));
       continue;
@@ -213,7 +259,7 @@ void UmadService::on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLay
       w.done(l.error());
       continue;
     }
-    w.done(new_session(w.client, port));
+    w.done(new_session(w.client, port, w.privileged));
   }
 }
 
@@ -229,22 +275,30 @@ UmadService::Session* UmadService::find_session(uint32_t client, uint8_t port) {
   return nullptr;
 }
 
-void UmadService::open_async(uint32_t client, uint8_t port, hca::Completer<Result<UniqueFd>> done) {
+void UmadService::open_async(uint32_t client, uint8_t port, bool privileged, hca::Completer<Result<UniqueFd>> done) {
   auto fail = [&](Error e) { asio::post(io_, [d = std::move(done), e = std::move(e)]() mutable { d(std::move(e)); }); };
+  // As the kernel's umad device files (root's, mode 0600): management
+  // traffic is for privileged users; GMPs on QP1 also for others when the
+  // administrator said so (--umad-user-access=gmp).
+  if (!privileged && !user_gmp_) {
+    ++counters_.denied;
+    return fail(err(EPERM, "the user-MAD service needs root or CAP_NET_ADMIN"));
+  }
   if (port < 1 || port > num_ports_) return fail(err(EINVAL, "no port {}", port));
   bool waiting = false;
   for (auto& [p, ws] : opening_)
     for (auto& w : ws) waiting |= w.client == client && p == port;
   if (find_session(client, port) || waiting) return fail(err(EBUSY, "port {} is already open on this connection", port));
   if (layers_.count(port)) {
-    asio::post(io_, [this, d = std::move(done), client, port, alive = std::weak_ptr<bool>(alive_)]() mutable {
+    asio::post(io_, [this, d = std::move(done), client, port, privileged,
+                     alive = std::weak_ptr<bool>(alive_)]() mutable {
       if (alive.expired()) return;
-      d(new_session(client, port));
+      d(new_session(client, port, privileged));
     });
     return;
   }
   auto& ws = opening_[port];
-  ws.push_back(Waiter{client, std::move(done)});
+  ws.push_back(Waiter{client, privileged, std::move(done)});
   if (ws.size() > 1) return;  // the port's opening is under way: wait for it
   mad::MadLayer::open_async(io_, hca_, port,
                             [this, port, alive = std::weak_ptr<bool>(alive_)](
@@ -254,7 +308,7 @@ void UmadService::open_async(uint32_t client, uint8_t port, hca::Completer<Resul
                             });
 }
 
-Result<UniqueFd> UmadService::new_session(uint32_t client, uint8_t port) {
+Result<UniqueFd> UmadService::new_session(uint32_t client, uint8_t port, bool privileged) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
     return err(errno, "socketpair: {}", std::strerror(errno));
@@ -268,6 +322,7 @@ Result<UniqueFd> UmadService::new_session(uint32_t client, uint8_t port) {
   auto s = std::make_unique<Session>();
   s->client = client;
   s->port = port;
+  s->privileged = privileged;
   s->sock = std::make_unique<asio::posix::stream_descriptor>(io_, sv[0]);
   Session& ref = *s;
   sessions_.push_back(std::move(s));
@@ -284,6 +339,10 @@ Result<uint32_t> UmadService::register_agent(uint32_t client, const proto::UmadR
   if (!s) return err(EINVAL, "UMAD_REGISTER before UMAD_OPEN");
   if (s->agents.size() >= UMAD_CA_MAX_AGENTS) return err(ENOMEM, "{} agents already", UMAD_CA_MAX_AGENTS);
   if (r.flags & ~uint32_t(UMAD_USER_RMPP)) return err(EINVAL, "unknown flags {:#x}", r.flags);
+  if (!s->privileged && mad::is_smp_class(r.mgmt_class)) {  // IBA 13.4.4: SMPs go on QP0
+    ++counters_.denied;
+    return err(EPERM, "class {:#04x} is an SMP class: root or CAP_NET_ADMIN only", r.mgmt_class);
+  }
   mad::AgentSpec spec;
   spec.mgmt_class = r.mgmt_class;
   spec.class_version = r.class_version;
@@ -336,7 +395,9 @@ void UmadService::close_session(Session* s) {
     for (auto& [id, key] : s->agents) l->second->unregister_agent(key);
   boost::system::error_code ec;
   s->sock->cancel(ec);
-  s->sock->close(ec);
+  // Datagrams still queued may carry fds the client attached: released
+  // with the socket, off the loop (fd_closer.hpp).
+  close_off_loop(UniqueFd(s->sock->release()));
   std::erase_if(sessions_, [&](auto& p) { return p.get() == s; });
 }
 
@@ -357,7 +418,7 @@ void UmadService::watch(Session& session) {
         return;
       }
       buf.resize(std::min<size_t>(size_t(n), kMaxMessage));
-      ssize_t got = ::recv(s->sock->native_handle(), buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC);
+      ssize_t got = recv_datagram(s->sock->native_handle(), buf.data(), buf.size());
       if (got <= 0) break;
       if (size_t(got) > buf.size()) {
         ++counters_.bad_client_mads;
@@ -395,13 +456,23 @@ void UmadService::on_client_mad(Session& s, std::span<const std::byte> msg) {
   }
   mad::MadAddress to = from_umad(hdr.addr);
   auto body = msg.subspan(kUmadHdr);
-  if (auto r = (*l)->send(ait->second, to, body, hdr.timeout_ms, hdr.retries); !r) {
+  // A GMP-only session (not privileged) sends nothing on or to QP0: the
+  // layer picks QP0 by the MAD's class (IBA 13.4.4), so that is checked here.
+  Result<void> r = ok();
+  if (!s.privileged && (mad::is_smp_class(uint8_t(body[1])) || to.qpn == 0)) {
+    ++counters_.denied;
+    r = err(EPERM, "an SMP or a MAD to QP0 from a session without CAP_NET_ADMIN");
+  } else {
+    r = (*l)->send(ait->second, to, body, hdr.timeout_ms, hdr.retries);
+  }
+  if (!r) {
     ++counters_.send_errors;
     log->debug("umad: client {}: send: {}", s.client, r.error().str());
     // As a failed send with a timeout comes back from the kernel: the header.
     if (!mad::is_response_mad(body) && hdr.timeout_ms) {
       mad::Delivery d;
-      d.status = uint32_t(r.error().code == EAGAIN ? ETIMEDOUT : ECOMM);
+      const int code = r.error().code;
+      d.status = uint32_t(code == EAGAIN ? ETIMEDOUT : code == EPERM ? EPERM : ECOMM);
       d.from = to;
       d.data.assign(body.begin(), body.begin() + kMadHdr);
       deliver(s.client, s.port, hdr.agent_id, d);
@@ -416,7 +487,7 @@ std::vector<std::pair<std::string, uint64_t>> UmadService::counter_list() const 
       {"umad_sessions", sessions_.size()},      {"umad_opens", counters_.opens},
       {"umad_sent", counters_.sent},            {"umad_send_errors", counters_.send_errors},
       {"umad_delivered", counters_.delivered},  {"umad_dropped", counters_.dropped},
-      {"umad_bad_client_mads", counters_.bad_client_mads}};
+      {"umad_bad_client_mads", counters_.bad_client_mads}, {"umad_denied", counters_.denied}};
   for (const auto& [port, l] : layers_) {
     const auto& c = l->counters();
     const auto& q = l->port_counters();

@@ -9,7 +9,15 @@
 //
 // The issm file (`<socket minus .sock>.issm<port>`, see umad_get_issm_path):
 // while some process holds it open, the port's CapabilityMask has IsSM
-// (watched with inotify, so a killed SM drops it too).
+// (watched with inotify, so a killed SM drops it too). Created anew by ibd,
+// mode 0600 (root's, as /dev/infiniband/issmN), never through a symlink.
+//
+// Privileges (docs/operations.md "Privileges"), as ib_umad's device files
+// give them: UMAD_OPEN needs root or CAP_NET_ADMIN; with `user_gmp`
+// (--umad-user-access=gmp) other users may open too, for GMPs on QP1 only:
+// registering an SMP class (0x01, 0x81) is EPERM for them, and an SMP or a
+// MAD to QP0 written on their MAD socket is dropped (counted) and comes
+// back with status EPERM.
 //
 // Single-threaded on ibd's io_context.
 #pragma once
@@ -33,13 +41,15 @@ namespace openib::ibd {
 
 struct UmadCounters {
   uint64_t opens = 0, sent = 0, send_errors = 0, delivered = 0, dropped = 0, bad_client_mads = 0;
+  uint64_t denied = 0;  // opens, registrations and MADs refused for want of privilege
 };
 
 class UmadService {
  public:
   // `socket_path` names the issm files. The MAD ports are opened lazily, on
   // the first UMAD_OPEN of a port.
-  UmadService(boost::asio::io_context& io, hca::Hca& hca, std::string socket_path, uint8_t num_ports);
+  UmadService(boost::asio::io_context& io, hca::Hca& hca, std::string socket_path, uint8_t num_ports,
+              bool user_gmp = false);
   ~UmadService();
 
   // Client requests (the client's id is ibd's connection id).
@@ -48,7 +58,8 @@ class UmadService {
   // UMAD_OPEN: `done` gets the client's end of the MAD socket. The port's
   // first open brings its QP0/QP1 up (asynchronously, a chain of device
   // commands); opens arriving meanwhile wait for that one opening.
-  void open_async(uint32_t client, uint8_t port, hca::Completer<Result<UniqueFd>> done);
+  // `privileged`: the client is root or has CAP_NET_ADMIN (peer.hpp).
+  void open_async(uint32_t client, uint8_t port, bool privileged, hca::Completer<Result<UniqueFd>> done);
   Result<uint32_t> register_agent(uint32_t client, const proto::UmadRegReq& r);
   Result<void> unregister_agent(uint32_t client, uint32_t agent);
   // The client's connection closed: its MAD sockets and agents go.
@@ -67,6 +78,7 @@ class UmadService {
   struct Session {  // one UMAD_OPEN
     uint32_t client = 0;
     uint8_t port = 0;
+    bool privileged = false;  // QP0 and SMP classes allowed
     std::unique_ptr<boost::asio::posix::stream_descriptor> sock;  // ibd's end
     std::map<uint32_t, uint32_t> agents;  // umad agent id -> MAD layer agent
     uint32_t next_agent = 0;
@@ -74,12 +86,13 @@ class UmadService {
 
   struct Waiter {  // a UMAD_OPEN waiting for its port's layer
     uint32_t client = 0;
+    bool privileged = false;
     hca::Completer<Result<UniqueFd>> done;
   };
 
   Result<mad::MadLayer*> layer(uint8_t port);  // an open layer, or ENODEV
   void on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLayer>> l);
-  Result<UniqueFd> new_session(uint32_t client, uint8_t port);
+  Result<UniqueFd> new_session(uint32_t client, uint8_t port, bool privileged);
   void watch(Session& s);
   void on_client_mad(Session& s, std::span<const std::byte> msg);
   void deliver(uint32_t client, uint8_t port, uint32_t agent, const mad::Delivery& d);
@@ -92,6 +105,7 @@ class UmadService {
   hca::Hca& hca_;
   std::string socket_path_;
   uint8_t num_ports_;
+  bool user_gmp_;
   std::map<uint8_t, std::unique_ptr<mad::MadLayer>> layers_;
   std::map<uint8_t, std::vector<Waiter>> opening_;  // ports whose layer is being opened
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the opening's continuation

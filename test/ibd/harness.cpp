@@ -4,9 +4,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -439,6 +444,121 @@ Snapshot settle(const Ibd& ibd, const Snapshot& want, std::chrono::milliseconds 
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     s = snapshot(ibd);
   } while (!s.matches(want) && Clock::now() < deadline);
+  return s;
+}
+
+std::vector<int> run_as_nobody(const std::function<std::vector<int>()>& f, std::chrono::milliseconds timeout) {
+  const passwd* pw = ::getpwnam("nobody");
+  const group* gr = ::getgrnam("nogroup");
+  if (!pw) return {};
+  const uid_t uid = pw->pw_uid;
+  const gid_t gid = gr ? gr->gr_gid : pw->pw_gid;
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return {};
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(p[0]);
+    ::close(p[1]);
+    return {};
+  }
+  if (child == 0) {
+    ::close(p[0]);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0)
+      ::_exit(2);
+    const std::vector<int> out = f();
+    const size_t bytes = out.size() * sizeof(int);
+    if (bytes && ::write(p[1], out.data(), bytes) != static_cast<ssize_t>(bytes)) ::_exit(3);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::vector<int> got;
+  std::string buf;
+  const auto deadline = Clock::now() + timeout;
+  bool eof = false;
+  while (!eof && Clock::now() < deadline) {
+    pollfd pf{p[0], POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (::poll(&pf, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) != 1) break;
+    char chunk[256];
+    const ssize_t n = ::read(p[0], chunk, sizeof chunk);
+    if (n <= 0) eof = true;
+    else buf.append(chunk, static_cast<size_t>(n));
+  }
+  ::close(p[0]);
+  if (!eof) ::kill(child, SIGKILL);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  if (!eof || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return {};
+  got.resize(buf.size() / sizeof(int));
+  std::memcpy(got.data(), buf.data(), got.size() * sizeof(int));
+  return got;
+}
+
+ssize_t send_with_fd(int sock, const void* data, size_t len, int fd) {
+  iovec iov{const_cast<void*>(data), len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  return ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+}
+
+LingeringTcp::LingeringTcp() {
+  listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int small = 4096;  // inherited by the connections it queues: a small window
+  if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+      ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+      ::setsockopt(listener_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) != 0 || ::listen(listener_, 16) != 0)
+    throw std::runtime_error("LingeringTcp listener: " + std::string(strerror(errno)));
+  port_ = ntohs(a.sin_port);
+}
+
+LingeringTcp::~LingeringTcp() {
+  if (listener_ >= 0) ::close(listener_);
+}
+
+int LingeringTcp::make() {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) throw std::runtime_error("socket: " + std::string(strerror(errno)));
+  int small = 4096;
+  ::setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port_);
+  auto fail = [&](const char* what) {
+    const std::string e = std::string(what) + ": " + strerror(errno);
+    ::close(s);
+    throw std::runtime_error("LingeringTcp: " + e);
+  };
+  if (::connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) fail("connect");
+  // Fill the peer's window, then the send buffer: writable no more, also
+  // after a while (bounded rounds), with bytes left unsent.
+  std::vector<char> junk(65536, 'x');
+  bool full = false;
+  for (int round = 0; round < 200 && !full; ++round) {
+    while (::send(s, junk.data(), junk.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+    }
+    pollfd p{s, POLLOUT, 0};
+    full = ::poll(&p, 1, 50) == 0;
+  }
+  int unsent = 0;
+  errno = EAGAIN;
+  if (!full || ::ioctl(s, SIOCOUTQ, &unsent) != 0 || unsent <= 0) fail("send buffer not full");
+  linger l{1, 60};
+  if (::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) != 0) fail("SO_LINGER");
   return s;
 }
 

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -152,5 +153,34 @@ bool is_gauge(const std::string& json_key);
 Snapshot snapshot(const Ibd& ibd);
 // Polls until snapshot(ibd).matches(want) or `timeout`; the last snapshot.
 Snapshot settle(const Ibd& ibd, const Snapshot& want, std::chrono::milliseconds timeout);
+
+// Runs `f` in a forked child as user nobody (group nogroup, no
+// supplementary groups; setresgid/setresuid, so no capability is left) and
+// returns the numbers it returned, passed back through a pipe. Empty if the
+// child could not drop to nobody, died, or took longer than `timeout` (it
+// is then killed). The child connects to ibd itself: SO_PEERCRED is taken
+// at connect().
+std::vector<int> run_as_nobody(const std::function<std::vector<int>()>& f,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// sendmsg(2) of one datagram with `fd` attached (SCM_RIGHTS); its result.
+ssize_t send_with_fd(int sock, const void* data, size_t len, int fd);
+
+// A TCP listener on 127.0.0.1 that never accepts, and connections to it
+// whose last close blocks: SO_LINGER 60 s with their send buffer full of
+// data the peer never reads (socket(7), tcp(7)). Closing the listener
+// resets them (and ends such a close). Throws std::runtime_error.
+class LingeringTcp {
+ public:
+  LingeringTcp();
+  ~LingeringTcp();
+  LingeringTcp(const LingeringTcp&) = delete;
+  LingeringTcp& operator=(const LingeringTcp&) = delete;
+  int make();  // a new such connection (the caller owns the fd)
+
+ private:
+  int listener_ = -1;
+  uint16_t port_ = 0;
+};
 
 }  // namespace openib::testing

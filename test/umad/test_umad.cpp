@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -401,5 +402,168 @@ TEST_CASE("umad: a lost device closes the MAD socket; after recovery the port op
   REQUIRE(umad_recv(fd, buf.data(), &len, 5000) == agent);
   CHECK(umad_status(buf.data()) == ETIMEDOUT);
   CHECK(cap_mask(1) != 0);  // the port answers again
+  umad_close_port(fd);
+}
+
+// docs/operations.md "Privileges": the user-MAD service is root's (or
+// CAP_NET_ADMIN's), as /dev/infiniband/umadN and issmN are (mode 0600).
+TEST_CASE("umad: user nobody gets EPERM from UMAD_OPEN and EACCES on the issm file; root gets both", "[umad]") {
+  Env env;
+  char path[256];
+  REQUIRE(umad_get_issm_path(nullptr, 1, path, sizeof path) == 0);
+  constexpr uint32_t kIsSm = 1u << 1;
+  auto got = run_as_nobody([&] {
+    const int fd = umad_open_port(nullptr, 0);
+    const int issm = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    return std::vector<int>{fd < 0 ? -fd : 0, issm < 0 ? errno : 0};
+  });
+  REQUIRE(got.size() == 2);
+  CHECK(got[0] == EPERM);
+  CHECK(got[1] == EACCES);
+  CHECK((cap_mask(1) & kIsSm) == 0);
+  // Root: the port, an SMP class, the issm file.
+  const int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  long mask[2] = {1L << 0x01, 0};  // Get
+  CHECK(umad_register(fd, 0x81, 1, 0, mask) >= 0);
+  const int issm = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  CHECK(issm >= 0);
+  CHECK(wait_cap(kIsSm, true));
+  if (issm >= 0) ::close(issm);
+  umad_close_port(fd);
+}
+
+// --umad-user-access=gmp: every user may use QP1 (GMPs), no one but root
+// and CAP_NET_ADMIN QP0: an SMP class is EPERM, and an SMP or a MAD to QP0
+// written through a GMP agent comes back with status EPERM.
+TEST_CASE("umad: with --umad-user-access=gmp, nobody sends GMPs on QP1 and nothing on QP0", "[umad]") {
+  Env env(7, {"--umad-user-access=gmp"});
+  auto got = run_as_nobody([&] {
+    std::vector<int> out;
+    const int fd = umad_open_port(nullptr, 0);
+    out.push_back(fd < 0 ? -fd : 0);
+    if (fd < 0) return out;
+    long mask[2] = {1L << 0x01, 0};
+    const int smp = umad_register(fd, 0x81, 1, 0, mask);
+    out.push_back(smp < 0 ? -smp : 0);
+    const int lid_smp = umad_register(fd, 0x01, 1, 0, mask);
+    out.push_back(lid_smp < 0 ? -lid_smp : 0);
+    const int pma = umad_register(fd, 0x04, 1, 0, nullptr);
+    out.push_back(pma < 0 ? -pma : 0);
+    if (pma < 0) return out;
+    std::vector<uint8_t> buf(umad_size() + 256), in(umad_size() + 256);
+    auto status_of = [&](uint64_t tid) {
+      int len = 256;
+      const int r = umad_recv(fd, in.data(), &len, 5000);
+      if (r < 0) return 1000 - r;
+      auto* m = static_cast<uint8_t*>(umad_get_mad(in.data()));
+      uint64_t t = 0;
+      for (int i = 0; i < 8; ++i) t = t << 8 | m[8 + i];
+      return (t & 0xffffffffu) == (tid & 0xffffffffu) ? int(umad_status(in.data())) : 2000;
+    };
+    // An SMP (DR Get NodeInfo, IBA 14.2.5.3) written on the PMA agent.
+    auto* mad = static_cast<uint8_t*>(umad_get_mad(buf.data()));
+    pma_get_classportinfo(mad, 0x101);
+    mad[1] = 0x81;
+    mad[16] = 0x00;
+    mad[17] = 0x11;
+    umad_set_addr(buf.data(), 0xffff, 0, 0, 0);
+    out.push_back(umad_send(fd, pma, buf.data(), 256, 100, 0));
+    out.push_back(status_of(0x101));
+    // A GMP to QP0.
+    pma_get_classportinfo(mad, 0x102);
+    umad_set_addr(buf.data(), 7, 0, 0, 0x80010000);
+    out.push_back(umad_send(fd, pma, buf.data(), 256, 100, 0));
+    out.push_back(status_of(0x102));
+    // A GMP to QP1 of a LID nobody has: sent, then timed out.
+    pma_get_classportinfo(mad, 0x103);
+    umad_set_addr(buf.data(), 0x1234, 1, 0, 0x80010000);
+    out.push_back(umad_send(fd, pma, buf.data(), 256, 100, 0));
+    out.push_back(status_of(0x103));
+    umad_close_port(fd);
+    return out;
+  });
+  REQUIRE(got.size() == 10);
+  CHECK(got[0] == 0);      // UMAD_OPEN
+  CHECK(got[1] == EPERM);  // class 0x81
+  CHECK(got[2] == EPERM);  // class 0x01
+  CHECK(got[3] == 0);      // PerfMgmt
+  CHECK(got[4] == 0);
+  CHECK(got[5] == EPERM);  // the SMP
+  CHECK(got[6] == 0);
+  CHECK(got[7] == EPERM);  // to QP0
+  CHECK(got[8] == 0);
+  CHECK(got[9] == ETIMEDOUT);
+}
+
+// The issm file is created by ibd, mode 0600, and never through a symlink:
+// one planted at its path (the socket's directory may be writable by
+// others) neither gets its target truncated or chmodded nor is watched.
+TEST_CASE("umad: a symlink planted at the issm path is not followed; the file is 0600", "[umad]") {
+  TempDir dir;
+  const std::string victim = dir.path() + "/victim";
+  {
+    int v = ::open(victim.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    REQUIRE(v >= 0);
+    REQUIRE(::write(v, "precious", 8) == 8);
+    ::close(v);
+    ::chmod(victim.c_str(), 0644);
+  }
+  const std::string issm = dir.path() + "/u.issm1";
+  REQUIRE(::symlink(victim.c_str(), issm.c_str()) == 0);
+  IbdOptions o;
+  o.lid = 7;
+  Ibd ibd(dir.path(), "u", o);
+  ::setenv("OPENIB_SOCKET", ibd.socket().c_str(), 1);
+  char path[256];
+  REQUIRE(umad_get_issm_path(nullptr, 1, path, sizeof path) == 0);
+  REQUIRE(std::string(path) == issm);
+  struct stat st{};
+  REQUIRE(::stat(victim.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0644);
+  CHECK(st.st_size == 8);
+  REQUIRE(::lstat(issm.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK((st.st_mode & 07777) == 0600);
+  CHECK(st.st_uid == ::geteuid());
+  constexpr uint32_t kIsSm = 1u << 1;
+  const int f = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(f >= 0);
+  CHECK(wait_cap(kIsSm, true));
+  ::close(f);
+  CHECK(wait_cap(kIsSm, false));
+}
+
+// A MAD socket's datagrams take no fds; one attached to a datagram is
+// released where its close cannot stall ibd (docs/client-protocol.md §5).
+// ibd is stopped (SIGSTOP) while the datagram is queued, so that the
+// test's reference goes first and ibd's is the last.
+TEST_CASE("umad: an fd whose close blocks, attached to a MAD socket's datagram, stalls no one", "[umad]") {
+  Env env;
+  const int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  const int agent = umad_register(fd, 0x04, 1, 0, nullptr);
+  REQUIRE(agent >= 0);
+  LingeringTcp tcp;
+  openib::UniqueFd t(tcp.make());
+  std::vector<uint8_t> buf(umad_size() + 256);
+  pma_get_classportinfo(static_cast<uint8_t*>(umad_get_mad(buf.data())), 0x77);
+  umad_set_addr(buf.data(), 0x1234 /* nobody */, 1, 0, 0x80010000);
+  auto* hdr = static_cast<ib_user_mad*>(static_cast<void*>(buf.data()));
+  hdr->agent_id = uint32_t(agent);
+  hdr->timeout_ms = 100;
+  REQUIRE(::kill(env.ibd->pid(), SIGSTOP) == 0);
+  const bool sent = send_with_fd(fd, buf.data(), buf.size(), t.get()) > 0;
+  t.reset();  // not the last reference: the queued datagram holds one
+  REQUIRE(::kill(env.ibd->pid(), SIGCONT) == 0);
+  REQUIRE(sent);
+  // The MAD was sent as usual (and timed out), and another client is served.
+  std::vector<uint8_t> in(umad_size() + 256);
+  int len = 256;
+  CHECK(umad_recv(fd, in.data(), &len, 5000) == agent);
+  CHECK(umad_status(in.data()) == ETIMEDOUT);
+  RawConn other(env.ibd->socket());
+  other.send(openib::proto::Op::kQueryDevice, openib::proto::encode(openib::proto::Empty{}));
+  CHECK(other.readable(3000));
   umad_close_port(fd);
 }
