@@ -96,6 +96,7 @@ ParseOutcome parse_options(int argc, char** argv) {
                  "embedded simhca: one more argument (repeat: --simhca-arg=--node-desc --simhca-arg=Hca1)");
   app.add_option("--lid", o.lid, "static LID for port 1 (SET_PORT, state Active); 0: leave the port")
       ->capture_default_str();
+  add_limit_options(app, o.limits);
   app.add_option("--log", o.log, "log level: trace, debug, info, warn, error, off")->capture_default_str();
   try {
     app.parse(argc, argv);

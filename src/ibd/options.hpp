@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "ibd/quota.hpp"
 
 namespace openib::ibd {
 
@@ -25,6 +26,7 @@ struct Options {
   uint16_t lid = 1;          // static port setup (SET_PORT) until an SM exists; 0: leave the port
   std::string log = "info";
   std::string config;        // the TOML file read, if any
+  Limits limits;             // per client and per uid (quota.hpp)
 };
 
 // Parses argv (and the --config file). std::nullopt with exit_code set

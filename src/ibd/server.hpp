@@ -17,6 +17,7 @@
 #include "clientproto/socket.hpp"
 #include "hca/hca.hpp"
 #include "ibd/client.hpp"
+#include "ibd/quota.hpp"
 #include "ibd/umad_service.hpp"
 
 namespace openib::ibd {
@@ -26,6 +27,7 @@ struct ServerOptions {
   mode_t socket_mode = 0666;
   std::string socket_group;
   std::string device_name;  // for INFO
+  Limits limits;            // quota.hpp
 };
 
 struct ServerCounters {
@@ -35,6 +37,7 @@ struct ServerCounters {
   uint64_t quarantined_mappings = 0;  // kept mapped: the device refused to let go
   uint64_t created_for_gone_client = 0;  // completions that found their client gone: undone
   uint64_t health_checks = 0, health_failures = 0;
+  uint64_t connections_refused = 0, hello_timeouts = 0;  // quota.hpp
 };
 
 class Server {
@@ -80,6 +83,7 @@ class Server {
   // its socket; for a client that left meanwhile, continues its teardown.
   void finish(uint32_t id, proto::Header h, Result<Reply> r);
   void disconnect(uint32_t id, const std::string& why);
+  void on_hello_deadline(uint32_t id);
   // A connected client, or nullptr. Continuations look clients up by id.
   Client* client(uint32_t id);
   // A connected client or one that left and is still being torn down.
@@ -155,6 +159,8 @@ class Server {
   std::unordered_map<uint32_t, Owner> cq_owner_, qp_owner_, srq_owner_;
   std::vector<dma::DmaMapping> quarantine_;
   ServerCounters counters_;
+  Quota quota_;
+  HelloDeadlines hello_deadlines_;
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_activity_;
   std::function<void()> on_device_gone_;
