@@ -55,10 +55,12 @@ void add_limit_options(CLI::App& app, Limits& l) {
     }
   }
   // MiB on the command line, bytes inside.
-  for (auto [scope, u] : {std::pair{"client", &l.per_client}, std::pair{"uid", &l.per_uid}}) {
+  // (No structured bindings: clang 15 cannot capture them.)
+  for (const auto& p : {std::pair{"client", &l.per_client}, std::pair{"uid", &l.per_uid}}) {
+    Usage* u = p.second;
     app.add_option_function<uint64_t>(
-           std::string("--") + scope + "-max-map-mib", [u](uint64_t mib) { u->map_bytes = mib * kMiB; },
-           std::string("at most this many MiB mapped by MAP_MEM per ") + scope + " (EDQUOT past it)")
+           std::string("--") + p.first + "-max-map-mib", [u](uint64_t mib) { u->map_bytes = mib * kMiB; },
+           std::string("at most this many MiB mapped by MAP_MEM per ") + p.first + " (EDQUOT past it)")
         ->default_str(std::to_string(u->map_bytes / kMiB));
   }
   app.add_option("--uid-max-connections", l.per_uid.connections,
