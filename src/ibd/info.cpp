@@ -60,6 +60,16 @@ json client_objects(const Client& c) {
   }
   return objs;
 }
+json client_summary(uint32_t id, const Client& c, std::chrono::steady_clock::time_point now) {
+  return json{{"id", id}, {"pid", c.pid}, {"uid", c.uid}, {"gid", c.gid}, {"uar", c.uar},
+              {"pds", c.counts[size_t(Kind::kPd)]}, {"mrs", c.counts[size_t(Kind::kMr)]},
+              {"cqs", c.counts[size_t(Kind::kCq)]}, {"qps", c.counts[size_t(Kind::kQp)]},
+              {"srqs", c.counts[size_t(Kind::kSrq)]}, {"ahs", c.counts[size_t(Kind::kAh)]},
+              {"mems", c.counts[size_t(Kind::kMem)]},
+              {"requests", c.stats.requests}, {"errors", c.stats.errors},
+              {"events_queued", c.events.size()}, {"events_dropped", c.stats.events_dropped},
+              {"uptime_s", std::chrono::duration_cast<std::chrono::seconds>(now - c.connected).count()}};
+}
 }  // namespace
 
 std::string Server::info_json(const Client& asker, uint32_t flags) {
@@ -108,6 +118,8 @@ std::string Server::info_json(const Client& asker, uint32_t flags) {
                    {"events_dropped", counters_.events_dropped},
                    {"cq_notifications", counters_.cq_notifications},
                    {"quarantined_mappings", counters_.quarantined_mappings},
+                   {"connections_refused", counters_.connections_refused},
+                   {"hello_timeouts", counters_.hello_timeouts},
                    {"dma_mapped_bytes", pool.mapped_bytes},
                    {"dma_maps_total", pool.maps_total},
                    {"dma_unmaps_total", pool.unmaps_total}};
@@ -118,36 +130,59 @@ std::string Server::info_json(const Client& asker, uint32_t flags) {
   // kInfoObjects: every client's objects for root, the asker's own otherwise.
   const bool all_objects = (flags & proto::kInfoObjects) && asker.uid == 0;
   const bool own_objects = (flags & proto::kInfoObjects) != 0;
-  json clients = json::array();
-  for (const auto& [id, c] : clients_) {
-    json cj{{"id", id}, {"pid", c->pid}, {"uid", c->uid}, {"gid", c->gid}, {"uar", c->uar},
-            {"pds", c->counts[size_t(Kind::kPd)]}, {"mrs", c->counts[size_t(Kind::kMr)]},
-            {"cqs", c->counts[size_t(Kind::kCq)]}, {"qps", c->counts[size_t(Kind::kQp)]},
-            {"srqs", c->counts[size_t(Kind::kSrq)]}, {"ahs", c->counts[size_t(Kind::kAh)]},
-            {"mems", c->counts[size_t(Kind::kMem)]},
-            {"requests", c->stats.requests}, {"errors", c->stats.errors},
-            {"events_queued", c->events.size()}, {"events_dropped", c->stats.events_dropped},
-            {"uptime_s", std::chrono::duration_cast<std::chrono::seconds>(now - c->connected).count()}};
-    if (all_objects || (own_objects && id == asker.id)) cj["objects"] = client_objects(*c);
-    clients.push_back(std::move(cj));
-  }
-  j["clients"] = std::move(clients);
-  j["truncated"] = false;
   // Room for the header and the reply status.
   const size_t limit = proto::kMaxMessage - proto::kHeaderSize - 4;
-  std::string text = j.dump();
-  if (text.size() <= limit) return text;
-  j["truncated"] = true;
-  for (auto it = j["clients"].rbegin(); it != j["clients"].rend() && text.size() > limit; ++it) {
-    if (it->contains("objects")) {
-      it->erase("objects");
-      text = j.dump();
+  // Each client is dumped alone, once, and the text is assembled from the
+  // pieces: leaving out objects (from the last clients first) and then
+  // clients (from the end) is arithmetic on their sizes, linear in the
+  // number of clients, never a dump of everything per entry left out.
+  j["clients"] = json::array();
+  j["truncated"] = false;
+  std::string head = j.dump();
+  std::vector<std::string> pieces;
+  pieces.reserve(clients_.size());
+  size_t total = head.size();
+  for (const auto& [id, c] : clients_) {
+    pieces.push_back(client_summary(id, *c, now).dump());
+    total += pieces.back().size() + (pieces.size() > 1 ? 1 : 0);
+  }
+  bool truncated = false;
+  if (total > limit) {  // clients from the end, without objects
+    truncated = true;
+    while (!pieces.empty() && total > limit) {
+      total -= pieces.back().size() + (pieces.size() > 1 ? 1 : 0);
+      pieces.pop_back();
+    }
+  } else if (own_objects) {  // objects for the clients in order, while they fit
+    size_t i = 0;
+    for (const auto& [id, c] : clients_) {
+      std::string& piece = pieces[i++];
+      if (!all_objects && id != asker.id) continue;
+      json cj = client_summary(id, *c, now);
+      cj["objects"] = client_objects(*c);
+      std::string full = cj.dump();
+      if (total - piece.size() + full.size() > limit) {
+        truncated = true;
+        break;
+      }
+      total += full.size() - piece.size();
+      piece = std::move(full);
     }
   }
-  while (text.size() > limit && !j["clients"].empty()) {
-    j["clients"].erase(j["clients"].size() - 1);
-    text = j.dump();
+  if (truncated) {
+    j["truncated"] = true;
+    head = j.dump();
   }
+  static constexpr std::string_view kClients = "\"clients\":[]";
+  const size_t at = head.find(kClients) + kClients.size() - 1;  // before the ']'
+  std::string text;
+  text.reserve(total);
+  text.append(head, 0, at);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (i) text += ',';
+    text += pieces[i];
+  }
+  text.append(head, at);
   return text;
 }
 

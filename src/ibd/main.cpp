@@ -132,8 +132,9 @@ int run(const Options& o) {
   // The user-MAD service (libibumad.so.3 clients: OpenSM, infiniband-diags).
   auto umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports, o.umad_user_gmp);
   auto server_ptr =
-      std::make_unique<Server>(io, *hca, ServerOptions{o.socket, o.socket_mode, o.socket_group, device_name});
+      std::make_unique<Server>(io, *hca, ServerOptions{o.socket, o.socket_mode, o.socket_group, device_name, o.limits});
   Server& server = *server_ptr;
+  umad->set_max_outstanding(o.limits.umad_max_outstanding);
   server.set_umad(umad.get());
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());

@@ -104,6 +104,7 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.add_option("--restart-limit", o.restart_limit,
                  "device lost: attempts to bring it up again before exiting 1 (0: exit at once)")
       ->capture_default_str();
+  add_limit_options(app, o.limits);
   app.add_option("--log", o.log, "log level: trace, debug, info, warn, error, off")->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "ibd/quota.hpp"
 
 namespace openib::ibd {
 
@@ -33,6 +34,7 @@ struct Options {
   unsigned restart_limit = 10;
   std::string log = "info";
   std::string config;        // the TOML file read, if any
+  Limits limits;             // per client and per uid (quota.hpp)
 };
 
 // Parses argv (and the --config file). std::nullopt with exit_code set

@@ -99,6 +99,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
   if (!c.hello && op != Op::kHello) return done(err(EPROTO, "HELLO must come first"));
   if (c.objects.size() >= kMaxObjectsPerClient && m.header.op != static_cast<uint16_t>(Op::kInfo))
     return done(err(ENOSPC, "too many objects for one client"));
+  if (auto q = quota_.check_request(c.id, c.uid, m); !q) return done(q.take_error());
   // An asynchronous handler either handed `done` to its command's
   // continuation (ok) or failed validation (error, `done` still here).
   auto run = [&](Result<void> r) {

@@ -54,7 +54,8 @@ enum IbvEvent : uint8_t {
 }  // namespace
 
 Server::Server(asio::io_context& io, hca::Hca& hca, ServerOptions opts)
-    : io_(io), hca_(hca), opts_(std::move(opts)), health_(io), accept_retry_(io),
+    : io_(io), hca_(hca), opts_(std::move(opts)), health_(io), accept_retry_(io), quota_(opts_.limits),
+      hello_deadlines_(io, opts_.limits.hello_timeout_ms, [this](uint32_t id) { on_hello_deadline(id); }),
       started_(std::chrono::steady_clock::now()), last_activity_(started_) {
   hca_.set_event_handler([this](const hca::EventEntry& e) { on_event(e); });
 }
@@ -207,14 +208,30 @@ void Server::on_acceptable() {
     c->gid = cred->gid;
     c->net_admin = cred->net_admin;
     c->net_raw = cred->net_raw;
+    if (auto q = quota_.admit(c->uid); !q) {  // docs/operations.md "Limits"
+      ++counters_.connections_refused;
+      logger()->debug("connection of pid {} refused: {}", c->pid, q.error().message);
+      close_off_loop(UniqueFd(c->sock.release()));  // its queue may hold fds (fd_closer.hpp)
+      continue;
+    }
     ++counters_.connects;
     logger()->info("client {} connected: pid {} uid {} gid {}{}", c->id, c->pid, c->uid, c->gid,
                    c->net_admin ? " (privileged)" : "");
     const uint32_t id = c->id;
     clients_.emplace(id, std::move(c));
     watch(id);
+    hello_deadlines_.arm(id);
   }
   accept_next();
+}
+
+// docs/operations.md "Limits": a connection that has not said HELLO in
+// time goes (also one whose HELLO is still waiting for its UAR).
+void Server::on_hello_deadline(uint32_t id) {
+  Client* c = client(id);
+  if (!c || c->hello) return;
+  ++counters_.hello_timeouts;
+  disconnect(id, fmt::format("no HELLO within {} ms", opts_.limits.hello_timeout_ms));
 }
 
 Client* Server::client(uint32_t id) {
@@ -341,6 +358,8 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   clients_.erase(it);
   Client& c = *owned;
   c.closing = true;
+  quota_.release_connection(c.uid);
+  hello_deadlines_.cancel(id);
   // Wake whatever the client may be blocked on (its async eventfd, its CQs'
   // completion eventfds): it then finds the connection closed, an error,
   // instead of waiting forever for an event that will not come.
@@ -385,6 +404,7 @@ uint32_t Server::add(Client& c, Object o) {
   for (uint32_t d : o.deps)
     if (d) ++c.objects.at(d).refs;
   ++c.counts[static_cast<size_t>(o.kind)];
+  quota_.added(c.id, c.uid, o.kind, o.kind == Kind::kMem ? o.length : 0);
   switch (o.kind) {
     case Kind::kCq: cq_owner_[o.number] = {c.id, h}; break;
     case Kind::kQp: qp_owner_[o.number] = {c.id, h}; break;
@@ -421,6 +441,7 @@ void Server::drop(Client& c, uint32_t handle, const Result<void>& r) {
     default: break;
   }
   --c.counts[static_cast<size_t>(o.kind)];
+  quota_.removed(c.id, c.uid, o.kind, o.kind == Kind::kMem ? o.length : 0);
   c.objects.erase(it);
 }
 
@@ -474,6 +495,7 @@ void Server::continue_teardown(uint32_t id) {
     return;  // the next kind once these completed
   }
   // Nothing on the device uses the client's memory any more: unmap it.
+  quota_.forget(id, c.uid);
   c.objects.clear();
   if (c.uar) {
     const uint32_t uar = std::exchange(c.uar, 0);

@@ -17,6 +17,7 @@
 #include "clientproto/socket.hpp"
 #include "hca/hca.hpp"
 #include "ibd/client.hpp"
+#include "ibd/quota.hpp"
 #include "ibd/umad_service.hpp"
 
 namespace openib::ibd {
@@ -26,6 +27,7 @@ struct ServerOptions {
   mode_t socket_mode = 0666;
   std::string socket_group;
   std::string device_name;  // for INFO
+  Limits limits;            // quota.hpp
 };
 
 struct ServerCounters {
@@ -37,6 +39,7 @@ struct ServerCounters {
   uint64_t health_checks = 0, health_failures = 0;
   uint64_t device_losses = 0;  // device_lost() calls
   uint64_t peercred_failures = 0;  // connections refused: SO_PEERCRED failed (INFO connects_refused)
+  uint64_t connections_refused = 0, hello_timeouts = 0;  // quota.hpp
 };
 
 // Device recovery (docs/operations.md §5): Running -> Dead -> Restarting ->
@@ -99,6 +102,7 @@ class Server {
   // its socket; for a client that left meanwhile, continues its teardown.
   void finish(uint32_t id, proto::Header h, Result<Reply> r);
   void disconnect(uint32_t id, const std::string& why);
+  void on_hello_deadline(uint32_t id);
   // A connected client, or nullptr. Continuations look clients up by id.
   Client* client(uint32_t id);
   // A connected client or one that left and is still being torn down.
@@ -174,6 +178,8 @@ class Server {
   std::unordered_map<uint32_t, Owner> cq_owner_, qp_owner_, srq_owner_;
   std::vector<dma::DmaMapping> quarantine_;
   ServerCounters counters_;
+  Quota quota_;
+  HelloDeadlines hello_deadlines_;
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_activity_;
   std::function<void()> on_device_gone_;

@@ -249,6 +249,7 @@ void UmadService::on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLay
   std::vector<Waiter> waiters = std::move(opening_[port]);
   opening_.erase(port);
   if (l) {
+    (*l)->set_max_outstanding(max_outstanding_);
     layers_.emplace(port, std::move(*l));
     log::get("ibd")->info("umad: port {}: QP0 and QP1 up", port);
   } else {

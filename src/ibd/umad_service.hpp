@@ -68,6 +68,9 @@ class UmadService {
   // A completion event on CQ `cqn`: true if it was one of ours.
   bool on_cq_event(uint32_t cqn);
 
+  // Per agent, applied to each port's MAD layer (docs/operations.md "Limits").
+  void set_max_outstanding(uint32_t n) { max_outstanding_ = n; }
+
   std::string issm_path(uint8_t port) const;
   bool is_sm(uint8_t port) const;
   const UmadCounters& counters() const { return counters_; }
@@ -116,6 +119,7 @@ class UmadService {
   std::map<int, uint8_t> issm_watch_;
   std::map<uint8_t, int> issm_opens_;
   UmadCounters counters_;
+  uint32_t max_outstanding_ = 0;
 };
 
 }  // namespace openib::ibd

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <boost/asio/post.hpp>
+
 #include "common/log.hpp"
 #include "mad/smp.hpp"
 
@@ -68,7 +70,9 @@ void MadLayer::unregister_agent(uint32_t agent) {
 }
 
 Result<void> MadLayer::post(uint8_t qp, const MadAddress& to, ConstBytes mad) {
+  ++posting_;
   auto r = port_->send(qp, to, mad);
+  --posting_;
   if (r) ++counters_.sent;
   else ++counters_.send_errors;
   return r;
@@ -89,7 +93,10 @@ Result<void> MadLayer::send(uint32_t agent, const MadAddress& to, std::span<cons
   MadAddress dest = to;
   if (qp == 1 && dest.qkey == 0) dest.qkey = kGsiQkey;
 
-  if (spec.rmpp_version && rmpp_active(copy, nullptr)) {
+  const bool rmpp = spec.rmpp_version && rmpp_active(copy, nullptr);
+  if (max_outstanding_ && (rmpp || (request && timeout_ms)) && it->second.outstanding >= max_outstanding_)
+    return err(ENOBUFS, "agent {} has {} requests awaiting responses, the limit", agent, it->second.outstanding);
+  if (rmpp) {
     OPENIB_TRY_ASSIGN(auto segs, rmpp_segment(copy, rmpp_class_header_bytes(cls)));
     if (outbound_.count(tid)) return err(EBUSY, "an RMPP message with TID {:#x} is already being sent", tid);
     Outbound o;
@@ -102,6 +109,7 @@ Result<void> MadLayer::send(uint32_t agent, const MadAddress& to, std::span<cons
     o.sender = std::make_unique<RmppSender>(std::move(segs));
     o.timer = std::make_unique<asio::steady_timer>(io_);
     auto& ref = outbound_[tid] = std::move(o);
+    count(agent, 1);
     ++counters_.rmpp_sent;
     run_outbound(tid, ref.sender->start());
     return ok();
@@ -156,7 +164,27 @@ void MadLayer::await_response(uint32_t agent, uint8_t qp, const MadAddress& to, 
   p.timer->async_wait([this, tid](boost::system::error_code ec) {
     if (!ec) on_request_timeout(tid);
   });
+  add_pending(tid, std::move(p));
+}
+
+void MadLayer::count(uint32_t agent, int delta) {
+  auto it = agents_.find(agent);
+  if (it == agents_.end()) return;
+  if (delta > 0) ++it->second.outstanding;
+  else if (it->second.outstanding) --it->second.outstanding;
+}
+
+void MadLayer::add_pending(uint64_t tid, Pending p) {
+  drop_pending(tid);  // the same TID sent again: the new one replaces it
+  count(p.agent, 1);
   pending_[tid] = std::move(p);
+}
+
+void MadLayer::drop_pending(uint64_t tid) {
+  auto it = pending_.find(tid);
+  if (it == pending_.end()) return;
+  count(it->second.agent, -1);
+  pending_.erase(it);
 }
 
 void MadLayer::on_request_timeout(uint64_t tid) {
@@ -177,7 +205,7 @@ void MadLayer::on_request_timeout(uint64_t tid) {
   const uint32_t agent = p.agent;
   const MadAddress to = p.to;
   Mad m = p.mad;
-  pending_.erase(it);
+  drop_pending(tid);
   deliver(agent, ETIMEDOUT, to, std::span(m.data(), kCommonHeader));
 }
 
@@ -189,6 +217,7 @@ void MadLayer::run_outbound(uint64_t tid, RmppSender::Step step) {
   if (step.complete) {
     const uint32_t agent = o.agent;
     if (o.request && o.timeout_ms) await_response(agent, 1, o.to, o.first, o.timeout_ms, 0);
+    count(agent, -1);
     outbound_.erase(it);
     return;
   }
@@ -197,6 +226,7 @@ void MadLayer::run_outbound(uint64_t tid, RmppSender::Step step) {
     const uint32_t agent = o.agent;
     const MadAddress to = o.to;
     Mad first = o.first;
+    count(agent, -1);
     outbound_.erase(it);
     deliver(agent, step.status == rmpp_status::kTooManyRetries ? ETIMEDOUT : ECOMM, to,
             std::span(first.data(), kCommonHeader));
@@ -247,10 +277,29 @@ void MadLayer::deliver(uint32_t agent, uint32_t status, const MadAddress& from, 
   d.from = from;
   d.data.assign(data.begin(), data.end());
   ++counters_.delivered;
-  it->second.handler(d);
+  // A copy: the handler may unregister its own agent.
+  const Handler h = it->second.handler;
+  h(d);
 }
 
+// A MAD handed over from inside port_->send() waits for the loop: the
+// send that was under way (a request about to be awaited, an RMPP window
+// being posted) finishes first, and the MAD then finds its state complete.
 void MadLayer::on_receive(const ReceivedMad& r) {
+  if (!posting_ && deferred_.empty()) return handle_receive(r);
+  deferred_.push_back(r);  // behind those already waiting, in order
+  if (deferred_.size() > 1) return;  // already scheduled
+  asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_)] {
+    if (alive.expired()) return;
+    while (!deferred_.empty() && !posting_) {
+      const ReceivedMad m = deferred_.front();
+      deferred_.pop_front();
+      handle_receive(m);
+    }
+  });
+}
+
+void MadLayer::handle_receive(const ReceivedMad& r) {
   ++counters_.received;
   ConstBytes mad(r.mad.data(), r.mad.size());
   RmppHeader h;
@@ -264,7 +313,7 @@ void MadLayer::on_receive(const ReceivedMad& r) {
       ++counters_.unmatched_responses;
       return;
     }
-    pending_.erase(get64(mad, 8));
+    drop_pending(get64(mad, 8));
     deliver(key, 0, r.from, mad);
     return;
   }
@@ -319,7 +368,7 @@ void MadLayer::on_rmpp(const ReceivedMad& r, const RmppHeader& h) {
     in.reasm = std::make_unique<RmppReassembler>(rmpp_class_header_bytes(get8(mad, 1)));
     in.timer = std::make_unique<asio::steady_timer>(io_);
     it = inbound_.emplace(key, std::move(in)).first;
-    if (response) pending_.erase(tid);  // the response has begun: no more resends of the request
+    if (response) drop_pending(tid);  // the response has begun: no more resends of the request
   }
   auto step = it->second.reasm->feed(mad);
   for (const Mad& m : step.to_send) (void)post(1, r.from, m);

@@ -23,6 +23,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -95,6 +96,10 @@ class MadLayer {
   // A completion event on CQ `cqn`: true if it was this layer's.
   bool on_cq_event(uint32_t cqn);
 
+  // At most `n` requests awaiting a response plus RMPP messages being sent
+  // per agent (0: no limit); send() past it is ENOBUFS.
+  void set_max_outstanding(uint32_t n) { max_outstanding_ = n; }
+
   const MadLayerCounters& counters() const { return counters_; }
   const MadPortCounters& port_counters() const { return port_->counters(); }
 
@@ -102,6 +107,7 @@ class MadLayer {
   struct Agent {
     AgentSpec spec;
     Handler handler;
+    uint32_t outstanding = 0;  // its entries in pending_ and outbound_
   };
   struct Pending {  // a request awaiting its response
     uint32_t agent = 0;
@@ -129,6 +135,10 @@ class MadLayer {
   using TransferKey = std::tuple<uint64_t /*TID*/, uint16_t /*LID*/, uint32_t /*QPN*/>;
 
   void on_receive(const ReceivedMad& r);
+  void handle_receive(const ReceivedMad& r);
+  void add_pending(uint64_t tid, Pending p);
+  void drop_pending(uint64_t tid);
+  void count(uint32_t agent, int delta);
   void on_rmpp(const ReceivedMad& r, const RmppHeader& h);
   Agent* agent_for_request(ConstBytes mad, uint32_t* key);
   Agent* agent_for_response(ConstBytes mad, uint32_t* key);
@@ -149,6 +159,13 @@ class MadLayer {
   std::map<uint64_t, Outbound> outbound_;   // by TID
   std::map<TransferKey, Inbound> inbound_;
   MadLayerCounters counters_;
+  uint32_t max_outstanding_ = 0;
+  // The transport may hand over a MAD from inside its send() (a completion
+  // it polls there): such MADs wait here and are handled from the loop, so
+  // the layer is never re-entered in the middle of a send.
+  int posting_ = 0;
+  std::deque<ReceivedMad> deferred_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the deferred handling
 };
 
 // IBA 13.4.5 and Linux's ib_response_mad(): the R bit, or TrapRepress.

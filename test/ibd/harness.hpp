@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace openib::testing {
@@ -73,6 +74,17 @@ class Ibd {
   pid_t pid_ = -1;
   std::string socket_, log_;
 };
+
+// True once `done()` holds, polled every 10 ms; false after `limit`.
+template <class F>
+bool wait_until(F done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 // Two free UDP ports on 127.0.0.1 (bound, read back and released).
 std::vector<uint16_t> free_udp_ports(size_t n);

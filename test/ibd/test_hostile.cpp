@@ -279,17 +279,6 @@ void expect_refused(const std::string& sock, const std::string& what, bool say_h
 
 proto::Bytes bytes_of(size_t n, uint8_t v = 0) { return proto::Bytes(n, std::byte{v}); }
 
-// True once `done()` holds, polled every 10 ms; false after `limit`.
-template <class F>
-bool wait_until(F done, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
 }  // namespace
 
 // Each group of attacks is a SECTION: Catch2 runs the test case once per
