@@ -41,8 +41,9 @@ std::vector<EventEntry> EventQueue::poll() {
 }
 
 Result<void> EventQueue::arm(vfio::Device& dev) {
-  // §4/§9.3 EQ_DOORBELL, the value by src/prm/uar.hpp.
-  return dev.write64(VFIO_PCI_BAR2_REGION_INDEX, uar_ * kUarPageSize + kUarEqDoorbell,
+  // §4/§9.3 EQ_DOORBELL, the value by src/prm/uar.hpp; posted, as every
+  // doorbell (ibd's loop does not wait for the device to take it).
+  return dev.write64_posted(VFIO_PCI_BAR2_REGION_INDEX, uar_ * kUarPageSize + kUarEqDoorbell,
                      dp::eq_doorbell(eqn_, true, consumer_));
 }
 

@@ -473,7 +473,7 @@ Result<CqContext> Hca::query_cq(uint32_t cqn) {
 Result<void> Hca::arm_cq(Cq& cq, bool solicited_only, uint32_t consumer) {
   cq.arm_sn = (cq.arm_sn + 1) & 3;  // §7.3: must change between arms
   const auto cmd = solicited_only ? dp::CqArm::kSolicited : dp::CqArm::kNext;
-  return dev_.write64(VFIO_PCI_BAR2_REGION_INDEX, cq.uar * kUarPageSize + kUarCqArm,
+  return dev_.write64_posted(VFIO_PCI_BAR2_REGION_INDEX, cq.uar * kUarPageSize + kUarCqArm,
                       dp::cq_arm(cq.cqn, cmd, cq.arm_sn, consumer));
 }
 
@@ -632,7 +632,7 @@ Result<void> Hca::post_send(Qp& qp, const SendWr& wr) {
   // §12.3: WQE, store barrier, record, then the doorbell with the same counter.
   std::atomic_thread_fence(std::memory_order_release);
   put32(qp.dbr.bytes(), dp::kDbrQpSq, qp.sq_pi);
-  return dev_.write64(VFIO_PCI_BAR2_REGION_INDEX, qp.uar * kUarPageSize + kUarSqDoorbell,
+  return dev_.write64_posted(VFIO_PCI_BAR2_REGION_INDEX, qp.uar * kUarPageSize + kUarSqDoorbell,
                       dp::sq_doorbell(qp.qpn, qp.sq_pi));
 }
 

@@ -52,6 +52,9 @@ Result<void> Device::write32(uint32_t index, uint64_t offset, uint32_t value) {
 Result<void> Device::write32_posted(uint32_t index, uint64_t offset, uint32_t value) {
   return region_write_posted(index, offset, std::as_bytes(std::span<const uint32_t, 1>(&value, 1)));
 }
+Result<void> Device::write64_posted(uint32_t index, uint64_t offset, uint64_t value) {
+  return region_write_posted(index, offset, std::as_bytes(std::span<const uint64_t, 1>(&value, 1)));
+}
 Result<void> Device::write64(uint32_t index, uint64_t offset, uint64_t value) {
   return write_le(*this, index, offset, value);
 }

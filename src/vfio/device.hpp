@@ -175,6 +175,7 @@ class Device {
   Result<void> write32(uint32_t index, uint64_t offset, uint32_t value);
   Result<void> write64(uint32_t index, uint64_t offset, uint64_t value);
   Result<void> write32_posted(uint32_t index, uint64_t offset, uint32_t value);
+  Result<void> write64_posted(uint32_t index, uint64_t offset, uint64_t value);
   Result<uint16_t> config_read16(uint64_t offset);
   Result<void> config_write16(uint64_t offset, uint16_t value);
 };
