@@ -36,9 +36,11 @@ class Closer {
       }
     }
     ++count_;
+    ++pending_;
     cv_.notify_one();
   }
   uint64_t count() const { return count_.load(); }
+  uint64_t pending() const { return pending_.load(); }
 
  private:
   void run() {
@@ -51,6 +53,7 @@ class Closer {
         q_.pop_front();
       }
       ::close(fd);
+      --pending_;
     }
   }
   std::mutex mu_;
@@ -58,6 +61,7 @@ class Closer {
   std::deque<int> q_;
   bool started_ = false;
   std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> pending_{0};  // handed over, not yet closed
 };
 
 }  // namespace
@@ -93,5 +97,7 @@ void dispose_fds(std::vector<UniqueFd>& fds) {
 void close_off_loop(UniqueFd fd) { Closer::get().push(std::move(fd)); }
 
 uint64_t fds_closed_off_loop() { return Closer::get().count(); }
+
+uint64_t fds_closing_off_loop() { return Closer::get().pending(); }
 
 }  // namespace openib::ibd

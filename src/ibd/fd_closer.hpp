@@ -37,5 +37,7 @@ void dispose_fds(std::vector<UniqueFd>& fds);
 void close_off_loop(UniqueFd fd);
 // Fds handed to the closer thread so far (INFO fds_closed_off_loop_total).
 uint64_t fds_closed_off_loop();
+// Of those, the ones whose close() has not returned yet (INFO fds_closing).
+uint64_t fds_closing_off_loop();
 
 }  // namespace openib::ibd

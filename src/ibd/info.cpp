@@ -125,6 +125,9 @@ std::string Server::info_json(const Client& asker, uint32_t flags) {
                    {"dma_unmaps_total", pool.unmaps_total}};
   j["counters"]["connects_refused"] = counters_.peercred_failures;
   j["counters"]["fds_closed_off_loop_total"] = fds_closed_off_loop();
+  // Gauges of what clients that left still hold: 0 once ibd is done with them.
+  j["counters"]["departing_clients"] = departing_.size();
+  j["counters"]["fds_closing"] = fds_closing_off_loop();
   if (umad_)
     for (const auto& [name, value] : umad_->counter_list()) j["counters"][name] = value;
   // kInfoObjects: every client's objects for root, the asker's own otherwise.

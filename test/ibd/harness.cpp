@@ -2,6 +2,9 @@
 
 #include "json_flat.hpp"
 
+#include "clientproto/messages.hpp"
+#include "clientproto/socket.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <arpa/inet.h>
@@ -15,6 +18,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -417,7 +421,91 @@ bool is_gauge(const std::string& key) {
   return true;
 }
 
+namespace {
+
+// A connection of the harness's own to ibd: HELLO, then INFO. ibdctl would
+// do as well, but each run leaves ibd a departing client (its socket, its
+// UAR page in simhca) that ibd tears down after ibdctl exited: counted or
+// not, depending on timing, by whatever looks at /proc next.
+class Observer {
+ public:
+  explicit Observer(const std::string& path) {
+    sock_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    if (!sock_ || path.size() >= sizeof a.sun_path) fail("socket " + path);
+    std::memcpy(a.sun_path, path.c_str(), path.size());
+    if (::connect(sock_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) fail("connect " + path);
+    auto hello = proto::decode<proto::HelloRep>(call(proto::Op::kHello, proto::encode(proto::HelloReq{})));
+    if (!hello) fail("HELLO reply: " + hello.error().str());
+    id_ = hello->client_id;
+  }
+  uint32_t id() const { return id_; }
+  std::string info(uint32_t flags) {
+    proto::InfoReq req;
+    req.flags = flags;
+    const proto::Bytes p = call(proto::Op::kInfo, proto::encode(req));
+    return std::string(reinterpret_cast<const char*>(p.data()), p.size());
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& what) {
+    throw std::runtime_error("snapshot: " + what + ": " + std::strerror(errno));
+  }
+  proto::Bytes call(proto::Op op, const proto::Bytes& body) {
+    proto::Header h;
+    h.op = static_cast<uint16_t>(op);
+    h.seq = ++seq_;
+    if (!proto::send_message(sock_.get(), h, body)) fail("send");
+    pollfd pf{sock_.get(), POLLIN, 0};
+    if (::poll(&pf, 1, 10000) != 1) fail("no reply within 10 s");
+    auto m = proto::recv_message(sock_.get(), true);
+    if (!m) fail("recv: " + m.error().str());
+    auto rv = proto::decode_reply(m->body);
+    if (!rv || rv->status != 0) fail("error reply to op " + std::to_string(h.op));
+    return proto::Bytes(rv->payload.begin(), rv->payload.end());
+  }
+  UniqueFd sock_;
+  uint32_t id_ = 0;
+  uint32_t seq_ = 0;
+};
+
+// The id of the harness's last observer of each ibd (by pid).
+std::map<pid_t, uint32_t>& last_observer() {
+  static std::map<pid_t, uint32_t> m;
+  return m;
+}
+
+// Done with every client that left, the last observer included: not listed
+// (nor one whose process is gone: ibd has yet to read its EOF), not
+// departing, its socket closed (INFO departing_clients, fds_closing).
+bool quiet(const std::string& counters_json, uint32_t previous) {
+  const auto g = flatten_json(counters_json);
+  auto at = [&](const std::string& k) { auto it = g.find(k); return it == g.end() ? -1.0 : it->second; };
+  if (at("counters.departing_clients") != 0 || at("counters.fds_closing") != 0) return false;
+  for (size_t i = 0; at("clients[" + std::to_string(i) + "].id") >= 0; ++i) {
+    const std::string c = "clients[" + std::to_string(i) + "].";
+    if (at(c + "id") == previous) return false;
+    const auto pid = static_cast<pid_t>(at(c + "pid"));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Snapshot snapshot(const Ibd& ibd) {
+  Observer o(ibd.socket());
+  std::string counters = o.info(0);
+  const auto prev = last_observer().find(ibd.pid());
+  const uint32_t previous = prev == last_observer().end() ? 0 : prev->second;  // ids start at 1
+  // Polls a condition (bounded: 2 s); past that, the snapshot shows what is
+  // still pending (a test's client that is still leaving) rather than fail.
+  for (int i = 0; i < 400 && !quiet(counters, previous); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    counters = o.info(0);
+  }
+  last_observer()[ibd.pid()] = o.id();
   Snapshot s;
   s.ibd_fds = count_fds(ibd.pid());
   s.ibd_maps = count_maps(ibd.pid());
@@ -427,11 +515,10 @@ Snapshot snapshot(const Ibd& ibd) {
     s.sim_maps = count_maps(sim);
     s.sim_memfd_maps = count_memfd_maps(sim);
   }
+  // The gauges as ibdctl --json counters / clients / objects shows them.
   for (const char* what : {"counters", "clients", "objects"}) {
-    auto r = ibdctl(ibd.socket(), what);
-    if (!r.exited_ok())
-      throw std::runtime_error(std::string("ibdctl --json ") + what + " failed: " + r.err);
-    for (auto& [k, v] : flatten_json(r.out))
+    const std::string text = what == std::string("objects") ? o.info(proto::kInfoObjects) : o.info(0);
+    for (auto& [k, v] : flatten_json(text))
       if (is_gauge(k)) s.gauges[std::string(what) + ":" + k] = v;
   }
   return s;

@@ -94,7 +94,8 @@ TEST_CASE("a client SIGKILLed with live objects, 1000 times, leaves ibd as it wa
     ::close(c.out);
     REQUIRE(ready);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // snapshot() waits until ibd is done with that client (its process is
+  // gone: not listed, not departing).
   const Snapshot before = snapshot(ibd);
   INFO("before: " << before.str());
 
