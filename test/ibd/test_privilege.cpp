@@ -182,8 +182,12 @@ TEST_CASE("an fd whose close blocks, sent where ibd does not take it, stalls nei
     h.seq = ++bad.seq;
     REQUIRE(proto::send_message(bad.fd.get(), h, proto::encode(proto::Empty{}), {&f, 1}));
     t.reset();
-    CHECK(bad.reply(3000ms) == 0);   // ALLOC_PD
-    CHECK(bad.reply(3000ms) == -1);  // then disconnected
+    // ALLOC_PD's reply, then the disconnect; or the disconnect alone: a
+    // UNIX socket closed with data still queued (the fd's message) resets
+    // its peer, which may then not read what was sent before (unix(7)).
+    const int first = bad.reply(3000ms);
+    CHECK((first == 0 || first == -1));
+    if (first == 0) CHECK(bad.reply(3000ms) == -1);
     still_serving("a disconnect with a lingering TCP socket queued");
   }
   REQUIRE(ibd.alive());
