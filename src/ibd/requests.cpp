@@ -127,7 +127,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kCreateAh: return run(op_create_ah(c, m, done));
     case Op::kDestroyAh: return run(op_destroy(c, m, Kind::kAh, done));
     case Op::kGetAsyncEvents: return done(op_get_async_events(c, m));
-    case Op::kInfo: return done(op_info(c, m));
+    case Op::kInfo: return run(op_info(c, m, done));
     case Op::kUmadPort:
     case Op::kUmadOpen:
     case Op::kUmadRegister:
@@ -615,15 +615,34 @@ Result<Server::Reply> Server::op_get_async_events(Client& c, proto::Message& m) 
   return Reply{body(r), {}};
 }
 
-Result<Server::Reply> Server::op_info(Client& c, proto::Message& m) {
+// INFO: the ports' state comes from QUERY_PORT, asked asynchronously like
+// every command (docs/client-protocol.md "Request handling").
+Result<void> Server::op_info(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::InfoReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   if (req.flags & ~proto::kInfoObjects) return err(EINVAL, "unknown INFO flags {:#x}", req.flags);
-  const std::string text = info_json(c, req.flags);
-  Reply r;
-  r.payload.resize(text.size());
-  std::memcpy(r.payload.data(), text.data(), text.size());
-  return r;
+  info_ports(c.id, req.flags, {}, std::move(done));
+  return ok();
+}
+
+void Server::info_ports(uint32_t id, uint32_t flags, std::vector<std::optional<hca::PortAttr>> got,
+                        Respond done) {
+  const auto port = static_cast<uint8_t>(got.size() + 1);
+  const bool device = device_state_ == DeviceState::kRunning && hca_.is_open() && hca_.device().alive();
+  if (!device || port > hca_.caps().num_ports) {
+    Client* cl = client(id);
+    if (!cl) return done(err(ENOTCONN, "client gone"));
+    const std::string text = info_json(*cl, flags, got);
+    Reply r;
+    r.payload.resize(text.size());
+    std::memcpy(r.payload.data(), text.data(), text.size());
+    return done(std::move(r));
+  }
+  hca_.query_port_async(port, guard<hca::PortAttr>([this, id, flags, got = std::move(got),
+                                                    done = std::move(done)](Result<hca::PortAttr> r) mutable {
+    got.push_back(r ? std::optional<hca::PortAttr>(*r) : std::nullopt);
+    info_ports(id, flags, std::move(got), std::move(done));
+  }));
 }
 
 // UMAD_*: the user-MAD service (docs/client-protocol.md "User MADs").

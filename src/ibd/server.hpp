@@ -134,7 +134,7 @@ class Server {
   Result<void> op_create_ah(Client& c, proto::Message& m, Respond& done);
   Result<void> op_destroy(Client& c, proto::Message& m, Kind k, Respond& done);
   Result<Reply> op_get_async_events(Client& c, proto::Message& m);
-  Result<Reply> op_info(Client& c, proto::Message& m);
+  Result<void> op_info(Client& c, proto::Message& m, Respond& done);
   Result<void> op_umad(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_umad_sync(Client& c, proto::Message& m, Respond& done);
   // The continuation of a command that created an object `o` (its number
@@ -164,7 +164,11 @@ class Server {
   void queue_event(Client& c, proto::AsyncEvent ev);
   void signal_fd(int fd);
 
-  std::string info_json(const Client& asker, uint32_t flags);
+  // `ports[i]`: port i + 1 as QUERY_PORT returned it (nullopt: failed).
+  std::string info_json(const Client& asker, uint32_t flags,
+                        const std::vector<std::optional<hca::PortAttr>>& ports);
+  // INFO's QUERY_PORTs, one after another, each a continuation; then the reply.
+  void info_ports(uint32_t id, uint32_t flags, std::vector<std::optional<hca::PortAttr>> got, Respond done);
 
   boost::asio::io_context& io_;
   hca::Hca& hca_;

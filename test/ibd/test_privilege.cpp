@@ -5,6 +5,8 @@
 // stalls neither ibd's loop nor its other clients. The user-MAD service's
 // privileges are tested in test/umad/test_umad.cpp.
 #include <poll.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -207,4 +209,37 @@ TEST_CASE("an fd of the wrong kind is EINVAL before any other check", "[hostile]
   CHECK(fresh.call(Op::kCreateCq, proto::encode(cq), {&f, 1}, 3000ms) == EINVAL);
   CHECK(fresh.call(Op::kHello, proto::encode(proto::HelloReq{}), {&f, 1}, 3000ms) == EINVAL);
   CHECK(fresh.hello(3000ms) == 0);
+}
+
+// INFO's port state comes from QUERY_PORT, which waits for the device like
+// every command (docs/client-protocol.md §3.3): while it takes a second,
+// another client is served. Before, ibd ran INFO's QUERY_PORTs on its loop
+// and answered nobody until they were done.
+TEST_CASE("INFO's QUERY_PORTs do not hold up other clients", "[hostile][async]") {
+  TempDir dir;
+  IbdOptions o;
+  o.extra_args = {"--simhca-arg=--cmd-delay-ms", "--simhca-arg=1000"};
+  Ibd ibd(dir.path(), "a", o);
+  Conn slow(ibd.socket()), quick(ibd.socket());
+  REQUIRE(slow.hello(5000ms) == 0);
+  REQUIRE(quick.hello(5000ms) == 0);
+  proto::Header h;
+  h.op = static_cast<uint16_t>(Op::kInfo);
+  h.seq = ++slow.seq;
+  REQUIRE(proto::send_message(slow.fd.get(), h, proto::encode(proto::InfoReq{})));
+  // ibd has read the INFO once nothing of it is left unread (SIOCOUTQ: the
+  // bytes the peer has not consumed yet, unix(7)).
+  bool read = false;
+  for (int i = 0; i < 5000 && !read; ++i) {
+    int queued = -1;
+    REQUIRE(::ioctl(slow.fd.get(), SIOCOUTQ, &queued) == 0);
+    read = queued == 0;
+    if (!read) ::usleep(1000);
+  }
+  REQUIRE(read);
+  CHECK(quick.call(Op::kQueryDevice, proto::encode(proto::Empty{}), {}, 10000ms) == 0);
+  pollfd p{slow.fd.get(), POLLIN, 0};
+  CHECK(::poll(&p, 1, 0) == 0);  // INFO still waiting for its QUERY_PORT
+  CHECK(slow.reply(10000ms) == 0);
+  REQUIRE(ibd.alive());
 }
