@@ -1,10 +1,22 @@
 #include "clientproto/socket.hpp"
 
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include <cstring>
 
 namespace openib::proto {
+
+Result<UniqueFd> connect_socket(const std::string& path) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return err(ENAMETOOLONG, "socket path {} too long", path);
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  UniqueFd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!s) return sys_err("socket");
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) return sys_err("connect to ibd at {}", path);
+  return s;
+}
 
 Result<void> send_message(int sock, Header h, std::span<const std::byte> body,
                           std::span<const int> fds) {

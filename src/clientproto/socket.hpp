@@ -2,6 +2,7 @@
 // over a SOCK_SEQPACKET UNIX socket, with its fds as SCM_RIGHTS.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "clientproto/messages.hpp"
@@ -14,6 +15,10 @@ struct Message {
   Bytes body;
   std::vector<UniqueFd> fds;  // as many as header.nfds
 };
+
+// A SOCK_SEQPACKET connection to ibd's socket at `path` (close-on-exec).
+// A path too long for sun_path is ENAMETOOLONG; connect's errno otherwise.
+Result<UniqueFd> connect_socket(const std::string& path);
 
 // Sends header + body with `fds` attached (header.nfds is set from fds).
 // MSG_NOSIGNAL: a closed peer is EPIPE, not a signal.

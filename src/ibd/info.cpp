@@ -120,12 +120,12 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
                    {"events_dropped", counters_.events_dropped},
                    {"cq_notifications", counters_.cq_notifications},
                    {"quarantined_mappings", counters_.quarantined_mappings},
-                   {"connections_refused", counters_.connections_refused},
+                   {"connections_refused_uid_limit", counters_.connections_refused_uid_limit},
                    {"hello_timeouts", counters_.hello_timeouts},
                    {"dma_mapped_bytes", pool.mapped_bytes},
                    {"dma_maps_total", pool.maps_total},
                    {"dma_unmaps_total", pool.unmaps_total}};
-  j["counters"]["connects_refused"] = counters_.peercred_failures;
+  j["counters"]["connections_refused_peercred"] = counters_.connections_refused_peercred;
   j["counters"]["fds_closed_off_loop_total"] = fds_closed_off_loop();
   // Gauges of what clients that left still hold: 0 once ibd is done with them.
   j["counters"]["departing_clients"] = departing_.size();

@@ -195,7 +195,7 @@ void Server::on_acceptable() {
     // (never taken for uid 0). docs/client-protocol.md §5.
     auto cred = peer_credentials(fd);
     if (!cred) {
-      ++counters_.peercred_failures;
+      ++counters_.connections_refused_peercred;
       logger()->warn("connection refused: {}", cred.error().str());
       close_off_loop(UniqueFd(fd));
       continue;
@@ -209,7 +209,7 @@ void Server::on_acceptable() {
     c->net_admin = cred->net_admin;
     c->net_raw = cred->net_raw;
     if (auto q = quota_.admit(c->uid); !q) {  // docs/operations.md "Limits"
-      ++counters_.connections_refused;
+      ++counters_.connections_refused_uid_limit;
       logger()->debug("connection of pid {} refused: {}", c->pid, q.error().message);
       close_off_loop(UniqueFd(c->sock.release()));  // its queue may hold fds (fd_closer.hpp)
       continue;

@@ -38,8 +38,9 @@ struct ServerCounters {
   uint64_t created_for_gone_client = 0;  // completions that found their client gone: undone
   uint64_t health_checks = 0, health_failures = 0;
   uint64_t device_losses = 0;  // device_lost() calls
-  uint64_t peercred_failures = 0;  // connections refused: SO_PEERCRED failed (INFO connects_refused)
-  uint64_t connections_refused = 0, hello_timeouts = 0;  // quota.hpp
+  uint64_t connections_refused_peercred = 0;   // SO_PEERCRED failed (peer.hpp)
+  uint64_t connections_refused_uid_limit = 0;  // per-uid connection limit (quota.hpp)
+  uint64_t hello_timeouts = 0;
 };
 
 // Device recovery (docs/operations.md §5): Running -> Dead -> Restarting ->

@@ -10,14 +10,7 @@
 namespace openib::lib {
 
 Result<Conn*> Conn::connect(const std::string& path) {
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  if (path.size() >= sizeof sa.sun_path) return err(ENAMETOOLONG, "socket path {} too long", path);
-  std::memcpy(sa.sun_path, path.data(), path.size());
-  UniqueFd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!s) return sys_err("socket");
-  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0)
-    return sys_err("connect to ibd at {}", path);
+  OPENIB_TRY_ASSIGN(auto s, proto::connect_socket(path));
   return new Conn(std::move(s), 10000);
 }
 

@@ -430,12 +430,9 @@ namespace {
 class Observer {
  public:
   explicit Observer(const std::string& path) {
-    sock_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    if (!sock_ || path.size() >= sizeof a.sun_path) fail("socket " + path);
-    std::memcpy(a.sun_path, path.c_str(), path.size());
-    if (::connect(sock_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) fail("connect " + path);
+    auto s = proto::connect_socket(path);
+    if (!s) fail(s.error().str());
+    sock_ = std::move(*s);
     auto hello = proto::decode<proto::HelloRep>(call(proto::Op::kHello, proto::encode(proto::HelloReq{})));
     if (!hello) fail("HELLO reply: " + hello.error().str());
     id_ = hello->client_id;

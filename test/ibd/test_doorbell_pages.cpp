@@ -47,12 +47,9 @@ struct RawHello {
   UniqueFd uar_fd;
 
   explicit RawHello(const std::string& path) {
-    sock = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    REQUIRE(sock.valid());
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
-    REQUIRE(::connect(sock.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    auto s = proto::connect_socket(path);
+    REQUIRE(s.ok());
+    sock = std::move(*s);
     proto::Header h;
     h.op = static_cast<uint16_t>(Op::kHello);
     h.seq = 1;

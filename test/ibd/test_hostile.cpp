@@ -67,11 +67,9 @@ struct Outcome {
 class Raw {
  public:
   explicit Raw(const std::string& path) {
-    sock_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
-    REQUIRE(::connect(sock_.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    auto s = proto::connect_socket(path);
+    REQUIRE(s.ok());
+    sock_ = std::move(*s);
   }
   int fd() const { return sock_.get(); }
 

@@ -54,12 +54,9 @@ struct Conn {
   UniqueFd fd;
   uint32_t seq = 0;
   explicit Conn(const std::string& path) {
-    fd = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    REQUIRE(fd.valid());
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-    REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    auto s = proto::connect_socket(path);
+    REQUIRE(s.ok());
+    fd = std::move(*s);
   }
   // Sends a request; its reply's status within `wait`, or -1 (no reply,
   // or the connection closed).

@@ -44,11 +44,10 @@ constexpr uid_t kNobody = 65534, kOther = 65533;
 // closed or stayed silent for 10 s.
 class Conn {
  public:
-  explicit Conn(const std::string& path) : fd_(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) {
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
-    connected_ = fd_ && ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  explicit Conn(const std::string& path) {
+    auto s = proto::connect_socket(path);
+    connected_ = s.ok();
+    if (s) fd_ = std::move(*s);
   }
   bool connected() const { return connected_; }
   int fd() const { return fd_.get(); }
@@ -284,7 +283,7 @@ TEST_CASE("a uid's connections past its limit are closed; another uid still conn
   });
   CHECK(other.report() == "HELLO 0");
   auto j = info(*ibd);
-  CHECK(j["counters"]["connections_refused"] == 1);
+  CHECK(j["counters"]["connections_refused_uid_limit"] == 1);
 }
 
 TEST_CASE("a connection that never says HELLO is closed after the timeout; one that did stays", "[quota]") {
