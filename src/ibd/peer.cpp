@@ -1,10 +1,20 @@
 #include "ibd/peer.hpp"
 
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include "common/fd.hpp"
+
+// socket(7) SO_PEERPIDFD (Linux 6.5; Debian 12's headers predate it).
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
 
 namespace openib::ibd {
 
@@ -43,7 +53,21 @@ Result<PeerCred> peer_credentials(int sock) {
   if (cred.uid == 0) {
     p.net_admin = p.net_raw = true;
   } else {
-    const uint64_t caps = peer_cap_eff(cred.pid, cred.uid);
+    uint64_t caps = peer_cap_eff(cred.pid, cred.uid);
+    // SO_PEERPIDFD names the process that connected, not its pid: if it
+    // can still be signalled (signal 0, pidfd_send_signal(2)) after /proc
+    // was read, it had not exited, so its pid could not have been reused
+    // and the file read was its own. Gone (ESRCH, or no pidfd for a process
+    // that already exited): no capabilities. A kernel without SO_PEERPIDFD
+    // (ENOPROTOOPT) keeps the uid check alone (peer.hpp).
+    int pidfd = -1;
+    socklen_t plen = sizeof pidfd;
+    if (::getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &plen) == 0 && pidfd >= 0) {
+      UniqueFd owned(pidfd);
+      if (::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) != 0) caps = 0;
+    } else if (errno != ENOPROTOOPT) {
+      caps = 0;
+    }
     p.net_admin = (caps >> kCapNetAdmin) & 1;
     p.net_raw = (caps >> kCapNetRaw) & 1;
   }

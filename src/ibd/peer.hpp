@@ -10,11 +10,13 @@
 // Privilege is decided once, at accept, like the permission check of an
 // open() of /dev/infiniband/umadN: a connection keeps what its peer had
 // then. Root (effective uid 0) has every privilege; another uid has a
-// capability when the CapEff line of /proc/<pid>/status (proc(5)) holds it
-// and that file's effective uid is still the one SO_PEERCRED reported (the
-// pid may have been reused by a process of another user meanwhile; reuse
-// by another process of the same user that holds the capability is the
-// race left, documented in docs/operations.md).
+// capability when the CapEff line of /proc/<pid>/status (proc(5)) holds it,
+// that file's effective uid is still the one SO_PEERCRED reported, and the
+// connecting process, named by SO_PEERPIDFD, is still alive after the read
+// (so the pid was not reused by another process meanwhile). Kernels before
+// 6.5 have no SO_PEERPIDFD: there, reuse of the pid by another process of
+// the same user that holds the capability is a race left open
+// (docs/operations.md "Privileges").
 #pragma once
 
 #include <sys/types.h>
