@@ -13,7 +13,7 @@
 // Each client (ibd-test-client --mode traffic) also holds an SRQ with a QP
 // on it, an AH and a user-MAD agent when the device dies.
 //
-// OPENIB_RECOVERY_CYCLES overrides the number of cycles (default 100; about 0.2 s each).
+// OPENIB_RECOVERY_CYCLES overrides the number of cycles (default 100; about 0.3 s each).
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
