@@ -12,6 +12,7 @@
 #include <limits>
 #include <thread>
 
+#include "common/byte_order.hpp"
 #include "common/log.hpp"
 #include "hca/prm.hpp"
 #include "prm/cqe.hpp"
@@ -108,6 +109,15 @@ Result<void> Hca::reopen() {
     return r.take_error();
   }
   return ok();
+}
+
+Result<DeviceObjects> Hca::device_objects() {
+  std::array<std::byte, kNumObjCounts * 4> raw{};
+  OPENIB_TRY(dev_.region_read(kBar0, kObjCounts, raw));
+  std::array<uint32_t, kNumObjCounts> v{};
+  for (size_t i = 0; i < v.size(); ++i)  // little-endian registers (§1)
+    v[i] = bytes::get_le32(raw, i * 4);
+  return DeviceObjects{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
 }
 
 // §5.1 bring-up order, one rung per step.

@@ -43,6 +43,12 @@ struct HcaOptions {
   size_t max_recorded_events = 1024;
 };
 
+// What the device holds now (§3.1 object counts), in the registers' order.
+struct DeviceObjects {
+  uint32_t pds = 0, mkeys = 0, cqs = 0, qps = 0, srqs = 0, ahs = 0, eqs = 0, uars = 0;
+  uint32_t dma_maps = 0;  // vfio-user DMA mappings (not device objects)
+};
+
 // A CQ and the host memory it owns (§6.5): ring and doorbell record.
 struct Cq {
   uint32_t cqn = 0;
@@ -128,6 +134,10 @@ class Hca {
   CommandInterface& commands() { return *cmd_; }
   uint32_t eq0() const { return eq0_ ? eq0_->eqn() : 0; }
   uint64_t interrupts_seen() const { return irqs_ ? irqs_->total(0) : 0; }
+  // §3.1: the device's object counts, with one BAR0 read. Over vfio-user
+  // that read is a round trip to the device: for INFO and tests, never a
+  // data path.
+  Result<DeviceObjects> device_objects();
 
   // Asynchronous events (§9.4) other than command completions: recorded,
   // and passed to the handler if one is set.

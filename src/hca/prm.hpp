@@ -43,6 +43,9 @@ inline constexpr uint64_t kBadAccess = 0x034;
 inline constexpr uint64_t kReset = 0x038;
 inline constexpr uint64_t kCapSummary = 0x03c;
 inline constexpr uint64_t kSimFault = 0xf00;
+// §3.1 object counts: OBJ_PDS .. OBJ_DMA_MAPS, nine registers read as one block.
+inline constexpr uint64_t kObjCounts = 0x080;
+inline constexpr size_t kNumObjCounts = 9;
 
 inline constexpr uint32_t kSupportedInterfaceRev = 1;
 inline constexpr uint32_t kMagicValue = 0x53494d48;

@@ -96,6 +96,14 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
                  {"max_uar", k.max_uar}, {"log_max_qp_wr", k.log_max_qp_wr},
                  {"log_max_cqe", k.log_max_cqe}, {"max_mkey_pages", k.max_mkey_pages},
                  {"num_ports", k.num_ports}, {"interrupts", hca_.interrupts_seen()}};
+  // docs/simhca.md §3.1: what the device holds now. One BAR0 read, a
+  // round trip to simhca: INFO only, never a data path. Left out while the
+  // device is lost or the read fails.
+  if (hca_.is_open() && hca_.device().alive())
+    if (auto o = hca_.device_objects())
+      j["device"]["device_objects"] = {{"pds", o->pds}, {"mrs", o->mkeys}, {"cqs", o->cqs},
+                                       {"qps", o->qps}, {"srqs", o->srqs}, {"ahs", o->ahs},
+                                       {"eqs", o->eqs}, {"uars", o->uars}, {"dma_maps", o->dma_maps}};
   json ports = json::array();
   for (size_t i = 0; i < got.size(); ++i) {
     const auto& a = got[i];

@@ -397,12 +397,18 @@ std::string Snapshot::str() const {
                   std::to_string(sim_fds) + ", maps " + std::to_string(sim_maps) +
                   ", memfd maps " + std::to_string(sim_memfd_maps) + "; ibdctl:";
   for (auto& [k, v] : gauges) s += " " + k + "=" + std::to_string(static_cast<long long>(v));
+  return s + "; device objects: " + counts_str(device_objects);
+}
+
+std::string counts_str(const std::map<std::string, double>& counts) {
+  std::string s;
+  for (auto& [k, v] : counts) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(static_cast<long long>(v));
   return s;
 }
 
 bool Snapshot::matches(const Snapshot& b) const {
   return ibd_fds == b.ibd_fds && sim_fds == b.sim_fds && ibd_memfd_maps == b.ibd_memfd_maps &&
-         sim_memfd_maps == b.sim_memfd_maps && gauges == b.gauges &&
+         sim_memfd_maps == b.sim_memfd_maps && gauges == b.gauges && device_objects == b.device_objects &&
          ibd_maps <= b.ibd_maps + kMapSlack && sim_maps <= b.sim_maps + kMapSlack;
 }
 
@@ -413,7 +419,8 @@ bool is_gauge(const std::string& key) {
                                  "pid",     "uid",        "gid",     "id",     "version",
                                  "guid",    "quarantin",  "max",     "lid",    "port",
                                  "since",   "age",        "name",    "interrupt", "uar",
-                                 "generation", "losses"};
+                                 "generation", "losses", "opens",  "_sent",  "delivered",
+                                 "dropped", "denied", "bad_client"};
   std::string k = key;
   for (auto& c : k) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (auto* t : totals)
@@ -512,11 +519,15 @@ Snapshot snapshot(const Ibd& ibd) {
     s.sim_maps = count_maps(sim);
     s.sim_memfd_maps = count_memfd_maps(sim);
   }
-  // The gauges as ibdctl --json counters / clients / objects shows them.
+  // The gauges as ibdctl --json counters / clients / objects shows them;
+  // the device's object counts (docs/simhca.md §3.1) apart.
+  const std::string device_objects = "device.device_objects.";
   for (const char* what : {"counters", "clients", "objects"}) {
     const std::string text = what == std::string("objects") ? o.info(proto::kInfoObjects) : o.info(0);
-    for (auto& [k, v] : flatten_json(text))
-      if (is_gauge(k)) s.gauges[std::string(what) + ":" + k] = v;
+    for (auto& [k, v] : flatten_json(text)) {
+      if (k.starts_with(device_objects)) s.device_objects[k.substr(device_objects.size())] = v;
+      else if (is_gauge(k)) s.gauges[std::string(what) + ":" + k] = v;
+    }
   }
   return s;
 }

@@ -142,14 +142,19 @@ size_t count_maps(pid_t pid);
 size_t count_memfd_maps(pid_t pid);  // mappings of memfd: files
 std::map<std::string, long> smaps_rollup(pid_t pid);
 
-// What ibd holds now: its fds and mappings, its simhca's, and the gauges
-// of ibdctl's JSON (counters, clients, objects; running totals such as
-// connects or requests are left out). Used to check that what clients made
-// is all gone once they are.
+// What ibd holds now: its fds and mappings, its simhca's, the gauges of
+// ibdctl's JSON (counters, clients, objects; running totals such as
+// connects or requests are left out), and the objects the device itself
+// holds (INFO device.device_objects: simhca's object-count registers,
+// docs/simhca.md §3.1). Used to check that what clients made is all gone
+// once they are.
 struct Snapshot {
   size_t ibd_fds = 0, ibd_maps = 0, ibd_memfd_maps = 0;
   size_t sim_fds = 0, sim_maps = 0, sim_memfd_maps = 0;
   std::map<std::string, double> gauges;
+  // "pds", "mrs", "cqs", "qps", "srqs", "ahs", "eqs", "uars", "dma_maps";
+  // empty if INFO had none (the device lost).
+  std::map<std::string, double> device_objects;
   bool operator==(const Snapshot&) const = default;
   // Equal to `base`, except that the total mapping counts may have grown
   // by a few (the allocator's arenas; ASan's shadow): mappings that hold
@@ -160,6 +165,8 @@ struct Snapshot {
   bool matches(const Snapshot& base) const;
   std::string str() const;
 };
+// "k=v k=v ..." of counts, for messages (Catch cannot print a map).
+std::string counts_str(const std::map<std::string, double>& counts);
 bool is_gauge(const std::string& json_key);
 // Throws std::runtime_error if ibdctl fails.
 Snapshot snapshot(const Ibd& ibd);

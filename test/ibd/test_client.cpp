@@ -5,7 +5,12 @@
 //
 // Opens a Context, a PD, a 64 KiB MR, a CQ (with a completion channel) and
 // an RC QP, brings the QP to RTS (connected to itself: dest = its own QPN
-// and LID), posts a receive, prints "ready CLIENT_ID QPN" on stdout, then
+// and LID), posts a receive; then an SRQ with receives posted and a second
+// RC QP on it (at RTS, connected to itself), an AH (to its own LID), and a
+// user-MAD agent (umad_open_port + umad_register through ibd's user-MAD
+// service, docs/umad.md; needs root or CAP_NET_ADMIN), so that a client
+// that dies holds every kind of object; prints "ready CLIENT_ID QPN" on
+// stdout, then
 // according to MODE until --max-seconds (default 60) pass:
 //   hold          polls its CQ with 1 ms naps (the kill-loop test)
 //   control-loop  allocates and frees a PD, again and again
@@ -21,7 +26,9 @@
 // A mode that meets an error (or a DEVICE_FATAL event) prints
 // "result ERRNO MESSAGE" and exits 3. Exit 0 when the time limit passes;
 // 1 with a message on stderr if the setup fails.
+#include <infiniband/umad.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +82,53 @@ int main(int argc, char** argv) {
   }
   if (int e = post_recv(*s.qp, *s.mr, 0, 4096, 1); e != 0) {
     std::fprintf(stderr, "ibd-test-client: post_recv: %d\n", e);
+    return 1;
+  }
+  // An SRQ with receives posted, and a QP that receives from it.
+  auto srq = s.ctx->create_srq(*s.pd, 16, 1);
+  if (!srq) {
+    std::fprintf(stderr, "ibd-test-client: create_srq: %s\n", srq.error().str().c_str());
+    return 1;
+  }
+  for (uint64_t i = 0; i < 4; ++i) {
+    Sge sge{reinterpret_cast<uint64_t>(s.buf() + 8192 + i * 1024), 1024, s.mr->lkey()};
+    RecvWr wr;
+    wr.wr_id = 200 + i;
+    wr.sg = {&sge, 1};
+    if (int e = (*srq)->post_recv(wr); e != 0) {
+      std::fprintf(stderr, "ibd-test-client: SRQ post_recv: %d\n", e);
+      return 1;
+    }
+  }
+  QpInit on_srq;
+  on_srq.send_cq = on_srq.recv_cq = s.cq.get();
+  on_srq.srq = srq->get();
+  auto srq_qp = s.ctx->create_qp(*s.pd, on_srq);
+  if (!srq_qp) {
+    std::fprintf(stderr, "ibd-test-client: create_qp on the SRQ: %s\n", srq_qp.error().str().c_str());
+    return 1;
+  }
+  if (auto r = to_rts(**srq_qp, (*srq_qp)->qp_num(), s.lid); !r) {
+    std::fprintf(stderr, "ibd-test-client: SRQ QP to RTS: %s\n", r.error().str().c_str());
+    return 1;
+  }
+  AddressVector av;
+  av.dlid = s.lid;
+  auto ah = s.ctx->create_ah(*s.pd, av);
+  if (!ah) {
+    std::fprintf(stderr, "ibd-test-client: create_ah: %s\n", ah.error().str().c_str());
+    return 1;
+  }
+  // A user-MAD agent: a PerfMgmt client (no methods, so that any number of
+  // these clients can hold one at once).
+  if (!sock.empty()) ::setenv("OPENIB_SOCKET", sock.c_str(), 1);
+  const int umad_port = umad_open_port(nullptr, 1);
+  if (umad_port < 0) {
+    std::fprintf(stderr, "ibd-test-client: umad_open_port: %d\n", umad_port);
+    return 1;
+  }
+  if (int agent = umad_register(umad_port, 0x04, 1, 0, nullptr); agent < 0) {
+    std::fprintf(stderr, "ibd-test-client: umad_register: %d\n", agent);
     return 1;
   }
   std::printf("ready %u %u\n", s.ctx->client_id(), s.qp->qp_num());
@@ -148,6 +202,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  umad_close_port(umad_port);
+  (*ah).reset();
+  (*srq_qp).reset();
+  (*srq).reset();
   (*ecq).reset();
   return 0;
 }

@@ -4,11 +4,16 @@
 // within 1 s and then get ENODEV for a control call, ibd must stay up, and
 // once simhca is back a new pair of clients runs an RC ping-pong. The cycle
 // repeats; afterwards ibd's fds and mappings, its object and DMA gauges
-// (ibdctl) and the fresh simhca's fds and memfd mappings are what they were
-// after the first cycle. (simhca has no register counting its objects: a
-// restarted one starts with none; what could leak is on ibd's side.)
+// (ibdctl), the fresh simhca's fds and memfd mappings, and the objects the
+// fresh simhca holds (PDs, MKEYs, CQs, QPs, SRQs, AHs, EQs, UARs and DMA
+// mappings: its object-count registers, docs/simhca.md §3.1, in INFO) are
+// what they were after the first cycle. A restarted simhca starts with no
+// objects, so those counts show what ibd made again on the new device and
+// has not given back (its own objects, those of clients that are gone).
+// Each client (ibd-test-client --mode traffic) also holds an SRQ with a QP
+// on it, an AH and a user-MAD agent when the device dies.
 //
-// OPENIB_RECOVERY_CYCLES overrides the number of cycles (default 100; about 0.2 s each).
+// OPENIB_RECOVERY_CYCLES overrides the number of cycles (default 100; about 0.3 s each).
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,8 +22,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.hpp"
@@ -72,9 +79,25 @@ void rc_pingpong(const std::string& socket) {
   }
 }
 
+// The objects the device holds (INFO device.device_objects) once INFO
+// shows them (the device is back) and two reads in a row agree (ibd is done
+// making its own objects on it). Bounded: after 5 s, the last read (counts
+// that keep moving are a leak the caller's comparison then shows).
+std::map<std::string, double> steady_device_objects(const Ibd& ibd) {
+  std::map<std::string, double> last;
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    auto now = snapshot(ibd).device_objects;
+    if ((!now.empty() && now == last) || Clock::now() > deadline) return now;
+    last = std::move(now);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // One cycle: 10 clients with traffic, simhca SIGKILLed, every client's
-// DEVICE_FATAL and ENODEV, then a ping-pong on the new device. The worst
-// event latency in ms.
+// DEVICE_FATAL and ENODEV, then a ping-pong on the new device, which must
+// leave the new device holding what it held before. The worst event
+// latency in ms.
 double cycle(const Ibd& ibd, const std::string& client, int i) {
   std::vector<std::unique_ptr<Child>> clients;
   for (int c = 0; c < kClients; ++c)
@@ -109,9 +132,14 @@ double cycle(const Ibd& ibd, const std::string& client, int i) {
     CHECK(WEXITSTATUS(*st) == 3);
   }
   REQUIRE(ibd.alive());
-  // Once simhca is back: a new client's HELLO waits for it, then serves.
+  // Once simhca is back: a new client's HELLO waits for it, then serves;
+  // the clients of the ping-pong leave nothing on the device. (The test's
+  // before/after comparison cannot see that: each simhca lives one cycle.)
+  const auto fresh = steady_device_objects(ibd);
   rc_pingpong(ibd.socket());
   REQUIRE(ibd.alive());
+  INFO("cycle " << i);
+  CHECK(counts_str(steady_device_objects(ibd)) == counts_str(fresh));
   return worst_ms;
 }
 
@@ -148,6 +176,8 @@ TEST_CASE("simhca SIGKILLed under 10 clients with traffic: every client sees DEV
   CHECK(after.sim_fds == before.sim_fds);
   CHECK(after.sim_memfd_maps == before.sim_memfd_maps);
   CHECK(after.gauges == before.gauges);
+  CHECK_FALSE(before.device_objects.empty());
+  CHECK(counts_str(after.device_objects) == counts_str(before.device_objects));
 
   // INFO says which device generation serves and how many were lost.
   auto info = ibdctl(ibd.socket(), "devices");

@@ -1,7 +1,13 @@
 // A client killed with SIGKILL while its objects are live, 1,000 times:
 // ibd must destroy, unmap and count back everything each one owned
-// (DESIGN.md "When a client dies"). Afterwards ibd's object counts (ibdctl),
-// its open fds and mappings, and its simhca's, are where they started.
+// (DESIGN.md "When a client dies"). Each client (ibd-test-client) holds a
+// PD, an MR, CQs, QPs at RTS, an SRQ with receives posted and a QP on it,
+// an AH and a user-MAD agent; every other one is killed while it sends to
+// itself (--mode traffic, after its first SEND completed). Afterwards ibd's
+// object counts (ibdctl), its open fds and mappings, its simhca's, and the
+// objects the device itself holds (PDs, MKEYs, CQs, QPs, SRQs, AHs, EQs,
+// UARs and DMA mappings: simhca's object-count registers, docs/simhca.md
+// §3.1, in INFO) are where they started.
 //
 // OPENIB_KILL_LOOP_N overrides the number of kills (default 1000).
 #include <fcntl.h>
@@ -31,7 +37,7 @@ struct Spawned {
   int out = -1;
 };
 
-Spawned spawn_client(const std::string& client, const std::string& socket) {
+Spawned spawn_client(const std::string& client, const std::string& socket, const char* mode = "hold") {
   int p[2];
   REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
   pid_t parent = ::getpid();
@@ -41,19 +47,20 @@ Spawned spawn_client(const std::string& client, const std::string& socket) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
     ::dup2(p[1], 1);
-    ::execl(client.c_str(), client.c_str(), "--socket", socket.c_str(), "--max-seconds", "30",
-            static_cast<char*>(nullptr));
+    ::execl(client.c_str(), client.c_str(), "--socket", socket.c_str(), "--max-seconds", "30", "--mode",
+            mode, static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::close(p[1]);
   return {pid, p[0]};
 }
 
-// Reads the child's stdout until "ready" or `timeout_ms`.
-bool wait_ready(int fd, int timeout_ms, std::string& got) {
+// Reads the child's stdout until a line with `word` or `timeout_ms`.
+bool wait_ready(int fd, int timeout_ms, std::string& got, const std::string& word = "ready") {
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    if (got.find("ready") != std::string::npos && got.find('\n') != std::string::npos) return true;
+    if (auto at = got.find(word); at != std::string::npos && got.find('\n', at) != std::string::npos)
+      return true;
     int left = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
     if (left <= 0) return false;
@@ -105,9 +112,11 @@ TEST_CASE("a client SIGKILLed with live objects, 1000 times, leaves ibd as it wa
   int mid_setup_kills = 0;
   for (int i = 0; i < n; ++i) {
     auto t = Clock::now();
-    auto c = spawn_client(client, ibd.socket());
+    // Odd rounds: killed with traffic flowing.
+    const bool traffic = i % 2 == 1;
+    auto c = spawn_client(client, ibd.socket(), traffic ? "traffic" : "hold");
     std::string got;
-    bool ready = wait_ready(c.out, 10000, got);
+    bool ready = wait_ready(c.out, 10000, got, traffic ? "flowing" : "ready");
     kill_and_reap(c.pid);
     ::close(c.out);
     if (!ready) {
@@ -141,6 +150,10 @@ TEST_CASE("a client SIGKILLed with live objects, 1000 times, leaves ibd as it wa
   CHECK(after.sim_maps <= before.sim_maps + Snapshot::kMapSlack);
   CHECK(after.sim_memfd_maps == before.sim_memfd_maps);
   CHECK(after.gauges == before.gauges);
+  // The device's own counts (docs/simhca.md §3.1): nothing any dead client
+  // made is left in simhca.
+  CHECK_FALSE(before.device_objects.empty());
+  CHECK(counts_str(after.device_objects) == counts_str(before.device_objects));
   REQUIRE(ibd.alive());
   // And ibd still serves: one more client gets to ready.
   auto c = spawn_client(client, ibd.socket());

@@ -327,3 +327,109 @@ TEST_CASE("simhca: graceful teardown with objects alive is refused, then forced"
   CHECK(r.error().code == EBUSY);
   CHECK(f.reg(prm::kStatus) == 0);  // torn down by force all the same
 }
+
+// docs/simhca.md §3.1: the object-count registers are gauges that follow
+// creates and destroys exactly, are not moved by a failed command, go to 0
+// on a reset (the DMA mappings aside), and may be read as one block.
+TEST_CASE("simhca: object-count registers follow creates, destroys and a reset", "[simhca][commands]") {
+  HcaFixture f;
+  auto counts = [&] {
+    auto o = f.hca->device_objects();
+    REQUIRE(o.ok());
+    return *o;
+  };
+  const DeviceObjects base = counts();
+  // After bring-up: EQ 0 and UAR 0 (§5.1, §6.2), nothing else.
+  CHECK(base.eqs == 1);
+  CHECK(base.uars == 1);
+  CHECK(base.pds + base.mkeys + base.cqs + base.qps + base.srqs + base.ahs == 0);
+  // The driver's DMA mappings are its pool's blocks.
+  CHECK(base.dma_maps == f.hca->pool().stats().blocks);
+  CHECK(base.dma_maps > 0);
+  // The block read is the nine 4-byte reads.
+  CHECK(f.reg(prm::kObjCounts + 6 * 4) == base.eqs);
+  CHECK(f.reg(prm::kObjCounts + 7 * 4) == base.uars);
+  CHECK(f.reg(prm::kObjCounts + 8 * 4) == base.dma_maps);
+
+  auto pd = f.hca->alloc_pd();
+  REQUIRE(pd.ok());
+  auto cq = f.hca->create_cq(4);
+  REQUIRE(cq.ok());
+  auto srq = f.hca->create_srq(*pd, 4, 6, 0);
+  REQUIRE(srq.ok());
+  QpInit init;
+  init.pdn = *pd;
+  init.send_cqn = init.recv_cqn = cq->cqn;
+  init.srqn = srq->srqn;
+  auto qp = f.hca->create_qp(init);
+  REQUIRE(qp.ok());
+  MkeyParams mp;
+  mp.pdn = *pd;
+  mp.start_va = 0x10000;
+  mp.length = 4096;
+  mp.log_page_size = 12;
+  mp.pages = {0x100000};
+  auto mk = f.hca->create_mkey(mp);
+  REQUIRE(mk.ok());
+  AddressVector av;
+  av.dlid = 5;
+  av.port = 1;
+  auto ah = f.hca->create_ah(*pd, av);
+  REQUIRE(ah.ok());
+  auto uar = f.hca->alloc_uar();
+  REQUIRE(uar.ok());
+  DeviceObjects c = counts();
+  CHECK(c.pds == 1);
+  CHECK(c.mkeys == 1);
+  CHECK(c.cqs == 1);
+  CHECK(c.qps == 1);
+  CHECK(c.srqs == 1);
+  CHECK(c.ahs == 1);
+  CHECK(c.eqs == 1);
+  CHECK(c.uars == 2);
+  CHECK(c.dma_maps == f.hca->pool().stats().blocks);
+
+  // Failed commands move nothing: a busy PD, an SRQ with a QP, a stale AH.
+  CHECK(f.hca->dealloc_pd(*pd).error().code == EBUSY);
+  CHECK(f.hca->destroy_srq(*srq).error().code == EBUSY);
+  CHECK(f.hca->destroy_ah(*ah + 1).error().code != 0);
+  DeviceObjects same = counts();
+  CHECK(same.pds == 1);
+  CHECK(same.srqs == 1);
+  CHECK(same.ahs == 1);
+
+  REQUIRE(f.hca->destroy_ah(*ah).ok());
+  CHECK(counts().ahs == 0);
+  REQUIRE(f.hca->destroy_qp(*qp).ok());
+  CHECK(counts().qps == 0);
+  REQUIRE(f.hca->destroy_srq(*srq).ok());
+  CHECK(counts().srqs == 0);
+  REQUIRE(f.hca->destroy_mkey(mk->lkey).ok());
+  REQUIRE(f.hca->destroy_cq(*cq).ok());
+  REQUIRE(f.hca->dealloc_uar(*uar).ok());
+  REQUIRE(f.hca->dealloc_pd(*pd).ok());
+  c = counts();
+  CHECK(c.pds + c.mkeys + c.cqs + c.qps + c.srqs + c.ahs == 0);
+  CHECK(c.eqs == 1);
+  CHECK(c.uars == 1);
+
+  // §1: a block read must lie inside 0x080-0x0a3; one that leaves it, or
+  // a multi-register read elsewhere, reads all ones and is counted.
+  const uint32_t bad = f.reg(prm::kBadAccess);
+  std::array<std::byte, 8> two{};
+  REQUIRE(f.dev->region_read(VFIO_PCI_BAR0_REGION_INDEX, prm::kObjCounts + 8 * 4, two).ok());
+  CHECK(two[0] == std::byte{0xff});
+  REQUIRE(f.dev->region_read(VFIO_PCI_BAR0_REGION_INDEX, prm::kFwRev, two).ok());
+  CHECK(two[0] == std::byte{0xff});
+  CHECK(f.reg(prm::kBadAccess) == bad + 2);
+
+  // §11.5: a reset empties the tables; the DMA mappings stay.
+  const uint32_t maps = counts().dma_maps;
+  auto pd2 = f.hca->alloc_pd();
+  REQUIRE(pd2.ok());
+  REQUIRE(f.dev->write32(VFIO_PCI_BAR0_REGION_INDEX, prm::kReset, 1).ok());
+  c = counts();
+  CHECK(c.pds + c.mkeys + c.cqs + c.qps + c.srqs + c.ahs + c.eqs + c.uars == 0);
+  CHECK(c.dma_maps == maps);
+  f.hca.reset();  // its queue is gone: close() copes (see the RESET case)
+}

@@ -113,6 +113,16 @@ uint32_t Hca::bar0_read32(uint64_t off) const {
     case reg::kMmapDoorbellsBad: return static_cast<uint32_t>(stats_.mmap_doorbells_bad);
     case reg::kDmaFaults: return static_cast<uint32_t>(host_.dma_counts().faults);
     case reg::kDmaBusErrors: return static_cast<uint32_t>(host_.dma_counts().bus_errors);
+    // §3.1: the tables count at alloc and free and are emptied by reset().
+    case reg::kObjPds: return tables_.pds.count();
+    case reg::kObjMkeys: return tables_.mkeys.count();
+    case reg::kObjCqs: return tables_.cqs.count();
+    case reg::kObjQps: return tables_.qps.count();
+    case reg::kObjSrqs: return tables_.srqs.count();
+    case reg::kObjAhs: return tables_.ahs.count();
+    case reg::kObjEqs: return tables_.eqs.count();
+    case reg::kObjUars: return tables_.uars.count();
+    case reg::kObjDmaMaps: return static_cast<uint32_t>(host_.dma_counts().maps);
     default: return 0;  // write-only and reserved registers read 0
   }
 }

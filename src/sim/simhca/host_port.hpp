@@ -15,9 +15,11 @@
 namespace openib::simhca {
 
 // DMA accesses refused (§11.2), and of those the ones that took a bus
-// error (the memory behind a mapping failed).
+// error (the memory behind a mapping failed); the DMA mappings the driver
+// holds now (§3.1 OBJ_DMA_MAPS).
 struct DmaCounts {
   uint64_t faults = 0, bus_errors = 0;
+  uint64_t maps = 0;
 };
 
 // The device's side of the bus: DMA that refuses any byte outside the

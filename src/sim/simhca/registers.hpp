@@ -58,6 +58,18 @@ inline constexpr uint64_t kMmapDoorbells = 0x048;
 inline constexpr uint64_t kMmapDoorbellsBad = 0x04c;
 inline constexpr uint64_t kDmaFaults = 0x050;  // §3, §11.2
 inline constexpr uint64_t kDmaBusErrors = 0x054;
+// §3.1 object counts: the live objects of each kind, one register each,
+// in this order; the block may be read with one access (§1).
+inline constexpr uint64_t kObjPds = 0x080;
+inline constexpr uint64_t kObjMkeys = 0x084;
+inline constexpr uint64_t kObjCqs = 0x088;
+inline constexpr uint64_t kObjQps = 0x08c;
+inline constexpr uint64_t kObjSrqs = 0x090;
+inline constexpr uint64_t kObjAhs = 0x094;
+inline constexpr uint64_t kObjEqs = 0x098;
+inline constexpr uint64_t kObjUars = 0x09c;
+inline constexpr uint64_t kObjDmaMaps = 0x0a0;
+inline constexpr uint64_t kObjBlock = kObjPds, kObjBlockEnd = kObjDmaMaps + 4;
 inline constexpr uint64_t kSimFault = 0xf00;
 }  // namespace reg
 

@@ -16,6 +16,15 @@ namespace openib::simhca {
 
 using vfio::user::ServerRegion;
 
+namespace {
+// §1: a BAR0 read is one aligned 4-byte access, or a read of whole
+// registers wholly inside the object-count block (§3.1).
+bool bar0_read_ok(uint64_t off, size_t len) {
+  if (off % 4 != 0 || len % 4 != 0 || len == 0) return false;
+  return len == 4 || (off >= reg::kObjBlock && off + len <= reg::kObjBlockEnd);
+}
+}  // namespace
+
 VfioModel::VfioModel(HcaOptions opts) : hca_(std::make_unique<Hca>(*this, opts)) {}
 
 Result<std::unique_ptr<VfioModel>> VfioModel::create(HcaOptions opts) {
@@ -89,10 +98,13 @@ Result<void> VfioModel::read(uint32_t region, uint64_t off, std::span<std::byte>
     case VFIO_PCI_CONFIG_REGION_INDEX: config_.read(off, out); return ok();
     case VFIO_PCI_BAR2_REGION_INDEX: bar2_read(off, out); return ok();
     case VFIO_PCI_BAR0_REGION_INDEX:
-      // §1: aligned 4-byte accesses only; anything else reads as all ones.
-      if (out.size() == 4 && off % 4 == 0) {
-        uint32_t v = hca_->bar0_read32(off);
-        std::memcpy(out.data(), &v, 4);  // little-endian host, little-endian register
+      // §1: aligned 4-byte accesses only, or one read of registers of the
+      // object-count block (§3.1); anything else reads as all ones.
+      if (bar0_read_ok(off, out.size())) {
+        for (size_t at = 0; at < out.size(); at += 4) {
+          uint32_t v = hca_->bar0_read32(off + at);
+          std::memcpy(out.data() + at, &v, 4);  // little-endian host, little-endian register
+        }
       } else {
         std::memset(out.data(), 0xff, out.size());
         hca_->count_bad_access();
@@ -194,7 +206,7 @@ Result<void> VfioModel::dma_write(uint64_t iova, std::span<const std::byte> in) 
   return server().dma_write(iova, in);
 }
 DmaCounts VfioModel::dma_counts() const {
-  return {server().stats().dma_faults, server().stats().dma_bus_errors};
+  return {server().stats().dma_faults, server().stats().dma_bus_errors, server().dma_mappings()};
 }
 bool VfioModel::signal_msix(uint32_t vector) {
   return server().trigger_irq(VFIO_PCI_MSIX_IRQ_INDEX, vector);
