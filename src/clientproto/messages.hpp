@@ -25,7 +25,13 @@ namespace openib::proto {
 using Bytes = std::vector<std::byte>;
 
 inline constexpr uint32_t kMagic = 0x4442494f;  // "OIBD" as bytes on the wire
-inline constexpr uint16_t kVersion = 1;         // the only version so far
+// The header's version: the framing (docs/client-protocol.md §1.1, §2),
+// 1 in every protocol version so far.
+inline constexpr uint16_t kVersion = 1;
+// The protocol versions HELLO negotiates (§2): 2 adds the device status
+// page to HelloRep (§6.2).
+inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 2;
+inline constexpr uint32_t kProtocolStatusPage = 2;
 inline constexpr size_t kHeaderSize = 16;
 inline constexpr size_t kMaxMessage = 65536;  // header included
 inline constexpr size_t kMaxFds = 2;          // per message
@@ -93,6 +99,14 @@ inline constexpr uint32_t kHelloNoUar = 2;
 // Doorbell modes (docs/client-protocol.md "Doorbells").
 inline constexpr uint8_t kDoorbellMmap = 0;  // the UAR page is mmap-ed from the attached fd
 inline constexpr uint8_t kDoorbellRelay = 1; // no fd: ibd would relay doorbells (not implemented)
+// The device status page (docs/client-protocol.md §6.2): a read-only page
+// ibd shares with every client of one device generation; a client's data
+// path reads `state` (kDeviceLost once that device is gone).
+inline constexpr size_t kStatusPageSize = 4096;
+inline constexpr size_t kStatusGenerationOffset = 0;  // u64, native byte order
+inline constexpr size_t kStatusStateOffset = 8;       // u32, native byte order
+inline constexpr uint32_t kDeviceRunning = 0, kDeviceLost = 1;
+
 struct HelloRep {
   uint32_t version = 0, client_id = 0;
   uint32_t uar = 0;              // the client's UAR index (docs/simhca.md §4)

@@ -78,7 +78,7 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
   json j;
   j["daemon"] = {{"pid", ::getpid()},
                  {"version", OPENIB_VERSION},
-                 {"protocol", proto::kVersion},
+                 {"protocol", proto::kProtocolMax},
                  {"uptime_s", std::chrono::duration_cast<std::chrono::seconds>(now - started_).count()},
                  {"socket", opts_.socket},
                  {"device", opts_.device_name},

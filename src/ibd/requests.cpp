@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/log.hpp"
 #include "hca/prm.hpp"
 #include "ibd/fd_closer.hpp"
@@ -166,15 +168,24 @@ hca::Completer<Result<uint32_t>> Server::created(uint32_t id, Object o, Respond 
 Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
   if (c.hello) return err(EPROTO, "HELLO was already said");
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HelloReq>(m.body));
-  if (req.version_min > proto::kVersion || req.version_max < proto::kVersion)
-    return err(EPROTONOSUPPORT, "this ibd speaks version {} only", proto::kVersion);
+  // §2: the highest version both speak.
+  const uint32_t version = std::min(req.version_max, proto::kProtocolMax);
+  if (req.version_min > version || version < proto::kProtocolMin)
+    return err(EPROTONOSUPPORT, "this ibd speaks versions {} to {}", proto::kProtocolMin, proto::kProtocolMax);
   if (req.flags & ~(proto::kHelloAsyncFd | proto::kHelloNoUar))
     return err(EINVAL, "unknown HELLO flags {:#x}", req.flags);
   OPENIB_TRY(expect_fds(m, (req.flags & proto::kHelloAsyncFd) ? 1 : 0));
   if (!m.fds.empty()) OPENIB_TRY(check_eventfd(m.fds[0].get()));
+  // Version 2: the device status page, the reply's last fd (§6.2).
+  UniqueFd status;
+  if (version >= proto::kProtocolStatusPage) {
+    auto s = status_fd();
+    if (!s) return err(s.error().code, "no device status page: {}", s.error().message);
+    status = std::move(*s);
+  }
   if (req.flags & proto::kHelloNoUar) {
     proto::HelloRep h;
-    h.version = proto::kVersion;
+    h.version = version;
     h.client_id = c.id;
     h.num_ports = hca_.caps().num_ports;
     c.hello = true;
@@ -182,11 +193,13 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     log::get("ibd")->info("client {}: HELLO (management only, no UAR)", c.id);
     Reply rep;
     rep.payload = body(h);
+    if (status) rep.fds.push_back(std::move(status));
     done(std::move(rep));
     return ok();
   }
   UniqueFd async_fd = m.fds.empty() ? UniqueFd() : std::move(m.fds[0]);
-  hca_.alloc_uar_async(guard<uint32_t>([this, id = c.id, async_fd = std::move(async_fd),
+  hca_.alloc_uar_async(guard<uint32_t>([this, id = c.id, async_fd = std::move(async_fd), version,
+                                        status = std::move(status),
                                         done = std::move(done)](Result<uint32_t> uar) mutable {
     if (!uar) return done(err(uar.error().code, "no UAR for this client: {}", uar.error().message));
     Client* cl = owner(id);
@@ -197,7 +210,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     }
     Reply rep;
     proto::HelloRep h;
-    h.version = proto::kVersion;
+    h.version = version;
     h.client_id = cl->id;
     h.uar = *uar;
     h.uar_size = static_cast<uint32_t>(hca::prm::kUarPageSize);
@@ -219,6 +232,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     cl->hello = true;
     cl->async_fd = std::move(async_fd);
     rep.payload = body(h);
+    if (status) rep.fds.push_back(std::move(status));
     log::get("ibd")->info("client {}: HELLO, UAR {}, doorbells {}", cl->id, cl->uar,
                           h.doorbell_mode == proto::kDoorbellMmap ? "mmap" : "relay");
     done(std::move(rep));

@@ -127,6 +127,7 @@ void Server::stop() {
     std::error_code fec;
     std::filesystem::remove(opts_.socket, fec);
   }
+  retire_status_page();  // the device is no longer served: posts fail (§6.2)
   while (!clients_.empty()) disconnect(clients_.begin()->first, "daemon shutting down");
 }
 
@@ -611,6 +612,8 @@ void Server::device_lost() {
   device_gone_ = true;
   ++counters_.device_losses;
   health_.cancel();
+  // First, before any event: a client's next post fails with ENODEV.
+  retire_status_page();
   // Fence: every command in flight or queued fails now with ENODEV; their
   // continuations answer their clients and drop what they would have made.
   if (hca_.is_open()) hca_.commands().fence(err(ENODEV, "{}: device is gone", opts_.device_name));
@@ -647,6 +650,7 @@ void Server::device_lost() {
 }
 
 void Server::device_back() {
+  retire_status_page();  // one made while the device was down described none
   ++generation_;
   device_state_ = DeviceState::kRunning;
   device_gone_ = false;
@@ -663,8 +667,24 @@ void Server::device_back() {
 }
 
 void Server::notify_device_fatal() {
+  retire_status_page();
   for (auto& [id, c] : clients_)
     if (c->hello) queue_event(*c, {kIbvDeviceFatal, static_cast<uint8_t>(proto::ObjKind::kDevice), 0, 0});
+}
+
+// docs/client-protocol.md §6.2: one page per device generation; the pages
+// of lost generations live on in their clients' mappings, marked lost.
+Result<UniqueFd> Server::status_fd() {
+  if (!status_) {
+    OPENIB_TRY_ASSIGN(status_, DeviceStatusPage::create(generation_));
+  }
+  return status_->client_fd();
+}
+
+void Server::retire_status_page() {
+  if (!status_) return;
+  status_->set_lost();
+  status_.reset();
 }
 
 }  // namespace openib::ibd

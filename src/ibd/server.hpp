@@ -17,6 +17,7 @@
 #include "clientproto/socket.hpp"
 #include "hca/hca.hpp"
 #include "ibd/client.hpp"
+#include "ibd/device_status.hpp"
 #include "ibd/quota.hpp"
 #include "ibd/umad_service.hpp"
 
@@ -121,6 +122,11 @@ class Server {
   // to the command's continuation; a validation error is returned with
   // `done` still unused.
   Result<void> op_hello(Client& c, proto::Message& m, Respond& done);
+  // The status page of the serving device generation (made on first use)
+  // re-opened read-only for one client; retire_status_page() marks it lost
+  // (docs/client-protocol.md §6.2).
+  Result<UniqueFd> status_fd();
+  void retire_status_page();
   Result<Reply> op_query_device(Client& c, proto::Message& m);
   Result<void> op_query_port(Client& c, proto::Message& m, Respond& done);
   Result<void> op_alloc_pd(Client& c, proto::Message& m, Respond& done);
@@ -192,6 +198,7 @@ class Server {
   bool device_gone_ = false;
   DeviceState device_state_ = DeviceState::kRunning;
   uint64_t generation_ = 1;  // +1 each time the device comes back
+  std::unique_ptr<DeviceStatusPage> status_;  // of generation_; none until a HELLO wants it
   bool stopped_ = false;
   bool health_in_flight_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for continuations

@@ -36,12 +36,25 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
   if (!c->async_efd_) return sys_err("eventfd");
   int efd = c->async_efd_.get();
   proto::HelloReq hello;
+  hello.version_min = proto::kProtocolMin;
+  hello.version_max = proto::kProtocolMax;
   hello.flags = proto::kHelloAsyncFd;
   OPENIB_TRY_ASSIGN(Reply r, c->conn_->call(Op::kHello, proto::encode(hello), std::span(&efd, 1)));
   OPENIB_TRY_ASSIGN(auto rep, proto::decode<proto::HelloRep>(r.payload));
+  if (rep.version < proto::kProtocolMin || rep.version > proto::kProtocolMax)
+    return err(EPROTO, "HELLO reply: version {}, offered {} to {}", rep.version, proto::kProtocolMin,
+               proto::kProtocolMax);
   if (rep.doorbell_mode != proto::kDoorbellMmap)
     return err(EOPNOTSUPP, "ibd offers doorbell mode {}: doorbell relay not implemented", rep.doorbell_mode);
-  if (r.fds.size() != 1) return err(EPROTO, "HELLO reply with {} fds, expected the UAR fd", r.fds.size());
+  const size_t want_fds = rep.version >= proto::kProtocolStatusPage ? 2 : 1;
+  if (r.fds.size() != want_fds)
+    return err(EPROTO, "HELLO reply (version {}) with {} fds, expected {}", rep.version, r.fds.size(), want_fds);
+  if (want_fds == 2) {  // §6.2: the status page, read-only
+    void* s = ::mmap(nullptr, proto::kStatusPageSize, PROT_READ, MAP_SHARED, r.fds[1].get(), 0);
+    if (s == MAP_FAILED) return sys_err("mmap of the device status page");
+    c->status_page_ = static_cast<std::byte*>(s);
+    c->status_word_ = reinterpret_cast<const uint32_t*>(c->status_page_ + proto::kStatusStateOffset);
+  }
   if (rep.uar_size < dp::kUarPageSize || rep.uar_size % dp::kUarPageSize)  // §4: whole UAR pages
     return err(EPROTO, "HELLO reply: UAR size {}", rep.uar_size);
   void* p = ::mmap(nullptr, rep.uar_size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0].get(),
@@ -61,6 +74,7 @@ ContextImpl::~ContextImpl() {
   if (arena_) arena_->release();
   arena_.reset();
   if (uar_page_) ::munmap(uar_page_, uar_size_);
+  if (status_page_) ::munmap(status_page_, proto::kStatusPageSize);
 }
 
 bool ContextImpl::destroy(proto::Op op, uint32_t handle) {

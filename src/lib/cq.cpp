@@ -77,6 +77,7 @@ int CqImpl::poll(std::span<Wc> out) {
 
 Result<void> CqImpl::req_notify(bool solicited_only) {
   if (!channel_) return err(EINVAL, "req_notify on CQ {} without a completion channel", cqn_);
+  if (ctx_.device_gone()) return err(ENODEV, "req_notify on CQ {}: the device is gone; reconnect", cqn_);
   // §7.3: a new sequence number per arm.
   const dp::CqArm cmd = solicited_only ? dp::CqArm::kSolicited : dp::CqArm::kNext;
   const uint32_t sn = ++arm_sn_;

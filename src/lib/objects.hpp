@@ -227,6 +227,12 @@ class ContextImpl final : public Context {
   Uar& uar() { return uar_; }
   Arena& arena() { return *arena_; }
   const proto::DeviceRep& dev() const { return dev_; }
+  // The data path's check (docs/client-protocol.md §6.2): one acquire load
+  // of the device status page ibd shares read-only; no system call.
+  bool device_gone() const {
+    // (__atomic_load_n: std::atomic_ref of a const object is C++26; the page is mapped read-only.)
+    return __atomic_load_n(status_word_, __ATOMIC_ACQUIRE) != proto::kDeviceRunning;
+  }
   void track(CqImpl* cq);
   void track(QpImpl* qp);
   void track(SrqImpl* srq);
@@ -249,6 +255,11 @@ class ContextImpl final : public Context {
   std::atomic<bool> device_lost_{false};
   std::byte* uar_page_ = nullptr;
   size_t uar_size_ = 0;
+  // The state word of the status page, or of kNoStatusPage (an ibd of
+  // protocol version 1 shares none).
+  static constexpr uint32_t kNoStatusPage = proto::kDeviceRunning;
+  const uint32_t* status_word_ = &kNoStatusPage;
+  std::byte* status_page_ = nullptr;
   Uar uar_;
   uint32_t client_id_ = 0, uar_index_ = 0;
   proto::DeviceRep dev_;

@@ -156,7 +156,9 @@ Result<QpAttr> QpImpl::query() {
 }
 
 // §12.1 WQE into the slot, §12.3 record, §12.5 doorbell (+ wake-up).
+// The device gone (§6.2 of docs/client-protocol.md): ENODEV, nothing written.
 int QpImpl::post_send(const SendWr& wr) {
+  if (ctx_.device_gone()) return ENODEV;
   const uint32_t size = 1u << log_sq_;
   if (sq_prod_ - sq_cons_.load(std::memory_order_acquire) >= size) return ENOMEM;
   std::byte* slot = sq_ + (size_t(sq_prod_ & (size - 1)) << log_sq_stride_);
@@ -174,6 +176,7 @@ int QpImpl::post_send(const SendWr& wr) {
 
 // §12.2 WQE into the slot, then the RQ producer counter into the record.
 int QpImpl::post_recv(const RecvWr& wr) {
+  if (ctx_.device_gone()) return ENODEV;
   if (srq_) return EINVAL;  // post to the SRQ
   const uint32_t size = 1u << log_rq_;
   if (rq_prod_ - rq_cons_.load(std::memory_order_acquire) >= size) return ENOMEM;
@@ -219,6 +222,7 @@ SrqImpl::~SrqImpl() {
 }
 
 int SrqImpl::post_recv(const RecvWr& wr) {
+  if (ctx_.device_gone()) return ENODEV;
   const uint32_t size = 1u << log_size_;
   if (prod_ - done_.load(std::memory_order_acquire) >= size) return ENOMEM;
   std::byte* slot = ring_ + (size_t(prod_ & (size - 1)) << log_stride_);

@@ -19,7 +19,8 @@
 //                 fetching the events when it is readable
 //   traffic       sends to itself (RC, 64-byte SENDs, one at a time) and
 //                 watches async_fd() (1 ms); prints "flowing" once the
-//                 first SEND completed; on DEVICE_FATAL prints "fatal
+//                 first SEND completed; a post failing with ENODEV (the
+//                 device lost) stops the sends; on DEVICE_FATAL prints "fatal
 //                 NS" (CLOCK_MONOTONIC) and "sent N", then tries ALLOC_PD
 //                 and prints its error as "result ..." (the device-recovery
 //                 test)
@@ -141,6 +142,7 @@ int main(int argc, char** argv) {
   };
   Wc wc[4];
   bool send_posted = false;
+  bool lost = false;  // a post said ENODEV: wait for DEVICE_FATAL
   uint64_t sent = 0;
   while (std::chrono::steady_clock::now() < end) {
     if (mode == "hold") {
@@ -164,11 +166,13 @@ int main(int argc, char** argv) {
             return result(Error{ENODEV, "DEVICE_FATAL event"});
       }
     } else if (mode == "traffic") {
-      // After the device is gone the doorbells go nowhere and nothing
-      // completes; only the async event tells.
-      if (!send_posted) {
-        if (int e = post_send(*s.qp, *s.mr, 4096, 64, 100); e != 0) return result(Error{e, "post_send"});
-        send_posted = true;
+      // After the device is gone nothing completes and posts fail with
+      // ENODEV (docs/client-protocol.md §6.2); the async event follows.
+      if (!send_posted && !lost) {
+        const int e = post_send(*s.qp, *s.mr, 4096, 64, 100);
+        if (e != 0 && e != ENODEV) return result(Error{e, "post_send"});
+        lost = e == ENODEV;
+        send_posted = e == 0;
       }
       const int n = s.cq->poll(wc);
       for (int i = 0; i < n; ++i) {
@@ -178,7 +182,9 @@ int main(int argc, char** argv) {
             std::printf("flowing\n");
             std::fflush(stdout);
           }
-        } else if (int e = post_recv(*s.qp, *s.mr, 0, 4096, 1); e != 0) {
+        } else if (int e = post_recv(*s.qp, *s.mr, 0, 4096, 1); e == ENODEV) {
+          lost = true;
+        } else if (e != 0) {
           return result(Error{e, "post_recv"});
         }
       }
