@@ -567,6 +567,35 @@ TEST_CASE("umad: with --umad-user-access=gmp, nobody sends GMPs on QP1 and nothi
   CHECK(got[9] == ETIMEDOUT);
 }
 
+// The user-MAD service is made once, with ibd's options, and outlives the
+// device: --umad-user-access (and --umad-max-outstanding) still hold after a
+// device loss (issue 13: the service made anew at each restart had lost
+// them, and user nobody got EPERM).
+TEST_CASE("umad: --umad-user-access=gmp still holds after a device loss", "[umad]") {
+  Env env(7, {"--umad-user-access=gmp"});
+  const pid_t sim = env.ibd->simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGKILL) == 0);
+  REQUIRE(wait_until([&] { return env.ibd->log_tail(100000).find("recovering") != std::string::npos; },
+                     std::chrono::seconds(10)));
+  umad_port_t port;
+  REQUIRE(wait_until([&] {
+    if (umad_get_port(nullptr, 1, &port) != 0) return false;
+    umad_release_port(&port);
+    return true;
+  }, std::chrono::seconds(60)));
+  CHECK(env.ibd->simhca_pid() != sim);
+  auto got = run_as_nobody([&] {
+    const int fd = umad_open_port(nullptr, 0);
+    const int pma = fd < 0 ? fd : umad_register(fd, 0x04, 1, 0, nullptr);
+    if (fd >= 0) umad_close_port(fd);
+    return std::vector<int>{fd < 0 ? -fd : 0, pma < 0 ? -pma : 0};
+  });
+  REQUIRE(got.size() == 2);
+  CHECK(got[0] == 0);  // UMAD_OPEN
+  CHECK(got[1] == 0);  // a PerfMgmt agent
+}
+
 // The issm file is created by ibd, mode 0600, and never through a symlink:
 // one planted at its path (the socket's directory may be writable by
 // others) neither gets its target truncated or chmodded nor is watched.
