@@ -298,13 +298,16 @@ void UmadService::fail_waiters(uint8_t port, const Error& e) {
   for (Waiter& w : waiters) w.done(e);
 }
 
+// One opening per port at a time (an open and device_back() may both ask).
 void UmadService::open_layer(uint8_t port) {
+  if (layers_.count(port) || !layer_opening_.insert(port).second) return;
   mad::MadLayer::open_async(io_, hca_, port,
                             [this, port, gen = generation_, alive = std::weak_ptr<bool>(alive_)](
                                 Result<std::unique_ptr<mad::MadLayer>> l) mutable {
                               // ibd is stopping, or the layer was opened on a
                               // device since lost: it closes here.
                               if (alive.expired() || gen != generation_) return;
+                              layer_opening_.erase(port);
                               on_layer_open(port, std::move(l));
                             });
 }
@@ -316,6 +319,7 @@ void UmadService::device_lost() {
   if (!device_up_) return;
   device_up_ = false;
   ++generation_;
+  layer_opening_.clear();  // those openings' results are dropped
   // Requests in flight will get no response: back to their agents now,
   // EIO, so a client waiting for them (OpenSM counts its outstanding SMPs)
   // goes on.
@@ -378,8 +382,7 @@ void UmadService::open_async(uint32_t client, uint8_t port, bool privileged, hca
   }
   auto& ws = opening_[port];
   ws.push_back(Waiter{client, privileged, std::move(done)});
-  if (ws.size() > 1) return;  // the port's opening is under way: wait for it
-  open_layer(port);
+  open_layer(port);  // unless the port's opening is under way: then it waits for that one
 }
 
 Result<UniqueFd> UmadService::new_session(uint32_t client, uint8_t port, bool privileged) {

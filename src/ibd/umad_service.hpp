@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,7 +138,8 @@ class UmadService {
   uint8_t num_ports_;
   bool user_gmp_;
   std::map<uint8_t, std::unique_ptr<mad::MadLayer>> layers_;
-  std::map<uint8_t, std::vector<Waiter>> opening_;  // ports whose layer is being opened
+  std::map<uint8_t, std::vector<Waiter>> opening_;  // UMAD_OPENs waiting for their port's layer
+  std::set<uint8_t> layer_opening_;                  // ports whose layer is being opened
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the opening's continuation
   std::vector<std::unique_ptr<Session>> sessions_;
   // issm: the inotify fd, the watch per port, how many opens are live.
