@@ -191,9 +191,7 @@ int run(const Options& o) {
       (void)hca->close_dead();
       return retry_or_give_up(r.error());
     }
-    umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports);
-    server.set_umad(umad.get());
-    server.device_back();
+    server.device_back();  // and the user-MAD service's layers and agents
     logger->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name,
                  attempt, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count(),
                  server.device_generation());
@@ -209,9 +207,7 @@ int run(const Options& o) {
       logger->info("embedded simhca {}", describe_wait_status(st));
     }
     slot.clear();
-    server.device_lost();
-    server.set_umad(nullptr);
-    umad.reset();  // MAD sockets closed: user-MAD clients must reopen
+    server.device_lost();  // user-MAD sessions and agents stay (docs/umad.md "Device loss")
     (void)hca->close_dead();
     child.reset();
     server.set_device_state(DeviceState::kRestarting);

@@ -258,8 +258,12 @@ void Server::watch(uint32_t id) {
 }
 
 // A request from a client whose device is gone: only what needs no device.
+// The user-MAD requests too: sessions and agents outlive the device.
 static bool served_when_stale(uint16_t op) {
-  return op == static_cast<uint16_t>(proto::Op::kGetAsyncEvents) || op == static_cast<uint16_t>(proto::Op::kInfo);
+  using proto::Op;
+  for (Op o : {Op::kGetAsyncEvents, Op::kInfo, Op::kUmadPort, Op::kUmadOpen, Op::kUmadRegister, Op::kUmadUnregister})
+    if (op == static_cast<uint16_t>(o)) return true;
+  return false;
 }
 
 // One request at a time per client: a request that waits for the device
@@ -633,8 +637,9 @@ void Server::device_lost() {
     c->objects.clear();
     c->counts = {};
     c->uar = 0;
-    if (umad_) umad_->client_gone(id);
   }
+  // User-MAD sessions and agents outlive the device (docs/umad.md "Device loss").
+  if (umad_) umad_->device_lost();
   for (auto& [id, c] : departing_) objects += c->objects.size();
   departing_.clear();
   cq_owner_.clear();
@@ -655,6 +660,7 @@ void Server::device_back() {
   device_state_ = DeviceState::kRunning;
   device_gone_ = false;
   last_activity_ = std::chrono::steady_clock::now();
+  if (umad_) umad_->device_back();
   for (auto& [id, c] : clients_)
     if (!c->busy) watch(id);
   if (!stopped_) {

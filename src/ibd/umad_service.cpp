@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <set>
 #include <span>
 
 #include <boost/asio/post.hpp>
@@ -184,22 +185,26 @@ void UmadService::on_inotify() {
       const bool was = opens > 0;
       if (ev->mask & IN_OPEN) ++opens;
       if (ev->mask & (IN_CLOSE_WRITE | IN_CLOSE_NOWRITE)) opens = std::max(0, opens - 1);
-      if (was != (opens > 0)) {
-        // docs/simhca.md §6.3: the device's PortInfo:CapabilityMask, which
-        // subnet managers read, gets or loses IsSM.
-        hca::PortSetup ps;
-        if (opens > 0) ps.cap_set = kIsSmCap;
-        else ps.cap_clear = kIsSmCap;
-        // Asynchronous: this runs on the loop (docs/device-access.md).
-        hca_.set_port_async(it->second, ps, [port = it->second, set = opens > 0](Result<void> r) {
-          log::get("ibd")->info("umad: port {}: IsSM {}{}", port, set ? "set" : "cleared",
-                                r ? "" : " (SET_PORT failed: " + r.error().str() + ")");
-        });
-      }
+      if (was != (opens > 0)) set_is_sm(it->second, opens > 0);
     }
   }
   inotify_sd_->async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
     if (!ec) on_inotify();
+  });
+}
+
+// docs/simhca.md §6.3: the device's PortInfo:CapabilityMask, which subnet
+// managers read, gets or loses IsSM. Without a device nothing is sent: the
+// count of opens is kept, and device_back() applies it to the new device.
+void UmadService::set_is_sm(uint8_t port, bool set) {
+  if (!device_up_) return;
+  hca::PortSetup ps;
+  if (set) ps.cap_set = kIsSmCap;
+  else ps.cap_clear = kIsSmCap;
+  // Asynchronous: this runs on the loop (docs/device-access.md).
+  hca_.set_port_async(port, ps, [port, set](Result<void> r) {
+    log::get("ibd")->info("umad: port {}: IsSM {}{}", port, set ? "set" : "cleared",
+                          r ? "" : " (SET_PORT failed: " + r.error().str() + ")");
   });
 }
 
@@ -210,6 +215,10 @@ proto::UmadPortRep port_rep(const hca::PortAttr& a);
 void UmadService::port_info_async(uint8_t port, hca::Completer<Result<proto::UmadPortRep>> done) {
   if (port < 1 || port > num_ports_) {
     asio::post(io_, [d = std::move(done), port]() mutable { d(err(EINVAL, "no port {}", port)); });
+    return;
+  }
+  if (!device_up_) {
+    asio::post(io_, [d = std::move(done)]() mutable { d(err(ENODEV, "the device is gone; ibd is recovering it")); });
     return;
   }
   hca_.query_port_async(port, [d = std::move(done)](Result<hca::PortAttr> a) mutable {
@@ -246,22 +255,93 @@ Result<mad::MadLayer*> UmadService::layer(uint8_t port) {
 // The layer's chain of commands ended: the waiting opens get their
 // sessions, or its error.
 void UmadService::on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLayer>> l) {
+  if (!l && device_up_) {
+    // Failed, perhaps because the device is being lost (the fence fails
+    // every command before device_lost() is called): the waiters are
+    // answered a turn of the loop later, unless the device is gone by then
+    // (they then wait for device_back()).
+    asio::post(io_, [this, port, e = l.error(), gen = generation_, alive = std::weak_ptr<bool>(alive_)] {
+      if (alive.expired() || gen != generation_) return;
+      fail_waiters(port, e);
+    });
+    return;
+  }
+  if (!l) return;  // the device is gone: the waiters wait for device_back()
   std::vector<Waiter> waiters = std::move(opening_[port]);
   opening_.erase(port);
-  if (l) {
-    (*l)->set_max_outstanding(max_outstanding_);
-    layers_.emplace(port, std::move(*l));
-    log::get("ibd")->info("umad: port {}: QP0 and QP1 up", port);
-  } else {
-    log::get("ibd")->warn("umad: port {}: opening QP0 and QP1: {}", port, l.error().str());
-  }
-  for (Waiter& w : waiters) {
-    if (!l) {
-      w.done(l.error());
-      continue;
+  (*l)->set_max_outstanding(max_outstanding_);
+  mad::MadLayer& layer = **l;
+  layers_.emplace(port, std::move(*l));
+  // After a device loss: the agents of the port's sessions, on the new layer.
+  size_t again = 0;
+  for (auto& s : sessions_) {
+    if (s->port != port) continue;
+    for (auto& [id, a] : s->agents) {
+      if (a.key) continue;
+      if (auto r = attach(*s, id, layer); !r)
+        log::get("ibd")->warn("umad: client {} port {}: agent {} not registered again: {}", s->client, port, id,
+                              r.error().str());
+      else
+        ++again;
     }
-    w.done(new_session(w.client, port, w.privileged));
   }
+  counters_.reregistered += again;
+  log::get("ibd")->info("umad: port {}: QP0 and QP1 up{}", port,
+                        again ? fmt::format(", {} agents registered again", again) : std::string());
+  for (Waiter& w : waiters) w.done(new_session(w.client, port, w.privileged));
+}
+
+void UmadService::fail_waiters(uint8_t port, const Error& e) {
+  log::get("ibd")->warn("umad: port {}: opening QP0 and QP1: {}", port, e.str());
+  std::vector<Waiter> waiters = std::move(opening_[port]);
+  opening_.erase(port);
+  for (Waiter& w : waiters) w.done(e);
+}
+
+// One opening per port at a time (an open and device_back() may both ask).
+void UmadService::open_layer(uint8_t port) {
+  if (layers_.count(port) || !layer_opening_.insert(port).second) return;
+  mad::MadLayer::open_async(io_, hca_, port,
+                            [this, port, gen = generation_, alive = std::weak_ptr<bool>(alive_)](
+                                Result<std::unique_ptr<mad::MadLayer>> l) mutable {
+                              // ibd is stopping, or the layer was opened on a
+                              // device since lost: it closes here.
+                              if (alive.expired() || gen != generation_) return;
+                              layer_opening_.erase(port);
+                              on_layer_open(port, std::move(l));
+                            });
+}
+
+// docs/operations.md §5: the QPs, CQs and AHs of the MAD layers went with
+// the device; the fence has failed their commands, so closing them issues
+// none that waits. Sessions and their agents stay.
+void UmadService::device_lost() {
+  if (!device_up_) return;
+  device_up_ = false;
+  ++generation_;
+  layer_opening_.clear();  // those openings' results are dropped
+  // Requests in flight will get no response: back to their agents now,
+  // EIO, so a client waiting for them (OpenSM counts its outstanding SMPs)
+  // goes on.
+  for (auto& [p, l] : layers_) l->fail_outstanding(EIO);
+  for (auto& s : sessions_)
+    for (auto& [id, a] : s->agents) a.key = 0;
+  layers_.clear();
+  log::get("ibd")->info("umad: device lost: {} MAD sockets kept, their agents wait for the device", sessions_.size());
+}
+
+void UmadService::device_back() {
+  if (device_up_) return;
+  device_up_ = true;
+  std::set<uint8_t> ports;
+  for (auto& s : sessions_) ports.insert(s->port);
+  for (auto& [p, ws] : opening_)
+    if (!ws.empty()) ports.insert(p);
+  for (uint8_t p : ports) open_layer(p);
+  // The new device starts without IsSM (§6.3): the ports whose issm file
+  // is held get it again.
+  for (auto& [p, n] : issm_opens_)
+    if (n > 0) set_is_sm(p, true);
 }
 
 bool UmadService::on_cq_event(uint32_t cqn) {
@@ -290,7 +370,9 @@ void UmadService::open_async(uint32_t client, uint8_t port, bool privileged, hca
   for (auto& [p, ws] : opening_)
     for (auto& w : ws) waiting |= w.client == client && p == port;
   if (find_session(client, port) || waiting) return fail(err(EBUSY, "port {} is already open on this connection", port));
-  if (layers_.count(port)) {
+  // Without a device, the session is made now (its socket needs none);
+  // the port's layer comes with device_back().
+  if (layers_.count(port) || !device_up_) {
     asio::post(io_, [this, d = std::move(done), client, port, privileged,
                      alive = std::weak_ptr<bool>(alive_)]() mutable {
       if (alive.expired()) return;
@@ -300,13 +382,7 @@ void UmadService::open_async(uint32_t client, uint8_t port, bool privileged, hca
   }
   auto& ws = opening_[port];
   ws.push_back(Waiter{client, privileged, std::move(done)});
-  if (ws.size() > 1) return;  // the port's opening is under way: wait for it
-  mad::MadLayer::open_async(io_, hca_, port,
-                            [this, port, alive = std::weak_ptr<bool>(alive_)](
-                                Result<std::unique_ptr<mad::MadLayer>> l) mutable {
-                              if (alive.expired()) return;  // ibd is stopping; the layer closes here
-                              on_layer_open(port, std::move(l));
-                            });
+  open_layer(port);  // unless the port's opening is under way: then it waits for that one
 }
 
 Result<UniqueFd> UmadService::new_session(uint32_t client, uint8_t port, bool privileged) {
@@ -352,15 +428,18 @@ Result<uint32_t> UmadService::register_agent(uint32_t client, const proto::UmadR
   spec.oui = r.oui;
   spec.methods[0] = r.method_mask_lo;
   spec.methods[1] = r.method_mask_hi;
-  OPENIB_TRY_ASSIGN(mad::MadLayer * l, layer(s->port));
   uint32_t id = s->next_agent;
   while (s->agents.count(id)) id = (id + 1) % UMAD_CA_MAX_AGENTS;
-  const uint32_t client_id = s->client;
-  const uint8_t port = s->port;
-  OPENIB_TRY_ASSIGN(uint32_t key, l->register_agent(spec, [this, client_id, port, id](const mad::Delivery& d) {
-                      deliver(client_id, port, id, d);
-                    }));
-  s->agents[id] = key;
+  s->agents[id] = Agent{spec, 0};
+  if (auto l = layer(s->port); l) {
+    if (auto a = attach(*s, id, **l); !a) {
+      s->agents.erase(id);
+      return a.take_error();
+    }
+  } else if (device_up_) {
+    s->agents.erase(id);
+    return l.take_error();
+  }  // else: recorded; registered on the port's layer when the device is back
   s->next_agent = (id + 1) % UMAD_CA_MAX_AGENTS;
   log::get("ibd")->debug("umad: client {} port {}: agent {} class {:#04x} v{} rmpp {} methods {:#x}:{:#x}", client,
                          s->port, id, spec.mgmt_class, spec.class_version, spec.rmpp_version, spec.methods[1],
@@ -368,12 +447,23 @@ Result<uint32_t> UmadService::register_agent(uint32_t client, const proto::UmadR
   return id;
 }
 
+// Agent `id` of session `s` on layer `l` (its spec as the client gave it).
+Result<uint32_t> UmadService::attach(Session& s, uint32_t id, mad::MadLayer& l) {
+  Agent& a = s.agents.at(id);
+  const uint32_t client = s.client;
+  const uint8_t port = s.port;
+  OPENIB_TRY_ASSIGN(a.key, l.register_agent(a.spec, [this, client, port, id](const mad::Delivery& d) {
+                      deliver(client, port, id, d);
+                    }));
+  return a.key;
+}
+
 Result<void> UmadService::unregister_agent(uint32_t client, uint32_t agent) {
   for (auto& s : sessions_) {
     if (s->client != client) continue;
     auto it = s->agents.find(agent);
     if (it == s->agents.end()) continue;
-    if (auto l = layers_.find(s->port); l != layers_.end()) l->second->unregister_agent(it->second);
+    if (auto l = layers_.find(s->port); l != layers_.end() && it->second.key) l->second->unregister_agent(it->second.key);
     s->agents.erase(it);
     return ok();
   }
@@ -393,7 +483,8 @@ void UmadService::client_gone(uint32_t client) {
 
 void UmadService::close_session(Session* s) {
   if (auto l = layers_.find(s->port); l != layers_.end())
-    for (auto& [id, key] : s->agents) l->second->unregister_agent(key);
+    for (auto& [id, a] : s->agents)
+      if (a.key) l->second->unregister_agent(a.key);
   boost::system::error_code ec;
   s->sock->cancel(ec);
   // Datagrams still queued may carry fds the client attached: released
@@ -450,21 +541,23 @@ void UmadService::on_client_mad(Session& s, std::span<const std::byte> msg) {
     log->debug("umad: client {}: send on unregistered agent {}", s.client, hdr.agent_id);
     return;
   }
-  auto l = layer(s.port);
-  if (!l) {
-    ++counters_.send_errors;
-    return;
-  }
   mad::MadAddress to = from_umad(hdr.addr);
   auto body = msg.subspan(kUmadHdr);
   // A GMP-only session (not privileged) sends nothing on or to QP0: the
   // layer picks QP0 by the MAD's class (IBA 13.4.4), so that is checked here.
   Result<void> r = ok();
+  auto l = layer(s.port);
   if (!s.privileged && (mad::is_smp_class(uint8_t(body[1])) || to.qpn == 0)) {
     ++counters_.denied;
     r = err(EPERM, "an SMP or a MAD to QP0 from a session without CAP_NET_ADMIN");
+  } else if (!l || !ait->second.key) {
+    // No device (or its layer not open again yet): EIO, what the kernel's
+    // ib_umad answers once a device's agents are dead (docs/umad.md
+    // "Device loss").
+    ++counters_.sends_without_device;
+    r = err(EIO, "port {}: no device (ibd is recovering it)", s.port);
   } else {
-    r = (*l)->send(ait->second, to, body, hdr.timeout_ms, hdr.retries);
+    r = (*l)->send(ait->second.key, to, body, hdr.timeout_ms, hdr.retries);
   }
   if (!r) {
     ++counters_.send_errors;
@@ -473,7 +566,7 @@ void UmadService::on_client_mad(Session& s, std::span<const std::byte> msg) {
     if (!mad::is_response_mad(body) && hdr.timeout_ms) {
       mad::Delivery d;
       const int code = r.error().code;
-      d.status = uint32_t(code == EAGAIN ? ETIMEDOUT : code == EPERM ? EPERM : ECOMM);
+      d.status = uint32_t(code == EAGAIN ? ETIMEDOUT : code == EPERM || code == EIO ? code : ECOMM);
       d.from = to;
       d.data.assign(body.begin(), body.begin() + kMadHdr);
       deliver(s.client, s.port, hdr.agent_id, d);
@@ -488,7 +581,9 @@ std::vector<std::pair<std::string, uint64_t>> UmadService::counter_list() const 
       {"umad_sessions", sessions_.size()},      {"umad_opens", counters_.opens},
       {"umad_sent", counters_.sent},            {"umad_send_errors", counters_.send_errors},
       {"umad_delivered", counters_.delivered},  {"umad_dropped", counters_.dropped},
-      {"umad_bad_client_mads", counters_.bad_client_mads}, {"umad_denied", counters_.denied}};
+      {"umad_bad_client_mads", counters_.bad_client_mads}, {"umad_denied", counters_.denied},
+      {"umad_sends_without_device", counters_.sends_without_device},
+      {"umad_agents_reregistered", counters_.reregistered}};
   for (const auto& [port, l] : layers_) {
     const auto& c = l->counters();
     const auto& q = l->port_counters();

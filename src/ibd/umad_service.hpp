@@ -19,6 +19,15 @@
 // MAD to QP0 written on their MAD socket is dropped (counted) and comes
 // back with status EPERM.
 //
+// Device loss (docs/operations.md §5, docs/umad.md "Device loss"): the
+// service outlives the device. device_lost() drops the MAD layers (QP0/QP1
+// went with the device) but keeps the sessions, their MAD sockets and
+// their agents; meanwhile a send comes back at once with status EIO (a
+// response is dropped, counted), reads simply wait, registrations are
+// recorded. device_back() opens the layers of the ports in use again,
+// registers every agent on them and gives the ports held by an issm file
+// IsSM again.
+//
 // Single-threaded on ibd's io_context.
 #pragma once
 
@@ -28,6 +37,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +52,8 @@ namespace openib::ibd {
 struct UmadCounters {
   uint64_t opens = 0, sent = 0, send_errors = 0, delivered = 0, dropped = 0, bad_client_mads = 0;
   uint64_t denied = 0;  // opens, registrations and MADs refused for want of privilege
+  uint64_t sends_without_device = 0;  // MADs written while the device was away (EIO)
+  uint64_t reregistered = 0;          // agents registered again on a device that came back
 };
 
 class UmadService {
@@ -65,6 +77,13 @@ class UmadService {
   // The client's connection closed: its MAD sockets and agents go.
   void client_gone(uint32_t client);
 
+  // The device is gone (before the HCA is closed): the MAD layers go, no
+  // device command is issued; sessions and agents stay.
+  void device_lost();
+  // The device is back (HCA reopened): layers reopened for the ports in
+  // use, agents registered again, IsSM applied again.
+  void device_back();
+
   // A completion event on CQ `cqn`: true if it was one of ours.
   bool on_cq_event(uint32_t cqn);
 
@@ -78,12 +97,17 @@ class UmadService {
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;
 
  private:
+  struct Agent {  // one UMAD_REGISTER: kept across a device loss
+    mad::AgentSpec spec;
+    uint32_t key = 0;  // the MAD layer's agent; 0: not registered on the current layer
+  };
+
   struct Session {  // one UMAD_OPEN
     uint32_t client = 0;
     uint8_t port = 0;
     bool privileged = false;  // QP0 and SMP classes allowed
     std::unique_ptr<boost::asio::posix::stream_descriptor> sock;  // ibd's end
-    std::map<uint32_t, uint32_t> agents;  // umad agent id -> MAD layer agent
+    std::map<uint32_t, Agent> agents;  // by umad agent id
     uint32_t next_agent = 0;
   };
 
@@ -94,7 +118,11 @@ class UmadService {
   };
 
   Result<mad::MadLayer*> layer(uint8_t port);  // an open layer, or ENODEV
+  void open_layer(uint8_t port);
+  void fail_waiters(uint8_t port, const Error& e);
   void on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLayer>> l);
+  Result<uint32_t> attach(Session& s, uint32_t id, mad::MadLayer& l);
+  void set_is_sm(uint8_t port, bool set);
   Result<UniqueFd> new_session(uint32_t client, uint8_t port, bool privileged);
   void watch(Session& s);
   void on_client_mad(Session& s, std::span<const std::byte> msg);
@@ -110,7 +138,8 @@ class UmadService {
   uint8_t num_ports_;
   bool user_gmp_;
   std::map<uint8_t, std::unique_ptr<mad::MadLayer>> layers_;
-  std::map<uint8_t, std::vector<Waiter>> opening_;  // ports whose layer is being opened
+  std::map<uint8_t, std::vector<Waiter>> opening_;  // UMAD_OPENs waiting for their port's layer
+  std::set<uint8_t> layer_opening_;                  // ports whose layer is being opened
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the opening's continuation
   std::vector<std::unique_ptr<Session>> sessions_;
   // issm: the inotify fd, the watch per port, how many opens are live.
@@ -120,6 +149,8 @@ class UmadService {
   std::map<uint8_t, int> issm_opens_;
   UmadCounters counters_;
   uint32_t max_outstanding_ = 0;
+  bool device_up_ = true;
+  uint64_t generation_ = 0;  // + 1 per device loss: a layer opened for an older device is dropped
 };
 
 }  // namespace openib::ibd

@@ -209,6 +209,18 @@ void MadLayer::on_request_timeout(uint64_t tid) {
   deliver(agent, ETIMEDOUT, to, std::span(m.data(), kCommonHeader));
 }
 
+void MadLayer::fail_outstanding(uint32_t status) {
+  std::vector<std::tuple<uint32_t, MadAddress, Mad>> back;
+  for (auto& [tid, p] : pending_) back.emplace_back(p.agent, p.to, p.mad);
+  for (auto& [tid, o] : outbound_)
+    if (o.request && o.timeout_ms) back.emplace_back(o.agent, o.to, o.first);
+  pending_.clear();
+  outbound_.clear();
+  inbound_.clear();
+  for (auto& [key, a] : agents_) a.outstanding = 0;
+  for (auto& [agent, to, m] : back) deliver(agent, status, to, std::span(m.data(), kCommonHeader));
+}
+
 void MadLayer::run_outbound(uint64_t tid, RmppSender::Step step) {
   auto it = outbound_.find(tid);
   if (it == outbound_.end()) return;

@@ -95,6 +95,10 @@ class MadLayer {
 
   // A completion event on CQ `cqn`: true if it was this layer's.
   bool on_cq_event(uint32_t cqn);
+  // The port's device is gone: every request awaiting its response (and
+  // every RMPP request being sent) goes back to its agent now, header only,
+  // with `status`, as a timed-out one would; transfers in progress end.
+  void fail_outstanding(uint32_t status);
 
   // At most `n` requests awaiting a response plus RMPP messages being sent
   // per agent (0: no limit); send() past it is ENOBUFS.

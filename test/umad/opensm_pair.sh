@@ -4,7 +4,12 @@
 # ports are cabled back to back over UDP on 127.0.0.1, with no static LIDs:
 # OpenSM on A must bring both ports to Active with LIDs, and the diagnostics
 # must then answer from either host.
-#   opensm_pair.sh BUILD_DIR
+# With `recovery`: once the subnet is up, A's simhca (the SM's own device)
+# is SIGKILLed; ibd brings a new one up (docs/operations.md §5) and OpenSM,
+# not restarted, keeps its MAD socket and agents (docs/umad.md "Device
+# loss"): its next sweeps find A's port Initializing with no LID and bring
+# it to Active again, with IsSM on it again.
+#   opensm_pair.sh BUILD_DIR [recovery]
 set -euo pipefail
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,6 +39,7 @@ fail() {
 export LD_LIBRARY_PATH=$build/src/umad
 on() { OPENIB_SOCKET=$work/$1.sock "${@:2}"; }
 
+[[ ${2:-} == recovery ]] && export IBD_LOG=info  # A's "is back after" line
 pa=$(free_port); pb=$pa
 while ((pb == pa)); do pb=$(free_port); done
 PID_A='' PID_B=''
@@ -73,6 +79,28 @@ sm_a=$(field a "SM lid"); sm_b=$(field b "SM lid")
 echo "ports Active: A LID $lid_a, B LID $lid_b, SM LID $lid_a on both"
 cap=$(field a "Capability mask")
 (((cap & 0x2) != 0)) || fail "A's CapabilityMask $cap lacks IsSM while OpenSM runs"
+
+if [[ ${2:-} == recovery ]]; then
+  sim=$(ps -o pid= --ppid "$PID_A" | tr -d ' ')
+  [[ $sim =~ ^[0-9]+$ ]] || fail "no simhca child of ibd A ($PID_A): '$sim'"
+  kill -9 "$sim"
+  for _ in $(seq 300); do grep -q "is back after" "$work/a.log" && break; sleep 0.1; done
+  grep -q "is back after" "$work/a.log" || fail "ibd A did not bring its device back within 30 s"
+  echo "device A lost and back (simhca $sim SIGKILLed)"
+  # OpenSM sweeps every 2 s (-s 2): A's port is Active again within 60 s.
+  for _ in $(seq 300); do [[ $(state a) == Active ]] && break; sleep 0.2; done
+  kill -0 "$sm_pid" 2>/dev/null || fail "opensm exited"
+  [[ $(state a) == Active ]] || fail "port A is '$(state a)' 60 s after the device came back"
+  for _ in $(seq 50); do [[ $(state b) == Active ]] && break; sleep 0.1; done
+  [[ $(state b) == Active ]] || fail "port B is '$(state b)' after A came back"
+  lid=$(field a "Base lid")
+  ((lid > 0)) || fail "port A is Active with LID $lid"
+  cap=$(field a "Capability mask")
+  (((cap & 0x2) != 0)) || fail "A's CapabilityMask $cap lacks IsSM after the device came back"
+  out=$(on b smpquery nodeinfo "$lid") || fail "smpquery nodeinfo $lid from B after the recovery: $out"
+  echo "PASS: after the device loss, the same OpenSM brought port A to Active again (LID $lid, IsSM)"
+  exit 0
+fi
 
 # SMPs by LID and by directed route, from both hosts.
 out=$(on a smpquery nodeinfo "$lid_b") || fail "smpquery nodeinfo $lid_b: $out"

@@ -370,39 +370,110 @@ TEST_CASE("umad: garbage on the MAD socket is dropped, the session and ibd go on
   umad_close_port(fd);
 }
 
-// docs/operations.md §5 "Device recovery": the device is lost (simhca
-// SIGKILLed) under a user-MAD client. Its MAD socket is closed by ibd (a
-// read fails instead of waiting forever), and once the device is back a new
-// open, agent and send work: the MAD layer and QP1 came back with it.
-TEST_CASE("umad: a lost device closes the MAD socket; after recovery the port opens again", "[umad]") {
-  Env env;
-  int fd = umad_open_port(nullptr, 0);
-  REQUIRE(fd >= 0);
-  REQUIRE(umad_register(fd, 0x04, 1, 0, nullptr) >= 0);
+// A Get of vendor class 0x09 (IBA 13.4.4) to LID `lid`, QP1, TID `tid`,
+// written on `fd` for `agent`, awaiting a response for 100 ms.
+int send_vendor_get(int fd, int agent, uint16_t lid, uint64_t tid) {
+  std::vector<uint8_t> buf(umad_size() + 256);
+  auto* mad = static_cast<uint8_t*>(umad_get_mad(buf.data()));
+  pma_get_classportinfo(mad, tid);
+  mad[1] = 0x09;
+  umad_set_addr(buf.data(), lid, 1, 0, 0x80010000);
+  return umad_send(fd, agent, buf.data(), 256, 100, 0);
+}
+
+// What umad_recv on `fd` got within `timeout_ms`: the agent (or the
+// negative errno), the status and the low 32 bits of the TID.
+struct Got {
+  int agent = -1;
+  int status = -1;
+  uint32_t tid = 0;
+};
+Got recv_one(int fd, int timeout_ms) {
+  std::vector<uint8_t> in(umad_size() + 256);
+  int len = 256;
+  Got g;
+  g.agent = umad_recv(fd, in.data(), &len, timeout_ms);
+  if (g.agent < 0) return g;
+  g.status = umad_status(in.data());
+  auto* m = static_cast<uint8_t*>(umad_get_mad(in.data()));
+  for (int i = 12; i < 16; ++i) g.tid = g.tid << 8 | m[i];
+  return g;
+}
+
+// docs/operations.md §5 "Device recovery", docs/umad.md "Device loss": the
+// device is lost (simhca SIGKILLed) under user-MAD clients. Their MAD
+// sockets and agents stay: a request written while the device is away
+// comes back at once with status EIO, a read just waits; once the device
+// is back, an agent registered before the loss receives a request sent to
+// it, and the port held by an issm file has IsSM again. Every device
+// command takes 50 ms (simhca --cmd-delay-ms), so the restart, dozens of
+// commands, leaves seconds for the send during the loss.
+TEST_CASE("umad: MAD sockets and agents outlive a lost device; a send meanwhile comes back EIO", "[umad]") {
+  Env env(7, {"--simhca-arg=--cmd-delay-ms", "--simhca-arg=50"});
+  long get_mask[2] = {1L << 0x01, 0};  // method Get
+  const int rfd = umad_open_port(nullptr, 0);
+  REQUIRE(rfd >= 0);
+  const int receiver = umad_register(rfd, 0x09, 1, 0, get_mask);
+  REQUIRE(receiver >= 0);
+  const int sfd = umad_open_port(nullptr, 0);
+  REQUIRE(sfd >= 0);
+  const int sender = umad_register(sfd, 0x09, 1, 0, nullptr);
+  REQUIRE(sender >= 0);
+  // Before the loss: the request reaches the receiver (loopback to LID 7).
+  REQUIRE(send_vendor_get(sfd, sender, 7, 0x100) == 0);
+  Got g = recv_one(rfd, 5000);
+  REQUIRE(g.agent == receiver);
+  CHECK(g.tid == 0x100);
+  CHECK(recv_one(sfd, 5000).status == ETIMEDOUT);  // nobody answers it
+  char issm[256];
+  REQUIRE(umad_get_issm_path(nullptr, 1, issm, sizeof issm) == 0);
+  constexpr uint32_t kIsSm = 1u << 1;
+  const int sm = ::open(issm, O_RDONLY | O_NONBLOCK);
+  REQUIRE(sm >= 0);
+  REQUIRE(wait_cap(kIsSm, true));
+
   const pid_t sim = env.ibd->simhca_pid();
   REQUIRE(sim > 0);
   REQUIRE(::kill(sim, SIGKILL) == 0);
-  std::vector<uint8_t> buf(umad_size() + 256);
-  int len = 256;
-  const int r = umad_recv(fd, buf.data(), &len, 10000);
-  CHECK(r < 0);
-  CHECK(r != -ETIMEDOUT);  // closed, not silent
-  umad_close_port(fd);
-  REQUIRE(env.ibd->alive());
-  // A new open waits for the restarted device (its HELLO is held), then works.
-  fd = umad_open_port(nullptr, 0);
-  REQUIRE(fd >= 0);
+  REQUIRE(wait_until([&] { return env.ibd->log_tail(100000).find("recovering") != std::string::npos; },
+                     std::chrono::seconds(10)));
+  // During the loss: the send comes back at once, EIO; the receiver's read
+  // waits (no error, nothing).
+  REQUIRE(send_vendor_get(sfd, sender, 7, 0x200) == 0);
+  g = recv_one(sfd, 5000);
+  CHECK(g.agent == sender);
+  CHECK(g.status == EIO);
+  CHECK(g.tid == 0x200);
+  CHECK(recv_one(rfd, 100).agent == -ETIMEDOUT);
+  INFO(env.ibd->log_tail());
+  CHECK(env.ibd->log_tail(100000).find("is back") == std::string::npos);  // it was during the loss
+
+  // After recovery (a new connection's HELLO waits for it): the agent
+  // registered before the loss receives a request again, on the same fd.
+  umad_port_t port;
+  REQUIRE(wait_until([&] {
+    if (umad_get_port(nullptr, 1, &port) != 0) return false;
+    umad_release_port(&port);
+    return true;
+  }, std::chrono::seconds(60)));
   CHECK(env.ibd->simhca_pid() != sim);
-  const int agent = umad_register(fd, 0x04, 1, 0, nullptr);
-  REQUIRE(agent >= 0);
-  pma_get_classportinfo(static_cast<uint8_t*>(umad_get_mad(buf.data())), 78);
-  umad_set_addr(buf.data(), 0x1234 /* nobody */, 1, 0, 0x80010000);
-  REQUIRE(umad_send(fd, agent, buf.data(), 256, 50, 0) == 0);
-  len = 256;
-  REQUIRE(umad_recv(fd, buf.data(), &len, 5000) == agent);
-  CHECK(umad_status(buf.data()) == ETIMEDOUT);
-  CHECK(cap_mask(1) != 0);  // the port answers again
-  umad_close_port(fd);
+  bool received = false;
+  for (uint64_t tid = 0x300; tid < 0x300 + 100 && !received; ++tid) {
+    REQUIRE(send_vendor_get(sfd, sender, 7, tid) == 0);
+    g = recv_one(rfd, 1000);
+    received = g.agent == receiver && g.tid == tid;
+    // The sender's copy: EIO while the port's MAD layer reopens, then
+    // ETIMEDOUT (the receiver does not answer).
+    const Got back = recv_one(sfd, 5000);
+    CHECK(back.agent == sender);
+    CHECK((back.status == EIO || back.status == ETIMEDOUT));
+  }
+  CHECK(received);
+  CHECK(wait_cap(kIsSm, true));  // the issm file is still held
+  ::close(sm);
+  CHECK(wait_cap(kIsSm, false));
+  umad_close_port(sfd);
+  umad_close_port(rfd);
 }
 
 // docs/operations.md "Privileges": the user-MAD service is root's (or
@@ -494,6 +565,35 @@ TEST_CASE("umad: with --umad-user-access=gmp, nobody sends GMPs on QP1 and nothi
   CHECK(got[7] == EPERM);  // to QP0
   CHECK(got[8] == 0);
   CHECK(got[9] == ETIMEDOUT);
+}
+
+// The user-MAD service is made once, with ibd's options, and outlives the
+// device: --umad-user-access (and --umad-max-outstanding) still hold after a
+// device loss (issue 13: the service made anew at each restart had lost
+// them, and user nobody got EPERM).
+TEST_CASE("umad: --umad-user-access=gmp still holds after a device loss", "[umad]") {
+  Env env(7, {"--umad-user-access=gmp"});
+  const pid_t sim = env.ibd->simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGKILL) == 0);
+  REQUIRE(wait_until([&] { return env.ibd->log_tail(100000).find("recovering") != std::string::npos; },
+                     std::chrono::seconds(10)));
+  umad_port_t port;
+  REQUIRE(wait_until([&] {
+    if (umad_get_port(nullptr, 1, &port) != 0) return false;
+    umad_release_port(&port);
+    return true;
+  }, std::chrono::seconds(60)));
+  CHECK(env.ibd->simhca_pid() != sim);
+  auto got = run_as_nobody([&] {
+    const int fd = umad_open_port(nullptr, 0);
+    const int pma = fd < 0 ? fd : umad_register(fd, 0x04, 1, 0, nullptr);
+    if (fd >= 0) umad_close_port(fd);
+    return std::vector<int>{fd < 0 ? -fd : 0, pma < 0 ? -pma : 0};
+  });
+  REQUIRE(got.size() == 2);
+  CHECK(got[0] == 0);  // UMAD_OPEN
+  CHECK(got[1] == 0);  // a PerfMgmt agent
 }
 
 // The issm file is created by ibd, mode 0600, and never through a symlink:
