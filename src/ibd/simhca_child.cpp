@@ -70,19 +70,22 @@ bool SimhcaChild::exited(int* status) {
   return false;
 }
 
+Result<std::unique_ptr<vfio::Device>> SimhcaChild::try_connect() {
+  int st = 0;
+  if (exited(&st)) return err(ENODEV, "simhca {} before its socket accepted", describe_wait_status(st));
+  if (!std::filesystem::exists(socket_)) return err(EAGAIN, "simhca socket {} did not appear", socket_);
+  auto d = vfio::open_device("vfio-user:" + socket_);
+  if (d) return d;
+  return err(EAGAIN, "{}", d.error().str());
+}
+
 Result<std::unique_ptr<vfio::Device>> SimhcaChild::connect(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  Error last = err(ETIMEDOUT, "simhca socket {} did not appear", socket_);
   for (;;) {
-    int st = 0;
-    if (exited(&st)) return err(ENODEV, "simhca {} before its socket accepted", describe_wait_status(st));
-    if (std::filesystem::exists(socket_)) {
-      auto d = vfio::open_device("vfio-user:" + socket_);
-      if (d) return d;
-      last = d.take_error();
-    }
+    auto d = try_connect();
+    if (d || d.error().code != EAGAIN) return d;
     if (std::chrono::steady_clock::now() >= deadline)
-      return err(ETIMEDOUT, "simhca did not accept within {} ms: {}", timeout_ms, last.str());
+      return err(ETIMEDOUT, "simhca did not accept within {} ms: {}", timeout_ms, d.error().message);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
