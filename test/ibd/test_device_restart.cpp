@@ -152,6 +152,25 @@ TEST_CASE("a slow restart does not hold up ibd's loop: INFO answered at once, 'r
   REQUIRE(ibd.alive());
 }
 
+TEST_CASE("SIGTERM during a slow restart ends ibd at once, exit 0", "[restart]") {
+  TempDir dir;
+  IbdOptions o;
+  o.log = "info";
+  o.extra_args = {"--simhca-arg=--start-delay-ms", "--simhca-arg=3000"};
+  Ibd ibd(dir.path(), "slowterm", o);
+  REQUIRE(::kill(ibd.simhca_pid(), SIGKILL) == 0);
+  REQUIRE(log_has(ibd, "recovering", 10s));
+  const auto t0 = Clock::now();
+  auto st = ibd.stop(10s);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  INFO("stopped after " << ms << " ms\n" << ibd.log_tail());
+  REQUIRE(st.has_value());
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 0);
+  // The new simhca, still waiting to listen, is stopped with it (SIGTERM).
+  CHECK(ms < 1500);
+}
+
 TEST_CASE("an external vfio-user device that dies is reconnected when a new simhca listens", "[restart]") {
   ExternalDevice ext("ext", {"--restart-limit", "20"});
   const Ibd& ibd = *ext.ibd;
