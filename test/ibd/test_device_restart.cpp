@@ -122,21 +122,31 @@ void check_told(Child& c, const Ibd& ibd) {
   CHECK(WEXITSTATUS(*st) == 3);
 }
 
-}  // namespace
-
-TEST_CASE("a slow restart does not hold up ibd's loop: INFO answered at once, 'restarting'", "[restart]") {
-  TempDir dir;
+// An ibd whose every simhca waits 3 s before it listens (so ready 3 s late).
+std::unique_ptr<Ibd> slow_ibd(const TempDir& dir, const std::string& name) {
   IbdOptions o;
   o.log = "info";
-  // Every simhca ibd starts waits 3 s before it listens.
   o.extra_args = {"--simhca-arg=--start-delay-ms", "--simhca-arg=3000"};
-  Ibd ibd(dir.path(), "slow", o);
-  InfoClient stale(ibd.socket());
+  return std::make_unique<Ibd>(dir.path(), name, o);
+}
+
+// Its simhca SIGKILLed; once this returns, the restart is under way: a
+// new simhca sleeping before it listens.
+void kill_slow_simhca(const Ibd& ibd) {
   const pid_t sim = ibd.simhca_pid();
   REQUIRE(sim > 0);
   REQUIRE(::kill(sim, SIGKILL) == 0);
   REQUIRE(log_has(ibd, "recovering", 10s));
-  // The restart is under way: a new simhca sleeping before it listens.
+}
+
+}  // namespace
+
+TEST_CASE("a slow restart does not hold up ibd's loop: INFO answered at once, 'restarting'", "[restart]") {
+  TempDir dir;
+  auto slow = slow_ibd(dir, "slow");
+  Ibd& ibd = *slow;
+  InfoClient stale(ibd.socket());
+  kill_slow_simhca(ibd);
   const auto t0 = Clock::now();
   auto [status, json] = stale.request(proto::Op::kInfo, proto::encode(proto::InfoReq{}), 10s);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
@@ -154,12 +164,9 @@ TEST_CASE("a slow restart does not hold up ibd's loop: INFO answered at once, 'r
 
 TEST_CASE("SIGTERM during a slow restart ends ibd at once, exit 0", "[restart]") {
   TempDir dir;
-  IbdOptions o;
-  o.log = "info";
-  o.extra_args = {"--simhca-arg=--start-delay-ms", "--simhca-arg=3000"};
-  Ibd ibd(dir.path(), "slowterm", o);
-  REQUIRE(::kill(ibd.simhca_pid(), SIGKILL) == 0);
-  REQUIRE(log_has(ibd, "recovering", 10s));
+  auto slow = slow_ibd(dir, "slowterm");
+  Ibd& ibd = *slow;
+  kill_slow_simhca(ibd);
   const auto t0 = Clock::now();
   auto st = ibd.stop(10s);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
