@@ -1,5 +1,6 @@
 #include "ibd/simhca_child.hpp"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -33,11 +34,18 @@ Result<std::unique_ptr<SimhcaChild>> SimhcaChild::spawn(const Params& p) {
   std::error_code ec;
   std::filesystem::remove(p.socket, ec);  // a stale socket of ours (we hold the run-dir lock)
   const pid_t parent = ::getpid();
+  // Signals stay blocked across fork until the child has ibd's handlers
+  // (asio's) back to the defaults: a SIGTERM sent before the exec (ibd
+  // stopping right after a restart began) then ends the child instead of
+  // running ibd's handler in it and being lost.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
   const pid_t pid = ::fork();
-  if (pid < 0) return sys_err("fork for simhca");
   if (pid == 0) {
     // Child: die with ibd, even if ibd is SIGKILLed; the race with a parent
     // that died before prctl is closed by the getppid check.
+    for (int sig : {SIGTERM, SIGINT, SIGCHLD, SIGHUP}) ::signal(sig, SIG_DFL);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(1);
     sigset_t none;
@@ -45,6 +53,12 @@ Result<std::unique_ptr<SimhcaChild>> SimhcaChild::spawn(const Params& p) {
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execvp(argv[0], argv.data());
     ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    errno = fork_errno;
+    return sys_err("fork for simhca");
   }
   auto c = std::unique_ptr<SimhcaChild>(new SimhcaChild());
   c->pid_ = pid;
