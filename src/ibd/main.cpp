@@ -206,7 +206,7 @@ int run(const Options& o) {
   // INFO and signals are served meanwhile. What stays a call on the loop:
   // fork/exec, the vfio-user handshake once the socket accepts, the
   // function reset and the bring-up ladder (hca->reopen(): a few register
-  // accesses, DMA_MAPs and three commands, polled), together about 2 ms
+  // accesses, DMA_MAPs and three commands, polled), together 1 to 3 ms
   // on simhca (logged below as "bring-up took").
   try_restart = [&] {
     ++attempt;
@@ -245,22 +245,22 @@ int run(const Options& o) {
     logger->info("device {}: bring-up took {} us", device_name,
                  std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
     const unsigned this_attempt = attempt;
+    // The rest runs from the loop, not inside the command's completion
+    // (which a failed attempt's close_dead() would destroy under itself).
     setup_port_async(o, *hca, [&, this_attempt](Result<void> r) {
-      if (stopping || this_attempt != attempt || server.device_state() != DeviceState::kRestarting) return;
-      if (!r) {  // the HCA is closed from the loop, not inside its own completion
-        asio::post(io, [&, e = r.error()] {
-          if (stopping || this_attempt != attempt) return;
+      asio::post(io, [&, this_attempt, r = std::move(r)] {
+        if (stopping || this_attempt != attempt || server.device_state() != DeviceState::kRestarting) return;
+        if (!r) {
           (void)hca->close_dead();
-          retry_or_give_up(e);
-        });
-        return;
-      }
-      umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports);
-      server.set_umad(umad.get());
-      server.device_back();
-      logger->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name,
-                   attempt, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count(),
-                   server.device_generation());
+          return retry_or_give_up(r.error());
+        }
+        umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports);
+        server.set_umad(umad.get());
+        server.device_back();
+        logger->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name,
+                     attempt, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count(),
+                     server.device_generation());
+      });
     });
   };
   auto lose_device = [&](const std::string& why) {
