@@ -202,12 +202,12 @@ int run(const Options& o) {
   };
   // Every step of an attempt runs on the loop and returns to it: the
   // child's socket is tried every 20 ms on a timer (simhca takes tens of
-  // milliseconds to listen, or much longer on a loaded host), so clients,
-  // INFO and signals are served meanwhile. What stays a call on the loop:
-  // fork/exec, the vfio-user handshake once the socket accepts, the
-  // function reset and the bring-up ladder (hca->reopen(): a few register
-  // accesses, DMA_MAPs and three commands, polled), together 1 to 3 ms
-  // on simhca (logged below as "bring-up took").
+  // milliseconds to listen, or much longer on a loaded host), the bring-up
+  // ladder's commands and the port setup continue from their completions,
+  // so clients, INFO and signals are served meanwhile. What stays a call
+  // on the loop: fork/exec, the vfio-user handshake once the socket
+  // accepts, the function reset, and the ladder's register accesses and
+  // DMA_MAPs (well under a millisecond on simhca).
   try_restart = [&] {
     ++attempt;
     logger->info("restarting device {} (attempt {} of {})", device_name, attempt, o.restart_limit);
@@ -233,6 +233,22 @@ int run(const Options& o) {
       if (!e2 && !stopping && child) poll_connect();
     });
   };
+  // An attempt's next step, run from the loop once `r` is known (not inside
+  // the completion that produced it: a failed attempt's close_dead() would
+  // destroy the command interface under itself), unless the attempt is
+  // over (shutdown, or a later attempt).
+  auto then_on_loop = [&](unsigned this_attempt, std::function<void()> next) {
+    return [&, this_attempt, next = std::move(next)](Result<void> r) mutable {
+      asio::post(io, [&, this_attempt, next = std::move(next), r = std::move(r)] {
+        if (stopping || this_attempt != attempt) return;
+        if (!r) {
+          (void)hca->close_dead();
+          return retry_or_give_up(r.error());
+        }
+        next();
+      });
+    };
+  };
   bring_up = [&](std::unique_ptr<vfio::Device> d) {
     const auto t0 = std::chrono::steady_clock::now();
     slot.replace(std::move(d));
@@ -241,27 +257,19 @@ int run(const Options& o) {
     if (!o.device.empty()) {
       if (auto r = slot.reset(); !r) return retry_or_give_up(r.error());
     }
-    if (auto r = hca->reopen(); !r) return retry_or_give_up(r.error());
-    logger->info("device {}: bring-up took {} us", device_name,
-                 std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
     const unsigned this_attempt = attempt;
-    // The rest runs from the loop, not inside the command's completion
-    // (which a failed attempt's close_dead() would destroy under itself).
-    setup_port_async(o, *hca, [&, this_attempt](Result<void> r) {
-      asio::post(io, [&, this_attempt, r = std::move(r)] {
-        if (stopping || this_attempt != attempt || server.device_state() != DeviceState::kRestarting) return;
-        if (!r) {
-          (void)hca->close_dead();
-          return retry_or_give_up(r.error());
-        }
+    hca->reopen_async(then_on_loop(this_attempt, [&, this_attempt, t0] {
+      logger->info("device {}: bring-up took {} ms", device_name,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+      setup_port_async(o, *hca, then_on_loop(this_attempt, [&] {
         umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports);
         server.set_umad(umad.get());
         server.device_back();
         logger->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name,
                      attempt, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count(),
                      server.device_generation());
-      });
-    });
+      }));
+    }));
   };
   auto lose_device = [&](const std::string& why) {
     if (stopping || server.device_state() != DeviceState::kRunning) return;

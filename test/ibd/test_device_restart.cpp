@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -122,11 +123,14 @@ void check_told(Child& c, const Ibd& ibd) {
   CHECK(WEXITSTATUS(*st) == 3);
 }
 
-// An ibd whose every simhca waits 3 s before it listens (so ready 3 s late).
-std::unique_ptr<Ibd> slow_ibd(const TempDir& dir, const std::string& name) {
+// An ibd whose every simhca waits 3 s before it listens (so ready 3 s
+// late), or with `option` another simhca option taking 700 ms.
+std::unique_ptr<Ibd> slow_ibd(const TempDir& dir, const std::string& name,
+                              const std::string& option = "--start-delay-ms") {
   IbdOptions o;
   o.log = "info";
-  o.extra_args = {"--simhca-arg=--start-delay-ms", "--simhca-arg=3000"};
+  o.extra_args = {"--simhca-arg=" + option,
+                  option == "--start-delay-ms" ? "--simhca-arg=3000" : "--simhca-arg=700"};
   return std::make_unique<Ibd>(dir.path(), name, o);
 }
 
@@ -159,6 +163,34 @@ TEST_CASE("a slow restart does not hold up ibd's loop: INFO answered at once, 'r
   // New clients wait for the device (HELLO answered once it is back).
   rc_pingpong(ibd.socket());
   CHECK(log_has(ibd, "is back after 1 attempt(s)", 1s));
+  REQUIRE(ibd.alive());
+}
+
+TEST_CASE("a device slow to execute its bring-up commands does not hold up ibd's loop", "[restart]") {
+  TempDir dir;
+  // Every command takes 700 ms (simhca --cmd-delay-ms): the ladder's three
+  // take 2.1 s.
+  auto slow = slow_ibd(dir, "slowcmd", "--cmd-delay-ms");
+  Ibd& ibd = *slow;
+  InfoClient stale(ibd.socket());
+  kill_slow_simhca(ibd);
+  // INFO after INFO until the device is back: each one answered while it
+  // is restarting is answered at once.
+  long long worst = 0;
+  int restarting = 0;
+  for (int i = 0; i < 1000 && !log_has(ibd, "is back after", 0ms); ++i) {
+    const auto t0 = Clock::now();
+    auto [status, json] = stale.request(proto::Op::kInfo, proto::encode(proto::InfoReq{}), 10s);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    REQUIRE(status == 0);
+    if (json.find("\"device_state\":\"restarting\"") == std::string::npos) break;
+    ++restarting;
+    worst = std::max(worst, static_cast<long long>(ms));
+  }
+  INFO(restarting << " INFOs while restarting, the slowest " << worst << " ms\n" << ibd.log_tail());
+  CHECK(restarting > 0);
+  CHECK(worst < 500);  // a call to reopen() held the loop for the 2.1 s
+  REQUIRE(log_has(ibd, "is back after 1 attempt(s)", 15s));
   REQUIRE(ibd.alive());
 }
 
