@@ -1,7 +1,8 @@
 // Device recovery beyond a killed embedded simhca (docs/operations.md §5
 // "Device recovery", docs/client-protocol.md §6.1):
-//  - a restart that takes long (simhca --start-delay-ms) does not hold up
-//    ibd's loop: a stale client's INFO is answered at once, "restarting";
+//  - a restart that takes long (simhca --start-delay-ms, or slow commands:
+//    --cmd-delay-ms) does not hold up ibd's loop: a stale client's INFO is
+//    answered at once, "restarting", and SIGTERM ends ibd at once;
 //  - an external vfio-user device (ibd --device vfio-user:PATH, a simhca
 //    this test starts) that dies is reconnected once a new simhca listens
 //    at PATH;
