@@ -102,6 +102,9 @@ class CommandInterface {
   // the fallback timer and posted completions on `io`. nullptr returns to
   // polling (teardown).
   void use_events(boost::asio::io_context* io);
+  // The fallback timer's period from its next arming (Hca::reopen_async:
+  // short while no EQ exists, so completions are found by OWNER soon).
+  void set_poll_ms(int ms) { opts_.poll_ms = ms; }
   // Drains EQ 0 (the driver's EQ handler without the interrupt): called by
   // the synchronous path and the fallback timer, so an event whose
   // interrupt is still pending is not counted as missed.

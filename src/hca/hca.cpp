@@ -122,6 +122,20 @@ Result<DeviceObjects> Hca::device_objects() {
 
 // §5.1 bring-up order, one rung per step.
 Result<void> Hca::bring_up() {
+  OPENIB_TRY(bring_up_queue());
+  // 3. INIT_HCA and QUERY_DEVICE_CAP, polled (§5.4).
+  OPENIB_TRY(command(kInitHca, {}, 0));
+  initialized_ = true;
+  OPENIB_TRY_ASSIGN(Bytes caps, command(kQueryDeviceCap, {}, 80));
+  caps_ = decode_caps(caps);
+  // 4. MSI-X vector 0 and EQ 0 (§5.1, §10), then completions by event.
+  OPENIB_TRY_ASSIGN(auto eq, bring_up_eq0_memory());
+  OPENIB_TRY_ASSIGN(uint32_t eqn, command_u32(kCreateEq, create_eq0_input(*eq)));
+  return bring_up_events(std::move(eq), eqn);
+}
+
+// Rungs 1 and 2: register accesses and DMA_MAPs, no command.
+Result<void> Hca::bring_up_queue() {
   // 1. Identity: the interface revision this driver speaks (§3).
   OPENIB_TRY_ASSIGN(uint16_t vendor, dev_.config_read16(0x00));
   OPENIB_TRY_ASSIGN(uint16_t device, dev_.config_read16(0x02));
@@ -137,26 +151,34 @@ Result<void> Hca::bring_up() {
   // 2. DMA memory and the command queue.
   OPENIB_TRY_ASSIGN(pool_, dma::DmaPool::create(dev_, opts_.pool));
   OPENIB_TRY_ASSIGN(cmd_, CommandInterface::create(dev_, *pool_, opts_.cmd));
-  // 3. INIT_HCA and QUERY_DEVICE_CAP, polled (§5.4).
-  OPENIB_TRY(command(kInitHca, {}, 0));
-  initialized_ = true;
-  OPENIB_TRY_ASSIGN(Bytes caps, command(kQueryDeviceCap, {}, 80));
-  caps_ = decode_caps(caps);
-  // 4. MSI-X vector 0 and EQ 0 (§5.1, §10), then completions by event.
+  return ok();
+}
+
+// Rung 4's first half: MSI-X vector 0 and EQ 0's ring.
+Result<std::unique_ptr<EventQueue>> Hca::bring_up_eq0_memory() {
   OPENIB_TRY_ASSIGN(irqs_, vfio::InterruptSet::create(dev_, io_, VFIO_PCI_MSIX_IRQ_INDEX, 1,
                                                       [this](uint32_t v, uint64_t) { on_interrupt(v); }));
-  OPENIB_TRY_ASSIGN(auto eq, EventQueue::create(*pool_, opts_.eq0_log_size));
+  return EventQueue::create(*pool_, opts_.eq0_log_size);
+}
+
+// §6.2 CREATE_EQ of EQ 0: every event type, MSI-X vector 0, UAR 0 (the driver's).
+Bytes Hca::create_eq0_input(const EventQueue& eq) {
   Bytes in(32);
-  put64(in, 0x00, eq->ring_iova());
+  put64(in, 0x00, eq.ring_iova());
   put64(in, 0x08, kEq0EventMask);
-  put8(in, 0x10, eq->log_size());
+  put8(in, 0x10, eq.log_size());
   put16(in, 0x12, 0);  // MSI-X vector 0
   put32(in, 0x14, 0);  // UAR 0, the driver's
-  OPENIB_TRY_ASSIGN(uint32_t eqn, command_u32(kCreateEq, in));
+  return in;
+}
+
+// Rung 4's end: EQ 0 bound; from here completions come by CMD_COMPLETION
+// event (§5.4); the command interface drains EQ 0 itself on its fallback
+// timer and sync path.
+Result<void> Hca::bring_up_events(std::unique_ptr<EventQueue> eq, uint32_t eqn) {
   eq->bind(eqn, 0);
   eq0_ = std::move(eq);
-  // From here completions come by CMD_COMPLETION event (§5.4); the command
-  // interface drains EQ 0 itself on its fallback timer and sync path.
+  cmd_->set_poll_ms(opts_.cmd.poll_ms);
   cmd_->set_drain_hook([this] {
     if (drain_eq0() && dev_.alive()) (void)eq0_->arm(dev_);
   });
@@ -165,6 +187,41 @@ Result<void> Hca::bring_up() {
                         fw_rev_ >> 16, fw_rev_ & 0xffff, caps_.max_qp, caps_.max_cq, caps_.num_msix,
                         eqn);
   return ok();
+}
+
+void Hca::reopen_async(Done<void> done) {
+  if (is_open()) (void)close(true);
+  events_.clear();
+  last_status_ = 0;
+  last_syndrome_ = 0;
+  if (auto r = bring_up_queue(); !r) {
+    boost::asio::post(io_, [d = std::move(done), e = r.take_error()]() mutable { d(std::move(e)); });
+    return;
+  }
+  // No EQ 0 yet: the command interface's fallback timer finds each
+  // completion by its OWNER bit, on `io`; every millisecond until EQ 0
+  // exists (simhca completes a command in microseconds).
+  cmd_->set_poll_ms(1);
+  cmd_->use_events(&io_);
+  // 3. INIT_HCA, then QUERY_DEVICE_CAP, each continuing from the last.
+  command_async(kInitHca, {}, 0, [this, done = std::move(done)](Result<Bytes> r) mutable {
+    if (!r) return done(r.take_error());
+    initialized_ = true;
+    command_async(kQueryDeviceCap, {}, 80, [this, done = std::move(done)](Result<Bytes> c) mutable {
+      if (!c) return done(c.take_error());
+      caps_ = decode_caps(*c);
+      // 4. MSI-X vector 0 and EQ 0.
+      auto eq = bring_up_eq0_memory();
+      if (!eq) return done(eq.take_error());
+      const Bytes in = create_eq0_input(**eq);
+      command_async(kCreateEq, in, 4,
+                    [this, eq = std::move(*eq), done = std::move(done)](Result<Bytes> n) mutable {
+                      if (!n) return done(n.take_error());
+                      if (n->size() < 4) return done(err(EIO, "{}: short CREATE_EQ output", dev_.name()));
+                      done(bring_up_events(std::move(eq), get32(*n, 0)));
+                    });
+    });
+  });
 }
 
 // The teardown ladder, the reverse of bring_up().

@@ -125,6 +125,14 @@ class Hca {
   // device recovery). The event handler stays set. On failure the HCA is
   // left closed and reopen() may be tried again.
   Result<void> reopen();
+  // reopen() without waiting (ibd's device recovery, on the loop): rungs 1
+  // and 2 as calls (register accesses, DMA_MAPs), then INIT_HCA,
+  // QUERY_DEVICE_CAP and CREATE_EQ each submitted from the completion of
+  // the one before (found by the command interface's fallback timer, as
+  // EQ 0 does not exist yet). `done` runs from a handler of `io`. On
+  // failure the HCA is left as far as it came: close it (close_dead())
+  // from a later handler, not from inside `done`.
+  void reopen_async(Done<void> done);
   bool is_open() const { return cmd_ != nullptr; }
 
   const DeviceCaps& caps() const { return caps_; }
@@ -265,6 +273,11 @@ class Hca {
   Hca(vfio::Device& dev, boost::asio::io_context& io, HcaOptions opts)
       : dev_(dev), io_(io), opts_(opts) {}
   Result<void> bring_up();
+  // bring_up()'s rungs, shared with reopen_async().
+  Result<void> bring_up_queue();
+  Result<std::unique_ptr<EventQueue>> bring_up_eq0_memory();
+  static Bytes create_eq0_input(const EventQueue& eq);
+  Result<void> bring_up_events(std::unique_ptr<EventQueue> eq, uint32_t eqn);
   void on_interrupt(uint32_t vector);
   // Consumes EQ 0's new entries; true if there were any.
   bool drain_eq0();

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
@@ -52,10 +53,8 @@ std::string lock_device_name(const Options& o) {
   return o.device;
 }
 
-// The transport to the device: a new embedded simhca child (whose socket
-// then accepts) or the named device opened.
-Result<std::unique_ptr<vfio::Device>> open_transport(const Options& o, std::unique_ptr<SimhcaChild>& child) {
-  if (!o.device.empty()) return vfio::open_device(o.device);
+// The embedded simhca child's parameters (docs/simhca.md §13).
+SimhcaChild::Params simhca_params(const Options& o) {
   SimhcaChild::Params p;
   p.binary = o.simhca;
   p.socket = o.run_dir + "/simhca.sock";
@@ -64,21 +63,44 @@ Result<std::unique_ptr<vfio::Device>> open_transport(const Options& o, std::uniq
   p.pcap = o.pcap;
   p.faults = o.faults;
   p.extra = o.simhca_args;
-  OPENIB_TRY_ASSIGN(child, SimhcaChild::spawn(p));
+  return p;
+}
+
+// The transport to the device at start-up, before the loop runs: a new
+// embedded simhca child (whose socket then accepts) or the named device
+// opened.
+Result<std::unique_ptr<vfio::Device>> open_transport(const Options& o, std::unique_ptr<SimhcaChild>& child) {
+  if (!o.device.empty()) return vfio::open_device(o.device);
+  OPENIB_TRY_ASSIGN(child, SimhcaChild::spawn(simhca_params(o)));
   auto d = child->connect(10000);
   if (!d) return err(d.error().code, "embedded simhca: {}", d.error().message);
   return d;
 }
 
 // Static port setup until a subnet manager exists (docs/simhca.md §6.3).
-Result<void> setup_port(const Options& o, hca::Hca& hca) {
-  if (o.lid == 0) return ok();
+hca::PortSetup static_port(const Options& o) {
   hca::PortSetup ps;
   ps.lid = o.lid;
   ps.state = hca::kPortActive;
-  if (auto r = hca.set_port(1, ps); !r) return err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", o.lid, r.error().str());
+  return ps;
+}
+
+Result<void> setup_port(const Options& o, hca::Hca& hca) {
+  if (o.lid == 0) return ok();
+  if (auto r = hca.set_port(1, static_port(o)); !r)
+    return err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", o.lid, r.error().str());
   log::get("ibd")->info("port 1: LID {}, Active (static setup)", o.lid);
   return ok();
+}
+
+// The same on the loop (device recovery): a continuation, not a wait.
+void setup_port_async(const Options& o, hca::Hca& hca, hca::Hca::Done<void> done) {
+  if (o.lid == 0) return done(ok());
+  hca.set_port_async(1, static_port(o), [&o, done = std::move(done)](Result<void> r) mutable {
+    if (!r) return done(err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", o.lid, r.error().str()));
+    log::get("ibd")->info("port 1: LID {}, Active (static setup)", o.lid);
+    done(ok());
+  });
 }
 
 int run(const Options& o) {
@@ -162,8 +184,11 @@ int run(const Options& o) {
   // Restarting: bring-up attempts with backoff, at most --restart-limit.
   unsigned attempt = 0;
   auto lost_at = std::chrono::steady_clock::now();
-  std::function<void()> try_restart;
+  std::chrono::steady_clock::time_point connect_deadline;
+  std::function<void()> try_restart, poll_connect;
+  std::function<void(std::unique_ptr<vfio::Device>)> bring_up;
   auto retry_or_give_up = [&](const Error& e) {
+    if (stopping) return;
     logger->warn("device restart attempt {} of {}: {}", attempt, o.restart_limit, e.str());
     if (child) (void)child->kill_now();
     child.reset();
@@ -175,26 +200,74 @@ int run(const Options& o) {
       if (!e2 && !stopping) try_restart();
     });
   };
+  // Every step of an attempt runs on the loop and returns to it: the
+  // child's socket is tried every 20 ms on a timer (simhca takes tens of
+  // milliseconds to listen, or much longer on a loaded host), the bring-up
+  // ladder's commands and the port setup continue from their completions,
+  // so clients, INFO and signals are served meanwhile. What stays a call
+  // on the loop: fork/exec, the vfio-user handshake once the socket
+  // accepts, the function reset, and the ladder's register accesses and
+  // DMA_MAPs (well under a millisecond on simhca).
   try_restart = [&] {
     ++attempt;
     logger->info("restarting device {} (attempt {} of {})", device_name, attempt, o.restart_limit);
-    auto d = open_transport(o, child);
-    if (!d) return retry_or_give_up(d.error());
-    slot.replace(std::move(*d));
+    if (!o.device.empty()) {
+      auto d = vfio::open_device(o.device);
+      if (!d) return retry_or_give_up(d.error());
+      return bring_up(std::move(*d));
+    }
+    auto c = SimhcaChild::spawn(simhca_params(o));
+    if (!c) return retry_or_give_up(c.error());
+    child = std::move(*c);
+    connect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    poll_connect();
+  };
+  poll_connect = [&] {
+    auto d = child->try_connect();
+    if (d) return bring_up(std::move(*d));
+    if (d.error().code != EAGAIN) return retry_or_give_up(err(d.error().code, "embedded simhca: {}", d.error().message));
+    if (std::chrono::steady_clock::now() >= connect_deadline)
+      return retry_or_give_up(err(ETIMEDOUT, "embedded simhca did not accept within 10 s: {}", d.error().message));
+    restart_timer.expires_after(std::chrono::milliseconds(20));
+    restart_timer.async_wait([&](const boost::system::error_code& e2) {
+      if (!e2 && !stopping && child) poll_connect();
+    });
+  };
+  // An attempt's next step, run from the loop once `r` is known (not inside
+  // the completion that produced it: a failed attempt's close_dead() would
+  // destroy the command interface under itself), unless the attempt is
+  // over (shutdown, or a later attempt).
+  auto then_on_loop = [&](unsigned this_attempt, std::function<void()> next) {
+    return [&, this_attempt, next = std::move(next)](Result<void> r) mutable {
+      asio::post(io, [&, this_attempt, next = std::move(next), r = std::move(r)] {
+        if (stopping || this_attempt != attempt) return;
+        if (!r) {
+          (void)hca->close_dead();
+          return retry_or_give_up(r.error());
+        }
+        next();
+      });
+    };
+  };
+  bring_up = [&](std::unique_ptr<vfio::Device> d) {
+    const auto t0 = std::chrono::steady_clock::now();
+    slot.replace(std::move(d));
     // A device that is not ours to restart may still be in its fatal state
     // (docs/simhca.md §11.4): a function reset first (§11.5, VFIO reset).
     if (!o.device.empty()) {
       if (auto r = slot.reset(); !r) return retry_or_give_up(r.error());
     }
-    if (auto r = hca->reopen(); !r) return retry_or_give_up(r.error());
-    if (auto r = setup_port(o, *hca); !r) {
-      (void)hca->close_dead();
-      return retry_or_give_up(r.error());
-    }
-    server.device_back();  // and the user-MAD service's layers and agents
-    logger->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name,
-                 attempt, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count(),
-                 server.device_generation());
+    const unsigned this_attempt = attempt;
+    hca->reopen_async(then_on_loop(this_attempt, [&, this_attempt, t0] {
+      logger->info("device {}: bring-up took {} ms", device_name,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+      setup_port_async(o, *hca, then_on_loop(this_attempt, [&] {
+        server.device_back();  // and the user-MAD service's layers and agents
+        logger->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name,
+                     attempt, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count(),
+                     server.device_generation());
+      }));
+    }));
   };
   auto lose_device = [&](const std::string& why) {
     if (stopping || server.device_state() != DeviceState::kRunning) return;

@@ -1,5 +1,6 @@
 #include "ibd/simhca_child.hpp"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -33,11 +34,18 @@ Result<std::unique_ptr<SimhcaChild>> SimhcaChild::spawn(const Params& p) {
   std::error_code ec;
   std::filesystem::remove(p.socket, ec);  // a stale socket of ours (we hold the run-dir lock)
   const pid_t parent = ::getpid();
+  // Signals stay blocked across fork until the child has ibd's handlers
+  // (asio's) back to the defaults: a SIGTERM sent before the exec (ibd
+  // stopping right after a restart began) then ends the child instead of
+  // running ibd's handler in it and being lost.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
   const pid_t pid = ::fork();
-  if (pid < 0) return sys_err("fork for simhca");
   if (pid == 0) {
     // Child: die with ibd, even if ibd is SIGKILLed; the race with a parent
     // that died before prctl is closed by the getppid check.
+    for (int sig : {SIGTERM, SIGINT, SIGCHLD, SIGHUP}) ::signal(sig, SIG_DFL);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(1);
     sigset_t none;
@@ -45,6 +53,12 @@ Result<std::unique_ptr<SimhcaChild>> SimhcaChild::spawn(const Params& p) {
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execvp(argv[0], argv.data());
     ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    errno = fork_errno;
+    return sys_err("fork for simhca");
   }
   auto c = std::unique_ptr<SimhcaChild>(new SimhcaChild());
   c->pid_ = pid;
@@ -70,19 +84,22 @@ bool SimhcaChild::exited(int* status) {
   return false;
 }
 
+Result<std::unique_ptr<vfio::Device>> SimhcaChild::try_connect() {
+  int st = 0;
+  if (exited(&st)) return err(ENODEV, "simhca {} before its socket accepted", describe_wait_status(st));
+  if (!std::filesystem::exists(socket_)) return err(EAGAIN, "simhca socket {} did not appear", socket_);
+  auto d = vfio::open_device("vfio-user:" + socket_);
+  if (d) return d;
+  return err(EAGAIN, "{}", d.error().str());
+}
+
 Result<std::unique_ptr<vfio::Device>> SimhcaChild::connect(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  Error last = err(ETIMEDOUT, "simhca socket {} did not appear", socket_);
   for (;;) {
-    int st = 0;
-    if (exited(&st)) return err(ENODEV, "simhca {} before its socket accepted", describe_wait_status(st));
-    if (std::filesystem::exists(socket_)) {
-      auto d = vfio::open_device("vfio-user:" + socket_);
-      if (d) return d;
-      last = d.take_error();
-    }
+    auto d = try_connect();
+    if (d || d.error().code != EAGAIN) return d;
     if (std::chrono::steady_clock::now() >= deadline)
-      return err(ETIMEDOUT, "simhca did not accept within {} ms: {}", timeout_ms, last.str());
+      return err(ETIMEDOUT, "simhca did not accept within {} ms: {}", timeout_ms, d.error().message);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }

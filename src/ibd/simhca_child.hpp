@@ -25,8 +25,13 @@ class SimhcaChild {
   ~SimhcaChild();
 
   // Connects with vfio::open_device once the socket accepts; bounded by
-  // timeout_ms, and fails at once if the child exits first.
+  // timeout_ms, and fails at once if the child exits first. Waits: for
+  // start-up, before ibd's loop runs.
   Result<std::unique_ptr<vfio::Device>> connect(int timeout_ms);
+  // One attempt, without waiting: the device, or EAGAIN (no socket yet, or
+  // it does not accept yet; the message says why), or ENODEV (the child
+  // exited). For the loop, which retries on a timer (device recovery).
+  Result<std::unique_ptr<vfio::Device>> try_connect();
   // Non-blocking: true (and the wait status) once the child has exited.
   bool exited(int* status = nullptr);
   // SIGTERM, wait up to 2 s, then SIGKILL; reaps. Idempotent.

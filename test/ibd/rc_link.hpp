@@ -155,4 +155,8 @@ inline int post_send(Qp& qp, Mr& mr, size_t offset, uint32_t len, uint64_t wr_id
   return qp.post_send(wr);
 }
 
+// Two new clients on `socket`: connected RC QPs, 20 SENDs each way, the
+// payload checked (Catch2 assertions; test_device_recovery.cpp).
+void rc_pingpong(const std::string& socket);
+
 }  // namespace openib::testing

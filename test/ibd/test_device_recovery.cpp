@@ -52,9 +52,11 @@ long long field(const std::string& out, const std::string& key) {
   return std::atoll(out.c_str() + p + key.size() + 1);
 }
 
+}  // namespace
+
 // Two new clients on the (restarted) device: connected RC QPs, 20 SENDs
 // each way with their payload checked (ibv_rc_pingpong's exchange).
-void rc_pingpong(const std::string& socket) {
+void openib::testing::rc_pingpong(const std::string& socket) {
   auto a = open_side(socket, 64 * 1024);
   REQUIRE(a.ok());
   auto b = open_side(socket, 64 * 1024);
@@ -78,6 +80,8 @@ void rc_pingpong(const std::string& socket) {
     CHECK(to.buf()[255] == static_cast<uint8_t>(0x40 + i));
   }
 }
+
+namespace {
 
 // The objects the device holds (INFO device.device_objects) once INFO
 // shows them (the device is back) and two reads in a row agree (ibd is done

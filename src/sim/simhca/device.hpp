@@ -116,6 +116,14 @@ class Device {
   // the loop must not sleep (reset, or a single device accepting).
   int pass() {
     Hca& hca = model_->hca();
+    // A client gone as seen by the socket watcher: the reset comes before
+    // the next client is accepted (after it, it would also stop watching
+    // the new client's socket, whose VERSION then went unanswered).
+    if (client_gone_) {
+      client_gone_ = false;
+      reset_device();
+      return 2;
+    }
     if (!server_->connected()) {
       watch_->set_fd(-1);
       deliver();  // the device is reset: counted and dropped (§12.8)
@@ -138,11 +146,6 @@ class Device {
     if (!serve_error_.empty()) {
       fail(serve_error_);
       return -1;
-    }
-    if (client_gone_) {  // seen by the socket watcher
-      client_gone_ = false;
-      reset_device();
-      return 2;
     }
     bool work = model_->poll_doorbells() > 0;  // §12.5 scanner
     rx_now_ = Hca::Clock::now();
@@ -176,6 +179,12 @@ class Device {
     sleep_until_ = now + openib::simhca::DeviceWaiter::kMaxSleep;
     if (due_ && *due_ < sleep_until_) sleep_until_ = *due_;
     return work ? 1 : 0;
+  }
+
+  // §11.4 through the SIM_FAULT register, as the driver could: the fatal
+  // state, its DEVICE_FATAL event to a client's EQ, and the syndrome 1.
+  void inject_fatal() {
+    if (model_) model_->hca().bar0_write32(openib::simhca::reg::kSimFault, openib::simhca::kSimFaultValue);
   }
 
   // When the loop should come back for this device at the latest.

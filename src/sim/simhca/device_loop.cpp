@@ -8,7 +8,7 @@
 namespace openib::simhca::server {
 
 int run_device_loop(std::vector<std::unique_ptr<Device>>& devs, DeviceWaiter& waiter, bool use_helper,
-                    const volatile std::sig_atomic_t& stop) {
+                    const volatile std::sig_atomic_t& stop, volatile std::sig_atomic_t& fatal) {
   const bool shared = devs.size() > 1;
   std::vector<DoorbellScanner*> scanners;
   std::vector<sim::ShmLink*> links;
@@ -32,6 +32,14 @@ int run_device_loop(std::vector<std::unique_ptr<Device>>& devs, DeviceWaiter& wa
   };
 
   while (!stop && !helper.failed()) {
+    if (fatal) {  // seen within one sleep (at most 100 ms)
+      fatal = 0;
+      for (size_t i = 0; i < devs.size(); ++i) {
+        std::unique_lock<std::mutex> lk;
+        if (shared) lk = std::unique_lock(devs[i]->mutex());
+        devs[i]->inject_fatal();
+      }
+    }
     // One pass over every device (§13 "The device loop"); shared, a device
     // the helper is running is left to it this time.
     bool work = false, again = false;

@@ -13,8 +13,9 @@
 namespace openib::simhca::server {
 
 // Runs the devices until `stop` is set or one fails; the exit status (0,
-// or 1 if a device or the helper failed).
+// or 1 if a device or the helper failed). `fatal` set (SIGUSR1, a test
+// hook): every device enters its fatal state (§11.4), and it is cleared.
 int run_device_loop(std::vector<std::unique_ptr<Device>>& devs, DeviceWaiter& waiter, bool use_helper,
-                    const volatile std::sig_atomic_t& stop);
+                    const volatile std::sig_atomic_t& stop, volatile std::sig_atomic_t& fatal);
 
 }  // namespace openib::simhca::server

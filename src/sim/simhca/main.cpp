@@ -1,6 +1,6 @@
 // simhca: the emulated HCA as a vfio-user server (docs/simhca.md §13).
 //
-//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] DEVICE [--device DEVICE]...
+//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] [--start-delay-ms N] DEVICE [--device DEVICE]...
 //   DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]
 //           [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]
 //           [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]
@@ -25,8 +25,10 @@
 // The pieces, each in its own file: options.cpp (the command line),
 // packet_inbox.hpp, socket_watch.hpp, device.hpp (one device's pass),
 // device_loop.cpp (the loop), helper.hpp (the helper thread).
+#include <chrono>
 #include <csignal>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "sim/simhca/device_loop.hpp"
@@ -35,7 +37,9 @@
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_fatal = 0;
 void on_signal(int) { g_stop = 1; }
+void on_fatal_signal(int) { g_fatal = 1; }
 
 }  // namespace
 
@@ -50,6 +54,17 @@ int main(int argc, char** argv) {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Test hook (§11.4): SIGUSR1 raises a device fatal error on every device,
+  // as a write to SIM_FAULT would.
+  struct sigaction fa{};
+  fa.sa_handler = on_fatal_signal;
+  ::sigaction(SIGUSR1, &fa, nullptr);
+  // --start-delay-ms: a device slow to appear (no socket yet), for tests of
+  // a driver that waits for it; SIGTERM still ends the wait.
+  for (auto waited = std::chrono::milliseconds(0); waited < opts.start_delay && !g_stop;
+       waited += std::chrono::milliseconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (g_stop) return 0;
 
   DeviceWaiter waiter(opts.spin, opts.spin_yield);
   const bool shared = opts.devices.size() > 1;
@@ -58,7 +73,7 @@ int main(int argc, char** argv) {
     devs.push_back(std::make_unique<Device>(std::move(c), waiter, shared));
     if (!devs.back()->start()) return 1;
   }
-  const int rc = run_device_loop(devs, waiter, opts.use_helper, g_stop);
+  const int rc = run_device_loop(devs, waiter, opts.use_helper, g_stop, g_fatal);
   for (auto& d : devs) d->finish();
   return rc;
 }

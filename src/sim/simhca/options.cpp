@@ -21,7 +21,7 @@ namespace openib::simhca::server {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] DEVICE [--device DEVICE]...\n"
+    "usage: simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] [--start-delay-ms N] DEVICE [--device DEVICE]...\n"
     "  DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]\n"
     "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]\n"
     "          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
@@ -131,6 +131,15 @@ void add_global_options(CLI::App& app, Options& o) {
   app.add_flag_function(
       "--helper", [&o](int64_t) { o.use_helper = true; },
       "several devices: a second thread runs devices during bulk flows");
+  app.add_option_function<std::string>(
+      "--start-delay-ms",
+      [&o](const std::string& v) {
+        uint64_t ms = 0;
+        require(parse_u64(v, 10, ms) && ms <= 60000, "--start-delay-ms: 0 .. 60000");
+        o.start_delay = std::chrono::milliseconds(ms);
+      },
+      "wait this long before listening (tests of a driver waiting for its device)")
+      ->type_name("N");
 }
 
 // One device's options (§13), into `c`.

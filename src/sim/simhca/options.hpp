@@ -15,6 +15,7 @@ struct Options {
   std::chrono::microseconds spin = DeviceWaiter::kDefaultSpin;  // --spin-us
   bool spin_yield = true;                                        // --spin-mode
   bool use_helper = false;                                       // --helper
+  std::chrono::milliseconds start_delay{0};                      // --start-delay-ms (tests)
 };
 
 // The options, or the exit status when the process is to end now (0 after
