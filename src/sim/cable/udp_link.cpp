@@ -1,6 +1,7 @@
 #include "sim/cable/udp_link.hpp"
 
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 #include <vector>
@@ -22,6 +24,18 @@ namespace openib::sim {
 namespace {
 
 constexpr int kRecvBatch = 256;  // datagrams drained per wake-up before stop_ is looked at again
+// A UDP GSO message (UDP_SEGMENT, udp(7)): the kernel takes at most 64
+// segments (UDP_MAX_SEGMENTS; more on newer kernels) and one IP datagram's
+// worth of payload, 65,507 bytes over IPv4.
+constexpr std::size_t kGsoMaxSegments = 64;
+constexpr std::size_t kGsoMaxBytes = 65000;
+
+// OPENIB_UDP_BATCH=0|1|2 overrides UdpLinkOptions::io (0 single, 1 batch, 2 gso).
+UdpLinkOptions::Io io_from_env(UdpLinkOptions::Io dflt) {
+  const char* e = std::getenv("OPENIB_UDP_BATCH");
+  if (!e || e[0] < '0' || e[0] > '2' || e[1] != 0) return dflt;
+  return static_cast<UdpLinkOptions::Io>(e[0] - '0');
+}
 
 auto logger() { return log::get("cable"); }
 
@@ -86,8 +100,9 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
   socklen_t l1 = sizeof rcv, l2 = sizeof snd;
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_RCVBUF, &rcv, &l1);
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_SNDBUF, &snd, &l2);
-  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}", link->name_, local.str(),
-                 peer.len ? peer.str() : "(none yet)", rcv, snd);
+  static constexpr const char* kIoNames[] = {"sendto/recvfrom", "sendmmsg/recvmmsg", "sendmmsg+GSO/recvmmsg"};
+  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}", link->name_, local.str(),
+                 peer.len ? peer.str() : "(none yet)", rcv, snd, kIoNames[static_cast<int>(link->io())]);
   return link;
 }
 
@@ -99,7 +114,10 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
       pcap_(opts.pcap),
       pcap_iface_(opts.pcap_iface),
       poll_timeout_ms_(static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(opts.poll_timeout.count(), 1, 1000))),
-      faults_(opts.faults) {}
+      faults_(opts.faults),
+      io_(io_from_env(opts.io)) {
+  if (io() != UdpLinkOptions::Io::kSingle) rx_bufs_.reset(new std::byte[kRxBatch * kRxBufBytes]);
+}
 
 UdpLink::~UdpLink() { stop(); }
 
@@ -160,12 +178,122 @@ Result<void> UdpLink::send(std::span<const std::byte> packet) {
   LinkCounters::bump(counters_.tx_bytes, packet.size());
 
   std::lock_guard lk(send_mu_);
-  if (!faults_.active()) return send_datagram(packet, to);
+  if (!faults_.active()) return batch_depth_ ? queue_datagram(packet, to) : send_datagram(packet, to);
   std::vector<FaultInjector::Packet> out;
   faults_.apply(packet, out, counters_);
   Result<void> result;
   for (const auto& p : out)
-    if (auto r = send_datagram(p, to); !r && result.ok()) result = std::move(r);
+    if (auto r = batch_depth_ ? queue_datagram(p, to) : send_datagram(p, to); !r && result.ok())
+      result = std::move(r);
+  return result;
+}
+
+void UdpLink::begin_batch() {
+  if (io() == UdpLinkOptions::Io::kSingle) return;  // never changes to or from kSingle
+  std::lock_guard lk(send_mu_);
+  ++batch_depth_;
+}
+
+void UdpLink::end_batch() {
+  if (io() == UdpLinkOptions::Io::kSingle) return;
+  std::lock_guard lk(send_mu_);
+  if (batch_depth_ == 0 || --batch_depth_ > 0) return;
+  if (auto r = flush_locked(); !r) log_once(warned_tx_, "{}: {}", name_, r.error().str());
+}
+
+Result<void> UdpLink::queue_datagram(std::span<const std::byte> packet, const Endpoint& to) {
+  Result<void> result;
+  if (!tx_ends_.empty() && !tx_to_.same_as(reinterpret_cast<const sockaddr*>(&to.addr), to.len)) result = flush_locked();  // set_peer() in the batch
+  tx_to_ = to;
+  tx_bytes_.insert(tx_bytes_.end(), packet.begin(), packet.end());
+  tx_ends_.push_back(tx_bytes_.size());
+  if (tx_ends_.size() >= kTxBatch) {
+    if (auto r = flush_locked(); !r && result.ok()) result = std::move(r);
+  }
+  return result;
+}
+
+// The queue in one sendmmsg() (sendmmsg(2)): a message per packet, or per
+// run of equal-size packets (and a shorter last one) as one UDP GSO
+// message (udp(7) UDP_SEGMENT) that the kernel cuts into exactly those
+// datagrams. A message the socket refuses is counted as its packets
+// lost; a GSO message refused for being one (EINVAL, EIO: an interface
+// MTU below the packet, no checksum offload) turns GSO off for the link
+// and its packets go one by one.
+Result<void> UdpLink::flush_locked() {
+  const std::size_t n = tx_ends_.size();
+  if (n == 0) return ok();
+  const bool gso = io() == UdpLinkOptions::Io::kGso;
+  constexpr std::size_t kCmsgBytes = CMSG_SPACE(sizeof(std::uint16_t));
+  struct Msg {
+    iovec iov;
+    std::size_t first, count;  // packets
+    alignas(cmsghdr) unsigned char cmsg[kCmsgBytes];
+  };
+  Msg ms[kTxBatch];
+  mmsghdr hs[kTxBatch];
+  auto start = [&](std::size_t i) { return i == 0 ? std::size_t{0} : tx_ends_[i - 1]; };
+  auto len = [&](std::size_t i) { return tx_ends_[i] - start(i); };
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i + 1;
+    if (gso) {
+      const std::size_t size = len(i);
+      auto fits = [&](std::size_t k) { return k - i < kGsoMaxSegments && tx_ends_[k] - start(i) <= kGsoMaxBytes; };
+      while (j < n && len(j) == size && fits(j)) ++j;
+      if (j < n && len(j) < size && fits(j)) ++j;  // the kernel's last segment may be shorter
+    }
+    Msg& g = ms[m];
+    g.iov = {tx_bytes_.data() + start(i), tx_ends_[j - 1] - start(i)};
+    g.first = i;
+    g.count = j - i;
+    mmsghdr& h = hs[m];
+    h = {};
+    h.msg_hdr.msg_name = const_cast<sockaddr_storage*>(&tx_to_.addr);
+    h.msg_hdr.msg_namelen = tx_to_.len;
+    h.msg_hdr.msg_iov = &g.iov;
+    h.msg_hdr.msg_iovlen = 1;
+    if (g.count > 1) {
+      std::memset(g.cmsg, 0, sizeof g.cmsg);
+      h.msg_hdr.msg_control = g.cmsg;
+      h.msg_hdr.msg_controllen = kCmsgBytes;
+      cmsghdr* c = CMSG_FIRSTHDR(&h.msg_hdr);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+      const auto seg = static_cast<std::uint16_t>(len(i));
+      std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    }
+    ++m;
+    i = j;
+  }
+  Result<void> result;
+  for (std::size_t k = 0; k < m;) {
+    const int r = ::sendmmsg(sock_.get(), hs + k, static_cast<unsigned>(m - k), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r > 0) {
+      for (std::size_t x = k; x < k + static_cast<std::size_t>(r); ++x)
+        for (std::size_t p = ms[x].first; p < ms[x].first + ms[x].count; ++p)
+          capture(std::span<const std::byte>(tx_bytes_.data() + start(p), len(p)));
+      k += static_cast<std::size_t>(r);
+      continue;
+    }
+    const int e = r < 0 ? errno : EIO;
+    if (e == EINTR) continue;
+    const Msg& g = ms[k];
+    if (g.count > 1 && (e == EINVAL || e == EIO || e == EOPNOTSUPP || e == ENOPROTOOPT)) {
+      if (io_.exchange(UdpLinkOptions::Io::kBatch) == UdpLinkOptions::Io::kGso)
+        logger()->warn("{}: UDP GSO refused ({}); sending packet by packet", name_, std::strerror(e));
+      for (std::size_t p = g.first; p < g.first + g.count; ++p)
+        if (auto s2 = send_datagram(std::span<const std::byte>(tx_bytes_.data() + start(p), len(p)), tx_to_);
+            !s2 && result.ok())
+          result = std::move(s2);
+    } else if (auto f = count_tx_failure(e, tx_to_, g.count); !f && result.ok()) {
+      result = std::move(f);
+    }
+    ++k;
+  }
+  tx_bytes_.clear();
+  tx_ends_.clear();
   return result;
 }
 
@@ -176,12 +304,16 @@ Result<void> UdpLink::send_datagram(std::span<const std::byte> packet, const End
     capture(packet);
     return ok();
   }
-  const int e = n < 0 ? errno : EIO;  // a short UDP send does not happen; counted as an error if it did
-  LinkCounters::bump(counters_.tx_errors);
-  // A full buffer, or a far end not (yet) listening: the packet is lost on
-  // the wire, as on a congested or unplugged link. Counted, not an error.
+  // A short UDP send does not happen; counted as an error if it did.
+  return count_tx_failure(n < 0 ? errno : EIO, to, 1);
+}
+
+Result<void> UdpLink::count_tx_failure(int e, const Endpoint& to, std::size_t packets) {
+  LinkCounters::bump(counters_.tx_errors, packets);
+  // A full buffer, or a far end not (yet) listening: the packets are lost
+  // on the wire, as on a congested or unplugged link. Counted, not an error.
   if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == ECONNREFUSED || e == EINTR) {
-    log_once(warned_tx_, "{}: packet to {} dropped: {}", name_, to.str(), std::strerror(e));
+    log_once(warned_tx_, "{}: {} packet(s) to {} dropped: {}", name_, packets, to.str(), std::strerror(e));
     return ok();
   }
   errno = e;
@@ -192,7 +324,8 @@ void UdpLink::receive_loop() {
   rx_tid_.store(std::this_thread::get_id());
   // One byte more than the largest packet, so a longer datagram shows as
   // too long (MSG_TRUNC returns its real length) instead of fitting.
-  std::vector<std::byte> buf(wire::kMaxPacketBytes + 1);
+  std::vector<std::byte> single;
+  if (!rx_bufs_) single.resize(wire::kMaxPacketBytes + 1);
   pollfd fds[2] = {{sock_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
   while (!stopping_.load(std::memory_order_acquire)) {
     const int n = ::poll(fds, 2, poll_timeout_ms_);
@@ -203,22 +336,59 @@ void UdpLink::receive_loop() {
     }
     if (n == 0 || fds[1].revents != 0) continue;  // timeout or stop(): the loop condition decides
     if (fds[0].revents & POLLNVAL) return;
-    for (int i = 0; i < kRecvBatch && !stopping_.load(std::memory_order_acquire); ++i) {
-      sockaddr_storage from{};
-      socklen_t from_len = sizeof from;
-      const ssize_t r = ::recvfrom(sock_.get(), buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC,
-                                   reinterpret_cast<sockaddr*>(&from), &from_len);
-      if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        if (errno == EINTR) continue;
-        // E.g. an ICMP error queued on the socket: reported once, then read on.
-        log_once(warned_rx_, "{}: recvfrom: {}", name_, std::strerror(errno));
-        break;
-      }
-      const auto len = std::min(static_cast<std::size_t>(r), buf.size());
-      receive_one(std::span<const std::byte>(buf.data(), len), reinterpret_cast<const sockaddr*>(&from),
-                  from_len);
+    if (rx_bufs_) receive_batch();
+    else receive_single(single.data(), single.size());
+  }
+}
+
+void UdpLink::receive_single(std::byte* buf, std::size_t size) {
+  for (int i = 0; i < kRecvBatch && !stopping_.load(std::memory_order_acquire); ++i) {
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    const ssize_t r = ::recvfrom(sock_.get(), buf, size, MSG_DONTWAIT | MSG_TRUNC,
+                                 reinterpret_cast<sockaddr*>(&from), &from_len);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      // E.g. an ICMP error queued on the socket: reported once, then read on.
+      log_once(warned_rx_, "{}: recvfrom: {}", name_, std::strerror(errno));
+      break;
     }
+    const auto len = std::min(static_cast<std::size_t>(r), size);
+    receive_one(std::span<const std::byte>(buf, len), reinterpret_cast<const sockaddr*>(&from), from_len);
+  }
+}
+
+// recvmmsg(2) into the ring of kRxBatch buffers. Each buffer is larger
+// than the largest packet and MSG_TRUNC makes msg_len a datagram's real
+// length, so a longer datagram is seen as too long (malformed), not cut.
+void UdpLink::receive_batch() {
+  mmsghdr hs[kRxBatch];
+  iovec iov[kRxBatch];
+  sockaddr_storage from[kRxBatch];
+  for (std::size_t i = 0; i < kRxBatch; ++i) iov[i] = {rx_bufs_.get() + i * kRxBufBytes, kRxBufBytes};
+  for (std::size_t taken = 0; taken < static_cast<std::size_t>(kRecvBatch) && !stopping_.load(std::memory_order_acquire);) {
+    for (std::size_t i = 0; i < kRxBatch; ++i) {
+      hs[i] = {};
+      hs[i].msg_hdr.msg_name = &from[i];
+      hs[i].msg_hdr.msg_namelen = sizeof from[i];
+      hs[i].msg_hdr.msg_iov = &iov[i];
+      hs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int r = ::recvmmsg(sock_.get(), hs, kRxBatch, MSG_DONTWAIT | MSG_TRUNC, nullptr);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR) continue;
+      log_once(warned_rx_, "{}: recvmmsg: {}", name_, std::strerror(errno));
+      return;
+    }
+    for (int i = 0; i < r; ++i) {
+      const auto len = std::min<std::size_t>(hs[i].msg_len, kRxBufBytes);
+      receive_one(std::span<const std::byte>(rx_bufs_.get() + static_cast<std::size_t>(i) * kRxBufBytes, len),
+                  reinterpret_cast<const sockaddr*>(&from[i]), hs[i].msg_hdr.msg_namelen);
+    }
+    if (static_cast<std::size_t>(r) < kRxBatch) return;  // drained
+    taken += static_cast<std::size_t>(r);
   }
 }
 
