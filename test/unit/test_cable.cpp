@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -172,6 +173,25 @@ struct RawSocket {
   void send_to(const Endpoint& to, std::span<const std::byte> d) {
     REQUIRE(::sendto(fd.get(), d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&to.addr), to.len) ==
             static_cast<ssize_t>(d.size()));
+  }
+  // One UDP GSO message (udp(7) UDP_SEGMENT): the kernel cuts `d` into
+  // datagrams of `seg` bytes (the last shorter).
+  void send_gso(const Endpoint& to, std::span<const std::byte> d, std::uint16_t seg) {
+    iovec iov{const_cast<std::byte*>(d.data()), d.size()};
+    alignas(cmsghdr) unsigned char cbuf[CMSG_SPACE(sizeof(std::uint16_t))] = {};
+    msghdr m{};
+    m.msg_name = const_cast<sockaddr_storage*>(&to.addr);
+    m.msg_namelen = to.len;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = cbuf;
+    m.msg_controllen = sizeof cbuf;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof seg);
+    std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    REQUIRE(::sendmsg(fd.get(), &m, 0) == static_cast<ssize_t>(d.size()));
   }
   Bytes recv() {
     Bytes b(9000);
@@ -545,7 +565,23 @@ TEST_CASE("UdpLink batch: a burst arrives complete, intact and in order", "[cabl
       for (std::uint32_t i = 0; i < 70; ++i) sent.push_back(packet(3000 + i, (i * 37) % 300));
       {
         LinkBatch batch(a.get());
-        for (const auto& p : sent) REQUIRE(a->send(p).ok());
+        for (std::size_t i = 0; i < sent.size(); ++i) {
+          const Bytes& p = sent[i];
+          if (i % 3 != 0) {
+            REQUIRE(a->send(p).ok());
+            continue;
+          }
+          // send_with: the filler writes all but the CRCs, the link seals.
+          auto fill = [&](std::span<std::byte> out) {
+            std::memcpy(out.data(), p.data(), p.size() - 6);
+            return true;
+          };
+          REQUIRE(a->send_with(p.size(), fill, 0).ok());
+        }
+        auto give_up = [](std::span<std::byte>) { return false; };
+        auto r = a->send_with(100, give_up, 0);  // abandoned: nothing sent
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.error().code == ECANCELED);
       }
       REQUIRE(wait_until([&] { return at_b.size() >= sent.size(); }));
       const auto got = at_b.take();
@@ -560,6 +596,9 @@ TEST_CASE("UdpLink batch: a burst arrives complete, intact and in order", "[cabl
       CHECK(sb.rx_packets == sent.size());
       CHECK(sb.rx_dropped_malformed + sb.rx_dropped_bad_crc + sb.rx_dropped_foreign == 0);
       CHECK(a->io() == io);  // GSO was taken on loopback, not turned off
+      // With GSO the runs went as GSO messages, which b's GRO took whole.
+      if (io == UdpLinkOptions::Io::kGso) CHECK(b->gro_datagrams() > 0);
+      else CHECK(b->gro_datagrams() == 0);
     }
   }
 }
@@ -582,6 +621,36 @@ TEST_CASE("UdpLink batch with GSO: a plain socket gets one packet per datagram",
   for (const auto& p : sent) CHECK(peer.recv() == p);
   CHECK(link->io() == UdpLinkOptions::Io::kGso);
   CHECK(link->stats().tx_errors == 0);
+}
+
+TEST_CASE("UdpLink with UDP_GRO cuts a coalesced datagram into its packets exactly", "[cable][udp][batch]") {
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.io = UdpLinkOptions::Io::kGso;
+  auto link = must_link(o);
+  REQUIRE(link->gro());  // Linux >= 5.0 has UDP_GRO
+  Sink sink;
+  link->set_receiver(sink.receiver());
+  // 12 packets of one size, the fifth with a bad VCRC, then a shorter
+  // one: one GSO message, which loopback hands to a GRO socket whole.
+  std::vector<Bytes> pkts;
+  for (std::uint32_t i = 0; i < 12; ++i) pkts.push_back(packet(i * 5, 1000));
+  pkts.push_back(packet(700, 9));
+  pkts[4][40] ^= std::byte{0x10};
+  Bytes msg;
+  for (const auto& p : pkts) msg.insert(msg.end(), p.begin(), p.end());
+  peer.send_gso(link->local_endpoint(), msg, static_cast<std::uint16_t>(pkts[0].size()));
+  REQUIRE(wait_until([&] { return link->stats().rx_packets == pkts.size(); }));
+  CHECK(link->gro_datagrams() == 1);  // it did come coalesced, and was cut
+  const auto s = link->stats();
+  CHECK(s.rx_dropped_bad_crc == 1);
+  CHECK(s.rx_dropped_malformed == 0);
+  std::uint64_t bytes = 0;
+  for (const auto& p : pkts) bytes += p.size();
+  CHECK(s.rx_bytes == bytes);
+  pkts.erase(pkts.begin() + 4);
+  CHECK(sink.take() == pkts);
 }
 
 TEST_CASE("UdpLink batch receive: oversized datagrams among good ones are counted drops", "[cable][udp][batch]") {

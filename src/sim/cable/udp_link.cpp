@@ -101,8 +101,9 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_RCVBUF, &rcv, &l1);
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_SNDBUF, &snd, &l2);
   static constexpr const char* kIoNames[] = {"sendto/recvfrom", "sendmmsg/recvmmsg", "sendmmsg+GSO/recvmmsg"};
-  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}", link->name_, local.str(),
-                 peer.len ? peer.str() : "(none yet)", rcv, snd, kIoNames[static_cast<int>(link->io())]);
+  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}{}", link->name_, local.str(),
+                 peer.len ? peer.str() : "(none yet)", rcv, snd, kIoNames[static_cast<int>(link->io())],
+                 link->gro_ ? "+GRO" : "");
   return link;
 }
 
@@ -116,7 +117,14 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
       poll_timeout_ms_(static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(opts.poll_timeout.count(), 1, 1000))),
       faults_(opts.faults),
       io_(io_from_env(opts.io)) {
-  if (io() != UdpLinkOptions::Io::kSingle) rx_bufs_.reset(new std::byte[kRxBatch * kRxBufBytes]);
+  if (io() == UdpLinkOptions::Io::kSingle) return;
+  if (io() == UdpLinkOptions::Io::kGso && opts.gro) {
+    const int one = 1;  // best effort: without it, datagrams come one by one
+    gro_ = ::setsockopt(sock_.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  }
+  rx_slots_ = gro_ ? kGroRxBatch : kRxBatch;
+  rx_slot_bytes_ = gro_ ? kGroRxBufBytes : kRxBufBytes;
+  rx_bufs_.reset(new std::byte[rx_slots_ * rx_slot_bytes_]);
 }
 
 UdpLink::~UdpLink() { stop(); }
@@ -163,17 +171,48 @@ void UdpLink::capture(std::span<const std::byte> packet) {
     log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
 }
 
-Result<void> UdpLink::send(std::span<const std::byte> packet) {
-  if (packet.size() > wire::kMaxPacketBytes) {
+Result<void> UdpLink::check_send(std::size_t len, Endpoint& to) {
+  if (len > wire::kMaxPacketBytes) {
     LinkCounters::bump(counters_.tx_errors);
-    return err(EMSGSIZE, "{}: packet of {} bytes exceeds the IBA maximum {}", name_, packet.size(),
-               wire::kMaxPacketBytes);
+    return err(EMSGSIZE, "{}: packet of {} bytes exceeds the IBA maximum {}", name_, len, wire::kMaxPacketBytes);
   }
-  const Endpoint to = peer();
+  to = peer();
   if (to.len == 0) {
     LinkCounters::bump(counters_.tx_errors);
     return err(ENOTCONN, "{}: no peer set", name_);
   }
+  return ok();
+}
+
+Result<void> UdpLink::send_with(std::size_t len, Filler fill, std::size_t payload_at) {
+  {
+    std::unique_lock lk(send_mu_);
+    if (batch_depth_ > 0 && !faults_.active()) {
+      Endpoint to;
+      OPENIB_TRY(check_send(len, to));
+      if (!tx_ends_.empty() && !tx_to_.same_as(reinterpret_cast<const sockaddr*>(&to.addr), to.len))
+        (void)flush_locked();  // set_peer() in the batch; its errors are counted
+      tx_to_ = to;
+      const std::size_t at = tx_bytes_.size();
+      tx_bytes_.resize(at + len);
+      const std::span<std::byte> pkt(tx_bytes_.data() + at, len);
+      if (!fill(pkt)) {
+        tx_bytes_.resize(at);
+        return err(ECANCELED, "{}: packet abandoned by its sender", name_);
+      }
+      wire::seal_packet(pkt);
+      tx_ends_.push_back(tx_bytes_.size());
+      LinkCounters::bump(counters_.tx_packets);
+      LinkCounters::bump(counters_.tx_bytes, len);
+      return tx_ends_.size() >= kTxBatch ? flush_locked() : ok();
+    }
+  }
+  return Link::send_with(len, fill, payload_at);
+}
+
+Result<void> UdpLink::send(std::span<const std::byte> packet) {
+  Endpoint to;
+  OPENIB_TRY(check_send(packet.size(), to));
   LinkCounters::bump(counters_.tx_packets);
   LinkCounters::bump(counters_.tx_bytes, packet.size());
 
@@ -359,23 +398,36 @@ void UdpLink::receive_single(std::byte* buf, std::size_t size) {
   }
 }
 
-// recvmmsg(2) into the ring of kRxBatch buffers. Each buffer is larger
+// recvmmsg(2) into the ring of rx_slots_ buffers. Each buffer is larger
 // than the largest packet and MSG_TRUNC makes msg_len a datagram's real
 // length, so a longer datagram is seen as too long (malformed), not cut.
+// With UDP_GRO, a datagram with a UDP_GRO control message is the peer's
+// GSO message whole: its segments, gso_size bytes each but the last, are
+// the datagrams a receiver without GRO would have read, taken in turn.
 void UdpLink::receive_batch() {
+  constexpr std::size_t kCmsgBytes = CMSG_SPACE(sizeof(int));
+  struct Slot {
+    iovec iov;
+    sockaddr_storage from;
+    alignas(cmsghdr) unsigned char cmsg[kCmsgBytes];
+  };
+  Slot slots[kRxBatch];
   mmsghdr hs[kRxBatch];
-  iovec iov[kRxBatch];
-  sockaddr_storage from[kRxBatch];
-  for (std::size_t i = 0; i < kRxBatch; ++i) iov[i] = {rx_bufs_.get() + i * kRxBufBytes, kRxBufBytes};
+  const std::size_t n_slots = rx_slots_;
+  for (std::size_t i = 0; i < n_slots; ++i) slots[i].iov = {rx_bufs_.get() + i * rx_slot_bytes_, rx_slot_bytes_};
   for (std::size_t taken = 0; taken < static_cast<std::size_t>(kRecvBatch) && !stopping_.load(std::memory_order_acquire);) {
-    for (std::size_t i = 0; i < kRxBatch; ++i) {
+    for (std::size_t i = 0; i < n_slots; ++i) {
       hs[i] = {};
-      hs[i].msg_hdr.msg_name = &from[i];
-      hs[i].msg_hdr.msg_namelen = sizeof from[i];
-      hs[i].msg_hdr.msg_iov = &iov[i];
+      hs[i].msg_hdr.msg_name = &slots[i].from;
+      hs[i].msg_hdr.msg_namelen = sizeof slots[i].from;
+      hs[i].msg_hdr.msg_iov = &slots[i].iov;
       hs[i].msg_hdr.msg_iovlen = 1;
+      if (gro_) {
+        hs[i].msg_hdr.msg_control = slots[i].cmsg;
+        hs[i].msg_hdr.msg_controllen = kCmsgBytes;
+      }
     }
-    const int r = ::recvmmsg(sock_.get(), hs, kRxBatch, MSG_DONTWAIT | MSG_TRUNC, nullptr);
+    const int r = ::recvmmsg(sock_.get(), hs, static_cast<unsigned>(n_slots), MSG_DONTWAIT | MSG_TRUNC, nullptr);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EINTR) continue;
@@ -383,11 +435,27 @@ void UdpLink::receive_batch() {
       return;
     }
     for (int i = 0; i < r; ++i) {
-      const auto len = std::min<std::size_t>(hs[i].msg_len, kRxBufBytes);
-      receive_one(std::span<const std::byte>(rx_bufs_.get() + static_cast<std::size_t>(i) * kRxBufBytes, len),
-                  reinterpret_cast<const sockaddr*>(&from[i]), hs[i].msg_hdr.msg_namelen);
+      msghdr& m = hs[i].msg_hdr;
+      const std::byte* d = rx_bufs_.get() + static_cast<std::size_t>(i) * rx_slot_bytes_;
+      const auto len = std::min<std::size_t>(hs[i].msg_len, rx_slot_bytes_);
+      const auto* from = reinterpret_cast<const sockaddr*>(&slots[i].from);
+      std::size_t seg = 0;
+      if (gro_)
+        for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+          if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int v = 0;
+            std::memcpy(&v, CMSG_DATA(c), sizeof v);
+            if (v > 0) seg = static_cast<std::size_t>(v);
+          }
+      if (seg == 0 || seg >= len) {
+        receive_one(std::span<const std::byte>(d, len), from, m.msg_namelen);
+        continue;
+      }
+      gro_datagrams_.fetch_add(1, std::memory_order_relaxed);
+      for (std::size_t off = 0; off < len; off += seg)
+        receive_one(std::span<const std::byte>(d + off, std::min(seg, len - off)), from, m.msg_namelen);
     }
-    if (static_cast<std::size_t>(r) < kRxBatch) return;  // drained
+    if (static_cast<std::size_t>(r) < n_slots) return;  // drained
     taken += static_cast<std::size_t>(r);
   }
 }

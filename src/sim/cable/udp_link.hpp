@@ -67,6 +67,11 @@ struct UdpLinkOptions {
   // batch, gso), so a benchmark can compare them with one build.
   enum class Io { kSingle, kBatch, kGso };
   Io io = Io::kGso;
+  // With kGso, UDP_GRO on the socket (udp(7)): a GSO message from the
+  // peer arrives whole and is cut here at its gso_size, one packet per
+  // segment. Its receive ring holds 64 KiB datagrams (kGroRxBatch of them,
+  // 512 KiB), so a process with many links (ibfabric) leaves it off.
+  bool gro = true;
 };
 
 class UdpLink final : public Link {
@@ -79,6 +84,9 @@ class UdpLink final : public Link {
   // ENOTCONN with no peer set; EMSGSIZE for a packet over wire::kMaxPacketBytes;
   // a socket error other than a full buffer is returned (and counted).
   Result<void> send(std::span<const std::byte> packet) override;
+  // In a batch without fault injection, `fill` writes the packet straight
+  // into the batch's queue (no buffer of its own, no copy); else as Link's.
+  Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at = 0) override;
   void set_receiver(Receiver r) override;
   LinkStats stats() const override { return counters_.snapshot(); }
   // A batch queues what send() is given and sends it at end_batch() (or
@@ -91,7 +99,11 @@ class UdpLink final : public Link {
   UdpLinkOptions::Io io() const { return io_.load(std::memory_order_relaxed); }
 
   static constexpr std::size_t kTxBatch = 64;  // packets queued before a batch sends anyway
-  static constexpr std::size_t kRxBatch = 32;  // datagrams one recvmmsg() takes
+  static constexpr std::size_t kRxBatch = 32;     // datagrams one recvmmsg() takes
+  static constexpr std::size_t kGroRxBatch = 8;   // the same, of 64 KiB each, with UDP_GRO
+  // Whether UDP_GRO is on, and how many coalesced datagrams it brought.
+  bool gro() const { return gro_; }
+  std::uint64_t gro_datagrams() const { return gro_datagrams_.load(std::memory_order_relaxed); }
 
   // Cables this end to `peer` ("addr:port", same address family as the
   // local end). Datagrams from the previous peer are foreign from now on.
@@ -115,6 +127,7 @@ class UdpLink final : public Link {
   // Under send_mu_: a packet into the batch's queue / the queue onto the wire.
   Result<void> queue_datagram(std::span<const std::byte> packet, const Endpoint& to);
   Result<void> flush_locked();
+  Result<void> check_send(std::size_t len, Endpoint& to);  // EMSGSIZE, ENOTCONN (counted); the peer
   Result<void> count_tx_failure(int e, const Endpoint& to, std::size_t packets);
   void receive_single(std::byte* buf, std::size_t size);
   void receive_batch();
@@ -144,7 +157,11 @@ class UdpLink final : public Link {
   // The receive thread's buffers: kRxBatch of kRxBufBytes, allocated
   // uninitialised (a quiet link touches only the first pages).
   static constexpr std::size_t kRxBufBytes = (wire::kMaxPacketBytes + 1 + 63) & ~std::size_t{63};
+  static constexpr std::size_t kGroRxBufBytes = 65536;  // the largest UDP datagram, GRO'd or not
+  bool gro_ = false;
+  std::size_t rx_slots_ = 0, rx_slot_bytes_ = 0;
   std::unique_ptr<std::byte[]> rx_bufs_;
+  std::atomic<std::uint64_t> gro_datagrams_{0};
 
   std::mutex rx_mu_;
   std::shared_ptr<const Receiver> receiver_;

@@ -135,6 +135,7 @@ Result<void> Fabric::build(const FabricOptions& opts) {
       uo.local = mine.local;
       uo.peer = mine.peer;
       uo.faults = opts.faults;
+      uo.gro = false;  // 512 KiB of receive ring per cable otherwise (docs/cables.md "Batches")
       uo.name = fmt::format("{}[{}]", topo_.nodes[static_cast<size_t>(mine.node)].name, mine.port);
       if (!opts.pcap_dir.empty()) {
         OPENIB_TRY_ASSIGN(c.pcap, wire::PcapErfWriter::open(fmt::format(
