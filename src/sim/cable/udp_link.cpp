@@ -118,7 +118,8 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
       faults_(opts.faults),
       io_(io_from_env(opts.io)) {
   if (io() == UdpLinkOptions::Io::kSingle) return;
-  if (io() == UdpLinkOptions::Io::kGso && opts.gro) {
+  const char* gro_env = std::getenv("OPENIB_UDP_GRO");  // 0: no GRO whatever the options say
+  if (io() == UdpLinkOptions::Io::kGso && opts.gro && !(gro_env && std::strcmp(gro_env, "0") == 0)) {
     const int one = 1;  // best effort: without it, datagrams come one by one
     gro_ = ::setsockopt(sock_.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
   }
