@@ -19,7 +19,7 @@
 //      signaled; the target buffer is checked against the source afterwards.
 //  (c) TCP over 127.0.0.1 with TCP_NODELAY: 8-byte ping-pong half RTT (two
 //      threads) and 64 KiB streaming bandwidth (two threads).
-//  (d) memcpy of 64 KiB blocks.
+//  (d) memcpy of 64 KiB blocks between page-aligned buffers.
 //  (e) 10,000 RC QPs across 100 client processes on ibd A (each: Context,
 //      PD, one CQ, 100 QPs with 1-entry rings), the creation rate over the
 //      whole (first create to last, CLOCK_MONOTONIC across processes), and
