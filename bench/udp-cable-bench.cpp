@@ -6,7 +6,8 @@
 // packets (a 64 KiB WRITE's) in batches of 16 (the RC window per turn) and
 // keeps at most 1,024 unreceived, so nothing is lost to a full buffer.
 //
-//   udp-cable-bench [PACKETS]      (default 100000; prints one line per mode)
+//   udp-cable-bench [PACKETS [PAYLOAD]]   (default 100000 packets of 4096 bytes
+//                                          of payload; one line per mode)
 #include <sys/resource.h>
 
 #include <atomic>
@@ -89,6 +90,11 @@ Result run(UdpLinkOptions::Io io, bool gro, std::size_t packets, std::size_t bat
 
 int main(int argc, char** argv) {
   const std::size_t packets = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 100000;
+  const std::size_t payload = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 4096;
+  if (packets == 0 || payload == 0 || payload > 4096) {
+    std::fprintf(stderr, "usage: udp-cable-bench [PACKETS [PAYLOAD 1..4096]]\n");
+    return 2;
+  }
   struct Mode {
     const char* name;
     UdpLinkOptions::Io io;
@@ -97,12 +103,12 @@ int main(int argc, char** argv) {
                {"sendmmsg/recvmmsg", UdpLinkOptions::Io::kBatch, false},
                {"sendmmsg+GSO/recvmmsg", UdpLinkOptions::Io::kGso, false},
                {"sendmmsg+GSO/recvmmsg+GRO", UdpLinkOptions::Io::kGso, true}};
-  std::printf("udp-cable-bench: %zu packets of 4096 B payload, batches of 16; CPU and elapsed time per packet\n",
-              packets);
+  std::printf("udp-cable-bench: %zu packets of %zu B payload, batches of 16; CPU and elapsed time per packet\n",
+              packets, payload);
   for (const Mode& m : modes) {
-    const Result r = run(m.io, m.gro, packets, 16, 4096);
+    const Result r = run(m.io, m.gro, packets, 16, payload);
     std::printf("%-28s %7.2f us CPU %7.2f us elapsed  (%.0f MB/s; tx errors %llu, rx %llu)\n", m.name,
-                r.cpu_us_per_packet, r.wall_us_per_packet, 4096.0 / r.wall_us_per_packet,
+                r.cpu_us_per_packet, r.wall_us_per_packet, static_cast<double>(payload) / r.wall_us_per_packet,
                 static_cast<unsigned long long>(r.tx.tx_errors), static_cast<unsigned long long>(r.rx.rx_packets));
   }
   return 0;
