@@ -10,7 +10,9 @@
 //            sendmmsg(), runs of equal-size packets as one UDP GSO message
 //            (UDP_SEGMENT: the kernel cuts it into the same datagrams, so
 //            a receiver sees one packet per datagram either way).
-//   receive  recvmmsg() into a ring of kRxBatch buffers;
+//   receive  recvmmsg() into a ring of kRxBatch buffers (with UDP_GRO,
+//            kGroRxBatch of 64 KiB: a GSO message arrives whole and is
+//            cut at its gso_size into the packets it carries); then
 //            datagrams from anyone but the peer are dropped
 //            (rx_dropped_foreign); the rest are captured (if a pcap tap is
 //            set), validated (rx_check.hpp: bad CRC / malformed counted and
