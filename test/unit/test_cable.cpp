@@ -12,10 +12,13 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
+#include <fstream>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -172,6 +175,25 @@ struct RawSocket {
   void send_to(const Endpoint& to, std::span<const std::byte> d) {
     REQUIRE(::sendto(fd.get(), d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&to.addr), to.len) ==
             static_cast<ssize_t>(d.size()));
+  }
+  // One UDP GSO message (udp(7) UDP_SEGMENT): the kernel cuts `d` into
+  // datagrams of `seg` bytes (the last shorter).
+  void send_gso(const Endpoint& to, std::span<const std::byte> d, std::uint16_t seg) {
+    iovec iov{const_cast<std::byte*>(d.data()), d.size()};
+    alignas(cmsghdr) unsigned char cbuf[CMSG_SPACE(sizeof(std::uint16_t))] = {};
+    msghdr m{};
+    m.msg_name = const_cast<sockaddr_storage*>(&to.addr);
+    m.msg_namelen = to.len;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = cbuf;
+    m.msg_controllen = sizeof cbuf;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof seg);
+    std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    REQUIRE(::sendmsg(fd.get(), &m, 0) == static_cast<ssize_t>(d.size()));
   }
   Bytes recv() {
     Bytes b(9000);
@@ -514,6 +536,154 @@ TEST_CASE("UdpLink pair on 127.0.0.1 exchanges packets intact", "[cable][udp]") 
   CHECK(s.rx_dropped_bad_crc + s.rx_dropped_malformed + s.rx_dropped_foreign + s.tx_errors == 0);
 }
 
+// ---- UdpLink batches (docs/cables.md "Batches") -------------------------------
+
+namespace {
+const char* io_name(UdpLinkOptions::Io io) {
+  return io == UdpLinkOptions::Io::kSingle ? "single" : io == UdpLinkOptions::Io::kBatch ? "batch" : "gso";
+}
+constexpr UdpLinkOptions::Io kIos[] = {UdpLinkOptions::Io::kSingle, UdpLinkOptions::Io::kBatch,
+                                       UdpLinkOptions::Io::kGso};
+}  // namespace
+
+TEST_CASE("UdpLink batch: a burst arrives complete, intact and in order", "[cable][udp][batch]") {
+  for (const auto io : kIos) {
+    DYNAMIC_SECTION("io " << io_name(io)) {
+      UdpLinkOptions o;
+      o.io = io;
+      auto ends = udp_pair("127.0.0.1", o);
+      auto& a = ends.first;
+      auto& b = ends.second;
+      REQUIRE(a->io() == io);  // OPENIB_UDP_BATCH must not be set for this test
+      Sink at_b;
+      b->set_receiver(at_b.receiver());
+      // Runs of equal-size packets (GSO messages: psn % 5 != 4, no GRH),
+      // runs broken every fifth packet by a GRH, a run that ends shorter,
+      // and more than kTxBatch packets, so the batch also sends midway.
+      std::vector<Bytes> sent;
+      for (std::uint32_t i = 0; i < 100; ++i) sent.push_back(packet(i * 5, 4096));
+      for (std::uint32_t i = 0; i < 100; ++i) sent.push_back(packet(1000 + i, 2048));
+      for (std::uint32_t i = 0; i < 30; ++i) sent.push_back(packet(2000 + i * 5, i == 29 ? 100 : 512));
+      for (std::uint32_t i = 0; i < 70; ++i) sent.push_back(packet(3000 + i, (i * 37) % 300));
+      {
+        LinkBatch batch(a.get());
+        for (std::size_t i = 0; i < sent.size(); ++i) {
+          const Bytes& p = sent[i];
+          if (i % 3 != 0) {
+            REQUIRE(a->send(p).ok());
+            continue;
+          }
+          // send_with: the filler writes all but the CRCs, the link seals.
+          auto fill = [&](std::span<std::byte> out) {
+            std::memcpy(out.data(), p.data(), p.size() - 6);
+            return true;
+          };
+          REQUIRE(a->send_with(p.size(), fill, 0).ok());
+        }
+        auto give_up = [](std::span<std::byte>) { return false; };
+        auto r = a->send_with(100, give_up, 0);  // abandoned: nothing sent
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.error().code == ECANCELED);
+      }
+      REQUIRE(wait_until([&] { return at_b.size() >= sent.size(); }));
+      const auto got = at_b.take();
+      REQUIRE(got.size() == sent.size());
+      for (std::size_t i = 0; i < sent.size(); ++i) {
+        INFO("packet " << i);
+        CHECK(got[i] == sent[i]);
+      }
+      const auto ta = a->stats(), sb = b->stats();
+      CHECK(ta.tx_packets == sent.size());
+      CHECK(ta.tx_errors == 0);
+      CHECK(sb.rx_packets == sent.size());
+      CHECK(sb.rx_dropped_malformed + sb.rx_dropped_bad_crc + sb.rx_dropped_foreign == 0);
+      CHECK(a->io() == io);  // GSO was taken on loopback, not turned off
+      // With GSO the runs went as GSO messages, which b's GRO took whole.
+      if (io == UdpLinkOptions::Io::kGso) CHECK(b->gro_datagrams() > 0);
+      else CHECK(b->gro_datagrams() == 0);
+    }
+  }
+}
+
+TEST_CASE("UdpLink batch with GSO: a plain socket gets one packet per datagram", "[cable][udp][batch]") {
+  // The wire format does not depend on batching: a receiver that reads
+  // datagram by datagram, without UDP_GRO, sees each packet alone.
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.io = UdpLinkOptions::Io::kGso;
+  auto link = must_link(o);
+  std::vector<Bytes> sent;
+  for (std::uint32_t i = 0; i < 20; ++i) sent.push_back(packet(i * 5, 1000));
+  sent.push_back(packet(500, 7));  // shorter: the GSO message's last segment
+  {
+    LinkBatch batch(link.get());
+    for (const auto& p : sent) REQUIRE(link->send(p).ok());
+  }
+  for (const auto& p : sent) CHECK(peer.recv() == p);
+  CHECK(link->io() == UdpLinkOptions::Io::kGso);
+  CHECK(link->stats().tx_errors == 0);
+}
+
+TEST_CASE("UdpLink with UDP_GRO cuts a coalesced datagram into its packets exactly", "[cable][udp][batch]") {
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.io = UdpLinkOptions::Io::kGso;
+  auto link = must_link(o);
+  REQUIRE(link->gro());  // Linux >= 5.0 has UDP_GRO
+  Sink sink;
+  link->set_receiver(sink.receiver());
+  // 12 packets of one size, the fifth with a bad VCRC, then a shorter
+  // one: one GSO message, which loopback hands to a GRO socket whole.
+  std::vector<Bytes> pkts;
+  for (std::uint32_t i = 0; i < 12; ++i) pkts.push_back(packet(i * 5, 1000));
+  pkts.push_back(packet(700, 9));
+  pkts[4][40] ^= std::byte{0x10};
+  Bytes msg;
+  for (const auto& p : pkts) msg.insert(msg.end(), p.begin(), p.end());
+  peer.send_gso(link->local_endpoint(), msg, static_cast<std::uint16_t>(pkts[0].size()));
+  REQUIRE(wait_until([&] { return link->stats().rx_packets == pkts.size(); }));
+  CHECK(link->gro_datagrams() == 1);  // it did come coalesced, and was cut
+  const auto s = link->stats();
+  CHECK(s.rx_dropped_bad_crc == 1);
+  CHECK(s.rx_dropped_malformed == 0);
+  std::uint64_t bytes = 0;
+  for (const auto& p : pkts) bytes += p.size();
+  CHECK(s.rx_bytes == bytes);
+  pkts.erase(pkts.begin() + 4);
+  CHECK(sink.take() == pkts);
+}
+
+TEST_CASE("UdpLink batch receive: oversized datagrams among good ones are counted drops", "[cable][udp][batch]") {
+  for (const auto io : kIos) {
+    DYNAMIC_SECTION("io " << io_name(io)) {
+      RawSocket peer;
+      UdpLinkOptions o;
+      o.peer = peer.local.str();
+      o.io = io;
+      auto link = must_link(o);
+      Sink sink;
+      link->set_receiver(sink.receiver());
+      // One byte over the largest packet, the receive buffer's size and
+      // beyond, a 64 KiB datagram: each is read whole or truncated, seen
+      // as too long, counted, and the packets around it still come.
+      const std::size_t bad[] = {kMaxPacketBytes + 1, 8192, 8193, 65000};
+      std::vector<Bytes> good;
+      for (std::uint32_t i = 0; i < 5; ++i) {
+        good.push_back(packet(i, 4000));
+        peer.send_to(link->local_endpoint(), good.back());
+        if (i < 4) peer.send_to(link->local_endpoint(), Bytes(bad[i], std::byte{0x55}));
+      }
+      REQUIRE(wait_until([&] { return link->stats().rx_packets == 9; }));
+      const auto s = link->stats();
+      CHECK(s.rx_dropped_malformed == 4);
+      CHECK(s.rx_dropped_bad_crc == 0);
+      CHECK(sink.take() == good);
+    }
+  }
+}
+
 TEST_CASE("UdpLink pair on [::1]", "[cable][udp]") {
   UdpLinkOptions o;
   o.local = "[::1]:0";
@@ -738,6 +908,61 @@ TEST_CASE("UdpLink pcap tap: sent and received packets, decoded by tshark", "[ca
   REQUIRE(status == 0);
   for (const char* sev : {"Errors (", "Warns (", "Notes ("}) CHECK(expert.find(sev) == std::string::npos);
   fs::remove(path);
+}
+
+TEST_CASE("UdpLink batches: the captures are the packets, whatever the I/O", "[cable][udp][pcap][batch]") {
+  // The capture holds exactly the packets sent, each once as sent by a and
+  // once as received by b, in every I/O mode: GSO and GRO change the
+  // system calls, not the datagrams.
+  std::vector<Bytes> sent;
+  for (std::uint32_t i = 0; i < 40; ++i) sent.push_back(packet(i * 5, 2048));
+  for (std::uint32_t i = 0; i < 30; ++i) sent.push_back(packet(500 + i, (i * 53) % 400));
+  for (const auto io : kIos) {
+    DYNAMIC_SECTION("io " << io_name(io)) {
+      const auto path = fs::temp_directory_path() /
+                        ("openib_cable_batch." + std::to_string(::getpid()) + "." + io_name(io) + ".pcap");
+      {
+        auto w = PcapErfWriter::open(path.string());
+        REQUIRE(w.ok());
+        UdpLinkOptions o;
+        o.io = io;
+        o.pcap = w->get();
+        auto ends = udp_pair("127.0.0.1", o);
+        Sink at_b;
+        ends.second->set_receiver(at_b.receiver());
+        {
+          LinkBatch batch(ends.first.get());
+          for (const auto& p : sent) REQUIRE(ends.first->send(p).ok());
+        }
+        REQUIRE(wait_until([&] { return at_b.size() >= sent.size(); }));
+        REQUIRE((*w)->close().ok());
+      }
+      // Both ends write to one file (interface 0), interleaved by thread.
+      // Each packet is there twice; as a's records and b's are each in
+      // order, so are the first occurrences, and the second ones.
+      std::ifstream in(path, std::ios::binary);
+      const std::string raw((std::istreambuf_iterator<char>(in)), {});
+      Bytes file(raw.size());
+      std::memcpy(file.data(), raw.data(), raw.size());
+      std::vector<Bytes> recs;
+      for (std::size_t at = kPcapFileHeaderBytes; at + kPcapRecordHeaderBytes <= file.size();) {
+        std::uint32_t incl = 0;
+        std::memcpy(&incl, file.data() + at + 8, 4);  // little-endian, as this host
+        REQUIRE(incl >= kErfHeaderBytes);
+        REQUIRE(at + kPcapRecordHeaderBytes + incl <= file.size());
+        const auto* d = file.data() + at + kPcapRecordHeaderBytes + kErfHeaderBytes;
+        recs.emplace_back(d, d + (incl - kErfHeaderBytes));
+        at += kPcapRecordHeaderBytes + incl;
+      }
+      REQUIRE(recs.size() == 2 * sent.size());
+      std::vector<Bytes> first, second;
+      std::map<Bytes, int> seen;
+      for (auto& r : recs) (seen[r]++ == 0 ? first : second).push_back(r);
+      CHECK(first == sent);
+      CHECK(second == sent);
+      fs::remove(path);
+    }
+  }
 }
 
 TEST_CASE("UdpLink pcap tap records a received datagram before validation", "[cable][udp][pcap]") {

@@ -1,6 +1,7 @@
 #include "sim/cable/udp_link.hpp"
 
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 #include <vector>
@@ -22,6 +24,18 @@ namespace openib::sim {
 namespace {
 
 constexpr int kRecvBatch = 256;  // datagrams drained per wake-up before stop_ is looked at again
+// A UDP GSO message (UDP_SEGMENT, udp(7)): the kernel takes at most 64
+// segments (UDP_MAX_SEGMENTS; more on newer kernels) and one IP datagram's
+// worth of payload, 65,507 bytes over IPv4.
+constexpr std::size_t kGsoMaxSegments = 64;
+constexpr std::size_t kGsoMaxBytes = 65000;
+
+// OPENIB_UDP_BATCH=0|1|2 overrides UdpLinkOptions::io (0 single, 1 batch, 2 gso).
+UdpLinkOptions::Io io_from_env(UdpLinkOptions::Io dflt) {
+  const char* e = std::getenv("OPENIB_UDP_BATCH");
+  if (!e || e[0] < '0' || e[0] > '2' || e[1] != 0) return dflt;
+  return static_cast<UdpLinkOptions::Io>(e[0] - '0');
+}
 
 auto logger() { return log::get("cable"); }
 
@@ -86,8 +100,10 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
   socklen_t l1 = sizeof rcv, l2 = sizeof snd;
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_RCVBUF, &rcv, &l1);
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_SNDBUF, &snd, &l2);
-  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}", link->name_, local.str(),
-                 peer.len ? peer.str() : "(none yet)", rcv, snd);
+  static constexpr const char* kIoNames[] = {"sendto/recvfrom", "sendmmsg/recvmmsg", "sendmmsg+GSO/recvmmsg"};
+  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}{}", link->name_, local.str(),
+                 peer.len ? peer.str() : "(none yet)", rcv, snd, kIoNames[static_cast<int>(link->io())],
+                 link->gro_ ? "+GRO" : "");
   return link;
 }
 
@@ -99,7 +115,18 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
       pcap_(opts.pcap),
       pcap_iface_(opts.pcap_iface),
       poll_timeout_ms_(static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(opts.poll_timeout.count(), 1, 1000))),
-      faults_(opts.faults) {}
+      faults_(opts.faults),
+      io_(io_from_env(opts.io)) {
+  if (io() == UdpLinkOptions::Io::kSingle) return;
+  const char* gro_env = std::getenv("OPENIB_UDP_GRO");  // 0: no GRO whatever the options say
+  if (io() == UdpLinkOptions::Io::kGso && opts.gro && !(gro_env && std::strcmp(gro_env, "0") == 0)) {
+    const int one = 1;  // best effort: without it, datagrams come one by one
+    gro_ = ::setsockopt(sock_.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  }
+  rx_slots_ = gro_ ? kGroRxBatch : kRxBatch;
+  rx_slot_bytes_ = gro_ ? kGroRxBufBytes : kRxBufBytes;
+  rx_bufs_.reset(new std::byte[rx_slots_ * rx_slot_bytes_]);
+}
 
 UdpLink::~UdpLink() { stop(); }
 
@@ -145,27 +172,168 @@ void UdpLink::capture(std::span<const std::byte> packet) {
     log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
 }
 
-Result<void> UdpLink::send(std::span<const std::byte> packet) {
-  if (packet.size() > wire::kMaxPacketBytes) {
+Result<void> UdpLink::check_send(std::size_t len, Endpoint& to) {
+  if (len > wire::kMaxPacketBytes) {
     LinkCounters::bump(counters_.tx_errors);
-    return err(EMSGSIZE, "{}: packet of {} bytes exceeds the IBA maximum {}", name_, packet.size(),
-               wire::kMaxPacketBytes);
+    return err(EMSGSIZE, "{}: packet of {} bytes exceeds the IBA maximum {}", name_, len, wire::kMaxPacketBytes);
   }
-  const Endpoint to = peer();
+  to = peer();
   if (to.len == 0) {
     LinkCounters::bump(counters_.tx_errors);
     return err(ENOTCONN, "{}: no peer set", name_);
   }
+  return ok();
+}
+
+Result<void> UdpLink::send_with(std::size_t len, Filler fill, std::size_t payload_at) {
+  {
+    std::unique_lock lk(send_mu_);
+    if (batch_depth_ > 0 && !faults_.active()) {
+      Endpoint to;
+      OPENIB_TRY(check_send(len, to));
+      if (!tx_ends_.empty() && !tx_to_.same_as(reinterpret_cast<const sockaddr*>(&to.addr), to.len))
+        (void)flush_locked();  // set_peer() in the batch; its errors are counted
+      tx_to_ = to;
+      const std::size_t at = tx_bytes_.size();
+      tx_bytes_.resize(at + len);
+      const std::span<std::byte> pkt(tx_bytes_.data() + at, len);
+      if (!fill(pkt)) {
+        tx_bytes_.resize(at);
+        return err(ECANCELED, "{}: packet abandoned by its sender", name_);
+      }
+      wire::seal_packet(pkt);
+      tx_ends_.push_back(tx_bytes_.size());
+      LinkCounters::bump(counters_.tx_packets);
+      LinkCounters::bump(counters_.tx_bytes, len);
+      return tx_ends_.size() >= kTxBatch ? flush_locked() : ok();
+    }
+  }
+  return Link::send_with(len, fill, payload_at);
+}
+
+Result<void> UdpLink::send(std::span<const std::byte> packet) {
+  Endpoint to;
+  OPENIB_TRY(check_send(packet.size(), to));
   LinkCounters::bump(counters_.tx_packets);
   LinkCounters::bump(counters_.tx_bytes, packet.size());
 
   std::lock_guard lk(send_mu_);
-  if (!faults_.active()) return send_datagram(packet, to);
+  if (!faults_.active()) return batch_depth_ ? queue_datagram(packet, to) : send_datagram(packet, to);
   std::vector<FaultInjector::Packet> out;
   faults_.apply(packet, out, counters_);
   Result<void> result;
   for (const auto& p : out)
-    if (auto r = send_datagram(p, to); !r && result.ok()) result = std::move(r);
+    if (auto r = batch_depth_ ? queue_datagram(p, to) : send_datagram(p, to); !r && result.ok())
+      result = std::move(r);
+  return result;
+}
+
+void UdpLink::begin_batch() {
+  if (io() == UdpLinkOptions::Io::kSingle) return;  // never changes to or from kSingle
+  std::lock_guard lk(send_mu_);
+  ++batch_depth_;
+}
+
+void UdpLink::end_batch() {
+  if (io() == UdpLinkOptions::Io::kSingle) return;
+  std::lock_guard lk(send_mu_);
+  if (batch_depth_ == 0 || --batch_depth_ > 0) return;
+  if (auto r = flush_locked(); !r) log_once(warned_tx_, "{}: {}", name_, r.error().str());
+}
+
+Result<void> UdpLink::queue_datagram(std::span<const std::byte> packet, const Endpoint& to) {
+  Result<void> result;
+  if (!tx_ends_.empty() && !tx_to_.same_as(reinterpret_cast<const sockaddr*>(&to.addr), to.len)) result = flush_locked();  // set_peer() in the batch
+  tx_to_ = to;
+  tx_bytes_.insert(tx_bytes_.end(), packet.begin(), packet.end());
+  tx_ends_.push_back(tx_bytes_.size());
+  if (tx_ends_.size() >= kTxBatch) {
+    if (auto r = flush_locked(); !r && result.ok()) result = std::move(r);
+  }
+  return result;
+}
+
+// The queue in one sendmmsg() (sendmmsg(2)): a message per packet, or per
+// run of equal-size packets (and a shorter last one) as one UDP GSO
+// message (udp(7) UDP_SEGMENT) that the kernel cuts into exactly those
+// datagrams. A message the socket refuses is counted as its packets
+// lost; a GSO message refused for being one (EINVAL, EIO: an interface
+// MTU below the packet, no checksum offload) turns GSO off for the link
+// and its packets go one by one.
+Result<void> UdpLink::flush_locked() {
+  const std::size_t n = tx_ends_.size();
+  if (n == 0) return ok();
+  const bool gso = io() == UdpLinkOptions::Io::kGso;
+  constexpr std::size_t kCmsgBytes = CMSG_SPACE(sizeof(std::uint16_t));
+  struct Msg {
+    iovec iov;
+    std::size_t first, count;  // packets
+    alignas(cmsghdr) unsigned char cmsg[kCmsgBytes];
+  };
+  Msg ms[kTxBatch];
+  mmsghdr hs[kTxBatch];
+  auto start = [&](std::size_t i) { return i == 0 ? std::size_t{0} : tx_ends_[i - 1]; };
+  auto len = [&](std::size_t i) { return tx_ends_[i] - start(i); };
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i + 1;
+    if (gso) {
+      const std::size_t size = len(i);
+      auto fits = [&](std::size_t k) { return k - i < kGsoMaxSegments && tx_ends_[k] - start(i) <= kGsoMaxBytes; };
+      while (j < n && len(j) == size && fits(j)) ++j;
+      if (j < n && len(j) < size && fits(j)) ++j;  // the kernel's last segment may be shorter
+    }
+    Msg& g = ms[m];
+    g.iov = {tx_bytes_.data() + start(i), tx_ends_[j - 1] - start(i)};
+    g.first = i;
+    g.count = j - i;
+    mmsghdr& h = hs[m];
+    h = {};
+    h.msg_hdr.msg_name = const_cast<sockaddr_storage*>(&tx_to_.addr);
+    h.msg_hdr.msg_namelen = tx_to_.len;
+    h.msg_hdr.msg_iov = &g.iov;
+    h.msg_hdr.msg_iovlen = 1;
+    if (g.count > 1) {
+      std::memset(g.cmsg, 0, sizeof g.cmsg);
+      h.msg_hdr.msg_control = g.cmsg;
+      h.msg_hdr.msg_controllen = kCmsgBytes;
+      cmsghdr* c = CMSG_FIRSTHDR(&h.msg_hdr);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+      const auto seg = static_cast<std::uint16_t>(len(i));
+      std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    }
+    ++m;
+    i = j;
+  }
+  Result<void> result;
+  for (std::size_t k = 0; k < m;) {
+    const int r = ::sendmmsg(sock_.get(), hs + k, static_cast<unsigned>(m - k), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r > 0) {
+      for (std::size_t x = k; x < k + static_cast<std::size_t>(r); ++x)
+        for (std::size_t p = ms[x].first; p < ms[x].first + ms[x].count; ++p)
+          capture(std::span<const std::byte>(tx_bytes_.data() + start(p), len(p)));
+      k += static_cast<std::size_t>(r);
+      continue;
+    }
+    const int e = r < 0 ? errno : EIO;
+    if (e == EINTR) continue;
+    const Msg& g = ms[k];
+    if (g.count > 1 && (e == EINVAL || e == EIO || e == EOPNOTSUPP || e == ENOPROTOOPT)) {
+      if (io_.exchange(UdpLinkOptions::Io::kBatch) == UdpLinkOptions::Io::kGso)
+        logger()->warn("{}: UDP GSO refused ({}); sending packet by packet", name_, std::strerror(e));
+      for (std::size_t p = g.first; p < g.first + g.count; ++p)
+        if (auto s2 = send_datagram(std::span<const std::byte>(tx_bytes_.data() + start(p), len(p)), tx_to_);
+            !s2 && result.ok())
+          result = std::move(s2);
+    } else if (auto f = count_tx_failure(e, tx_to_, g.count); !f && result.ok()) {
+      result = std::move(f);
+    }
+    ++k;
+  }
+  tx_bytes_.clear();
+  tx_ends_.clear();
   return result;
 }
 
@@ -176,12 +344,16 @@ Result<void> UdpLink::send_datagram(std::span<const std::byte> packet, const End
     capture(packet);
     return ok();
   }
-  const int e = n < 0 ? errno : EIO;  // a short UDP send does not happen; counted as an error if it did
-  LinkCounters::bump(counters_.tx_errors);
-  // A full buffer, or a far end not (yet) listening: the packet is lost on
-  // the wire, as on a congested or unplugged link. Counted, not an error.
+  // A short UDP send does not happen; counted as an error if it did.
+  return count_tx_failure(n < 0 ? errno : EIO, to, 1);
+}
+
+Result<void> UdpLink::count_tx_failure(int e, const Endpoint& to, std::size_t packets) {
+  LinkCounters::bump(counters_.tx_errors, packets);
+  // A full buffer, or a far end not (yet) listening: the packets are lost
+  // on the wire, as on a congested or unplugged link. Counted, not an error.
   if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == ECONNREFUSED || e == EINTR) {
-    log_once(warned_tx_, "{}: packet to {} dropped: {}", name_, to.str(), std::strerror(e));
+    log_once(warned_tx_, "{}: {} packet(s) to {} dropped: {}", name_, packets, to.str(), std::strerror(e));
     return ok();
   }
   errno = e;
@@ -192,7 +364,8 @@ void UdpLink::receive_loop() {
   rx_tid_.store(std::this_thread::get_id());
   // One byte more than the largest packet, so a longer datagram shows as
   // too long (MSG_TRUNC returns its real length) instead of fitting.
-  std::vector<std::byte> buf(wire::kMaxPacketBytes + 1);
+  std::vector<std::byte> single;
+  if (!rx_bufs_) single.resize(wire::kMaxPacketBytes + 1);
   pollfd fds[2] = {{sock_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
   while (!stopping_.load(std::memory_order_acquire)) {
     const int n = ::poll(fds, 2, poll_timeout_ms_);
@@ -203,22 +376,88 @@ void UdpLink::receive_loop() {
     }
     if (n == 0 || fds[1].revents != 0) continue;  // timeout or stop(): the loop condition decides
     if (fds[0].revents & POLLNVAL) return;
-    for (int i = 0; i < kRecvBatch && !stopping_.load(std::memory_order_acquire); ++i) {
-      sockaddr_storage from{};
-      socklen_t from_len = sizeof from;
-      const ssize_t r = ::recvfrom(sock_.get(), buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC,
-                                   reinterpret_cast<sockaddr*>(&from), &from_len);
-      if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        if (errno == EINTR) continue;
-        // E.g. an ICMP error queued on the socket: reported once, then read on.
-        log_once(warned_rx_, "{}: recvfrom: {}", name_, std::strerror(errno));
-        break;
-      }
-      const auto len = std::min(static_cast<std::size_t>(r), buf.size());
-      receive_one(std::span<const std::byte>(buf.data(), len), reinterpret_cast<const sockaddr*>(&from),
-                  from_len);
+    if (rx_bufs_) receive_batch();
+    else receive_single(single.data(), single.size());
+  }
+}
+
+void UdpLink::receive_single(std::byte* buf, std::size_t size) {
+  for (int i = 0; i < kRecvBatch && !stopping_.load(std::memory_order_acquire); ++i) {
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    const ssize_t r = ::recvfrom(sock_.get(), buf, size, MSG_DONTWAIT | MSG_TRUNC,
+                                 reinterpret_cast<sockaddr*>(&from), &from_len);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      // E.g. an ICMP error queued on the socket: reported once, then read on.
+      log_once(warned_rx_, "{}: recvfrom: {}", name_, std::strerror(errno));
+      break;
     }
+    const auto len = std::min(static_cast<std::size_t>(r), size);
+    receive_one(std::span<const std::byte>(buf, len), reinterpret_cast<const sockaddr*>(&from), from_len);
+  }
+}
+
+// recvmmsg(2) into the ring of rx_slots_ buffers. Each buffer is larger
+// than the largest packet and MSG_TRUNC makes msg_len a datagram's real
+// length, so a longer datagram is seen as too long (malformed), not cut.
+// With UDP_GRO, a datagram with a UDP_GRO control message is the peer's
+// GSO message whole: its segments, gso_size bytes each but the last, are
+// the datagrams a receiver without GRO would have read, taken in turn.
+void UdpLink::receive_batch() {
+  constexpr std::size_t kCmsgBytes = CMSG_SPACE(sizeof(int));
+  struct Slot {
+    iovec iov;
+    sockaddr_storage from;
+    alignas(cmsghdr) unsigned char cmsg[kCmsgBytes];
+  };
+  Slot slots[kRxBatch];
+  mmsghdr hs[kRxBatch];
+  const std::size_t n_slots = rx_slots_;
+  for (std::size_t i = 0; i < n_slots; ++i) slots[i].iov = {rx_bufs_.get() + i * rx_slot_bytes_, rx_slot_bytes_};
+  for (std::size_t taken = 0; taken < static_cast<std::size_t>(kRecvBatch) && !stopping_.load(std::memory_order_acquire);) {
+    for (std::size_t i = 0; i < n_slots; ++i) {
+      hs[i] = {};
+      hs[i].msg_hdr.msg_name = &slots[i].from;
+      hs[i].msg_hdr.msg_namelen = sizeof slots[i].from;
+      hs[i].msg_hdr.msg_iov = &slots[i].iov;
+      hs[i].msg_hdr.msg_iovlen = 1;
+      if (gro_) {
+        hs[i].msg_hdr.msg_control = slots[i].cmsg;
+        hs[i].msg_hdr.msg_controllen = kCmsgBytes;
+      }
+    }
+    const int r = ::recvmmsg(sock_.get(), hs, static_cast<unsigned>(n_slots), MSG_DONTWAIT | MSG_TRUNC, nullptr);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR) continue;
+      log_once(warned_rx_, "{}: recvmmsg: {}", name_, std::strerror(errno));
+      return;
+    }
+    for (int i = 0; i < r; ++i) {
+      msghdr& m = hs[i].msg_hdr;
+      const std::byte* d = rx_bufs_.get() + static_cast<std::size_t>(i) * rx_slot_bytes_;
+      const auto len = std::min<std::size_t>(hs[i].msg_len, rx_slot_bytes_);
+      const auto* from = reinterpret_cast<const sockaddr*>(&slots[i].from);
+      std::size_t seg = 0;
+      if (gro_)
+        for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+          if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int v = 0;
+            std::memcpy(&v, CMSG_DATA(c), sizeof v);
+            if (v > 0) seg = static_cast<std::size_t>(v);
+          }
+      if (seg == 0 || seg >= len) {
+        receive_one(std::span<const std::byte>(d, len), from, m.msg_namelen);
+        continue;
+      }
+      gro_datagrams_.fetch_add(1, std::memory_order_relaxed);
+      for (std::size_t off = 0; off < len; off += seg)
+        receive_one(std::span<const std::byte>(d + off, std::min(seg, len - off)), from, m.msg_namelen);
+    }
+    if (static_cast<std::size_t>(r) < n_slots) return;  // drained
+    taken += static_cast<std::size_t>(r);
   }
 }
 

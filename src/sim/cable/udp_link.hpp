@@ -4,8 +4,16 @@
 //
 //   send()   fault injection (FaultSpec), then a non-blocking sendto(); a
 //            full socket buffer (EAGAIN, ENOBUFS) drops the packet and
-//            counts tx_errors, as a congested wire would.
-//   receive  datagrams from anyone but the peer are dropped
+//            counts tx_errors, as a congested wire would. Inside a batch
+//            (Link::begin_batch .. end_batch) packets are queued and leave
+//            together at its end (or when kTxBatch wait) in one
+//            sendmmsg(), runs of equal-size packets as one UDP GSO message
+//            (UDP_SEGMENT: the kernel cuts it into the same datagrams, so
+//            a receiver sees one packet per datagram either way).
+//   receive  recvmmsg() into a ring of kRxBatch buffers (with UDP_GRO,
+//            kGroRxBatch of 64 KiB: a GSO message arrives whole and is
+//            cut at its gso_size into the packets it carries); then
+//            datagrams from anyone but the peer are dropped
 //            (rx_dropped_foreign); the rest are captured (if a pcap tap is
 //            set), validated (rx_check.hpp: bad CRC / malformed counted and
 //            dropped) and handed to the receiver on the receive thread.
@@ -23,6 +31,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/fd.hpp"
 #include "common/result.hpp"
@@ -30,6 +39,7 @@
 #include "sim/cable/fault_injector.hpp"
 #include "sim/cable/link.hpp"
 #include "sim/cable/link_counters.hpp"
+#include "sim/wire/packet.hpp"
 
 namespace openib::sim::wire {
 class PcapErfWriter;
@@ -52,6 +62,18 @@ struct UdpLinkOptions {
   // receiving process is descheduled: on loopback, a full buffer is loss.
   int socket_buffer_bytes = 16 << 20;
   std::chrono::milliseconds poll_timeout{100};  // bounds stop() if the wake-up is lost
+  // How packets cross the socket (docs/cables.md "Batches"): kGso (the
+  // default), kBatch (sendmmsg/recvmmsg, no GSO), kSingle (one sendto /
+  // recvfrom per packet, as before batching; for comparisons). The
+  // environment variable OPENIB_UDP_BATCH=0|1|2 overrides it (single,
+  // batch, gso), so a benchmark can compare them with one build.
+  enum class Io { kSingle, kBatch, kGso };
+  Io io = Io::kGso;
+  // With kGso, UDP_GRO on the socket (udp(7)): a GSO message from the
+  // peer arrives whole and is cut here at its gso_size, one packet per
+  // segment. Its receive ring holds 64 KiB datagrams (kGroRxBatch of them,
+  // 512 KiB), so a process with many links (ibfabric) leaves it off.
+  bool gro = true;
 };
 
 class UdpLink final : public Link {
@@ -64,8 +86,26 @@ class UdpLink final : public Link {
   // ENOTCONN with no peer set; EMSGSIZE for a packet over wire::kMaxPacketBytes;
   // a socket error other than a full buffer is returned (and counted).
   Result<void> send(std::span<const std::byte> packet) override;
+  // In a batch without fault injection, `fill` writes the packet straight
+  // into the batch's queue (no buffer of its own, no copy); else as Link's.
+  Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at = 0) override;
   void set_receiver(Receiver r) override;
   LinkStats stats() const override { return counters_.snapshot(); }
+  // A batch queues what send() is given and sends it at end_batch() (or
+  // once kTxBatch packets wait), in one sendmmsg(). Nested batches end
+  // with the outermost.
+  void begin_batch() override;
+  void end_batch() override;
+  // The I/O in use (after OPENIB_UDP_BATCH; kGso falls back to kBatch for
+  // good if the kernel or the path refuses a GSO message).
+  UdpLinkOptions::Io io() const { return io_.load(std::memory_order_relaxed); }
+
+  static constexpr std::size_t kTxBatch = 64;  // packets queued before a batch sends anyway
+  static constexpr std::size_t kRxBatch = 32;     // datagrams one recvmmsg() takes
+  static constexpr std::size_t kGroRxBatch = 8;   // the same, of 64 KiB each, with UDP_GRO
+  // Whether UDP_GRO is on, and how many coalesced datagrams it brought.
+  bool gro() const { return gro_; }
+  std::uint64_t gro_datagrams() const { return gro_datagrams_.load(std::memory_order_relaxed); }
 
   // Cables this end to `peer` ("addr:port", same address family as the
   // local end). Datagrams from the previous peer are foreign from now on.
@@ -86,6 +126,13 @@ class UdpLink final : public Link {
   void receive_loop();
   void receive_one(std::span<const std::byte> datagram, const sockaddr* from, socklen_t from_len);
   Result<void> send_datagram(std::span<const std::byte> packet, const Endpoint& to);
+  // Under send_mu_: a packet into the batch's queue / the queue onto the wire.
+  Result<void> queue_datagram(std::span<const std::byte> packet, const Endpoint& to);
+  Result<void> flush_locked();
+  Result<void> check_send(std::size_t len, Endpoint& to);  // EMSGSIZE, ENOTCONN (counted); the peer
+  Result<void> count_tx_failure(int e, const Endpoint& to, std::size_t packets);
+  void receive_single(std::byte* buf, std::size_t size);
+  void receive_batch();
   void capture(std::span<const std::byte> packet);
 
   UniqueFd sock_;
@@ -101,6 +148,22 @@ class UdpLink final : public Link {
 
   std::mutex send_mu_;  // serialises fault injection and the datagrams it yields
   FaultInjector faults_;
+  std::atomic<UdpLinkOptions::Io> io_;
+  // The batch (under send_mu_): queued packets back to back in tx_bytes_,
+  // each one's end offset in tx_ends_, all to tx_to_.
+  unsigned batch_depth_ = 0;
+  std::vector<std::byte> tx_bytes_;
+  std::vector<std::size_t> tx_ends_;
+  Endpoint tx_to_;
+
+  // The receive thread's buffers: kRxBatch of kRxBufBytes, allocated
+  // uninitialised (a quiet link touches only the first pages).
+  static constexpr std::size_t kRxBufBytes = (wire::kMaxPacketBytes + 1 + 63) & ~std::size_t{63};
+  static constexpr std::size_t kGroRxBufBytes = 65536;  // the largest UDP datagram, GRO'd or not
+  bool gro_ = false;
+  std::size_t rx_slots_ = 0, rx_slot_bytes_ = 0;
+  std::unique_ptr<std::byte[]> rx_bufs_;
+  std::atomic<std::uint64_t> gro_datagrams_{0};
 
   std::mutex rx_mu_;
   std::shared_ptr<const Receiver> receiver_;

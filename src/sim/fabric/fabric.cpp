@@ -135,6 +135,7 @@ Result<void> Fabric::build(const FabricOptions& opts) {
       uo.local = mine.local;
       uo.peer = mine.peer;
       uo.faults = opts.faults;
+      uo.gro = false;  // 512 KiB of receive ring per cable otherwise (docs/cables.md "Batches")
       uo.name = fmt::format("{}[{}]", topo_.nodes[static_cast<size_t>(mine.node)].name, mine.port);
       if (!opts.pcap_dir.empty()) {
         OPENIB_TRY_ASSIGN(c.pcap, wire::PcapErfWriter::open(fmt::format(
@@ -195,6 +196,11 @@ void Fabric::emit(int sw, unsigned port, std::span<const std::byte> pkt, unsigne
     return;
   }
   if (c->udp) {
+    if (batching_ && !c->in_batch) {
+      c->in_batch = true;
+      c->udp->begin_batch();
+      batched_.push_back(c);
+    }
     (void)c->udp->send(pkt);  // loss on a full buffer is counted by the link
     return;
   }
@@ -203,7 +209,17 @@ void Fabric::emit(int sw, unsigned port, std::span<const std::byte> pkt, unsigne
   internal_.push_back({from_a ? c->b : c->a, std::vector<std::byte>(pkt.begin(), pkt.end()), hops});
 }
 
+Fabric::Batches::~Batches() {
+  for (Cable* c : f_.batched_) {
+    c->in_batch = false;
+    c->udp->end_batch();
+  }
+  f_.batched_.clear();
+  f_.batching_ = false;
+}
+
 void Fabric::deliver_inbox() {
+  Batches batches(*this);
   std::uint64_t n = 0;
   (void)!::read(inbox_efd_.get(), &n, sizeof n);
   std::deque<Queued> q;
@@ -224,6 +240,7 @@ void Fabric::deliver_inbox() {
 }
 
 std::size_t Fabric::pump_internal(std::size_t max) {
+  Batches batches(*this);
   std::size_t n = 0;
   const auto now = Switch::Clock::now();
   while (n < max && !internal_.empty()) {

@@ -108,8 +108,25 @@ class Fabric {
     End a, b;          // b.sw < 0: the far end is outside (UDP)
     UdpLink* udp = nullptr;
     bool up = true;
+    bool in_batch = false;  // udp's batch is open (Fabric::Batches)
     std::unique_ptr<wire::PcapErfWriter> pcap;
   };
+  // What the switches send to UDP cables while the loop forwards a drain
+  // of the inbox or of the internal queue leaves in one sendmmsg() per
+  // cable (UdpLink batches, docs/cables.md "Batches"): a cable's batch is
+  // opened at its first packet and closed at the end of the drain.
+  class Batches {
+   public:
+    explicit Batches(Fabric& f) : f_(f) { f_.batching_ = true; }
+    ~Batches();
+    Batches(const Batches&) = delete;
+    Batches& operator=(const Batches&) = delete;
+
+   private:
+    Fabric& f_;
+  };
+  bool batching_ = false;
+  std::vector<Cable*> batched_;
   struct Queued {
     End to;
     std::vector<std::byte> bytes;
