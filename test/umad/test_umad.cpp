@@ -400,6 +400,29 @@ Got recv_one(int fd, int timeout_ms) {
   return g;
 }
 
+// SIGKILLs ibd's embedded simhca and waits for ibd to say it is recovering;
+// returns the killed simhca's PID.
+pid_t kill_device(Env& env) {
+  const pid_t sim = env.ibd->simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGKILL) == 0);
+  REQUIRE(wait_until([&] { return env.ibd->log_tail(100000).find("recovering") != std::string::npos; },
+                     std::chrono::seconds(10)));
+  return sim;
+}
+
+// Waits until port 1 answers umad_get_port again (a new connection's HELLO
+// waits for the recovery) and checks that ibd runs a new simhca.
+void wait_device_back(Env& env, pid_t killed) {
+  umad_port_t port;
+  REQUIRE(wait_until([&] {
+    if (umad_get_port(nullptr, 1, &port) != 0) return false;
+    umad_release_port(&port);
+    return true;
+  }, std::chrono::seconds(60)));
+  CHECK(env.ibd->simhca_pid() != killed);
+}
+
 // docs/operations.md §5 "Device recovery", docs/umad.md "Device loss": the
 // device is lost (simhca SIGKILLed) under user-MAD clients. Their MAD
 // sockets and agents stay: a request written while the device is away
@@ -432,11 +455,7 @@ TEST_CASE("umad: MAD sockets and agents outlive a lost device; a send meanwhile 
   REQUIRE(sm >= 0);
   REQUIRE(wait_cap(kIsSm, true));
 
-  const pid_t sim = env.ibd->simhca_pid();
-  REQUIRE(sim > 0);
-  REQUIRE(::kill(sim, SIGKILL) == 0);
-  REQUIRE(wait_until([&] { return env.ibd->log_tail(100000).find("recovering") != std::string::npos; },
-                     std::chrono::seconds(10)));
+  const pid_t sim = kill_device(env);
   // During the loss: the send comes back at once, EIO; the receiver's read
   // waits (no error, nothing).
   REQUIRE(send_vendor_get(sfd, sender, 7, 0x200) == 0);
@@ -450,13 +469,7 @@ TEST_CASE("umad: MAD sockets and agents outlive a lost device; a send meanwhile 
 
   // After recovery (a new connection's HELLO waits for it): the agent
   // registered before the loss receives a request again, on the same fd.
-  umad_port_t port;
-  REQUIRE(wait_until([&] {
-    if (umad_get_port(nullptr, 1, &port) != 0) return false;
-    umad_release_port(&port);
-    return true;
-  }, std::chrono::seconds(60)));
-  CHECK(env.ibd->simhca_pid() != sim);
+  wait_device_back(env, sim);
   bool received = false;
   for (uint64_t tid = 0x300; tid < 0x300 + 100 && !received; ++tid) {
     REQUIRE(send_vendor_get(sfd, sender, 7, tid) == 0);
@@ -573,18 +586,8 @@ TEST_CASE("umad: with --umad-user-access=gmp, nobody sends GMPs on QP1 and nothi
 // them, and user nobody got EPERM).
 TEST_CASE("umad: --umad-user-access=gmp still holds after a device loss", "[umad]") {
   Env env(7, {"--umad-user-access=gmp"});
-  const pid_t sim = env.ibd->simhca_pid();
-  REQUIRE(sim > 0);
-  REQUIRE(::kill(sim, SIGKILL) == 0);
-  REQUIRE(wait_until([&] { return env.ibd->log_tail(100000).find("recovering") != std::string::npos; },
-                     std::chrono::seconds(10)));
-  umad_port_t port;
-  REQUIRE(wait_until([&] {
-    if (umad_get_port(nullptr, 1, &port) != 0) return false;
-    umad_release_port(&port);
-    return true;
-  }, std::chrono::seconds(60)));
-  CHECK(env.ibd->simhca_pid() != sim);
+  const pid_t sim = kill_device(env);
+  wait_device_back(env, sim);
   auto got = run_as_nobody([&] {
     const int fd = umad_open_port(nullptr, 0);
     const int pma = fd < 0 ? fd : umad_register(fd, 0x04, 1, 0, nullptr);
