@@ -52,8 +52,10 @@ t() { awk -v k="$1" '$1 == k {print $2}' "$OPENIB_SANDBOX/timing"; }
 diff_s() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }
 
 declare -A shape=([32]="2 16 2" [128]="8 16 4" [324]="18 18 9")
+last=opensm_pss_kB
+((paths)) && last+=" paths"
 printf '%-6s %-9s %-8s %-10s %-10s %-14s %-14s %-14s %s\n' hosts switches up_s hosts_s sm_s \
-  host_pss_kB host_rss_kB fabric_pss_kB "opensm_pss_kB${paths:+ paths}"
+  host_pss_kB host_rss_kB fabric_pss_kB "$last"
 for n in "${sizes[@]}"; do
   read -r l h s <<<"${shape[$n]}"
   topo=$tmp/fattree-$n.net
