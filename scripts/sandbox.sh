@@ -195,9 +195,12 @@ up() {
   done
   [[ -e $dir/hosts ]] && die "a sandbox is already up in $dir (sandbox.sh down)"
   parse_net "$net_spec"
+  # Another sandbox with our names: its namespaces are not ours to take down.
+  ! ip link show "$bridge" >/dev/null 2>&1 ||
+    die "a link $bridge exists: another sandbox uses the prefix '$prefix' (OPENIB_SANDBOX_PREFIX)"
   local t0=$EPOCHREALTIME
   mkdir -p "$dir"
-  local up_done=0
+  up_done=0  # global: the EXIT trap runs after up() has returned
   # Whatever fails from here on (a command, a die) takes down what came up.
   trap '((up_done)) || { log "bringing up failed; taking it down"; down; }' EXIT
   local ibfabric=$build/src/sim/fabric/ibfabric
