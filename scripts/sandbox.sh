@@ -200,6 +200,7 @@ up() {
     die "a link $bridge exists: another sandbox uses the prefix '$prefix' (OPENIB_SANDBOX_PREFIX)"
   local t0=$EPOCHREALTIME
   mkdir -p "$dir"
+  # shellcheck disable=SC2034  # read by the EXIT trap
   up_done=0  # global: the EXIT trap runs after up() has returned
   # Whatever fails from here on (a command, a die) takes down what came up.
   trap '((up_done)) || { log "bringing up failed; taking it down"; down; }' EXIT

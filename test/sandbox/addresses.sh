@@ -15,6 +15,7 @@ sandbox=$here/../../scripts/sandbox.sh
 fattree=$here/../../scripts/fattree.sh
 fail() { echo "FAIL: $*"; exit 1; }
 ok() { echo "ok: $*"; }
+# shellcheck disable=SC2086  # split at the dots
 to_int() { local IFS=.; set -- $1; echo $((($1 << 24) | ($2 << 16) | ($3 << 8) | $4)); }
 
 # --- fattree.sh: the 324-host tree is a valid topology --------------------
@@ -37,7 +38,7 @@ plan=$(bash "$sandbox" plan "$tmp/ft324") || fail "plan: $plan"
 (($(awk '{print $2}' <<<"$plan" | sort -u | wc -l) == 324)) || fail "namespaces repeat"
 (($(awk '{print $3}' <<<"$plan" | sort -u | wc -l) == 324)) || fail "addresses repeat"
 lo=$(to_int 198.18.0.0)
-while read -r name ns addr; do
+while read -r name _ addr; do
   [[ $addr =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "$name: '$addr' is not an address"
   for o in ${addr//./ }; do ((o <= 255)) || fail "$name: '$addr' is not an address"; done
   a=$(to_int "$addr")

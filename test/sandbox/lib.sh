@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the sandbox tests (subnet.sh, fattree.sh): a sandbox of their
 # own, taken down when the test exits however it exits; sb, fail, ok,
 # listens. Needs $build and $here.
