@@ -9,13 +9,17 @@
 #   sandbox.sh sm HOST start|stop       (re)start or stop OpenSM on HOST
 #   sandbox.sh fabric COMMAND...        ibfabric's control: link down Switch1 3, show, counters
 #   sandbox.sh hosts                    the hosts, their namespaces and sockets
+#   sandbox.sh plan TOPOLOGY            the hosts, namespaces and addresses `up` would give (no root)
 #   sandbox.sh down                     stops everything, removes namespaces and links
 #
-# Addresses: a bridge sbx-br with 198.18.0.1/24 in the root namespace (where
-# ibfabric runs); host i gets 198.18.0.(10+i)/24 on eth0 of netns sbx-i.
+# Addresses: the sandbox's network NET/LEN (default 198.18.0.0/22): a
+# bridge sbx-br with NET+1 in the root namespace (where ibfabric runs); host
+# i gets NET+10+i on eth0 of netns sbx-i (a /22 holds 1013 hosts).
 # State (PIDs, logs, sockets) lives in --dir (default /run/openib-sandbox).
-# OPENIB_SANDBOX_PREFIX (sbx) and OPENIB_SANDBOX_NET (198.18.0) change the
-# names and the /24, so that a test's sandbox and yours can coexist.
+# OPENIB_SANDBOX_PREFIX (sbx) and OPENIB_SANDBOX_NET change the names and
+# the network, so that a test's sandbox and yours can coexist:
+# OPENIB_SANDBOX_NET is A.B.C.D/LEN (LEN 16..28) or A.B.C (= A.B.C.0/24),
+# inside 198.18.0.0/15.
 # Must run as root. Everything started here is stopped by `down`, also
 # after a failed `up`.
 set -euo pipefail
@@ -25,10 +29,34 @@ build=${OPENIB_BUILD:-$here/../build}
 dir=${OPENIB_SANDBOX:-/run/openib-sandbox}
 prefix=${OPENIB_SANDBOX_PREFIX:-sbx}
 bridge=$prefix-br
-net=${OPENIB_SANDBOX_NET:-198.18.0}
+net_spec=${OPENIB_SANDBOX_NET:-198.18.0.0/22}
 
 die() { echo "sandbox: $*" >&2; exit 1; }
 log() { echo "sandbox: $*" >&2; }
+
+# The sandbox's network: sets net_base (an integer), net_len, net_hosts
+# (how many host addresses it holds). Refuses what is not inside
+# 198.18.0.0/15 (RFC 2544's benchmarking block) or not aligned.
+parse_net() {
+  local spec=$1 a b c d len
+  if [[ $spec =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
+    spec="$spec.0/24"
+  fi
+  [[ $spec =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)\.([0-9]+)/([0-9]+)$ ]] ||
+    die "OPENIB_SANDBOX_NET '$1' is neither A.B.C.D/LEN nor A.B.C"
+  a=${BASH_REMATCH[1]} b=${BASH_REMATCH[2]} c=${BASH_REMATCH[3]} d=${BASH_REMATCH[4]} len=${BASH_REMATCH[5]}
+  ((a < 256 && b < 256 && c < 256 && d < 256)) || die "OPENIB_SANDBOX_NET '$1': not an IPv4 address"
+  ((len >= 16 && len <= 28)) || die "OPENIB_SANDBOX_NET '$1': length $len not in 16..28"
+  net_base=$(((a << 24) | (b << 16) | (c << 8) | d))
+  net_len=$len
+  (((net_base & ((1 << (32 - len)) - 1)) == 0)) || die "OPENIB_SANDBOX_NET '$1': host bits set (not a network address)"
+  ((net_base >> 17 == (198 << 24 | 18 << 16) >> 17)) || die "OPENIB_SANDBOX_NET '$1' is not inside 198.18.0.0/15"
+  net_hosts=$(((1 << (32 - len)) - 11))  # .0 network, .1 bridge, up to .9 spare, the last broadcast
+}
+
+ip_of() {  # INTEGER -> dotted quad
+  echo "$(($1 >> 24 & 255)).$(($1 >> 16 & 255)).$(($1 >> 8 & 255)).$(($1 & 255))"
+}
 
 parse_common() {
   while (($#)); do
@@ -41,24 +69,46 @@ parse_common() {
   done
 }
 
-host_index() {  # NAME -> i
-  local i=0 name
-  while read -r name; do
-    [[ $name == "$1" ]] && { echo "$i"; return 0; }
-    i=$((i + 1))
-  done <"$dir/hosts"
-  die "no host '$1' (hosts: $(tr '\n' ' ' <"$dir/hosts"))"
+host_ns() {  # NAME -> its namespace
+  local ns
+  ns=$(awk -v n="$1" '$1 == n {print $2; exit}' "$dir/addrs" 2>/dev/null)
+  [[ -n $ns ]] || die "no host '$1' (hosts: $(awk '{printf "%s ", $1}' "$dir/addrs" 2>/dev/null))"
+  echo "$ns"
 }
 
-# Runs COMMAND in host NAME's namespace, with its ibd and our libibumad. It
-# execs (ip netns exec -> env -> COMMAND): started with `&`, $! is the
+# Runs COMMAND in namespace NS as host NAME, with its ibd and our libibumad.
+# It execs (ip netns exec -> env -> COMMAND): started with `&`, $! is the
 # command's own PID.
-in_host() {  # NAME COMMAND...
-  local name=$1 i
-  shift
-  i=$(host_index "$name")
-  exec ip netns exec "$prefix-$i" env LD_LIBRARY_PATH="$build/src/umad${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+in_ns() {  # NS NAME COMMAND...
+  local ns=$1 name=$2
+  shift 2
+  exec ip netns exec "$ns" env LD_LIBRARY_PATH="$build/src/umad${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     OPENIB_SOCKET="$dir/$name/ibd.sock" OSM_CACHE_DIR="$dir/$name/opensm-cache" "$@"
+}
+
+in_host() {  # NAME COMMAND...
+  local name=$1 ns
+  shift
+  ns=$(host_ns "$name")
+  in_ns "$ns" "$name" "$@"
+}
+
+# The hosts of TOPOLOGY (every CA ibfabric will cable), one line each:
+# NAME NAMESPACE ADDRESS. Needs parse_net first; nothing is brought up.
+plan() {  # TOPOLOGY
+  local -a hosts=()
+  local i n b
+  b=$("$build/src/sim/fabric/ibfabric" --print-bindings "$1") || die "ibfabric cannot read $1"
+  mapfile -t hosts < <(awk '!seen[$1]++ {print $1}' <<<"$b")
+  n=${#hosts[@]}
+  ((n <= net_hosts)) || die "$n hosts do not fit in $net_spec ($net_hosts host addresses; set OPENIB_SANDBOX_NET)"
+  for ((i = 0; i < n; i++)); do
+    echo "${hosts[i]} $prefix-$i $(ip_of $((net_base + 10 + i)))"
+  done
+}
+
+secs() {  # EPOCHREALTIME EPOCHREALTIME -> seconds between them, 0.1 s
+  awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'
 }
 
 # SIGTERM to PIDs, then up to SECONDS for them to go, then SIGKILL.
@@ -93,14 +143,19 @@ sm_start() {
   [[ -n $guid ]] || die "no port GUID on $name (is its ibd up?)"
   mkdir -p "$dir/$name/opensm-cache"
   : >"$dir/opensm.log"
+  local t0=$EPOCHREALTIME wait=${OPENIB_SANDBOX_SM_WAIT:-120} up_t0=${2:-}
   (in_host "$name" opensm -g "$guid" -f "$dir/opensm.log" -d2 -s 5) >"$dir/opensm.out" 2>&1 &
   echo $! >"$dir/opensm.pid"
   echo "$name" >"$dir/opensm.host"
-  if ! wait_for "$dir/opensm.log" "SUBNET UP" 60 "$(cat "$dir/opensm.pid")"; then
+  if ! wait_for "$dir/opensm.log" "SUBNET UP" "$wait" "$(cat "$dir/opensm.pid")"; then
     tail -20 "$dir/opensm.log" >&2 || true
-    die "OpenSM on $name: no SUBNET UP within 60 s"
+    die "OpenSM on $name: no SUBNET UP within $wait s (OPENIB_SANDBOX_SM_WAIT)"
   fi
-  log "OpenSM on $name (port GUID $guid): SUBNET UP"
+  local t1=$EPOCHREALTIME since_up=''
+  echo "sm_start $t0" >>"$dir/timing"
+  echo "subnet_up $t1" >>"$dir/timing"
+  [[ -n $up_t0 ]] && since_up=", $(secs "$up_t0" "$t1") s after 'up' began"
+  log "OpenSM on $name (port GUID $guid): SUBNET UP $(secs "$t0" "$t1") s after it started$since_up"
 }
 
 sm_stop() {
@@ -122,11 +177,12 @@ down() {
   done
   stop_pids 10 "${pids[@]}"
   [[ -f $dir/ibfabric.pid ]] && stop_pids 10 "$(cat "$dir/ibfabric.pid")"
-  for ((i = 0; i < n; i++)); do
-    ip netns del "$prefix-$i" 2>/dev/null || true
-    ip link del "${prefix}h$i" 2>/dev/null || true
-  done
-  ip link del "$bridge" 2>/dev/null || true
+  # A namespace takes its end of the veth pair, and with it ours.
+  {
+    for ((i = 0; i < n; i++)); do echo "netns del $prefix-$i"; done
+    for ((i = 0; i < n; i++)); do echo "link del ${prefix}h$i"; done
+    echo "link del $bridge"
+  } | ip -force -batch - 2>/dev/null || true
   rm -rf "$dir"
 }
 
@@ -138,83 +194,116 @@ up() {
     [[ -e $b ]] || die "$b is not built (ninja -C $build)"
   done
   [[ -e $dir/hosts ]] && die "a sandbox is already up in $dir (sandbox.sh down)"
+  parse_net "$net_spec"
+  # Another sandbox with our names: its namespaces are not ours to take down.
+  ! ip link show "$bridge" >/dev/null 2>&1 ||
+    die "a link $bridge exists: another sandbox uses the prefix '$prefix' (OPENIB_SANDBOX_PREFIX)"
+  local t0=$EPOCHREALTIME
   mkdir -p "$dir"
-  trap 'log "bringing up failed; taking it down"; down' ERR
+  # shellcheck disable=SC2034  # read by the EXIT trap
+  up_done=0  # global: the EXIT trap runs after up() has returned
+  # Whatever fails from here on (a command, a die) takes down what came up.
+  trap '((up_done)) || { log "bringing up failed; taking it down"; down; }' EXIT
   local ibfabric=$build/src/sim/fabric/ibfabric
 
-  # The hosts: every CA port ibfabric will cable (one line per port).
-  local -a node_addr=()
-  "$ibfabric" --print-bindings "$topo" >"$dir/bindings.0" || die "ibfabric cannot read $topo"
-  awk '{print $1}' "$dir/bindings.0" | awk '!seen[$0]++' >"$dir/hosts"
-  local i=0 name
-  while read -r name; do
-    node_addr+=(--node-addr "$name=$net.$((10 + i))")
-    i=$((i + 1))
-  done <"$dir/hosts"
-  "$ibfabric" --print-bindings --addr "$net.1" "${node_addr[@]}" "$topo" >"$dir/bindings"
+  plan "$topo" >"$dir/addrs"
+  local -a hosts=() node_addr=()
+  local n i name addr ns bridge_addr
+  while read -r name ns addr; do
+    hosts+=("$name")
+    node_addr+=(--node-addr "$name=$addr")
+  done <"$dir/addrs"
+  n=${#hosts[@]}
+  printf '%s\n' "${hosts[@]}" >"$dir/hosts"
+  bridge_addr=$(ip_of $((net_base + 1)))
+  "$ibfabric" --print-bindings --addr "$bridge_addr" "${node_addr[@]}" "$topo" >"$dir/bindings"
 
-  ip link add "$bridge" type bridge
-  ip addr add "$net.1/24" dev "$bridge"
-  ip link set "$bridge" up
-  i=0
-  while read -r name; do
-    ip netns add "$prefix-$i"
-    ip link add "${prefix}h$i" type veth peer name eth0 netns "$prefix-$i"
-    ip link set "${prefix}h$i" master "$bridge" up
-    ip -n "$prefix-$i" addr add "$net.$((10 + i))/24" dev eth0
-    ip -n "$prefix-$i" link set eth0 up
-    ip -n "$prefix-$i" link set lo up
-    i=$((i + 1))
-  done <"$dir/hosts"
+  # The namespaces and their cables to the bridge: one `ip -batch` in the
+  # root namespace and one per host (a few thousand `ip` runs otherwise).
+  {
+    echo "link add $bridge type bridge"
+    echo "addr add $bridge_addr/$net_len dev $bridge"
+    echo "link set $bridge up"
+    for ((i = 0; i < n; i++)); do
+      echo "netns add $prefix-$i"
+      echo "link add ${prefix}h$i type veth peer name eth0 netns $prefix-$i"
+      echo "link set ${prefix}h$i master $bridge up"
+    done
+  } >"$dir/ip.batch"
+  ip -batch "$dir/ip.batch"
+  for ((i = 0; i < n; i++)); do
+    printf 'addr add %s/%s dev eth0\nlink set eth0 up\nlink set lo up\n' \
+      "$(ip_of $((net_base + 10 + i)))" "$net_len" | ip -n "$prefix-$i" -batch -
+  done
+  local t_net=$EPOCHREALTIME
 
-  "$ibfabric" --addr "$net.1" "${node_addr[@]}" --control "$dir/fabric.ctl" --log info "$topo" \
+  "$ibfabric" --addr "$bridge_addr" "${node_addr[@]}" --control "$dir/fabric.ctl" --log info "$topo" \
     >"$dir/ibfabric.log" 2>&1 &
   echo $! >"$dir/ibfabric.pid"
   for _ in $(seq 100); do [[ -S $dir/fabric.ctl ]] && break; sleep 0.1; done
   [[ -S $dir/fabric.ctl ]] || { tail -20 "$dir/ibfabric.log" >&2; die "ibfabric did not start"; }
 
   # One ibd per host, its simhca cabled as --print-bindings says; no static
-  # LID: the subnet manager gives them.
-  while read -r name; do
-    local -a extra=() cable=()
-    local nports
-    nports=$(awk -v n="$name" '$1 == n' "$dir/bindings" | wc -l)
-    while read -r _ port rest_args; do
-      # shellcheck disable=SC2086
-      set -- $rest_args
-      while (($#)); do
-        case $1 in
-          --port1) cable=(--cable "$2"); shift 2 ;;
-          *) extra+=("--simhca-arg=$1"); shift ;;
-        esac
-      done
-    done < <(awk -v n="$name" '$1 == n' "$dir/bindings")
+  # LID: the subnet manager gives them. All start at once, then we wait for
+  # each to be ready. As many ports as the topology gives the CA (simhca
+  # has 1 or 2).
+  local -A args=() ports=()
+  local port rest_args a
+  while read -r name port rest_args; do
+    for a in $rest_args; do
+      case $a in --port1) args[$name]+=" --cable" ;; *) args[$name]+=" $a" ;; esac
+    done
+  done <"$dir/bindings"
+  while read -r name port; do ports[$name]=$port; done < <(
+    awk '($1 == "Hca" || $1 == "Ca") && $3 ~ /^"/ {n = $3; gsub(/"/, "", n); print n, $2}' "$topo")
+  for ((i = 0; i < n; i++)); do
+    name=${hosts[i]}
+    local -a extra=()
+    # shellcheck disable=SC2086
+    set -- ${args[$name]}
+    while (($#)); do
+      case $1 in
+        --cable) extra+=(--cable "$2"); shift 2 ;;
+        *) extra+=("--simhca-arg=$1"); shift ;;
+      esac
+    done
     extra+=("--simhca-arg=--node-desc" "--simhca-arg=$name")
-    # As many ports as the topology gives the CA (simhca has 1 or 2).
-    local topo_ports
-    topo_ports=$(awk -v n="\"$name\"" '($1 == "Hca" || $1 == "Ca") && $3 == n {print $2; exit}' "$topo")
-    [[ ${topo_ports:-1} -ge 2 ]] && extra+=("--simhca-arg=--ports" "--simhca-arg=2")
+    [[ ${ports[$name]:-1} -ge 2 ]] && extra+=("--simhca-arg=--ports" "--simhca-arg=2")
     mkdir -p "$dir/$name"
-    (in_host "$name" "$build/src/ibd/ibd" --socket "$dir/$name/ibd.sock" --run-dir "$dir/$name" --lid 0 \
-      --log info "${cable[@]}" "${extra[@]}") >"$dir/$name/ibd.log" 2>&1 </dev/null &
+    (in_ns "$prefix-$i" "$name" "$build/src/ibd/ibd" --socket "$dir/$name/ibd.sock" --run-dir "$dir/$name" \
+      --lid 0 --log info "${extra[@]}") >"$dir/$name/ibd.log" 2>&1 </dev/null &
     echo $! >"$dir/$name/ibd.pid"
-    wait_for "$dir/$name/ibd.log" "ibd: ready" 30 "$(cat "$dir/$name/ibd.pid")" ||
+  done
+  for ((i = 0; i < n; i++)); do
+    name=${hosts[i]}
+    wait_for "$dir/$name/ibd.log" "ibd: ready" 60 "$(cat "$dir/$name/ibd.pid")" ||
       { tail -20 "$dir/$name/ibd.log" >&2; die "ibd on $name did not start"; }
-    log "host $name: netns $prefix-$(host_index "$name"), ibd $(cat "$dir/$name/ibd.pid"), $nports cabled port(s)"
-  done <"$dir/hosts"
-  trap - ERR
-  [[ -n ${sm_host:-} ]] && sm_start "$sm_host"
-  log "up: $(wc -l <"$dir/hosts") hosts; 'sandbox.sh run HOST CMD' runs a command there"
+    ((n <= 16)) && log "host $name: netns $prefix-$i, ibd $(cat "$dir/$name/ibd.pid")"
+  done
+  local t_ibd=$EPOCHREALTIME
+  up_done=1
+  trap - EXIT
+  log "up: $n hosts in $(secs "$t0" "$t_ibd") s (namespaces $(secs "$t0" "$t_net") s);" \
+    "'sandbox.sh run HOST CMD' runs a command there"
+  echo "up_start $t0" >"$dir/timing"
+  echo "hosts_ready $t_ibd" >>"$dir/timing"
+  [[ -n ${sm_host:-} ]] && sm_start "$sm_host" "$t0"
+  return 0
 }
 
 cmd=${1:-}
-[[ -n $cmd ]] || { sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 2; }
+[[ -n $cmd ]] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "${BASH_SOURCE[0]}"; exit 2; }
 shift
 rest=()
 sm_host=''
 case $cmd in
   up) parse_common "$@"; up ;;
   down) parse_common "$@"; down ;;
+  plan)
+    parse_common "$@"
+    [[ -n ${rest[0]:-} && -r ${rest[0]} ]] || die "usage: sandbox.sh plan TOPOLOGY"
+    parse_net "$net_spec"
+    plan "${rest[0]}" ;;
   run)
     (($# >= 2)) || die "usage: sandbox.sh run HOST COMMAND..."
     host=$1; shift
@@ -224,10 +313,9 @@ case $cmd in
     case $2 in start) sm_start "$1" ;; stop) sm_stop ;; *) die "sm HOST start|stop" ;; esac ;;
   fabric) "$build/src/sim/fabric/ibfabric" ctl "$dir/fabric.ctl" "$@" ;;
   hosts)
-    i=0
-    while read -r name; do
-      echo "$name netns=$prefix-$i addr=$net.$((10 + i)) socket=$dir/$name/ibd.sock"
-      i=$((i + 1))
-    done <"$dir/hosts" ;;
+    [[ -f $dir/addrs ]] || die "no sandbox is up in $dir"
+    while read -r name ns addr; do
+      echo "$name netns=$ns addr=$addr socket=$dir/$name/ibd.sock"
+    done <"$dir/addrs" ;;
   *) die "unknown command '$cmd'" ;;
 esac

@@ -9,26 +9,9 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
-export OPENIB_BUILD=$build OPENIB_SANDBOX_PREFIX=sbt OPENIB_SANDBOX_NET=198.18.7
-export OPENIB_SANDBOX
-OPENIB_SANDBOX=$(mktemp -d "${TMPDIR:-/tmp}/subnet-test-XXXXXX")
-rmdir "$OPENIB_SANDBOX"
-sandbox=$here/../../scripts/sandbox.sh
-sb() { bash "$sandbox" "$@"; }
-# In the background: `run` execs, so $! is the command itself.
-pp_pid=''
-cleanup() {
-  [[ -n $pp_pid ]] && kill "$pp_pid" 2>/dev/null
-  sb down || true
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  [[ -f $OPENIB_SANDBOX/opensm.log ]] && { echo "--- opensm.log (tail)"; tail -30 "$OPENIB_SANDBOX/opensm.log"; }
-  [[ -f $OPENIB_SANDBOX/ibfabric.log ]] && { echo "--- ibfabric.log (tail)"; tail -15 "$OPENIB_SANDBOX/ibfabric.log"; }
-  exit 1
-}
-ok() { echo "ok: $*"; }
+# shellcheck source=lib.sh
+source "$here/lib.sh"
+sandbox_test sbt 198.18.7 subnet-test
 # pings_back FROM LID SERVER_PID: waits (at most 10 s) until the ibping
 # server at LID answers a ping from FROM (it has registered its agent);
 # fails if the server exits first.
@@ -36,16 +19,6 @@ pings_back() {
   for _ in $(seq 50); do
     sb run "$1" ibping -c 1 -t 200 "$2" 2>/dev/null | grep -q "1 packets transmitted, 1 received" && return 0
     kill -0 "$3" 2>/dev/null || return 1
-  done
-  return 1
-}
-# listens HOST PORT PID: waits (at most 10 s) until a TCP socket listens on
-# PORT in HOST's namespace; fails if PID exits first.
-listens() {
-  for _ in $(seq 100); do
-    [[ -n $(sb run "$1" ss -Hltn "sport = :$2") ]] && return 0
-    kill -0 "$3" 2>/dev/null || return 1
-    sleep 0.1
   done
   return 1
 }
@@ -147,14 +120,7 @@ after=$(xmit)
 ok "perfquery: Hca4 PortXmitPkts $before -> $after with traffic; -R resets"
 
 # --- RC traffic between two hosts across two switches ---------------------
-pp=$build/examples/openib-rc-pingpong
-bash "$sandbox" run Hca1 "$pp" -n 200 -s 4096 >"$OPENIB_SANDBOX/pp-server.log" 2>&1 &
-pp_pid=$!
-listens Hca1 18515 "$pp_pid" || fail "rc-pingpong server does not listen: $(cat "$OPENIB_SANDBOX/pp-server.log")"
-out=$(sb run Hca4 timeout 60 "$pp" -n 200 -s 4096 "$OPENIB_SANDBOX_NET.10") || fail "rc-pingpong client: $out"
-wait "$pp_pid" || fail "rc-pingpong server: $(cat "$OPENIB_SANDBOX/pp-server.log")"
-pp_pid=''
-grep -q "200 iters" <<<"$out" || fail "rc-pingpong: $out"
+rc_pingpong Hca1 Hca4 "$OPENIB_SANDBOX_NET.10" 200
 ok "RC pingpong Hca4 -> Hca1 across Switch2 and Switch1: 200 x 4 KiB"
 
 # --- a cable pulled: trap 128, OpenSM resweeps ----------------------------

@@ -8,6 +8,7 @@
 // One asio io_context: UDP cables' packets (handed over by their receive
 // threads through an eventfd), in-process cables, the trap timer, the
 // control socket and SIGTERM/SIGINT.
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -258,6 +259,13 @@ int main(int argc, char** argv) {
     io.stop();
   });
   std::signal(SIGPIPE, SIG_IGN);
+  // Two descriptors per host cable (a UDP socket and its wake-up): a
+  // 324-host fat tree needs about 660, more than some systems' soft limit
+  // of 1024 leaves for larger trees; take what the hard limit allows.
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
 
   auto fr = Fabric::create(std::move(topo).value(), fo);
   if (!fr) {

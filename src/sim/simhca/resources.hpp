@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -23,7 +24,8 @@ class Table {
   // Numbers [first, capacity) are allocated by alloc(); numbers below
   // `first` only by alloc_at() (QP0 and QP1).
   void reset(uint32_t capacity, uint32_t first = 0) {
-    slots_.assign(capacity, std::nullopt);
+    slots_.clear();
+    slots_.resize(capacity);
     used_.assign((capacity + 63) / 64, 0);
     first_ = first;
     cursor_ = first;
@@ -35,7 +37,7 @@ class Table {
     for (uint32_t i = 0; i < n - first_; ++i) {
       uint32_t k = first_ + (cursor_ - first_ + i) % (n - first_);
       if (!slots_[k]) {
-        slots_[k] = std::move(v);
+        slots_[k] = std::make_unique<T>(std::move(v));
         mark(k, true);
         cursor_ = k + 1 < n ? k + 1 : first_;
         ++count_;
@@ -46,13 +48,13 @@ class Table {
   }
   bool alloc_at(uint32_t k, T v) {
     if (k >= slots_.size() || slots_[k]) return false;
-    slots_[k] = std::move(v);
+    slots_[k] = std::make_unique<T>(std::move(v));
     mark(k, true);
     ++count_;
     return true;
   }
-  T* get(uint32_t k) { return k < slots_.size() && slots_[k] ? &*slots_[k] : nullptr; }
-  const T* get(uint32_t k) const { return k < slots_.size() && slots_[k] ? &*slots_[k] : nullptr; }
+  T* get(uint32_t k) { return k < slots_.size() ? slots_[k].get() : nullptr; }
+  const T* get(uint32_t k) const { return k < slots_.size() ? slots_[k].get() : nullptr; }
   void free(uint32_t k) {
     if (get(k)) {
       slots_[k].reset();
@@ -88,7 +90,10 @@ class Table {
     used_[k / 64] = on ? used_[k / 64] | bit : used_[k / 64] & ~bit;
   }
 
-  std::vector<std::optional<T>> slots_;
+  // An object each, allocated when its number is: a table of empty slots
+  // costs a pointer per number (the QP table's 16384 inline Qps were 8 MB
+  // per simhca, docs/performance.md "Scale: the sandbox").
+  std::vector<std::unique_ptr<T>> slots_;
   std::vector<uint64_t> used_;  // bit k: slots_[k] is occupied
   uint32_t first_ = 0, cursor_ = 0, count_ = 0;
 };

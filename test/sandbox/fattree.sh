@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A 32-host fat tree (scripts/fattree.sh 2 16 2: 2 leaves, 2 spines) in the
+# sandbox (scripts/sandbox.sh) with Debian's OpenSM: every port Active,
+# every path in the SA, and RC traffic between hosts on different leaves.
+# Larger trees are a benchmark (bench/sandbox-scale.sh).
+#   fattree.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh
+source "$here/lib.sh"
+sandbox_test sbu 198.18.12.0/22 fattree-test
+topo=$OPENIB_SANDBOX.net
+
+bash "$here/../../scripts/fattree.sh" 2 16 2 >"$topo"
+sb up "$topo" --sm Hca1 || fail "sandbox up"
+hosts=$(sb hosts)
+(($(wc -l <<<"$hosts") == 32)) || fail "sandbox hosts: $hosts"
+ok "32 hosts up, OpenSM on Hca1: SUBNET UP"
+
+# Every cable up: each leaf has 16 host ports and 16 up-links, each spine
+# 16 down-links (96 switch ports), and the 32 CA ports.
+links=$(sb run Hca17 iblinkinfo 2>&1) || fail "iblinkinfo: $links"
+n=$(grep -c "Active/ *LinkUp" <<<"$links" || true)
+((n == 128)) || fail "iblinkinfo: $n ports Active/LinkUp, expected 128"
+ok "iblinkinfo: 96 switch ports and 32 CA ports Active/LinkUp"
+
+# The SA knows every path: 36 LIDs (32 CAs, 4 switches) squared.
+n=$(sb run Hca32 saquery -p 2>/dev/null | grep -c "PathRecord dump" || true)
+((n == 36 * 36)) || fail "saquery -p: $n PathRecords, expected 1296"
+ok "saquery -p: 1296 PathRecords"
+
+# RC between Hca1 (Leaf1) and Hca32 (Leaf2): through a spine.
+addr1=$(awk '$1 == "Hca1" {sub("addr=", "", $3); print $3}' <<<"$hosts")
+[[ $addr1 == 198.18.12.10 ]] || fail "Hca1's address is '$addr1'"
+rc_pingpong Hca1 Hca32 "$addr1" 100
+ok "RC pingpong Hca32 -> Hca1 across the spines: 100 x 4 KiB"
+echo "PASS: a 32-host fat tree through OpenSM"
