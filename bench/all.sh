@@ -14,7 +14,9 @@
 #   one-shm   one simhca serving both devices, shared-memory cable (run.sh's default)
 #   each-shm  two ibds, each with its embedded simhca, shared-memory cable
 #   each-udp  the same on a UDP cable over 127.0.0.1
-#   switch    the same, each cabled over UDP to one switch of ibfabric, LIDs by OpenSM
+#   switch    the same, each cabled over UDP to one switch of ibfabric, LIDs by OpenSM;
+#             beside it a direct UDP cable pair, the bench's reference
+#             (run.sh --udp-ref), measured interleaved in the same run
 # Quick by default (openib-bench --quick: a few minutes in all); --full
 # runs the bench's full iteration counts. --keep DIR keeps each layout's
 # bench output (DIR/LAYOUT.out). Exit status: 0 when every layout ran
@@ -43,7 +45,7 @@ declare -A flags=(
   [one-shm]="--simhca one --cable shm"
   [each-shm]="--simhca each --cable shm"
   [each-udp]="--simhca each --cable udp"
-  [switch]="--cable switch"
+  [switch]="--cable switch --udp-ref"
 )
 declare -A load ok
 t0=$SECONDS
@@ -97,8 +99,12 @@ for l in "${layouts[@]}"; do
       each-udp-*)
         t="lat<=1.0xTCP $(verdict "$L" '<=' "$TL"), bw>=1.0xTCP $(verdict "$B" '>=' "$TB")" ;;
       switch-*)
-        if [[ ${ok[each-udp]} == 1 ]]; then
-          UL=$(lat each-udp $c) UB=$(bw each-udp $c)
+        # One thread: against the reference pair of the same run; two
+        # processes: against each-udp's run.
+        UL='' UB=''
+        [[ $c == thread ]] && UL=$(get "$l" "reference RC SEND 8 B half RTT") UB=$(get "$l" "reference RC WRITE 64 KiB")
+        [[ -z $UL && ${ok[each-udp]} == 1 ]] && UL=$(lat each-udp $c) UB=$(bw each-udp $c)
+        if [[ -n $UL ]]; then
           lu=$(ratio "$L" "$UL") bu=$(ratio "$B" "$UB")
           t="lat<=1.5xUDP $(verdict "$L" '<=' "1.5 * $UL"), bw>=0.7xUDP $(verdict "$B" '>=' "0.7 * $UB")"
         fi ;;
@@ -107,6 +113,7 @@ for l in "${layouts[@]}"; do
       "$(ratio "$B" "$TB")" "$lu" "$bu" "$t"
   done
 done
+echo "(switch lat/UDP, bw/UDP: one thread against the direct UDP pair measured in the same run; two processes against each-udp's run)"
 echo
 echo "baselines in each layout's run (load average at its start):"
 printf '%-9s %10s %11s %12s %13s %14s  %s\n' layout "TCP 8B us" "TCP MB/s" "memcpy MB/s" "shm spin us" "shm futex us" "load"

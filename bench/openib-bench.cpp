@@ -27,6 +27,9 @@
 //  (f) the floor for a cross-process signal: two processes pass a counter
 //      back and forth through two cache lines of shared memory, spinning,
 //      and again sleeping in FUTEX_WAIT / woken by FUTEX_WAKE.
+//  (g) with --ref-socket-a/-b: (a) and (b) also through a reference pair of
+//      ibds (bench/run.sh --udp-ref: the direct UDP cable beside the
+//      switch), interleaved, and the ratios to it.
 //  (e) 10,000 RC QPs across 100 client processes on ibd A (each: Context,
 //      PD, one CQ, 100 QPs with 1-entry rings), the creation rate over the
 //      whole (first create to last, CLOCK_MONOTONIC across processes), and
@@ -761,6 +764,7 @@ struct Args {
   int scale = 1;  // --scale N: N times the openib iterations (for profiling)
   std::string only;  // --only latency|write|qps: that openib phase alone, no baselines (profiling, A/B runs)
   bool thread = true, two_procs = false;  // --clients thread|procs|both
+  std::string ref_a, ref_b;  // --ref-socket-a/-b: a reference pair (one thread) measured interleaved
 };
 
 }  // namespace
@@ -805,13 +809,17 @@ int main(int argc, char** argv) {
       if (c != "thread" && c != "procs" && c != "both") die("--clients takes thread, procs or both");
       a.thread = c != "procs";
       a.two_procs = c != "thread";
+    } else if (s == "--ref-socket-a") {
+      a.ref_a = next();
+    } else if (s == "--ref-socket-b") {
+      a.ref_b = next();
     } else if (s == "--quick") {
       a.quick = true;
     } else if (s == "--baselines-only") {
       a.baselines_only = true;
     } else {
       die("usage: openib-bench --socket-a A --socket-b B [--ibd-pid PID] [--simhca-pid PID] [--quick] "
-          "[--clients thread|procs|both] [--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] [--scale N] [--only latency|write|qps] | --baselines-only");
+          "[--clients thread|procs|both] [--ref-socket-a A --ref-socket-b B] [--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] [--scale N] [--only latency|write|qps] | --baselines-only");
     }
   }
   const int reps = a.quick ? 3 : 5;
@@ -843,9 +851,9 @@ int main(int argc, char** argv) {
     print_shm();
     return 0;
   }
-  std::vector<double> tl, ol, pl, tb, ob, pb;
+  std::vector<double> tl, ol, pl, tb, ob, pb, rl, rb;
   if (openib) {  // The openib phases: QPs through the two daemons, closed before the many-QP phase.
-    std::unique_ptr<Side> A, B, A2;
+    std::unique_ptr<Side> A, B, A2, RA, RB;
     if (a.thread) {
       A = must_side(a.sock_a, kBlock, cap);
       B = must_side(a.sock_b, kBlock, cap);
@@ -855,6 +863,12 @@ int main(int argc, char** argv) {
     if (peer) {
       A2 = must_side(a.sock_a, kBlock, cap);
       connect_peer(*A2, *peer);
+    }
+    if (!a.ref_a.empty() && !a.ref_b.empty()) {
+      RA = must_side(a.ref_a, kBlock, cap);
+      RB = must_side(a.ref_b, kBlock, cap);
+      if (auto r = connect(*RA, *RB); !r) die("connect (reference): " + r.error().str());
+      prime_recvs(*RA, *RB);
     }
     if (a.only == "latency") {
       if (A) std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", openib_latency_us(*A, *B, reps, openib_lat_iters));
@@ -873,11 +887,13 @@ int main(int argc, char** argv) {
       tl.push_back(tcp_latency_us(1, lat_iters));
       if (A) ol.push_back(openib_latency_us(*A, *B, 1, openib_lat_iters));
       if (peer) pl.push_back(peer_latency_us(*A2, *peer, 1, openib_lat_iters));
+      if (RA) rl.push_back(openib_latency_us(*RA, *RB, 1, openib_lat_iters));
     }
     for (int rep = 0; rep < reps; ++rep) {
       tb.push_back(tcp_bandwidth_mbs(1, kBlock, tcp_blocks));
       if (A) ob.push_back(openib_write_mbs(*A, *B, 1, kBlock, openib_writes));
       if (peer) pb.push_back(peer_write_mbs(*A2, *peer, 1, kBlock, openib_writes));
+      if (RA) rb.push_back(openib_write_mbs(*RA, *RB, 1, kBlock, openib_writes));
     }
     peer.reset();  // the second process closes its side and exits
   }
@@ -906,6 +922,15 @@ int main(int argc, char** argv) {
     std::printf("%-44s %12.2f\n", "latency ratio openib/TCP, 2 processes", plat / tcp_lat);
     std::printf("%-44s %12.2f\n", "bandwidth ratio openib/TCP, 2 processes", pbw / tcp_bw);
     std::printf("%-44s %12.3f\n", "bandwidth ratio openib/memcpy, 2 processes", pbw / mem_bw);
+  }
+  if (!rl.empty() && a.thread) {
+    // The reference pair (bench/run.sh --udp-ref: the direct UDP cable next
+    // to the switch), one thread, interleaved with the rest.
+    const double rlat = median(rl), rbw = median(rb);
+    std::printf("%-44s %12.2f us\n", "reference RC SEND 8 B half RTT", rlat);
+    std::printf("%-44s %12.1f MB/s\n", "reference RC WRITE 64 KiB", rbw);
+    std::printf("%-44s %12.2f\n", "latency ratio openib/reference", lat / rlat);
+    std::printf("%-44s %12.2f\n", "bandwidth ratio openib/reference", bw / rbw);
   }
   std::fflush(stdout);
   }

@@ -5,7 +5,7 @@
 # over UDP to one switch of ibfabric, LIDs from OpenSM; runs the bench
 # against them, stops everything by PID.
 #
-#   bash bench/run.sh [BUILD_DIR] [--cable shm|udp|switch] [--simhca one|each]
+#   bash bench/run.sh [BUILD_DIR] [--cable shm|udp|switch] [--simhca one|each] [--udp-ref]
 #                     [--ibd-arg ARG]... [--simhca-arg ARG]... [-- openib-bench options, e.g. --quick]
 #
 # --simhca one (default): one simhca process serves both devices, and its
@@ -17,6 +17,9 @@
 # `ibfabric --print-bindings` says (implies --simhca each), and Debian's
 # OpenSM on ibd A (through the project's libibumad.so.3) assigns the LIDs
 # and the switch's forwarding table; the bench starts at SUBNET UP.
+# --udp-ref (with --cable switch): two more ibds (C, D) with embedded
+# simhcas on a direct UDP cable (LIDs 1 and 2 of their own subnet), which
+# the bench measures as its reference, interleaved (--ref-socket-a/-b).
 # --ibd-arg passes ARG to both daemons, --simhca-arg to the simhca (with
 # --simhca each: to both embedded ones), e.g. --simhca-arg --spin-us --simhca-arg 50
 #
@@ -30,6 +33,9 @@ cable=shm
 layout=one
 ibd_args=()
 simhca_args=()
+udp_ref=0
+ref=()
+[[ ${1:-} == --udp-ref ]] && { udp_ref=1; shift; }
 while [[ ${1:-} == --cable || ${1:-} == --ibd-arg || ${1:-} == --simhca || ${1:-} == --simhca-arg ]]; do
   [[ $# -ge 2 ]] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
   case $1 in
@@ -39,10 +45,12 @@ while [[ ${1:-} == --cable || ${1:-} == --ibd-arg || ${1:-} == --simhca || ${1:-
     --simhca-arg) simhca_args+=("$2") ;;
   esac
   shift 2
+  [[ ${1:-} == --udp-ref ]] && { udp_ref=1; shift; }
 done
 [[ $cable == shm || $cable == udp || $cable == switch ]] ||
   { echo "run.sh: --cable shm, udp or switch, not '$cable'" >&2; exit 2; }
 [[ $cable == switch ]] && layout=each
+((udp_ref == 0)) || [[ $cable == switch ]] || { echo "run.sh: --udp-ref goes with --cable switch" >&2; exit 2; }
 [[ $layout == one || $layout == each ]] || { echo "run.sh: --simhca one or each, not '$layout'" >&2; exit 2; }
 [[ ${1:-} == -- ]] && shift
 build=$(cd "$build" && pwd)
@@ -131,6 +139,16 @@ else
     start_ibd_cable b 0 "$end_b" PID_B "${ibd_args[@]}" "${sargs[@]}" "${host_b[@]}" || exit 2
     start_opensm PID_SM "$work/a.sock" "$work/opensm.log" || exit 2
     what="$what, OpenSM (pid $PID_SM) on ibd A: SUBNET UP"
+    if ((udp_ref)); then
+      pc=$(free_port)
+      pd=$pc
+      while ((pd == pc)); do pd=$(free_port); done
+      PID_C='' PID_D=''
+      start_ibd_cable c 1 "LOCAL=127.0.0.1:$pc,PEER=127.0.0.1:$pd" PID_C "${ibd_args[@]}" "${sargs[@]}" || exit 2
+      start_ibd_cable d 2 "LOCAL=127.0.0.1:$pd,PEER=127.0.0.1:$pc" PID_D "${ibd_args[@]}" "${sargs[@]}" || exit 2
+      what="$what; reference: ibd C (pid $PID_C) and ibd D (pid $PID_D) on a direct UDP cable"
+      ref=(--ref-socket-a "$work/c.sock" --ref-socket-b "$work/d.sock")
+    fi
   else
     start_ibd_cable a 1 "$end_a" PID_A "${ibd_args[@]}" "${sargs[@]}" || exit 2
     start_ibd_cable b 2 "$end_b" PID_B "${ibd_args[@]}" "${sargs[@]}" || exit 2
@@ -143,7 +161,7 @@ echo "run.sh: load average before the run: $(cut -d" " -f1-3 /proc/loadavg) (oth
 rc=0
 simpid=()
 [[ -n $PID_SIM ]] && simpid=(--simhca-pid "$PID_SIM")
-timeout 900 "$BENCH" --socket-a "$work/a.sock" --socket-b "$work/b.sock" --ibd-pid "$PID_A" "${simpid[@]}" "$@" || rc=$?
+timeout 900 "$BENCH" --socket-a "$work/a.sock" --socket-b "$work/b.sock" --ibd-pid "$PID_A" "${simpid[@]}" "${ref[@]}" "$@" || rc=$?
 # IBD_LOG=info shows ibd A's command statistics (printed at its shutdown).
 if [[ ${IBD_LOG:-} == info ]]; then stop_daemons; grep -h "commands:" "$work/a.log" || true; fi
 if ((rc != 0)); then
