@@ -3,7 +3,7 @@
 //
 //   openib-bench --socket-a A.sock --socket-b B.sock [--ibd-pid PID] [--simhca-pid PID] [--quick]
 //                [--nap-us N] [--yield-every N] [--skip-many-qps] [--procs N] [--qps-per-proc N]
-//                [--scale N] [--only latency|write|qps]
+//                [--scale N] [--only latency|write|qps] [--clients thread|procs|both]
 //   openib-bench --baselines-only
 //
 // What it measures, and how:
@@ -20,24 +20,37 @@
 //  (c) TCP over 127.0.0.1 with TCP_NODELAY: 8-byte ping-pong half RTT (two
 //      threads) and 64 KiB streaming bandwidth (two threads).
 //  (d) memcpy of 64 KiB blocks between page-aligned buffers.
+//  (a2), (b2) with --clients procs|both: the same ping-pong and WRITE stream
+//      with side B in a second client process (forked before anything of
+//      libopenib is opened; QPN, LID, address and rkey cross a socketpair),
+//      each side polling its own CQ: "two client processes".
+//  (f) the floor for a cross-process signal: two processes pass a counter
+//      back and forth through two cache lines of shared memory, spinning,
+//      and again sleeping in FUTEX_WAIT / woken by FUTEX_WAKE.
+//  (g) with --ref-socket-a/-b: (a) and (b) also through a reference pair of
+//      ibds (bench/run.sh --udp-ref: the direct UDP cable beside the
+//      switch), interleaved, and the ratios to it.
 //  (e) 10,000 RC QPs across 100 client processes on ibd A (each: Context,
 //      PD, one CQ, 100 QPs with 1-entry rings), the creation rate over the
 //      whole (first create to last, CLOCK_MONOTONIC across processes), and
 //      the anonymous memory of ibd and of its simhca child per QP
 //      (/proc/PID/smaps_rollup Pss_Anon and Anonymous, before and after).
-// (a)-(c) are interleaved: every openib repetition runs right after a TCP
+// (a)-(c), (a2), (b2) are interleaved: every openib repetition runs right after a TCP
 // one of the same kind, so that the ratios compare runs that met the
 // machine in the same state (its two CPUs are shared and noisy).
 // Targets are printed with PASS/MISS; the exit status is 0 unless a
 // measurement could not be made at all.
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +63,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -210,6 +224,77 @@ double memcpy_mbs(int reps, size_t block, int copies) {
   return median(r);
 }
 
+// ---- shared-memory ping-pong between two processes ---------------------------
+// The floor for any signal from one process to another on this machine: a
+// forked child and the parent hand a counter back and forth through two
+// cache lines of a shared mapping. `futex` false: each side spins on the
+// line it waits for (a pause per poll, a sched_yield every 1024, as the
+// openib poller does); true: each side sleeps in FUTEX_WAIT and the other
+// wakes it (FUTEX_WAKE after the store), so every hop costs a wake-up.
+struct alignas(64) PingLine {
+  std::atomic<uint32_t> v{0};
+};
+struct PingPage {
+  PingLine ping, pong;
+};
+
+void futex_wake(std::atomic<uint32_t>& w) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&w), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+// Waits until `w` holds `want`.
+void ping_wait(std::atomic<uint32_t>& w, uint32_t want, bool futex) {
+  for (unsigned spins = 1;; ++spins) {
+    uint32_t v = w.load(std::memory_order_acquire);
+    if (v == want) return;
+    if (futex) {
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&w), FUTEX_WAIT, v, nullptr, nullptr, 0);
+      continue;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (spins % 1024 == 0) ::sched_yield();
+  }
+}
+
+// Median half round trip in microseconds.
+double shm_pingpong_us(int reps, int iters, bool futex) {
+  void* m = ::mmap(nullptr, sizeof(PingPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) die("shm ping-pong: mmap");
+  auto* pg = new (m) PingPage;
+  const uint32_t total = static_cast<uint32_t>(reps) * static_cast<uint32_t>(iters + 100);
+  pid_t pid = ::fork();
+  if (pid < 0) die("shm ping-pong: fork");
+  if (pid == 0) {
+    ::alarm(120);  // never outlive a lost parent
+    for (uint32_t i = 1; i <= total; ++i) {
+      ping_wait(pg->ping.v, i, futex);
+      pg->pong.v.store(i, std::memory_order_release);
+      if (futex) futex_wake(pg->pong.v);
+    }
+    ::_exit(0);
+  }
+  uint32_t i = 0;
+  auto one = [&] {
+    ++i;
+    pg->ping.v.store(i, std::memory_order_release);
+    if (futex) futex_wake(pg->ping.v);
+    ping_wait(pg->pong.v, i, futex);
+  };
+  std::vector<double> r;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (int k = 0; k < 100; ++k) one();
+    auto t0 = Clock::now();
+    for (int k = 0; k < iters; ++k) one();
+    r.push_back(seconds_since(t0) * 1e6 / (2.0 * iters));
+  }
+  int st;
+  ::waitpid(pid, &st, 0);
+  ::munmap(m, sizeof(PingPage));
+  return median(r);
+}
+
 // ---- /proc ------------------------------------------------------------------
 [[maybe_unused]] std::map<std::string, long> smaps_rollup(int pid) {
   std::map<std::string, long> m;
@@ -327,19 +412,20 @@ double openib_latency_us(Side& a, Side& b, int reps, int iters) {
   return median(r);
 }
 
-double openib_write_mbs(Side& a, Side& b, int reps, size_t block, int count) {
+uint8_t write_pattern(size_t i) { return static_cast<uint8_t>(i * 7 + 3); }
+
+// The WRITE stream from `a` into the remote buffer (remote, rkey): `count`
+// WRITEs of `block` bytes, kDepth in flight; the median in MB/s.
+double write_stream_mbs(Side& a, uint64_t remote, uint32_t rkey, int reps, size_t block, int count) {
   constexpr int kDepth = 16;
-  for (size_t i = 0; i < block; ++i) a.buf()[i] = static_cast<uint8_t>(i * 7 + 3);
-  std::memset(b.buf(), 0, block);
-  uint64_t remote = reinterpret_cast<uint64_t>(b.buf());
+  for (size_t i = 0; i < block; ++i) a.buf()[i] = write_pattern(i);
   std::vector<double> r;
   for (int rep = 0; rep < reps; ++rep) {
     int posted = 0, done = 0;
     auto t0 = Clock::now();
     while (done < count) {
       while (posted < count && posted - done < kDepth) {
-        if (post_send(*a.qp, *a.mr, 0, static_cast<uint32_t>(block), 3, WrOpcode::kWrite, remote,
-                      b.mr->rkey()))
+        if (post_send(*a.qp, *a.mr, 0, static_cast<uint32_t>(block), 3, WrOpcode::kWrite, remote, rkey))
           die("post WRITE");
         ++posted;
       }
@@ -350,8 +436,141 @@ double openib_write_mbs(Side& a, Side& b, int reps, size_t block, int count) {
     }
     r.push_back(static_cast<double>(block) * count / seconds_since(t0) / 1e6);
   }
-  if (std::memcmp(a.buf(), b.buf(), block) != 0) die("WRITE: target differs from the source");
   return median(r);
+}
+
+double openib_write_mbs(Side& a, Side& b, int reps, size_t block, int count) {
+  std::memset(b.buf(), 0, block);
+  double mbs = write_stream_mbs(a, reinterpret_cast<uint64_t>(b.buf()), b.mr->rkey(), reps, block, count);
+  if (std::memcmp(a.buf(), b.buf(), block) != 0) die("WRITE: target differs from the source");
+  return mbs;
+}
+
+// ---- side B in a second client process ---------------------------------------
+// "Two client processes": side A stays in this process, side B is opened by
+// a forked child (forked before this process opens anything of libopenib),
+// which answers the ping-pong on its own CQ and is the WRITE stream's
+// target. They exchange LID, QPN, buffer address and rkey, and then
+// commands, over a socketpair.
+struct PeerInfo {
+  uint16_t lid = 0;
+  uint32_t qpn = 0;
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+};
+struct PeerCmd {
+  char op = 0;  // 'P' answer n SENDs, 'Z' zero the buffer, 'C' compare it with the WRITE pattern, 'Q' quit
+  int32_t n = 0;
+  uint64_t len = 0;
+};
+
+[[noreturn]] void peer_process(const std::string& sock, size_t len, QpCap cap, int fd) {
+  ::alarm(900);  // never outlive a lost parent
+  auto b = must_side(sock, len, cap);
+  PeerInfo mine{b->lid, b->qp->qp_num(), reinterpret_cast<uint64_t>(b->buf()), b->mr->rkey()}, theirs;
+  if (!full_write(fd, &mine, sizeof mine) || !full_read(fd, &theirs, sizeof theirs)) ::_exit(3);
+  if (auto r = to_rts(*b->qp, theirs.qpn, theirs.lid); !r) die("peer to RTS: " + r.error().str());
+  for (int i = 0; i < 16; ++i)
+    if (post_recv(*b->qp, *b->mr, 64, 8, 1)) die("peer post_recv");
+  PeerCmd c;
+  char ok = 'R';
+  if (!full_write(fd, &ok, 1)) ::_exit(3);
+  while (full_read(fd, &c, sizeof c) && c.op != 'Q') {
+    ok = 'D';
+    if (c.op == 'P') {
+      for (int i = 0; i < c.n; ++i) {
+        wait_recv(*b, 5000);
+        if (post_recv(*b->qp, *b->mr, 64, 8, 1)) die("peer post_recv");
+        if (post_send(*b->qp, *b->mr, 0, 8, 2)) die("peer post_send");
+      }
+    } else if (c.op == 'Z') {
+      std::memset(b->buf(), 0, c.len);
+    } else if (c.op == 'C') {
+      for (size_t i = 0; i < c.len; ++i)
+        if (b->buf()[i] != write_pattern(i)) ok = 'N';
+    }
+    if (!full_write(fd, &ok, 1)) break;
+  }
+  b.reset();
+  ::_exit(0);
+}
+
+struct Peer {
+  pid_t pid = -1;
+  int fd = -1;
+  PeerInfo info;
+  char call(PeerCmd c) {
+    char r = 0;
+    if (!full_write(fd, &c, sizeof c) || !full_read(fd, &r, 1)) die("the second client process is gone");
+    return r;
+  }
+  ~Peer() {
+    if (pid <= 0) return;
+    PeerCmd q{'Q', 0, 0};
+    full_write(fd, &q, sizeof q);
+    ::close(fd);
+    int st;
+    ::waitpid(pid, &st, 0);
+  }
+};
+
+std::unique_ptr<Peer> fork_peer(const std::string& sock, size_t len, QpCap cap) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) die("socketpair");
+  std::fflush(stdout);
+  pid_t pid = ::fork();
+  if (pid < 0) die("fork");
+  if (pid == 0) {
+    ::close(sv[0]);
+    peer_process(sock, len, cap, sv[1]);
+  }
+  ::close(sv[1]);
+  auto p = std::make_unique<Peer>();
+  p->pid = pid;
+  p->fd = sv[0];
+  return p;
+}
+
+// Side A against the peer's B: exchange, to RTS, receives posted.
+void connect_peer(Side& a, Peer& p) {
+  if (!full_read(p.fd, &p.info, sizeof p.info)) die("the second client process could not open its side (its error above)");
+  if (auto r = to_rts(*a.qp, p.info.qpn, p.info.lid); !r) die("to RTS: " + r.error().str());
+  PeerInfo mine{a.lid, a.qp->qp_num(), reinterpret_cast<uint64_t>(a.buf()), a.mr->rkey()};
+  char ready = 0;
+  if (!full_write(p.fd, &mine, sizeof mine) || !full_read(p.fd, &ready, 1) || ready != 'R')
+    die("the second client process did not get ready");
+  for (int i = 0; i < 16; ++i)
+    if (post_recv(*a.qp, *a.mr, 64, 8, 1)) die("post_recv");
+}
+
+double peer_latency_us(Side& a, Peer& p, int reps, int iters) {
+  auto one = [&] {
+    if (post_send(*a.qp, *a.mr, 0, 8, 2)) die("post_send A");
+    wait_recv(a, 5000);
+    if (post_recv(*a.qp, *a.mr, 64, 8, 1)) die("post_recv A");
+  };
+  std::vector<double> r;
+  for (int rep = 0; rep < reps; ++rep) {
+    PeerCmd c{'P', 50 + iters, 0};
+    if (!full_write(p.fd, &c, sizeof c)) die("the second client process is gone");
+    for (int i = 0; i < 50; ++i) one();
+    auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) one();
+    r.push_back(seconds_since(t0) * 1e6 / (2.0 * iters));
+    char d = 0;
+    if (!full_read(p.fd, &d, 1)) die("the second client process is gone");
+  }
+  Wc wc[16];
+  while (a.cq->poll(wc) > 0) {
+  }
+  return median(r);
+}
+
+double peer_write_mbs(Side& a, Peer& p, int reps, size_t block, int count) {
+  p.call({'Z', 0, block});
+  double mbs = write_stream_mbs(a, p.info.addr, p.info.rkey, reps, block, count);
+  if (p.call({'C', 0, block}) != 'D') die("WRITE (2 processes): target differs from the source");
+  return mbs;
 }
 
 // ---- (e) many QPs -----------------------------------------------------------
@@ -544,6 +763,8 @@ struct Args {
   int procs = 100, per_proc = 100;
   int scale = 1;  // --scale N: N times the openib iterations (for profiling)
   std::string only;  // --only latency|write|qps: that openib phase alone, no baselines (profiling, A/B runs)
+  bool thread = true, two_procs = false;  // --clients thread|procs|both
+  std::string ref_a, ref_b;  // --ref-socket-a/-b: a reference pair (one thread) measured interleaved
 };
 
 }  // namespace
@@ -583,45 +804,80 @@ int main(int argc, char** argv) {
     } else if (s == "--only") {
       a.only = next();
       if (a.only != "latency" && a.only != "write" && a.only != "qps") die("--only takes latency, write or qps");
+    } else if (s == "--clients") {
+      std::string c = next();
+      if (c != "thread" && c != "procs" && c != "both") die("--clients takes thread, procs or both");
+      a.thread = c != "procs";
+      a.two_procs = c != "thread";
+    } else if (s == "--ref-socket-a") {
+      a.ref_a = next();
+    } else if (s == "--ref-socket-b") {
+      a.ref_b = next();
     } else if (s == "--quick") {
       a.quick = true;
     } else if (s == "--baselines-only") {
       a.baselines_only = true;
     } else {
       die("usage: openib-bench --socket-a A --socket-b B [--ibd-pid PID] [--simhca-pid PID] [--quick] "
-          "[--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] [--scale N] [--only latency|write|qps] | --baselines-only");
+          "[--clients thread|procs|both] [--ref-socket-a A --ref-socket-b B] [--procs N] [--qps-per-proc N] [--nap-us N] [--yield-every N] [--skip-many-qps] [--scale N] [--only latency|write|qps] | --baselines-only");
     }
   }
   const int reps = a.quick ? 3 : 5;
   constexpr size_t kBlock = 64 * 1024;
+  QpCap cap;
+  cap.max_send_wr = 64;
+  cap.max_recv_wr = 32;
+  const bool openib = a.only != "qps" && !a.baselines_only;
+  if (openib && (a.sock_a.empty() || a.sock_b.empty())) die("--socket-a and --socket-b are required");
+  // The second client process first, before this one has threads or
+  // anything of libopenib.
+  std::unique_ptr<Peer> peer;
+  if (openib && a.two_procs) peer = fork_peer(a.sock_b, kBlock, cap);
 
   std::printf("openib-bench: %u CPUs online\n", std::thread::hardware_concurrency());
   const int lat_iters = a.quick ? 2000 : 20000, tcp_blocks = a.quick ? 512 : 4096;
   const int openib_lat_iters = (a.quick ? 300 : 2000) * a.scale;
   const int openib_writes = (a.quick ? 100 : 4096) * a.scale;
   const int memcpy_copies = a.quick ? 10000 : 100000;
+  const int shm_iters = a.quick ? 20000 : 100000;
+  auto print_shm = [&] {
+    std::printf("%-44s %12.2f us\n", "shm ping-pong 2 processes, spin, half RTT", shm_pingpong_us(reps, shm_iters, false));
+    std::printf("%-44s %12.2f us\n", "shm ping-pong 2 processes, futex, half RTT", shm_pingpong_us(reps, shm_iters / 4, true));
+  };
   if (a.baselines_only) {
     std::printf("%-44s %12.2f us\n", "TCP loopback 8 B half RTT (NODELAY)", tcp_latency_us(reps, lat_iters));
     std::printf("%-44s %12.1f MB/s\n", "TCP loopback 64 KiB stream", tcp_bandwidth_mbs(reps, kBlock, tcp_blocks));
     std::printf("%-44s %12.1f MB/s\n", "memcpy 64 KiB, page-aligned buffers", memcpy_mbs(reps, kBlock, memcpy_copies));
+    print_shm();
     return 0;
   }
-  std::vector<double> tl, ol, tb, ob;
-  if (a.only != "qps") {  // The openib phases: one pair of QPs through the two daemons, closed before the many-QP phase.
-    if (a.sock_a.empty() || a.sock_b.empty()) die("--socket-a and --socket-b are required");
-    QpCap cap;
-    cap.max_send_wr = 64;
-    cap.max_recv_wr = 32;
-    auto A = must_side(a.sock_a, kBlock, cap);
-    auto B = must_side(a.sock_b, kBlock, cap);
-    if (auto r = connect(*A, *B); !r) die("connect: " + r.error().str());
-    prime_recvs(*A, *B);
+  std::vector<double> tl, ol, pl, tb, ob, pb, rl, rb;
+  if (openib) {  // The openib phases: QPs through the two daemons, closed before the many-QP phase.
+    std::unique_ptr<Side> A, B, A2, RA, RB;
+    if (a.thread) {
+      A = must_side(a.sock_a, kBlock, cap);
+      B = must_side(a.sock_b, kBlock, cap);
+      if (auto r = connect(*A, *B); !r) die("connect: " + r.error().str());
+      prime_recvs(*A, *B);
+    }
+    if (peer) {
+      A2 = must_side(a.sock_a, kBlock, cap);
+      connect_peer(*A2, *peer);
+    }
+    if (!a.ref_a.empty() && !a.ref_b.empty()) {
+      RA = must_side(a.ref_a, kBlock, cap);
+      RB = must_side(a.ref_b, kBlock, cap);
+      if (auto r = connect(*RA, *RB); !r) die("connect (reference): " + r.error().str());
+      prime_recvs(*RA, *RB);
+    }
     if (a.only == "latency") {
-      std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", openib_latency_us(*A, *B, reps, openib_lat_iters));
+      if (A) std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", openib_latency_us(*A, *B, reps, openib_lat_iters));
+      if (peer) std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT, 2 processes", peer_latency_us(*A2, *peer, reps, openib_lat_iters));
       return 0;
     }
     if (a.only == "write") {
-      std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", openib_write_mbs(*A, *B, reps, kBlock, openib_writes));
+      if (A) std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", openib_write_mbs(*A, *B, reps, kBlock, openib_writes));
+      if (peer) std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB, 2 processes", peer_write_mbs(*A2, *peer, reps, kBlock, openib_writes));
       return 0;
     }
     // Each openib repetition runs next to a TCP one of the same kind, so
@@ -629,12 +885,17 @@ int main(int argc, char** argv) {
     // CPUs); each figure is the median of its repetitions.
     for (int rep = 0; rep < reps; ++rep) {
       tl.push_back(tcp_latency_us(1, lat_iters));
-      ol.push_back(openib_latency_us(*A, *B, 1, openib_lat_iters));
+      if (A) ol.push_back(openib_latency_us(*A, *B, 1, openib_lat_iters));
+      if (peer) pl.push_back(peer_latency_us(*A2, *peer, 1, openib_lat_iters));
+      if (RA) rl.push_back(openib_latency_us(*RA, *RB, 1, openib_lat_iters));
     }
     for (int rep = 0; rep < reps; ++rep) {
       tb.push_back(tcp_bandwidth_mbs(1, kBlock, tcp_blocks));
-      ob.push_back(openib_write_mbs(*A, *B, 1, kBlock, openib_writes));
+      if (A) ob.push_back(openib_write_mbs(*A, *B, 1, kBlock, openib_writes));
+      if (peer) pb.push_back(peer_write_mbs(*A2, *peer, 1, kBlock, openib_writes));
+      if (RA) rb.push_back(openib_write_mbs(*RA, *RB, 1, kBlock, openib_writes));
     }
+    peer.reset();  // the second process closes its side and exits
   }
   if (a.only == "qps") goto many;  // (e) alone: bench/qp_rate_ab.sh
   {
@@ -643,13 +904,34 @@ int main(int argc, char** argv) {
   std::printf("%-44s %12.2f us\n", "TCP loopback 8 B half RTT (NODELAY)", tcp_lat);
   std::printf("%-44s %12.1f MB/s\n", "TCP loopback 64 KiB stream", tcp_bw);
   std::printf("%-44s %12.1f MB/s\n", "memcpy 64 KiB, page-aligned buffers", mem_bw);
-  std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", lat);
-  std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", bw);
-  std::printf("%-44s %12.2f   target <= 0.5  %s\n", "latency ratio openib/TCP", lat / tcp_lat,
-              verdict(lat <= 0.5 * tcp_lat));
-  std::printf("%-44s %12.2f   target >= 1.5  %s\n", "bandwidth ratio openib/TCP", bw / tcp_bw,
-              verdict(bw >= 1.5 * tcp_bw));
-  std::printf("%-44s %12.3f\n", "bandwidth ratio openib/memcpy", bw / mem_bw);
+  print_shm();
+  if (a.thread) {
+    std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT", lat);
+    std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB", bw);
+    std::printf("%-44s %12.2f   target <= 0.5  %s\n", "latency ratio openib/TCP", lat / tcp_lat,
+                verdict(lat <= 0.5 * tcp_lat));
+    std::printf("%-44s %12.2f   target >= 1.5  %s\n", "bandwidth ratio openib/TCP", bw / tcp_bw,
+                verdict(bw >= 1.5 * tcp_bw));
+    std::printf("%-44s %12.3f\n", "bandwidth ratio openib/memcpy", bw / mem_bw);
+  }
+  if (a.two_procs) {
+    // No target here: which one applies depends on the layout (bench/all.sh).
+    const double plat = median(pl), pbw = median(pb);
+    std::printf("%-44s %12.2f us\n", "openib RC SEND 8 B half RTT, 2 processes", plat);
+    std::printf("%-44s %12.1f MB/s\n", "openib RC WRITE 64 KiB, 2 processes", pbw);
+    std::printf("%-44s %12.2f\n", "latency ratio openib/TCP, 2 processes", plat / tcp_lat);
+    std::printf("%-44s %12.2f\n", "bandwidth ratio openib/TCP, 2 processes", pbw / tcp_bw);
+    std::printf("%-44s %12.3f\n", "bandwidth ratio openib/memcpy, 2 processes", pbw / mem_bw);
+  }
+  if (!rl.empty() && a.thread) {
+    // The reference pair (bench/run.sh --udp-ref: the direct UDP cable next
+    // to the switch), one thread, interleaved with the rest.
+    const double rlat = median(rl), rbw = median(rb);
+    std::printf("%-44s %12.2f us\n", "reference RC SEND 8 B half RTT", rlat);
+    std::printf("%-44s %12.1f MB/s\n", "reference RC WRITE 64 KiB", rbw);
+    std::printf("%-44s %12.2f\n", "latency ratio openib/reference", lat / rlat);
+    std::printf("%-44s %12.2f\n", "bandwidth ratio openib/reference", bw / rbw);
+  }
   std::fflush(stdout);
   }
   if (a.skip_many) return 0;

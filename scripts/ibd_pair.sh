@@ -175,3 +175,33 @@ wait_listen() {
   echo "nothing listens on TCP port $1" >&2
   return 1
 }
+
+# start_ibfabric VAR CONTROL LOG IBFABRIC-ARGS...: ibfabric ($IBFABRIC) with
+# --control CONTROL, log in LOG; waits until CONTROL exists, sets VAR to its
+# PID; stopped by stop_daemons.
+start_ibfabric() {
+  local var=$1 ctl=$2 log=$3
+  shift 3
+  "$IBFABRIC" --control "$ctl" "$@" >"$log" 2>&1 </dev/null &
+  local pid=$!
+  daemons+=("$pid")
+  await_ready "$pid" "$var" ibfabric "$log" sockets_exist "$ctl"
+}
+
+# start_opensm VAR SOCKET LOG: Debian's OpenSM through the ibd on SOCKET
+# (the project's libibumad.so.3 from $UMAD_DIR), bound to that ibd's port
+# 1 (-d2: the log flushed as written); waits (30 s at most) for SUBNET UP
+# in LOG, sets VAR to its PID;
+# stopped by stop_daemons.
+start_opensm() {
+  local var=$1 sock=$2 log=$3 guid
+  local env=(env LD_LIBRARY_PATH="$UMAD_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" OPENIB_SOCKET="$sock")
+  guid=$("${env[@]}" ibstat -p | head -1)
+  [[ -n $guid ]] || { echo "no port GUID from the ibd on $sock" >&2; return 1; }
+  mkdir -p "$work/opensm-cache"
+  : >"$log"
+  "${env[@]}" OSM_CACHE_DIR="$work/opensm-cache" opensm -g "$guid" -f "$log" -d2 -s 5 >"$log.out" 2>&1 </dev/null &
+  local pid=$!
+  daemons+=("$pid")
+  await_ready "$pid" "$var" "OpenSM on $sock (no SUBNET UP)" "$log" grep -qs "SUBNET UP" "$log"
+}
