@@ -147,7 +147,8 @@ declare -A who=(["$PID_A"]="ibd A" ["$PID_B"]="ibd B" ["$SIM_A"]="simhca A" ["$S
 if ((sched)); then
   echo
   echo "perf sched latency (the run's tasks): wait for a CPU after each wake-up"
-  pids="$PID_A|$PID_B|$SIM_A|$SIM_B|$spid"
+  # Our daemons by PID (threads of a process are listed by their TID:
+  # the main thread's is the PID); the clients by name.
   perf sched latency -p -i "$work/sched.data" --sort avg 2>/dev/null |
-    grep -E "Task|:($pids|$((spid + 1))|$((spid + 2)))[ |]|openib-rc-pingp" | head -20 || true
+    grep -E "Task|(ibd|simhca):($PID_A|$PID_B|$SIM_A|$SIM_B) |openib-rc-pingp:" | cut -c1-100 | head -20 || true
 fi

@@ -141,7 +141,7 @@ class DeviceWaiter {
   // spinning then only delays whoever we wait for, so the loop goes to
   // sleep at once and leaves the wake-up to the futex (§13 "The device
   // loop"). 0: never.
-  static constexpr auto kDefaultContended = std::chrono::microseconds(50);
+  static constexpr auto kDefaultContended = std::chrono::microseconds(200);
   // ... and then sleeps at once when idle for this long before it tries
   // spinning again.
   static constexpr auto kContendedFor = std::chrono::milliseconds(20);
