@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cinttypes>
+#include <limits>
 #include <random>
 
 #include "common.hpp"
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   app.add_flag("-c,--chk", chk, "validate received buffer (always on)");
   app.add_option("--poll-yield", o.poll_yield,
                  "yield the CPU after N empty CQ polls, 0 never (default $OPENIB_POLL_YIELD, else 64)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   app.add_option("--socket", o.socket, "ibd's socket (default $OPENIB_SOCKET, else /run/ibd/ibd.sock)");
   app.add_option("SERVERHOST", o.host, "the server to connect to (none: be the server)");
   CLI11_PARSE(app, argc, argv);
