@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cinttypes>
+#include <limits>
 #include <random>
 
 #include "common.hpp"
@@ -29,7 +30,7 @@ constexpr uint32_t kQkey = 0x11111111;
 
 struct Opts {
   int port = 18515, ib_port = 1, size = kUd ? 2048 : 4096, mtu = 1024, rx_depth = 500, iters = 1000;
-  int sl = 0, gid_idx = -1;
+  int sl = 0, gid_idx = -1, poll_yield = -1;
   bool events = false;
   std::string ib_dev, socket, host;
 };
@@ -50,6 +51,9 @@ int main(int argc, char** argv) {
   app.add_option("-g,--gid-idx", o.gid_idx, "local port gid index (default: no GRH)");
   bool chk = false;
   app.add_flag("-c,--chk", chk, "validate received buffer (always on)");
+  app.add_option("--poll-yield", o.poll_yield,
+                 "yield the CPU after N empty CQ polls, 0 never (default $OPENIB_POLL_YIELD, else 64)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   app.add_option("--socket", o.socket, "ibd's socket (default $OPENIB_SOCKET, else /run/ibd/ibd.sock)");
   app.add_option("SERVERHOST", o.host, "the server to connect to (none: be the server)");
   CLI11_PARSE(app, argc, argv);
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
 
   ContextOptions copts;
   copts.socket = o.socket;
+  copts.poll_yield = o.poll_yield;
   auto ctx = check(Context::open(copts), "Couldn't open ibd's device");
   const PortAttr pattr = check(ctx->query_port(uint8_t(o.ib_port)), "Couldn't get port info");
   if (kUd && o.size > mtu_bytes(pattr.active_mtu))

@@ -255,6 +255,11 @@ struct ContextOptions {
   // ibd's socket; empty: $OPENIB_SOCKET, else /run/ibd/ibd.sock.
   std::string socket;
   int timeout_ms = 10000;  // per control request; ETIMEDOUT after it
+  // Cq::poll calls sched_yield() after this many consecutive empty polls
+  // of a CQ (docs/library.md "Polling"); 0: never. Negative:
+  // $OPENIB_POLL_YIELD, else kDefaultPollYield.
+  static constexpr int kDefaultPollYield = 64;
+  int poll_yield = -1;
 };
 
 class Context {

@@ -4,6 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 
 #include "common/log.hpp"
@@ -19,6 +22,27 @@ namespace lib {
 
 using proto::Op;
 
+namespace {
+
+// ContextOptions::poll_yield, or (negative) $OPENIB_POLL_YIELD, or the
+// default; a malformed variable is reported and the default kept.
+uint32_t poll_yield_of(const ContextOptions& opts) {
+  if (opts.poll_yield >= 0) return uint32_t(opts.poll_yield);
+  const char* env = std::getenv("OPENIB_POLL_YIELD");
+  if (!env || !*env) return ContextOptions::kDefaultPollYield;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long v = std::strtoul(env, &end, 10);
+  if (errno || *end || *env == '-' || v > UINT32_MAX) {
+    log::get("openib")->warn("OPENIB_POLL_YIELD='{}' is not a count (0 .. {}); using {}", env, UINT32_MAX,
+                             ContextOptions::kDefaultPollYield);
+    return ContextOptions::kDefaultPollYield;
+  }
+  return uint32_t(v);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
   std::string path = opts.socket;
   if (path.empty()) {
@@ -29,6 +53,7 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
   OPENIB_TRY_ASSIGN(Conn * conn, Conn::connect(path));
   c->conn_.reset(conn);
   c->conn_->set_timeout(opts.timeout_ms);
+  c->poll_yield_ = poll_yield_of(opts);
   c->arena_ = std::make_unique<Arena>(*c->conn_);
 
   // HELLO with the async-event eventfd attached (docs/client-protocol.md).

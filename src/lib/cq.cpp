@@ -1,5 +1,6 @@
 // Completion queues: creation in the ring arena, poll (docs/simhca.md §12.4,
 // §9.2) and arming (§7.3).
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
@@ -20,6 +21,7 @@ Result<std::unique_ptr<Cq>> ContextImpl::create_cq(uint32_t min_cqe, CompChannel
   if (lg > dev_.log_max_cqe) return err(EINVAL, "create_cq: {} CQEs, the device allows {}", min_cqe, 1u << dev_.log_max_cqe);
   std::unique_ptr<CqImpl> cq(new CqImpl(*this));
   cq->log_size_ = lg;
+  cq->yield_every_ = poll_yield_;
   const size_t ring = kCqeSize << lg;
   OPENIB_TRY_ASSIGN(cq->block_, arena_->alloc(ring + Arena::kAlign));  // §6.5: ring, record
   cq->ring_ = cq->block_.ptr;
@@ -59,7 +61,11 @@ CqImpl::~CqImpl() {
 }
 
 // §12.4: CQEs in order while the owner bit has the consumer's phase; then
-// the consumer counter into the CQ's record (§12.3). No system call.
+// the consumer counter into the CQ's record (§12.3). No system call, but
+// one: after yield_every_ empty polls in a row, sched_yield(), so that a
+// busy-polling client hands its CPU to whoever it waits for (the device
+// loop of simhca, the peer process) when there are more spinners than
+// CPUs (docs/library.md "Polling", docs/performance.md "Separate processes").
 int CqImpl::poll(std::span<Wc> out) {
   const uint32_t mask = (1u << log_size_) - 1;
   int n = 0;
@@ -71,7 +77,13 @@ int CqImpl::poll(std::span<Wc> out) {
     ++cons_;
     ++n;
   }
-  if (n) dbr_store(dbr_, dp::kDbrCqCons, cons_);
+  if (n) {
+    dbr_store(dbr_, dp::kDbrCqCons, cons_);
+    empty_polls_ = 0;
+  } else if (yield_every_ && ++empty_polls_ >= yield_every_) {
+    empty_polls_ = 0;
+    ::sched_yield();
+  }
   return n;
 }
 

@@ -107,6 +107,8 @@ class CqImpl final : public Cq {
   uint32_t handle_ = 0, cqn_ = 0, log_size_ = 0;
   uint32_t cons_ = 0;    // consumer counter (§12.3)
   uint32_t arm_sn_ = 0;  // §7.3
+  uint32_t yield_every_ = 0;  // the context's poll_yield (0: never yield)
+  uint32_t empty_polls_ = 0;  // consecutive polls that found nothing
   UniqueFd efd_;
   CompChannelImpl* channel_ = nullptr;
 };
@@ -227,6 +229,8 @@ class ContextImpl final : public Context {
   Uar& uar() { return uar_; }
   Arena& arena() { return *arena_; }
   const proto::DeviceRep& dev() const { return dev_; }
+  // Empty polls of one CQ before Cq::poll yields the CPU (0: never).
+  uint32_t poll_yield() const { return poll_yield_; }
   // The data path's check (docs/client-protocol.md §6.2): one acquire load
   // of the device status page ibd shares read-only; no system call.
   bool device_gone() const {
@@ -262,6 +266,7 @@ class ContextImpl final : public Context {
   std::byte* status_page_ = nullptr;
   Uar uar_;
   uint32_t client_id_ = 0, uar_index_ = 0;
+  uint32_t poll_yield_ = ContextOptions::kDefaultPollYield;
   proto::DeviceRep dev_;
   QpTable qps_;
   std::mutex mu_;  // the maps below and remaps_

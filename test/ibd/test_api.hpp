@@ -70,6 +70,7 @@ struct EpOptions {
   QpCap cap{};
   uint32_t cqe = 64;
   bool sig_all = false;
+  int poll_yield = -1;  // ContextOptions::poll_yield
 };
 
 // One side: a Context on one ibd, with a PD, an MR, a CQ (send and receive),
@@ -97,6 +98,7 @@ inline std::unique_ptr<Ep> open_ep(const std::string& socket, const EpOptions& o
   auto e = std::make_unique<Ep>();
   ContextOptions co;
   co.socket = socket;
+  co.poll_yield = o.poll_yield;
   e->ctx = must(Context::open(co), "Context::open");
   e->lid = must(e->ctx->query_port(1), "query_port").lid;
   e->gid = must(e->ctx->query_gid(1, 0), "query_gid");

@@ -1,6 +1,7 @@
 // Completion queues with completion channels through libopenib: arming
 // (Cq::req_notify, docs/simhca.md §7.3), the channel's fd and get_event
-// (with its ack), solicited-only arms, unsignaled sends and sq_sig_all.
+// (with its ack), solicited-only arms, unsignaled sends and sq_sig_all;
+// and polling that yields the CPU (docs/library.md "Polling").
 #include "test_api.hpp"
 
 using namespace openib;
@@ -260,4 +261,29 @@ TEST_CASE("Cq::size rounds up to a power of two; one poll returns several comple
     CHECK(first_diff(l.b->buf() + size_t{i} * 64, 64, i) == 64);
   }
   CHECK(l.b->cq->poll(wc) == 0);
+}
+
+TEST_CASE("polling that yields the CPU loses no completion; a malformed OPENIB_POLL_YIELD is not fatal",
+          "[api]") {
+  // A: the variable is not a count (a warning, the default); B: a yield
+  // after every empty poll.
+  ::setenv("OPENIB_POLL_YIELD", "often", 1);
+  auto a = open_ep(sock_a());
+  ::unsetenv("OPENIB_POLL_YIELD");
+  auto b = open_ep(sock_b(), {.poll_yield = 1});
+  connect(*a, *b);
+  constexpr uint8_t kN = 16;
+  for (uint8_t i = 0; i < kN; ++i) REQUIRE(post_recv(*b->qp, b->sge(size_t{i} * 64, 64), 100 + i) == 0);
+  for (uint8_t i = 0; i < kN; ++i) {
+    fill(a->buf() + size_t{i} * 64, 64, i);
+    REQUIRE(post_send(*a->qp, a->sge(size_t{i} * 64, 64), i, {.flags = kSendSignaled}) == 0);
+  }
+  for (uint8_t i = 0; i < kN; ++i) {
+    Wc r = wait_wc(*b->cq);
+    CHECK(r.status == kWcSuccess);
+    CHECK(r.wr_id == 100u + i);
+    CHECK(first_diff(b->buf() + size_t{i} * 64, 64, i) == 64);
+    CHECK(wait_wc(*a->cq).wr_id == i);
+  }
+  expect_no_wc(*b->cq);
 }

@@ -101,7 +101,7 @@ void DeviceWaiter::relax() {
     const auto t0 = std::chrono::steady_clock::now();
     ::sched_yield();
     const auto t1 = std::chrono::steady_clock::now();
-    if (t1 - t0 > kContended) contended_until_ = t1 + kContendedFor;
+    if (late_yield(t1 - t0)) contended_until_ = t1 + kContendedFor;
     return;
   }
 #if defined(__x86_64__) || defined(__i386__)

@@ -136,19 +136,22 @@ class DeviceWaiter {
   // With too many pages for futex_waitv (or none of it), the loop naps
   // this long between passes instead.
   static constexpr auto kNap = std::chrono::microseconds(100);
-  // A sched_yield that comes back later than this means other tasks want
-  // the CPU (we were descheduled for their slice): spinning then only
-  // delays whoever we wait for, so the loop goes to sleep at once and
-  // leaves the wake-up to the futex (§13 "The device loop").
-  static constexpr auto kContended = std::chrono::microseconds(50);
+  // A sched_yield that comes back later than this (--contended-us) means
+  // other tasks want the CPU (we were descheduled for their slice):
+  // spinning then only delays whoever we wait for, so the loop goes to
+  // sleep at once and leaves the wake-up to the futex (§13 "The device
+  // loop"). 0: never.
+  static constexpr auto kDefaultContended = std::chrono::microseconds(200);
   // ... and then sleeps at once when idle for this long before it tries
   // spinning again.
   static constexpr auto kContendedFor = std::chrono::milliseconds(20);
 
   // `spin`: how long the loop keeps polling after its last work; `yield`:
-  // sched_yield between empty passes (else a CPU pause hint only).
-  explicit DeviceWaiter(std::chrono::microseconds spin = kDefaultSpin, bool yield = true)
-      : spin_(spin), yield_(yield) {}
+  // sched_yield between empty passes (else a CPU pause hint only);
+  // `contended`: a yield longer than this means contended CPUs (0: never).
+  explicit DeviceWaiter(std::chrono::microseconds spin = kDefaultSpin, bool yield = true,
+                        std::chrono::microseconds contended = kDefaultContended)
+      : spin_(spin), yield_(yield), contended_(contended) {}
 
   // Any thread: something for the loop (a packet in its inbox, a message
   // on its socket) was published; wakes the loop if it sleeps. The
@@ -190,6 +193,10 @@ class DeviceWaiter {
 
   // Loop thread: a recent yield came back late (other tasks want the CPUs).
   bool contended() const { return std::chrono::steady_clock::now() < contended_until_; }
+  // True if a sched_yield that took `d` says the CPUs are contended.
+  bool late_yield(std::chrono::steady_clock::duration d) const {
+    return contended_.count() > 0 && d > contended_;
+  }
 
   // True while the loop sleeps (or is about to): any thread.
   bool asleep() const { return sleeping_.load(std::memory_order_acquire) != 0; }
@@ -206,6 +213,7 @@ class DeviceWaiter {
 
   std::chrono::microseconds spin_;
   bool yield_;
+  std::chrono::microseconds contended_;
   // A long yield was seen: until then the loop sleeps as soon as it is
   // idle instead of spinning (each idle spell would otherwise give a whole
   // time slice to the other tasks first).

@@ -82,7 +82,7 @@ class Helper {
         // Other tasks want this CPU (the yield came back late): sleep.
         const auto t0 = std::chrono::steady_clock::now();
         ::sched_yield();
-        if (std::chrono::steady_clock::now() - t0 > openib::simhca::DeviceWaiter::kContended) break;
+        if (loop_.late_yield(std::chrono::steady_clock::now() - t0)) break;
       }
       active_.store(false, std::memory_order_release);
       loop_.notify();  // the loop takes the devices and their timers over again

@@ -1,6 +1,6 @@
 // simhca: the emulated HCA as a vfio-user server (docs/simhca.md §13).
 //
-//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] [--start-delay-ms N] DEVICE [--device DEVICE]...
+//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--contended-us N] [--helper] [--start-delay-ms N] DEVICE [--device DEVICE]...
 //   DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]
 //           [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]
 //           [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (g_stop) return 0;
 
-  DeviceWaiter waiter(opts.spin, opts.spin_yield);
+  DeviceWaiter waiter(opts.spin, opts.spin_yield, opts.contended);
   const bool shared = opts.devices.size() > 1;
   std::vector<std::unique_ptr<Device>> devs;
   for (DeviceConfig& c : opts.devices) {

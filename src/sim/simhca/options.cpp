@@ -1,11 +1,11 @@
 // simhca's command line (docs/simhca.md §13).
 //
-//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] DEVICE [--device DEVICE]...
+//   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--contended-us N] [--helper] DEVICE [--device DEVICE]...
 //
 // `--device` starts the next device's options, so the arguments are cut at
 // each `--device` and every group is parsed by its own CLI11 app: the
 // device options go to that group's device, the process-wide ones
-// (--log, --spin-us, --spin-mode, --helper) may stand in any group.
+// (--log, --spin-us, --spin-mode, --contended-us, --helper) may stand in any group.
 #include "sim/simhca/options.hpp"
 
 #include <CLI/CLI.hpp>
@@ -21,7 +21,7 @@ namespace openib::simhca::server {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--helper] [--start-delay-ms N] DEVICE [--device DEVICE]...\n"
+    "usage: simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--contended-us N] [--helper] [--start-delay-ms N] DEVICE [--device DEVICE]...\n"
     "  DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]\n"
     "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]\n"
     "          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
@@ -128,6 +128,15 @@ void add_global_options(CLI::App& app, Options& o) {
       },
       "between empty passes: yield the CPU, or pause")
       ->type_name("yield|pause");
+  app.add_option_function<std::string>(
+      "--contended-us",
+      [&o](const std::string& v) {
+        uint64_t us = 0;
+        require(parse_u64(v, 10, us) && us <= 1000000, "--contended-us: 0 .. 1000000");
+        o.contended = std::chrono::microseconds(us);
+      },
+      "a yield of the device loop longer than this sends it to sleep when idle (microseconds; 0: never)")
+      ->type_name("N");
   app.add_flag_function(
       "--helper", [&o](int64_t) { o.use_helper = true; },
       "several devices: a second thread runs devices during bulk flows");

@@ -14,6 +14,7 @@ struct Options {
   std::vector<DeviceConfig> devices;  // one per --device group, in order
   std::chrono::microseconds spin = DeviceWaiter::kDefaultSpin;  // --spin-us
   bool spin_yield = true;                                        // --spin-mode
+  std::chrono::microseconds contended = DeviceWaiter::kDefaultContended;  // --contended-us
   bool use_helper = false;                                       // --helper
   std::chrono::milliseconds start_delay{0};                      // --start-delay-ms (tests)
 };
