@@ -67,19 +67,16 @@ done
 work=$(mktemp -d "${TMPDIR:-/tmp}/openib-bench-XXXXXX")
 # shellcheck source=../scripts/ibd_pair.sh
 source "$here/../scripts/ibd_pair.sh"
-shm_file=''
 cleanup() {
   stop_daemons
-  [[ -n $shm_file ]] && rm -f "$shm_file"
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 PID_A='' PID_B='' PID_SIM=''
 if [[ $cable == shm ]]; then
-  shm_file=$(shm_cable_file)
-  end_a="SHM=$shm_file,END=A" end_b="SHM=$shm_file,END=B"
-  what="shared-memory cable $shm_file"
+  cable_pair shm end_a end_b || exit 2
+  what="shared-memory cable ${end_a%%,*}"
 elif [[ $cable == switch ]]; then
   command -v opensm >/dev/null || { echo "run.sh: --cable switch needs opensm (apt-get install opensm)" >&2; exit 2; }
   cat >"$work/topo" <<'TOPO'
@@ -117,11 +114,8 @@ TOPO
   start_ibfabric PID_FAB "$work/fabric.ctl" "$work/ibfabric.log" --base-port "$base" --log warn "$work/topo" || exit 2
   what="UDP cables through one switch of ibfabric (pid $PID_FAB), ports $base..$((base + 3))"
 else
-  pa=$(free_port)
-  pb=$pa
-  while ((pb == pa)); do pb=$(free_port); done
-  end_a="LOCAL=127.0.0.1:$pa,PEER=127.0.0.1:$pb" end_b="LOCAL=127.0.0.1:$pb,PEER=127.0.0.1:$pa"
-  what="UDP cable 127.0.0.1:$pa <-> 127.0.0.1:$pb"
+  cable_pair udp end_a end_b || exit 2
+  what="UDP cable $end_a"
 fi
 if [[ $layout == one ]]; then
   start_simhca PID_SIM --log warn "${simhca_args[@]}" \
@@ -140,12 +134,10 @@ else
     start_opensm PID_SM "$work/a.sock" "$work/opensm.log" || exit 2
     what="$what, OpenSM (pid $PID_SM) on ibd A: SUBNET UP"
     if ((udp_ref)); then
-      pc=$(free_port)
-      pd=$pc
-      while ((pd == pc)); do pd=$(free_port); done
-      PID_C='' PID_D=''
-      start_ibd_cable c 1 "LOCAL=127.0.0.1:$pc,PEER=127.0.0.1:$pd" PID_C "${ibd_args[@]}" "${sargs[@]}" || exit 2
-      start_ibd_cable d 2 "LOCAL=127.0.0.1:$pd,PEER=127.0.0.1:$pc" PID_D "${ibd_args[@]}" "${sargs[@]}" || exit 2
+      PID_C='' PID_D='' end_c='' end_d=''
+      cable_pair udp end_c end_d || exit 2
+      start_ibd_cable c 1 "$end_c" PID_C "${ibd_args[@]}" "${sargs[@]}" || exit 2
+      start_ibd_cable d 2 "$end_d" PID_D "${ibd_args[@]}" "${sargs[@]}" || exit 2
       what="$what; reference: ibd C (pid $PID_C) and ibd D (pid $PID_D) on a direct UDP cable"
       ref=(--ref-socket-a "$work/c.sock" --ref-socket-b "$work/d.sock")
     fi

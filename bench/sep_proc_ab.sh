@@ -51,13 +51,12 @@ done
 work=$(mktemp -d "${TMPDIR:-/tmp}/openib-sep-XXXXXX")
 # shellcheck source=../scripts/ibd_pair.sh
 source "$here/../scripts/ibd_pair.sh"
-declare -a files=() clients=()
+declare -a clients=()
 cleanup() {
   local p
   for p in "${clients[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${clients[@]}"; do wait "$p" 2>/dev/null || true; done
   stop_daemons
-  for p in "${files[@]}"; do rm -f "$p"; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -66,19 +65,9 @@ trap cleanup EXIT
 # front (idle, their device loops sleep).
 declare -A pair=()
 start_pair() {  # cable contended
-  local cable=$1 cont=$2 key="$1-$2" ea eb pa pb
+  local cable=$1 cont=$2 key="$1-$2" ea='' eb=''
   [[ -n ${pair[$key]:-} ]] && return 0
-  if [[ $cable == shm ]]; then
-    local f
-    f=$(shm_cable_file)
-    files+=("$f")
-    ea="SHM=$f,END=A" eb="SHM=$f,END=B"
-  else
-    pa=$(free_port)
-    pb=$pa
-    while ((pb == pa)); do pb=$(free_port); done
-    ea="LOCAL=127.0.0.1:$pa,PEER=127.0.0.1:$pb" eb="LOCAL=127.0.0.1:$pb,PEER=127.0.0.1:$pa"
-  fi
+  cable_pair "$cable" ea eb || exit 2
   local _pid
   start_ibd_cable "$key-a" 1 "$ea" _pid --simhca-arg=--contended-us "--simhca-arg=$cont" || exit 2
   start_ibd_cable "$key-b" 2 "$eb" _pid --simhca-arg=--contended-us "--simhca-arg=$cont" || exit 2

@@ -45,27 +45,18 @@ done
 work=$(mktemp -d "${TMPDIR:-/tmp}/openib-sep-prof-XXXXXX")
 # shellcheck source=../scripts/ibd_pair.sh
 source "$here/../scripts/ibd_pair.sh"
-declare -a jobs_=() files=()
+declare -a jobs_=()
 cleanup() {
   local p
   for p in "${jobs_[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${jobs_[@]}"; do wait "$p" 2>/dev/null || true; done
   stop_daemons
-  for p in "${files[@]}"; do rm -f "$p"; done
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-if [[ $cable == shm ]]; then
-  f=$(shm_cable_file)
-  files+=("$f")
-  ea="SHM=$f,END=A" eb="SHM=$f,END=B"
-else
-  pa=$(free_port)
-  pb=$pa
-  while ((pb == pa)); do pb=$(free_port); done
-  ea="LOCAL=127.0.0.1:$pa,PEER=127.0.0.1:$pb" eb="LOCAL=127.0.0.1:$pb,PEER=127.0.0.1:$pa"
-fi
+ea='' eb=''
+cable_pair "$cable" ea eb || exit 2
 sargs=()
 [[ -n $cont ]] && sargs=(--simhca-arg=--contended-us "--simhca-arg=$cont")
 start_ibd_cable a 1 "$ea" PID_A "${sargs[@]}" || exit 2

@@ -30,6 +30,10 @@
 #   shm_cable_file                 a fresh path for a shared-memory cable
 #                                  file (under /dev/shm when it exists);
 #                                  the caller removes it
+#   cable_pair shm|udp VAR_A VAR_B the two --cable values of one cable:
+#                                  a fresh shared-memory file (removed by
+#                                  stop_daemons), or two distinct free UDP
+#                                  ports on 127.0.0.1
 #   stop_daemons                   SIGTERM to each, SIGKILL after 10 s, reaped;
 #                                  the shared-memory cable files removed
 
@@ -145,6 +149,22 @@ shm_cable_file() {
   local dir=/dev/shm
   [[ -d $dir && -w $dir ]] || dir=$work
   mktemp -u "$dir/openib-cable-XXXXXX"
+}
+
+cable_pair() {  # shm|udp VAR_A VAR_B
+  local -n cp_end_a=$2 cp_end_b=$3
+  if [[ $1 == shm ]]; then
+    local f
+    f=$(shm_cable_file) || return 1
+    shm_cables+=("$f")
+    cp_end_a="SHM=$f,END=A" cp_end_b="SHM=$f,END=B"
+  else
+    local pa pb
+    pa=$(free_port) || return 1
+    pb=$pa
+    while ((pb == pa)); do pb=$(free_port) || return 1; done
+    cp_end_a="LOCAL=127.0.0.1:$pa,PEER=127.0.0.1:$pb" cp_end_b="LOCAL=127.0.0.1:$pb,PEER=127.0.0.1:$pa"
+  fi
 }
 
 stop_daemons() {

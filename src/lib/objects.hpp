@@ -229,8 +229,6 @@ class ContextImpl final : public Context {
   Uar& uar() { return uar_; }
   Arena& arena() { return *arena_; }
   const proto::DeviceRep& dev() const { return dev_; }
-  // Empty polls of one CQ before Cq::poll yields the CPU (0: never).
-  uint32_t poll_yield() const { return poll_yield_; }
   // The data path's check (docs/client-protocol.md §6.2): one acquire load
   // of the device status page ibd shares read-only; no system call.
   bool device_gone() const {

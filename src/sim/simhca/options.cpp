@@ -106,20 +106,25 @@ void parse_faults(const std::string& v, DeviceConfig& c) {
           "--faults: drop=P,dup=P,reorder=P,corrupt=P,seed=N (P in [0, 1])");
 }
 
+// A duration in microseconds, 0 .. 1 s.
+void add_us_option(CLI::App& app, const std::string& name, std::chrono::microseconds& to, const std::string& help) {
+  app.add_option_function<std::string>(
+         name,
+         [name, &to](const std::string& v) {
+           uint64_t us = 0;
+           require(parse_u64(v, 10, us) && us <= 1000000, name + ": 0 .. 1000000");
+           to = std::chrono::microseconds(us);
+         },
+         help)
+      ->type_name("N");
+}
+
 // The process-wide options, in every group's app.
 void add_global_options(CLI::App& app, Options& o) {
   app.add_option_function<std::string>("--log", [](const std::string& v) { log::set_level(v); },
                                        "log level (trace, debug, info, warn, error)")
       ->type_name("LEVEL");
-  app.add_option_function<std::string>(
-      "--spin-us",
-      [&o](const std::string& v) {
-        uint64_t us = 0;
-        require(parse_u64(v, 10, us) && us <= 1000000, "--spin-us: 0 .. 1000000");
-        o.spin = std::chrono::microseconds(us);
-      },
-      "busy-poll this long before the device loop sleeps (microseconds)")
-      ->type_name("N");
+  add_us_option(app, "--spin-us", o.spin, "busy-poll this long before the device loop sleeps (microseconds)");
   app.add_option_function<std::string>(
       "--spin-mode",
       [&o](const std::string& v) {
@@ -128,15 +133,8 @@ void add_global_options(CLI::App& app, Options& o) {
       },
       "between empty passes: yield the CPU, or pause")
       ->type_name("yield|pause");
-  app.add_option_function<std::string>(
-      "--contended-us",
-      [&o](const std::string& v) {
-        uint64_t us = 0;
-        require(parse_u64(v, 10, us) && us <= 1000000, "--contended-us: 0 .. 1000000");
-        o.contended = std::chrono::microseconds(us);
-      },
-      "a yield of the device loop longer than this sends it to sleep when idle (microseconds; 0: never)")
-      ->type_name("N");
+  add_us_option(app, "--contended-us", o.contended,
+                "a yield of the device loop longer than this sends it to sleep when idle (microseconds; 0: never)");
   app.add_flag_function(
       "--helper", [&o](int64_t) { o.use_helper = true; },
       "several devices: a second thread runs devices during bulk flows");
