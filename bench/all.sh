@@ -99,11 +99,9 @@ for l in "${layouts[@]}"; do
       each-udp-*)
         t="lat<=1.0xTCP $(verdict "$L" '<=' "$TL"), bw>=1.0xTCP $(verdict "$B" '>=' "$TB")" ;;
       switch-*)
-        # One thread: against the reference pair of the same run; two
-        # processes: against each-udp's run.
-        UL='' UB=''
-        [[ $c == thread ]] && UL=$(get "$l" "reference RC SEND 8 B half RTT") UB=$(get "$l" "reference RC WRITE 64 KiB")
-        [[ -z $UL && ${ok[each-udp]} == 1 ]] && UL=$(lat each-udp $c) UB=$(bw each-udp $c)
+        # Against the reference pair (a direct UDP cable) of the same run,
+        # with the same kind of clients.
+        UL=$(get "$l" "reference RC SEND 8 B half RTT$(suffix $c)") UB=$(get "$l" "reference RC WRITE 64 KiB$(suffix $c)")
         if [[ -n $UL ]]; then
           lu=$(ratio "$L" "$UL") bu=$(ratio "$B" "$UB")
           t="lat<=1.5xUDP $(verdict "$L" '<=' "1.5 * $UL"), bw>=0.7xUDP $(verdict "$B" '>=' "0.7 * $UB")"
@@ -113,7 +111,7 @@ for l in "${layouts[@]}"; do
       "$(ratio "$B" "$TB")" "$lu" "$bu" "$t"
   done
 done
-echo "(switch lat/UDP, bw/UDP: one thread against the direct UDP pair measured in the same run; two processes against each-udp's run)"
+echo "(switch lat/UDP, bw/UDP: against a direct UDP pair measured in the same run, with the same kind of clients)"
 echo
 echo "baselines in each layout's run (load average at its start):"
 printf '%-9s %10s %11s %12s %13s %14s  %s\n' layout "TCP 8B us" "TCP MB/s" "memcpy MB/s" "shm spin us" "shm futex us" "load"

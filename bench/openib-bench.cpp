@@ -537,7 +537,9 @@ struct Peer {
   }
 };
 
-std::unique_ptr<Peer> fork_peer(const std::string& sock, size_t len, QpCap cap) {
+// `other`: a peer already forked, whose socket this child must not hold
+// (else that peer would not see its end close).
+std::unique_ptr<Peer> fork_peer(const std::string& sock, size_t len, QpCap cap, const Peer* other = nullptr) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) die("socketpair");
   std::fflush(stdout);
@@ -545,6 +547,7 @@ std::unique_ptr<Peer> fork_peer(const std::string& sock, size_t len, QpCap cap) 
   if (pid < 0) die("fork");
   if (pid == 0) {
     ::close(sv[0]);
+    if (other) ::close(other->fd);
     peer_process(sock, len, cap, sv[1]);
   }
   ::close(sv[1]);
@@ -860,8 +863,11 @@ int main(int argc, char** argv) {
   if (openib && (a.sock_a.empty() || a.sock_b.empty())) die("--socket-a and --socket-b are required");
   // The second client process first, before this one has threads or
   // anything of libopenib.
-  std::unique_ptr<Peer> peer;
+  // With a reference pair, its side B in a second process as well.
+  const bool ref = openib && !a.ref_a.empty() && !a.ref_b.empty();
+  std::unique_ptr<Peer> peer, rpeer;
   if (openib && a.two_procs) peer = fork_peer(a.sock_b, kBlock, cap);
+  if (ref && a.two_procs) rpeer = fork_peer(a.ref_b, kBlock, cap, peer.get());
 
   std::printf("openib-bench: %u CPUs online\n", std::thread::hardware_concurrency());
   const int lat_iters = a.quick ? 2000 : 20000, tcp_blocks = a.quick ? 512 : 4096;
@@ -880,9 +886,9 @@ int main(int argc, char** argv) {
     print_shm();
     return 0;
   }
-  std::vector<double> tl, ol, pl, tb, ob, pb, rl, rb;
+  std::vector<double> tl, ol, pl, tb, ob, pb, rl, rb, rpl, rpb;
   if (openib) {  // The openib phases: QPs through the two daemons, closed before the many-QP phase.
-    std::unique_ptr<Side> A, B, A2, RA, RB;
+    std::unique_ptr<Side> A, B, A2, RA, RB, RA2;
     if (a.thread) {
       A = must_side(a.sock_a, kBlock, cap);
       B = must_side(a.sock_b, kBlock, cap);
@@ -893,7 +899,11 @@ int main(int argc, char** argv) {
       A2 = must_side(a.sock_a, kBlock, cap);
       connect_peer(*A2, *peer);
     }
-    if (!a.ref_a.empty() && !a.ref_b.empty()) {
+    if (rpeer) {
+      RA2 = must_side(a.ref_a, kBlock, cap);
+      connect_peer(*RA2, *rpeer);
+    }
+    if (ref && a.thread) {
       RA = must_side(a.ref_a, kBlock, cap);
       RB = must_side(a.ref_b, kBlock, cap);
       if (auto r = connect(*RA, *RB); !r) die("connect (reference): " + r.error().str());
@@ -917,14 +927,17 @@ int main(int argc, char** argv) {
       if (A) ol.push_back(openib_latency_us(*A, *B, 1, openib_lat_iters));
       if (peer) pl.push_back(peer_latency_us(*A2, *peer, 1, openib_lat_iters));
       if (RA) rl.push_back(openib_latency_us(*RA, *RB, 1, openib_lat_iters));
+      if (rpeer) rpl.push_back(peer_latency_us(*RA2, *rpeer, 1, openib_lat_iters));
     }
     for (int rep = 0; rep < reps; ++rep) {
       tb.push_back(tcp_bandwidth_mbs(1, kBlock, tcp_blocks));
       if (A) ob.push_back(openib_write_mbs(*A, *B, 1, kBlock, openib_writes));
       if (peer) pb.push_back(peer_write_mbs(*A2, *peer, 1, kBlock, openib_writes));
       if (RA) rb.push_back(openib_write_mbs(*RA, *RB, 1, kBlock, openib_writes));
+      if (rpeer) rpb.push_back(peer_write_mbs(*RA2, *rpeer, 1, kBlock, openib_writes));
     }
     peer.reset();  // the second process closes its side and exits
+    rpeer.reset();
   }
   if (a.only == "qps") goto many;  // (e) alone: bench/qp_rate_ab.sh
   {
@@ -951,16 +964,21 @@ int main(int argc, char** argv) {
     print_ratio("bandwidth ratio openib/TCP, 2 processes", pbw / tcp_bw, t.bw_min, false);
     std::printf("%-44s %12.3f\n", "bandwidth ratio openib/memcpy, 2 processes", pbw / mem_bw);
   }
-  if (!rl.empty() && a.thread) {
-    // The reference pair (bench/run.sh --udp-ref: the direct UDP cable next
-    // to the switch), one thread, interleaved with the rest.
-    const double rlat = median(rl), rbw = median(rb);
-    std::printf("%-44s %12.2f us\n", "reference RC SEND 8 B half RTT", rlat);
-    std::printf("%-44s %12.1f MB/s\n", "reference RC WRITE 64 KiB", rbw);
-    const bool sw = a.layout == "switch";  // issue 14: through one switch vs the direct UDP cable
-    print_ratio("latency ratio openib/reference", lat / rlat, sw ? 1.5 : 0, true);
-    print_ratio("bandwidth ratio openib/reference", bw / rbw, sw ? 0.7 : 0, false);
-  }
+  // The reference pair (bench/run.sh --udp-ref: the direct UDP cable next
+  // to the switch), with one thread and with two processes as asked,
+  // interleaved with the rest. Issue 14's target: through one switch vs
+  // the direct UDP cable.
+  const bool sw = a.layout == "switch";
+  auto print_ref = [&](const std::vector<double>& l, const std::vector<double>& b, double olat, double obw,
+                       const char* suffix) {
+    const double rlat = median(l), rbw = median(b);
+    std::printf("%-44s %12.2f us\n", ("reference RC SEND 8 B half RTT" + std::string(suffix)).c_str(), rlat);
+    std::printf("%-44s %12.1f MB/s\n", ("reference RC WRITE 64 KiB" + std::string(suffix)).c_str(), rbw);
+    print_ratio(("latency ratio openib/reference" + std::string(suffix)).c_str(), olat / rlat, sw ? 1.5 : 0, true);
+    print_ratio(("bandwidth ratio openib/reference" + std::string(suffix)).c_str(), obw / rbw, sw ? 0.7 : 0, false);
+  };
+  if (!rl.empty()) print_ref(rl, rb, lat, bw, "");
+  if (!rpl.empty()) print_ref(rpl, rpb, median(pl), median(pb), ", 2 processes");
   std::fflush(stdout);
   }
   if (a.skip_many) return 0;
