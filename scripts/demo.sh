@@ -36,7 +36,7 @@ server_pid=
 IBD=build/src/ibd/ibd work=$tmp
 source scripts/ibd_pair.sh
 source scripts/unprivileged.sh
-export OPENIB_BUILD=$PWD/build OPENIB_SANDBOX=$tmp/sandbox OPENIB_SANDBOX_PREFIX=sbd OPENIB_SANDBOX_NET=198.18.9
+export OPENIB_BUILD=$PWD/build OPENIB_SANDBOX=$tmp/sandbox OPENIB_SANDBOX_PREFIX=sbd OPENIB_SANDBOX_NET=198.18.9.0/24
 cleanup() {
   if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
   stop_daemons
