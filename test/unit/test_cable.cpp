@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -682,6 +683,118 @@ TEST_CASE("UdpLink batch receive: oversized datagrams among good ones are counte
       CHECK(sink.take() == good);
     }
   }
+}
+
+// ---- UdpLink polled by its owner (docs/cables.md "Polled receive") -----------
+
+TEST_CASE("UdpLink polled: the owner reads, with the same checks; the link's thread only signals", "[cable][udp][polled]") {
+  for (const auto io : kIos) {
+    DYNAMIC_SECTION("io " << io_name(io)) {
+      RawSocket peer, stranger;
+      std::atomic<int> readable{0};
+      UdpLinkOptions o;
+      o.peer = peer.local.str();
+      o.io = io;
+      o.polled = true;
+      o.on_readable = [&] { readable.fetch_add(1); };
+      auto link = must_link(o);
+      REQUIRE(link->polled());
+      std::set<std::thread::id> threads;
+      Sink sink;
+      Link::Receiver to_sink = sink.receiver();
+      link->set_receiver([&](std::span<const std::byte> p) {
+        threads.insert(std::this_thread::get_id());
+        to_sink(p);
+      });
+      std::vector<Bytes> good;
+      for (std::uint32_t i = 0; i < 40; ++i) {
+        good.push_back(packet(i, (i * 97) % 3000));
+        peer.send_to(link->local_endpoint(), good.back());
+      }
+      Bytes bad = packet(99, 100);
+      bad[30] ^= std::byte{1};
+      peer.send_to(link->local_endpoint(), bad);
+      stranger.send_to(link->local_endpoint(), packet(100, 10));
+      // Armed from the start: the first datagram is signalled, and nothing
+      // is read until the owner polls.
+      REQUIRE(wait_until([&] { return readable.load() == 1; }));
+      CHECK(sink.size() == 0);
+      CHECK(link->stats().rx_packets == 0);
+      std::size_t taken = 0;
+      REQUIRE(wait_until([&] {
+        taken += link->poll(16);
+        return taken == good.size() + 2;
+      }));
+      CHECK(link->poll(16) == 0);  // drained
+      CHECK(sink.take() == good);
+      CHECK(threads == std::set<std::thread::id>{std::this_thread::get_id()});
+      auto s = link->stats();
+      CHECK(s.rx_packets == good.size() + 1);  // the bad one counted as received, then dropped
+      CHECK(s.rx_dropped_bad_crc == 1);
+      CHECK(s.rx_dropped_foreign == 1);
+      // Re-armed with a datagram waiting: signalled at once.
+      peer.send_to(link->local_endpoint(), packet(200, 8));
+      link->arm_readable();
+      REQUIRE(wait_until([&] { return readable.load() == 2; }));
+      REQUIRE(wait_until([&] { return link->poll(16) == 1; }));
+      // Stopped: the owner reads nothing more; sending still works.
+      link->stop();
+      peer.send_to(link->local_endpoint(), packet(201, 8));
+      CHECK(link->poll(16) == 0);
+      CHECK(sink.size() == good.size() + 1);
+      REQUIRE(link->send(packet(300, 4)).ok());
+      CHECK(peer.recv() == packet(300, 4));
+    }
+  }
+}
+
+TEST_CASE("UdpLink polled without on_readable: the owner watches fd() and reads", "[cable][udp][polled]") {
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.polled = true;
+  o.gro = false;
+  auto link = must_link(o);
+  REQUIRE(link->polled());
+  Sink sink;
+  link->set_receiver(sink.receiver());
+  std::vector<Bytes> sent;
+  for (std::uint32_t i = 0; i < 300; ++i) {
+    sent.push_back(packet(i, 64));
+    peer.send_to(link->local_endpoint(), sent.back());
+  }
+  pollfd pfd{link->fd(), POLLIN, 0};
+  REQUIRE(::poll(&pfd, 1, 5000) == 1);
+  // Nothing is read behind the owner's back; then at most `max` a call.
+  CHECK(sink.size() == 0);
+  std::size_t taken = 0, calls = 0;
+  REQUIRE(wait_until([&] {
+    const std::size_t n = link->poll(100);
+    CHECK(n <= 100 + UdpLink::kRxBatch);
+    taken += n;
+    ++calls;
+    return taken == sent.size();
+  }));
+  CHECK(calls >= 3);
+  CHECK(sink.take() == sent);
+  CHECK(::poll(&pfd, 1, 0) == 0);  // drained
+}
+
+TEST_CASE("UdpLink polled: OPENIB_UDP_POLLED=0 gives the receive thread back", "[cable][udp][polled]") {
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.polled = true;
+  o.on_readable = [] {};
+  ::setenv("OPENIB_UDP_POLLED", "0", 1);
+  auto link = must_link(o);
+  ::unsetenv("OPENIB_UDP_POLLED");
+  CHECK_FALSE(link->polled());
+  Sink sink;
+  link->set_receiver(sink.receiver());
+  peer.send_to(link->local_endpoint(), packet(1, 64));
+  REQUIRE(wait_until([&] { return sink.size() == 1; }));
+  CHECK(link->poll(16) == 0);
 }
 
 TEST_CASE("UdpLink pair on [::1]", "[cable][udp]") {

@@ -18,6 +18,15 @@
 //            set), validated (rx_check.hpp: bad CRC / malformed counted and
 //            dropped) and handed to the receiver on the receive thread.
 //
+// Polled receive (docs/cables.md "Polled receive"): with
+// UdpLinkOptions::polled, the link's owner reads the socket itself with
+// poll() (simhca's device loop in its pass, ibfabric's loop: no hand-off
+// between threads, no copy). With on_readable, the link's thread only
+// watches the socket while the owner sleeps: after arm_readable() it
+// calls on_readable() once, when a datagram is waiting; without, there is
+// no thread and the owner watches fd() itself. Same checks, counters,
+// capture and drops either way.
+//
 // Lifecycle: create() binds and starts the receive thread; stop() ends it
 // (within the poll timeout at worst; normally at once, through an eventfd);
 // the destructor stops and joins. Neither may be called from the receiver.
@@ -26,6 +35,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,6 +84,13 @@ struct UdpLinkOptions {
   // segment. Its receive ring holds 64 KiB datagrams (kGroRxBatch of them,
   // 512 KiB), so a process with many links (ibfabric) leaves it off.
   bool gro = true;
+  // Polled receive (above): the owner reads with poll(). The environment
+  // variable OPENIB_UDP_POLLED=0 turns it off (the receive thread reads
+  // and calls the receiver, as before), for comparisons.
+  bool polled = false;
+  // Polled: called on the link's thread, once per arm_readable(), when
+  // the socket has a datagram. Empty: no thread; the owner watches fd().
+  std::function<void()> on_readable;
 };
 
 class UdpLink final : public Link {
@@ -119,7 +136,21 @@ class UdpLink final : public Link {
   const std::string& name() const { return name_; }
 
   // Ends the receive thread and waits for it; idempotent. send() still works.
+  // Polled, poll() then reads nothing more (and the owner stops watching).
   void stop();
+
+  // Polled receive: whether it is on (asked for, not turned off).
+  bool polled() const { return polled_; }
+  // The socket, for an owner that watches it (polled, no on_readable).
+  int fd() const { return sock_.get(); }
+  // Polled: reads what the socket holds now, up to about `max` packets,
+  // and hands them to the receiver on the calling thread; how many
+  // datagrams (packets) it took. One reader at a time: a second caller
+  // meanwhile gets 0. Not polled: 0, the receive thread reads.
+  std::size_t poll(std::size_t max);
+  // Polled, before the owner sleeps: on_readable() is called (from the
+  // link's thread) as soon as a datagram waits, at once if one does now.
+  void arm_readable();
 
  private:
   UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOptions& opts);
@@ -131,12 +162,17 @@ class UdpLink final : public Link {
   Result<void> flush_locked();
   Result<void> check_send(std::size_t len, Endpoint& to);  // EMSGSIZE, ENOTCONN (counted); the peer
   Result<void> count_tx_failure(int e, const Endpoint& to, std::size_t packets);
-  void receive_single(std::byte* buf, std::size_t size);
-  void receive_batch();
+  void watch_loop();  // the link's thread when polled
+  std::size_t receive_single(std::size_t max);
+  std::size_t receive_batch(std::size_t max);
   void capture(std::span<const std::byte> packet);
 
   UniqueFd sock_;
   UniqueFd wake_;  // eventfd: stop() wakes the receive thread's poll()
+  UniqueFd ep_;    // polled: the link's thread waits here on the socket (one-shot) and wake_
+  bool polled_ = false;
+  std::function<void()> on_readable_;
+  std::mutex read_mu_;  // one reader of the socket at a time (poll())
   Endpoint local_;
   std::string name_;
   wire::PcapErfWriter* pcap_;
@@ -163,6 +199,7 @@ class UdpLink final : public Link {
   bool gro_ = false;
   std::size_t rx_slots_ = 0, rx_slot_bytes_ = 0;
   std::unique_ptr<std::byte[]> rx_bufs_;
+  std::vector<std::byte> single_;  // kSingle's buffer: one byte over the largest packet
   std::atomic<std::uint64_t> gro_datagrams_{0};
 
   std::mutex rx_mu_;

@@ -299,6 +299,26 @@ int main(int argc, char** argv) {
   };
   wait_inbox();
 
+  // Polled UDP cables (Fabric::receive_udp): read on this loop; while
+  // some may hold more, the next read is posted instead of waited for.
+  std::optional<asio::posix::stream_descriptor> udp;
+  std::function<void()> wait_udp, step_udp;
+  step_udp = [&] {
+    const bool more = fabric.receive_udp();
+    kick();
+    if (more) asio::post(io, step_udp);
+    else wait_udp();
+  };
+  wait_udp = [&] {
+    udp->async_wait(asio::posix::stream_descriptor::wait_read, [&](boost::system::error_code ec) {
+      if (!ec) step_udp();
+    });
+  };
+  if (fabric.udp_fd() >= 0) {
+    udp.emplace(io, ::dup(fabric.udp_fd()));
+    wait_udp();
+  }
+
   asio::steady_timer timer(io);
   std::function<void()> arm = [&] {
     timer.expires_after(std::chrono::milliseconds(100));
