@@ -152,13 +152,21 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
     return;
   }
   // OPENIB_UDP_GRO=0: no GRO whatever the options say.
-  if (io() == UdpLinkOptions::Io::kGso && opts.gro && !env_off("OPENIB_UDP_GRO")) {
+  if (io() == UdpLinkOptions::Io::kGso && opts.gro && !env_off("OPENIB_UDP_GRO") && (polled_ || !opts.rx_ring)) {
     const int one = 1;  // best effort: without it, datagrams come one by one
     gro_ = ::setsockopt(sock_.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
   }
   rx_slots_ = gro_ ? kGroRxBatch : kRxBatch;
   rx_slot_bytes_ = gro_ ? kGroRxBufBytes : kRxBufBytes;
+  if (polled_ && opts.rx_ring) {
+    rx_ring_ = opts.rx_ring;
+    std::lock_guard lk(rx_ring_->mu);
+    if (!rx_ring_->bytes) rx_ring_->bytes.reset(new std::byte[kRingBytes]);
+    rx_base_ = rx_ring_->bytes.get();
+    return;
+  }
   rx_bufs_.reset(new std::byte[rx_slots_ * rx_slot_bytes_]);
+  rx_base_ = rx_bufs_.get();
 }
 
 UdpLink::~UdpLink() { stop(); }
@@ -406,7 +414,7 @@ void UdpLink::receive_loop() {
     }
     if (n == 0 || fds[1].revents != 0) continue;  // timeout or stop(): the loop condition decides
     if (fds[0].revents & POLLNVAL) return;
-    if (rx_bufs_) receive_batch(kRecvBatch);
+    if (rx_base_) receive_batch(kRecvBatch);
     else receive_single(kRecvBatch);
   }
 }
@@ -437,9 +445,9 @@ void UdpLink::arm_readable() {
 
 std::size_t UdpLink::poll(std::size_t max) {
   if (!polled()) return 0;
-  std::unique_lock lk(read_mu_, std::try_to_lock);
+  std::unique_lock lk(rx_ring_ ? rx_ring_->mu : read_mu_, std::try_to_lock);
   if (!lk.owns_lock()) return 0;
-  return rx_bufs_ ? receive_batch(max) : receive_single(max);
+  return rx_base_ ? receive_batch(max) : receive_single(max);
 }
 
 std::size_t UdpLink::receive_single(std::size_t max) {
@@ -480,7 +488,7 @@ std::size_t UdpLink::receive_batch(std::size_t max) {
   Slot slots[kRxBatch];
   mmsghdr hs[kRxBatch];
   const std::size_t n_slots = rx_slots_;
-  for (std::size_t i = 0; i < n_slots; ++i) slots[i].iov = {rx_bufs_.get() + i * rx_slot_bytes_, rx_slot_bytes_};
+  for (std::size_t i = 0; i < n_slots; ++i) slots[i].iov = {rx_base_ + i * rx_slot_bytes_, rx_slot_bytes_};
   std::size_t taken = 0;  // packets
   while (taken < max && !stopping_.load(std::memory_order_acquire)) {
     for (std::size_t i = 0; i < n_slots; ++i) {
@@ -503,7 +511,7 @@ std::size_t UdpLink::receive_batch(std::size_t max) {
     }
     for (int i = 0; i < r; ++i) {
       msghdr& m = hs[i].msg_hdr;
-      const std::byte* d = rx_bufs_.get() + static_cast<std::size_t>(i) * rx_slot_bytes_;
+      const std::byte* d = rx_base_ + static_cast<std::size_t>(i) * rx_slot_bytes_;
       const auto len = std::min<std::size_t>(hs[i].msg_len, rx_slot_bytes_);
       const auto* from = reinterpret_cast<const sockaddr*>(&slots[i].from);
       std::size_t seg = 0;

@@ -32,6 +32,7 @@
 // the destructor stops and joins. Neither may be called from the receiver.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -56,6 +57,14 @@ class PcapErfWriter;
 }
 
 namespace openib::sim {
+
+// A receive ring that polled links read by one owner share
+// (UdpLinkOptions::rx_ring): ibfabric's cables, one ring's memory for all
+// of them, so that each can have UDP_GRO's 64 KiB slots.
+struct UdpRxRing {
+  std::mutex mu;  // one reader at a time, across the links sharing it
+  std::unique_ptr<std::byte[]> bytes;  // allocated by the first link, for either ring layout
+};
 
 struct UdpLinkOptions {
   std::string local = "127.0.0.1:0";  // bind address; port 0: ephemeral (see local_port())
@@ -91,6 +100,10 @@ struct UdpLinkOptions {
   // Polled: called on the link's thread, once per arm_readable(), when
   // the socket has a datagram. Empty: no thread; the owner watches fd().
   std::function<void()> on_readable;
+  // Polled: the receive ring to use, shared with other links (null: its
+  // own). Given to a link that is not polled (OPENIB_UDP_POLLED=0), it
+  // means memory matters: the link takes no GRO, and a ring of its own.
+  std::shared_ptr<UdpRxRing> rx_ring;
 };
 
 class UdpLink final : public Link {
@@ -196,9 +209,12 @@ class UdpLink final : public Link {
   // uninitialised (a quiet link touches only the first pages).
   static constexpr std::size_t kRxBufBytes = (wire::kMaxPacketBytes + 1 + 63) & ~std::size_t{63};
   static constexpr std::size_t kGroRxBufBytes = 65536;  // the largest UDP datagram, GRO'd or not
+  static constexpr std::size_t kRingBytes = std::max(kRxBatch * kRxBufBytes, kGroRxBatch * kGroRxBufBytes);
   bool gro_ = false;
   std::size_t rx_slots_ = 0, rx_slot_bytes_ = 0;
-  std::unique_ptr<std::byte[]> rx_bufs_;
+  std::unique_ptr<std::byte[]> rx_bufs_;  // its own ring, or none (shared, or kSingle)
+  std::shared_ptr<UdpRxRing> rx_ring_;     // the shared one
+  std::byte* rx_base_ = nullptr;           // the ring in use (null: kSingle)
   std::vector<std::byte> single_;  // kSingle's buffer: one byte over the largest packet
   std::atomic<std::uint64_t> gro_datagrams_{0};
 

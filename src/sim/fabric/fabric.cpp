@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "common/log.hpp"
@@ -15,6 +17,11 @@
 namespace openib::sim::fabric {
 
 namespace {
+
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, "0") == 0;
+}
 
 std::string node_addr(const Topology& t, const FabricOptions& o, int node) {
   auto it = o.node_addr.find(t.nodes[static_cast<size_t>(node)].name);
@@ -94,6 +101,7 @@ Result<void> Fabric::build(const FabricOptions& opts) {
   auto log = log::get("fabric");
   inbox_efd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!inbox_efd_) return sys_err("eventfd");
+  rx_ring_ = std::make_shared<UdpRxRing>();
   udp_ep_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
   if (!udp_ep_) return sys_err("epoll_create1");
   for (const std::string& r : opts.remote) {
@@ -138,8 +146,12 @@ Result<void> Fabric::build(const FabricOptions& opts) {
       uo.local = mine.local;
       uo.peer = mine.peer;
       uo.faults = opts.faults;
-      uo.gro = false;  // 512 KiB of receive ring per cable otherwise (docs/cables.md "Batches")
       uo.polled = true;  // read by the loop, watched through udp_ep_ (no thread)
+      // UDP_GRO with one receive ring for all cables (the loop reads them
+      // one at a time); 512 KiB per cable if each had its own, so polling
+      // off (OPENIB_UDP_POLLED=0) means no GRO here.
+      uo.rx_ring = rx_ring_;
+      uo.gro = !env_off("OPENIB_FABRIC_GRO");
       uo.name = fmt::format("{}[{}]", topo_.nodes[static_cast<size_t>(mine.node)].name, mine.port);
       if (!opts.pcap_dir.empty()) {
         OPENIB_TRY_ASSIGN(c.pcap, wire::PcapErfWriter::open(fmt::format(

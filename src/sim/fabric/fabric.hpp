@@ -159,6 +159,7 @@ class Fabric {
 
   // Polled UDP cables: their sockets, epoll data = index into udp_.
   UniqueFd udp_ep_;
+  std::shared_ptr<UdpRxRing> rx_ring_;  // their receive ring, one for all
   Switch::Clock::time_point rx_now_{};  // receive_udp()'s time, read once per call
   static constexpr std::size_t kUdpBatch = 256;  // packets read from one cable per call
 
