@@ -504,6 +504,25 @@ TEST_CASE("fault injection is per direction", "[cable][faults]") {
   CHECK(at_b.size() == 1);
 }
 
+// The packets of a pcap (ERF) capture file, in the file's order.
+std::vector<Bytes> read_capture(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string raw((std::istreambuf_iterator<char>(in)), {});
+  Bytes file(raw.size());
+  std::memcpy(file.data(), raw.data(), raw.size());
+  std::vector<Bytes> recs;
+  for (std::size_t at = kPcapFileHeaderBytes; at + kPcapRecordHeaderBytes <= file.size();) {
+    std::uint32_t incl = 0;
+    std::memcpy(&incl, file.data() + at + 8, 4);  // little-endian, as this host
+    REQUIRE(incl >= kErfHeaderBytes);
+    REQUIRE(at + kPcapRecordHeaderBytes + incl <= file.size());
+    const auto* d = file.data() + at + kPcapRecordHeaderBytes + kErfHeaderBytes;
+    recs.emplace_back(d, d + (incl - kErfHeaderBytes));
+    at += kPcapRecordHeaderBytes + incl;
+  }
+  return recs;
+}
+
 // ---- UdpLink ------------------------------------------------------------------
 
 TEST_CASE("UdpLink pair on 127.0.0.1 exchanges packets intact", "[cable][udp]") {
@@ -840,6 +859,114 @@ TEST_CASE("UdpLink polled: OPENIB_UDP_POLLED=0 gives the receive thread back", "
   CHECK(link->poll(16) == 0);
 }
 
+// ---- UdpLink segments (docs/cables.md "Segments over UDP") --------------------
+
+TEST_CASE("UdpLink segment: a plain socket gets the packets a sender would have sent one by one", "[cable][udp][segment]") {
+  namespace fs = std::filesystem;
+  // An RC WRITE of 5 packets of MTU 1024 (the last 1000 bytes), with and
+  // without a GRH, in a batch and alone: each packet as build_packet()
+  // frames it, CRCs and all, one per datagram, and the capture the same.
+  for (const bool grh : {false, true}) {
+    for (const bool batch : {false, true}) {
+      DYNAMIC_SECTION("grh " << grh << " batch " << batch) {
+        const auto path = fs::temp_directory_path() / ("openib_cable_seg." + std::to_string(::getpid()) + ".pcap");
+        RawSocket peer;
+        std::vector<Bytes> want;
+        {
+          auto w = PcapErfWriter::open(path.string());
+          REQUIRE(w.ok());
+          UdpLinkOptions o;
+          o.peer = peer.local.str();
+          o.pcap = w->get();
+          auto link = must_link(o);
+          REQUIRE(link->segment_room(1024) >= 5);
+          Headers h;
+          h.lrh.dlid = 2;
+          h.lrh.slid = 1;
+          if (grh) {
+            h.grh = Grh{};
+            h.grh->hop_lmt = 64;
+            h.grh->dgid[15] = 2;
+          }
+          h.bth.pkey = 0xFFFF;
+          h.bth.dest_qp = 0x12;
+          h.bth.psn = 0xFFFFFE;  // wraps inside the segment
+          h.bth.opcode = opcode(Transport::kRc, Op::kWriteFirst);
+          h.reth = Reth{0x1000, 0x77, 5000};
+          Bytes payload(4 * 1024 + 1000);
+          for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 7 + 3);
+          Segment seg;
+          seg.count = 5;
+          seg.mtu = 1024;
+          seg.last_len = 1000;
+          seg.last_opcode = opcode(Transport::kRc, Op::kWriteLast);
+          seg.last_ack_req = true;
+          Headers later = h;
+          later.reth.reset();
+          auto first = build_packet(h, std::span<const std::byte>(payload.data(), 1024));
+          REQUIRE(first.ok());
+          want.push_back(*first);
+          seg.hdr_len = static_cast<std::uint16_t>(first->size() - 1024 - Segment::kCrcBytes);
+          seg.later_hdr_len = static_cast<std::uint16_t>(kLrhBytes + (grh ? kGrhBytes : 0) + kBthBytes);
+          for (std::uint32_t i = 1; i < 5; ++i) {
+            later.bth.psn = (h.bth.psn + i) & 0xFFFFFF;
+            later.bth.opcode = opcode(Transport::kRc, i == 4 ? Op::kWriteLast : Op::kWriteMiddle);
+            later.bth.ack_req = i == 4;
+            auto p = build_packet(later, std::span<const std::byte>(payload.data() + i * 1024, i == 4 ? 1000 : 1024));
+            REQUIRE(p.ok());
+            want.push_back(*p);
+          }
+          auto fill = [&](std::span<std::byte> out) {
+            REQUIRE(out.size() == seg.bytes());
+            std::memcpy(out.data(), first->data(), seg.hdr_len);
+            std::memcpy(out.data() + seg.hdr_len, payload.data(), payload.size());
+            return true;
+          };
+          if (batch) {
+            LinkBatch b(link.get());
+            REQUIRE(link->send(packet(0, 8)).ok());  // a packet before it, in the same batch
+            REQUIRE(link->send_segment(seg, fill).ok());
+          } else {
+            REQUIRE(link->send_segment(seg, fill).ok());
+          }
+          if (batch) want.insert(want.begin(), packet(0, 8));
+          const auto s = link->stats();
+          CHECK(s.tx_packets == want.size());
+          std::uint64_t bytes = 0;
+          for (const auto& p : want) bytes += p.size();
+          CHECK(s.tx_bytes == bytes);
+          CHECK(s.tx_errors == 0);
+          for (const auto& p : want) {
+            const Bytes got = peer.recv();
+            CHECK(got == p);
+            CHECK(parse_packet(got).ok());  // both CRCs checked
+          }
+          REQUIRE((*w)->close().ok());
+        }
+        CHECK(read_capture(path) == want);
+        fs::remove(path);
+      }
+    }
+  }
+}
+
+TEST_CASE("UdpLink segment: none without GSO, under faults, or with OPENIB_UDP_SEGMENTS=0", "[cable][udp][segment]") {
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.io = UdpLinkOptions::Io::kBatch;
+  CHECK(must_link(o)->segment_room(1024) == 1);
+  o.io = UdpLinkOptions::Io::kGso;
+  o.faults.drop = 0.5;
+  CHECK(must_link(o)->segment_room(1024) == 1);
+  o.faults = {};
+  ::setenv("OPENIB_UDP_SEGMENTS", "0", 1);
+  auto off = must_link(o);
+  ::unsetenv("OPENIB_UDP_SEGMENTS");
+  CHECK(off->segment_room(1024) == 1);
+  CHECK(must_link(o)->segment_room(1024) == UdpLink::kTxBatch);
+}
+
 TEST_CASE("UdpLink pair on [::1]", "[cable][udp]") {
   UdpLinkOptions o;
   o.local = "[::1]:0";
@@ -1096,20 +1223,7 @@ TEST_CASE("UdpLink batches: the captures are the packets, whatever the I/O", "[c
       // Both ends write to one file (interface 0), interleaved by thread.
       // Each packet is there twice; as a's records and b's are each in
       // order, so are the first occurrences, and the second ones.
-      std::ifstream in(path, std::ios::binary);
-      const std::string raw((std::istreambuf_iterator<char>(in)), {});
-      Bytes file(raw.size());
-      std::memcpy(file.data(), raw.data(), raw.size());
-      std::vector<Bytes> recs;
-      for (std::size_t at = kPcapFileHeaderBytes; at + kPcapRecordHeaderBytes <= file.size();) {
-        std::uint32_t incl = 0;
-        std::memcpy(&incl, file.data() + at + 8, 4);  // little-endian, as this host
-        REQUIRE(incl >= kErfHeaderBytes);
-        REQUIRE(at + kPcapRecordHeaderBytes + incl <= file.size());
-        const auto* d = file.data() + at + kPcapRecordHeaderBytes + kErfHeaderBytes;
-        recs.emplace_back(d, d + (incl - kErfHeaderBytes));
-        at += kPcapRecordHeaderBytes + incl;
-      }
+      const std::vector<Bytes> recs = read_capture(path);
       REQUIRE(recs.size() == 2 * sent.size());
       std::vector<Bytes> first, second;
       std::map<Bytes, int> seen;

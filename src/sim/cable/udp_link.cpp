@@ -144,6 +144,7 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
       faults_(opts.faults),
       io_(io_from_env(opts.io)) {
   polled_ = opts.polled && !env_off("OPENIB_UDP_POLLED");
+  segments_ = !env_off("OPENIB_UDP_SEGMENTS");
   if (polled_) on_readable_ = opts.on_readable;
   if (io() == UdpLinkOptions::Io::kSingle) {
     // One byte more than the largest packet, so a longer datagram shows as
@@ -250,6 +251,86 @@ Result<void> UdpLink::send_with(std::size_t len, Filler fill, std::size_t payloa
     }
   }
   return Link::send_with(len, fill, payload_at);
+}
+
+std::size_t UdpLink::segment_room(std::size_t mtu) {
+  if (!segments_ || mtu == 0 || io() != UdpLinkOptions::Io::kGso) return 1;
+  std::lock_guard lk(send_mu_);
+  return faults_.active() ? 1 : kTxBatch;
+}
+
+// docs/cables.md "Segments over UDP": packet 0 is the first packet as
+// filled; packet i is its headers without extension headers, PSN + i,
+// OpCode Middle (the last: seg.last_opcode, SE, AckReq), framed anew
+// (LRH.PktLen, GRH.PayLen, BTH.PadCnt) for its payload; every packet gets
+// both CRCs.
+Result<void> UdpLink::send_segment(const Segment& seg, Filler fill) {
+  using namespace wire;
+  std::lock_guard lk(send_mu_);
+  Endpoint to;
+  OPENIB_TRY(check_send(std::size_t{seg.hdr_len} + seg.mtu + Segment::kCrcBytes, to));
+  if (seg.count < 2 || seg.count > kTxBatch || seg.mtu == 0 || seg.last_len == 0 || seg.last_len > seg.mtu ||
+      seg.hdr_len < kLrhBytes + kBthBytes || faults_.active() || io() != UdpLinkOptions::Io::kGso) {
+    LinkCounters::bump(counters_.tx_errors);
+    return err(EINVAL, "{}: segment of {} packets of {} bytes refused", name_, seg.count, seg.mtu);
+  }
+  seg_buf_.resize(seg.bytes());
+  if (!fill(std::span<std::byte>(seg_buf_.data(), seg_buf_.size())))
+    return err(ECANCELED, "{}: segment abandoned by its sender", name_);
+  if (!tx_ends_.empty() && (tx_ends_.size() + seg.count > kTxBatch ||
+                            !tx_to_.same_as(reinterpret_cast<const sockaddr*>(&to.addr), to.len)))
+    (void)flush_locked();  // room for the whole segment in one sendmmsg(); errors are counted
+  tx_to_ = to;
+  const std::size_t restart = tx_bytes_.size(), restart_ends = tx_ends_.size();
+  auto abandon = [&](std::string_view why) {
+    tx_bytes_.resize(restart);
+    tx_ends_.resize(restart_ends);
+    LinkCounters::bump(counters_.tx_errors);
+    return err(EINVAL, "{}: segment of {} packets: {}", name_, seg.count, why);
+  };
+  // Packet 0: as filled, then its CRCs.
+  const std::size_t first = std::size_t{seg.hdr_len} + seg.mtu;
+  tx_bytes_.insert(tx_bytes_.end(), seg_buf_.begin(), seg_buf_.begin() + static_cast<std::ptrdiff_t>(first));
+  tx_bytes_.resize(tx_bytes_.size() + Segment::kCrcBytes);
+  const std::span<std::byte> p0(tx_bytes_.data() + restart, first + Segment::kCrcBytes);
+  seal_packet(p0);
+  ParsedPacket q;
+  if (auto r = parse_packet_into(p0, q, ParseOptions{false, false}); !r) return abandon(r.error().str());
+  if (q.payload.size() != seg.mtu) return abandon("first packet's payload is not the MTU");
+  tx_ends_.push_back(tx_bytes_.size());
+  Headers h = q.hdr;
+  const Transport tr = opcode_transport(h.bth.opcode);
+  const Op op = opcode_op(h.bth.opcode);
+  const bool send = op == Op::kSendFirst || op == Op::kSendMiddle;
+  if (!send && op != Op::kWriteFirst && op != Op::kWriteMiddle) return abandon("not a SEND or WRITE");
+  h.reth.reset();
+  h.bth.opcode = opcode(tr, send ? Op::kSendMiddle : Op::kWriteMiddle);
+  const std::uint32_t psn = h.bth.psn;
+  for (std::size_t i = 1; i < seg.count; ++i) {
+    const bool last = i + 1 == seg.count;
+    const std::size_t len = last ? seg.last_len : seg.mtu;
+    h.bth.psn = (psn + static_cast<std::uint32_t>(i)) & 0xffffff;
+    if (last) {
+      h.bth.opcode = seg.last_opcode;
+      h.bth.se = seg.last_se;
+      h.bth.ack_req = seg.last_ack_req;
+    }
+    auto f = frame_packet(h, len);
+    if (!f) return abandon(f.error().str());
+    const std::size_t at = tx_bytes_.size();
+    tx_bytes_.resize(at + f->size);
+    const std::span<std::byte> pkt(tx_bytes_.data() + at, f->size);
+    std::memcpy(pkt.data(), f->header_bytes.data(), f->header_len);
+    std::memcpy(pkt.data() + f->header_len, seg_buf_.data() + seg.hdr_len + i * std::size_t{seg.mtu}, len);
+    pad_packet(*f, pkt);
+    seal_packet(pkt);
+    tx_ends_.push_back(tx_bytes_.size());
+  }
+  for (std::size_t i = restart_ends; i < tx_ends_.size(); ++i) {
+    LinkCounters::bump(counters_.tx_packets);
+    LinkCounters::bump(counters_.tx_bytes, tx_ends_[i] - (i == 0 ? 0 : tx_ends_[i - 1]));
+  }
+  return batch_depth_ > 0 && tx_ends_.size() < kTxBatch ? ok() : flush_locked();
 }
 
 Result<void> UdpLink::send(std::span<const std::byte> packet) {

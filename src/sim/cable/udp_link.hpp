@@ -10,6 +10,8 @@
 //            sendmmsg(), runs of equal-size packets as one UDP GSO message
 //            (UDP_SEGMENT: the kernel cuts it into the same datagrams, so
 //            a receiver sees one packet per datagram either way).
+//            Segments (Link::send_segment, with GSO) are cut into their
+//            packets, CRCs computed for each, and queued the same way.
 //   receive  recvmmsg() into a ring of kRxBatch buffers (with UDP_GRO,
 //            kGroRxBatch of 64 KiB: a GSO message arrives whole and is
 //            cut at its gso_size into the packets it carries); then
@@ -119,6 +121,14 @@ class UdpLink final : public Link {
   // In a batch without fault injection, `fill` writes the packet straight
   // into the batch's queue (no buffer of its own, no copy); else as Link's.
   Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at = 0) override;
+  // Segments (docs/cables.md "Segments over UDP"): with GSO and no fault
+  // injection up to kTxBatch packets; OPENIB_UDP_SEGMENTS=0: none (1).
+  std::size_t segment_room(std::size_t mtu) override;
+  // The segment cut into its packets, each with its headers and both CRCs
+  // computed (a receiver without GRO checks them), queued as a batch's
+  // packets are (at once outside a batch): the middle ones leave as one
+  // GSO message, the wire and the capture see one packet per datagram.
+  Result<void> send_segment(const Segment& seg, Filler fill) override;
   void set_receiver(Receiver r) override;
   LinkStats stats() const override { return counters_.snapshot(); }
   // A batch queues what send() is given and sends it at end_batch() (or
@@ -204,6 +214,8 @@ class UdpLink final : public Link {
   std::vector<std::byte> tx_bytes_;
   std::vector<std::size_t> tx_ends_;
   Endpoint tx_to_;
+  std::vector<std::byte> seg_buf_;  // a segment as its sender fills it (under send_mu_)
+  bool segments_ = true;            // OPENIB_UDP_SEGMENTS
 
   // The receive thread's buffers: kRxBatch of kRxBufBytes, allocated
   // uninitialised (a quiet link touches only the first pages).
