@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   app.add_option("--faults", faults_text, "drop=P,dup=P,reorder=P,corrupt=P,seed=N on every UDP cable end");
   app.add_option("--spin-us", spin_us,
                  "after forwarding from a UDP cable, keep reading the cables this long (sched_yield between "
-                 "empty reads) before sleeping in epoll; 0: never (docs/ibfabric.md)")
+                 "empty reads) before sleeping in epoll; 0: never (docs/cables.md \"Polled receive\")")
       ->capture_default_str();
   app.add_option("--log", log_level, "log level (trace, debug, info, warn, error)")->capture_default_str();
   auto* ctl = app.add_subcommand("ctl", "send one control command to a running ibfabric");
