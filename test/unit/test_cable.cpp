@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -503,6 +504,25 @@ TEST_CASE("fault injection is per direction", "[cable][faults]") {
   CHECK(at_b.size() == 1);
 }
 
+// The packets of a pcap (ERF) capture file, in the file's order.
+std::vector<Bytes> read_capture(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string raw((std::istreambuf_iterator<char>(in)), {});
+  Bytes file(raw.size());
+  std::memcpy(file.data(), raw.data(), raw.size());
+  std::vector<Bytes> recs;
+  for (std::size_t at = kPcapFileHeaderBytes; at + kPcapRecordHeaderBytes <= file.size();) {
+    std::uint32_t incl = 0;
+    std::memcpy(&incl, file.data() + at + 8, 4);  // little-endian, as this host
+    REQUIRE(incl >= kErfHeaderBytes);
+    REQUIRE(at + kPcapRecordHeaderBytes + incl <= file.size());
+    const auto* d = file.data() + at + kPcapRecordHeaderBytes + kErfHeaderBytes;
+    recs.emplace_back(d, d + (incl - kErfHeaderBytes));
+    at += kPcapRecordHeaderBytes + incl;
+  }
+  return recs;
+}
+
 // ---- UdpLink ------------------------------------------------------------------
 
 TEST_CASE("UdpLink pair on 127.0.0.1 exchanges packets intact", "[cable][udp]") {
@@ -682,6 +702,269 @@ TEST_CASE("UdpLink batch receive: oversized datagrams among good ones are counte
       CHECK(sink.take() == good);
     }
   }
+}
+
+// ---- UdpLink polled by its owner (docs/cables.md "Polled receive") -----------
+
+TEST_CASE("UdpLink polled: the owner reads, with the same checks; the link's thread only signals", "[cable][udp][polled]") {
+  for (const auto io : kIos) {
+    DYNAMIC_SECTION("io " << io_name(io)) {
+      RawSocket peer, stranger;
+      std::atomic<int> readable{0};
+      UdpLinkOptions o;
+      o.peer = peer.local.str();
+      o.io = io;
+      o.polled = true;
+      o.on_readable = [&] { readable.fetch_add(1); };
+      auto link = must_link(o);
+      REQUIRE(link->polled());
+      std::set<std::thread::id> threads;
+      Sink sink;
+      Link::Receiver to_sink = sink.receiver();
+      link->set_receiver([&](std::span<const std::byte> p) {
+        threads.insert(std::this_thread::get_id());
+        to_sink(p);
+      });
+      std::vector<Bytes> good;
+      for (std::uint32_t i = 0; i < 40; ++i) {
+        good.push_back(packet(i, (i * 97) % 3000));
+        peer.send_to(link->local_endpoint(), good.back());
+      }
+      Bytes bad = packet(99, 100);
+      bad[30] ^= std::byte{1};
+      peer.send_to(link->local_endpoint(), bad);
+      stranger.send_to(link->local_endpoint(), packet(100, 10));
+      // Armed from the start: the first datagram is signalled, and nothing
+      // is read until the owner polls.
+      REQUIRE(wait_until([&] { return readable.load() == 1; }));
+      CHECK(sink.size() == 0);
+      CHECK(link->stats().rx_packets == 0);
+      std::size_t taken = 0;
+      REQUIRE(wait_until([&] {
+        taken += link->poll(16);
+        return taken == good.size() + 2;
+      }));
+      CHECK(link->poll(16) == 0);  // drained
+      CHECK(sink.take() == good);
+      CHECK(threads == std::set<std::thread::id>{std::this_thread::get_id()});
+      auto s = link->stats();
+      CHECK(s.rx_packets == good.size() + 1);  // the bad one counted as received, then dropped
+      CHECK(s.rx_dropped_bad_crc == 1);
+      CHECK(s.rx_dropped_foreign == 1);
+      // Re-armed with a datagram waiting: signalled at once.
+      peer.send_to(link->local_endpoint(), packet(200, 8));
+      link->arm_readable();
+      REQUIRE(wait_until([&] { return readable.load() == 2; }));
+      REQUIRE(wait_until([&] { return link->poll(16) == 1; }));
+      // Stopped: the owner reads nothing more; sending still works.
+      link->stop();
+      peer.send_to(link->local_endpoint(), packet(201, 8));
+      CHECK(link->poll(16) == 0);
+      CHECK(sink.size() == good.size() + 1);
+      REQUIRE(link->send(packet(300, 4)).ok());
+      CHECK(peer.recv() == packet(300, 4));
+    }
+  }
+}
+
+TEST_CASE("UdpLink polled without on_readable: the owner watches fd() and reads", "[cable][udp][polled]") {
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.polled = true;
+  o.gro = false;
+  auto link = must_link(o);
+  REQUIRE(link->polled());
+  Sink sink;
+  link->set_receiver(sink.receiver());
+  std::vector<Bytes> sent;
+  for (std::uint32_t i = 0; i < 300; ++i) {
+    sent.push_back(packet(i, 64));
+    peer.send_to(link->local_endpoint(), sent.back());
+  }
+  pollfd pfd{link->fd(), POLLIN, 0};
+  REQUIRE(::poll(&pfd, 1, 5000) == 1);
+  // Nothing is read behind the owner's back; then at most `max` a call.
+  CHECK(sink.size() == 0);
+  std::size_t taken = 0, calls = 0;
+  REQUIRE(wait_until([&] {
+    const std::size_t n = link->poll(100);
+    CHECK(n <= 100 + UdpLink::kRxBatch);
+    taken += n;
+    ++calls;
+    return taken == sent.size();
+  }));
+  CHECK(calls >= 3);
+  CHECK(sink.take() == sent);
+  CHECK(::poll(&pfd, 1, 0) == 0);  // drained
+}
+
+TEST_CASE("UdpLink polled: links sharing one receive ring each get their own packets", "[cable][udp][polled]") {
+  auto ring = std::make_shared<UdpRxRing>();
+  RawSocket peer1, peer2;
+  UdpLinkOptions o;
+  o.polled = true;
+  o.rx_ring = ring;
+  o.peer = peer1.local.str();
+  auto l1 = must_link(o);
+  o.peer = peer2.local.str();
+  auto l2 = must_link(o);
+  REQUIRE(l1->gro());
+  REQUIRE(l2->gro());
+  Sink s1, s2;
+  l1->set_receiver(s1.receiver());
+  l2->set_receiver(s2.receiver());
+  // A GSO message to each (coalesced by GRO into one slot of the ring),
+  // then single datagrams; read alternately through the one ring.
+  std::vector<Bytes> p1, p2;
+  Bytes m1, m2;
+  for (std::uint32_t i = 0; i < 10; ++i) {
+    p1.push_back(packet(i * 5, 1000));  // no GRH: one size
+    p2.push_back(packet(100 + i * 5, 1000));
+    m1.insert(m1.end(), p1.back().begin(), p1.back().end());
+    m2.insert(m2.end(), p2.back().begin(), p2.back().end());
+  }
+  peer1.send_gso(l1->local_endpoint(), m1, static_cast<std::uint16_t>(p1[0].size()));
+  peer2.send_gso(l2->local_endpoint(), m2, static_cast<std::uint16_t>(p2[0].size()));
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    p1.push_back(packet(200 + i, 3 * i));
+    p2.push_back(packet(300 + i, 5 * i));
+    peer1.send_to(l1->local_endpoint(), p1.back());
+    peer2.send_to(l2->local_endpoint(), p2.back());
+  }
+  REQUIRE(wait_until([&] {
+    l2->poll(4);
+    l1->poll(4);
+    return s1.size() == p1.size() && s2.size() == p2.size();
+  }));
+  CHECK(s1.take() == p1);
+  CHECK(s2.take() == p2);
+  CHECK(l1->stats().rx_dropped_bad_crc + l2->stats().rx_dropped_bad_crc == 0);
+}
+
+TEST_CASE("UdpLink polled: OPENIB_UDP_POLLED=0 gives the receive thread back", "[cable][udp][polled]") {
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.polled = true;
+  o.on_readable = [] {};
+  ::setenv("OPENIB_UDP_POLLED", "0", 1);
+  auto link = must_link(o);
+  ::unsetenv("OPENIB_UDP_POLLED");
+  CHECK_FALSE(link->polled());
+  Sink sink;
+  link->set_receiver(sink.receiver());
+  peer.send_to(link->local_endpoint(), packet(1, 64));
+  REQUIRE(wait_until([&] { return sink.size() == 1; }));
+  CHECK(link->poll(16) == 0);
+}
+
+// ---- UdpLink segments (docs/cables.md "Segments over UDP") --------------------
+
+TEST_CASE("UdpLink segment: a plain socket gets the packets a sender would have sent one by one", "[cable][udp][segment]") {
+  namespace fs = std::filesystem;
+  // An RC WRITE of 5 packets of MTU 1024 (the last 1000 bytes), with and
+  // without a GRH, in a batch and alone: each packet as build_packet()
+  // frames it, CRCs and all, one per datagram, and the capture the same.
+  for (const bool grh : {false, true}) {
+    for (const bool batch : {false, true}) {
+      DYNAMIC_SECTION("grh " << grh << " batch " << batch) {
+        const auto path = fs::temp_directory_path() / ("openib_cable_seg." + std::to_string(::getpid()) + ".pcap");
+        RawSocket peer;
+        std::vector<Bytes> want;
+        {
+          auto w = PcapErfWriter::open(path.string());
+          REQUIRE(w.ok());
+          UdpLinkOptions o;
+          o.peer = peer.local.str();
+          o.pcap = w->get();
+          auto link = must_link(o);
+          REQUIRE(link->segment_room(1024) >= 5);
+          Headers h;
+          h.lrh.dlid = 2;
+          h.lrh.slid = 1;
+          if (grh) {
+            h.grh = Grh{};
+            h.grh->hop_lmt = 64;
+            h.grh->dgid[15] = 2;
+          }
+          h.bth.pkey = 0xFFFF;
+          h.bth.dest_qp = 0x12;
+          h.bth.psn = 0xFFFFFE;  // wraps inside the segment
+          h.bth.opcode = opcode(Transport::kRc, Op::kWriteFirst);
+          h.reth = Reth{0x1000, 0x77, 5000};
+          Bytes payload(4 * 1024 + 1000);
+          for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 7 + 3);
+          Segment seg;
+          seg.count = 5;
+          seg.mtu = 1024;
+          seg.last_len = 1000;
+          seg.last_opcode = opcode(Transport::kRc, Op::kWriteLast);
+          seg.last_ack_req = true;
+          Headers later = h;
+          later.reth.reset();
+          auto first = build_packet(h, std::span<const std::byte>(payload.data(), 1024));
+          REQUIRE(first.ok());
+          want.push_back(*first);
+          seg.hdr_len = static_cast<std::uint16_t>(first->size() - 1024 - Segment::kCrcBytes);
+          seg.later_hdr_len = static_cast<std::uint16_t>(kLrhBytes + (grh ? kGrhBytes : 0) + kBthBytes);
+          for (std::uint32_t i = 1; i < 5; ++i) {
+            later.bth.psn = (h.bth.psn + i) & 0xFFFFFF;
+            later.bth.opcode = opcode(Transport::kRc, i == 4 ? Op::kWriteLast : Op::kWriteMiddle);
+            later.bth.ack_req = i == 4;
+            auto p = build_packet(later, std::span<const std::byte>(payload.data() + i * 1024, i == 4 ? 1000 : 1024));
+            REQUIRE(p.ok());
+            want.push_back(*p);
+          }
+          auto fill = [&](std::span<std::byte> out) {
+            REQUIRE(out.size() == seg.bytes());
+            std::memcpy(out.data(), first->data(), seg.hdr_len);
+            std::memcpy(out.data() + seg.hdr_len, payload.data(), payload.size());
+            return true;
+          };
+          if (batch) {
+            LinkBatch b(link.get());
+            REQUIRE(link->send(packet(0, 8)).ok());  // a packet before it, in the same batch
+            REQUIRE(link->send_segment(seg, fill).ok());
+          } else {
+            REQUIRE(link->send_segment(seg, fill).ok());
+          }
+          if (batch) want.insert(want.begin(), packet(0, 8));
+          const auto s = link->stats();
+          CHECK(s.tx_packets == want.size());
+          std::uint64_t bytes = 0;
+          for (const auto& p : want) bytes += p.size();
+          CHECK(s.tx_bytes == bytes);
+          CHECK(s.tx_errors == 0);
+          for (const auto& p : want) {
+            const Bytes got = peer.recv();
+            CHECK(got == p);
+            CHECK(parse_packet(got).ok());  // both CRCs checked
+          }
+          REQUIRE((*w)->close().ok());
+        }
+        CHECK(read_capture(path) == want);
+        fs::remove(path);
+      }
+    }
+  }
+}
+
+TEST_CASE("UdpLink segment: none without GSO, under faults, or with OPENIB_UDP_SEGMENTS=0", "[cable][udp][segment]") {
+  RawSocket peer;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.io = UdpLinkOptions::Io::kBatch;
+  CHECK(must_link(o)->segment_room(1024) == 1);
+  o.io = UdpLinkOptions::Io::kGso;
+  o.faults.drop = 0.5;
+  CHECK(must_link(o)->segment_room(1024) == 1);
+  o.faults = {};
+  ::setenv("OPENIB_UDP_SEGMENTS", "0", 1);
+  auto off = must_link(o);
+  ::unsetenv("OPENIB_UDP_SEGMENTS");
+  CHECK(off->segment_room(1024) == 1);
+  CHECK(must_link(o)->segment_room(1024) == UdpLink::kTxBatch);
 }
 
 TEST_CASE("UdpLink pair on [::1]", "[cable][udp]") {
@@ -940,20 +1223,7 @@ TEST_CASE("UdpLink batches: the captures are the packets, whatever the I/O", "[c
       // Both ends write to one file (interface 0), interleaved by thread.
       // Each packet is there twice; as a's records and b's are each in
       // order, so are the first occurrences, and the second ones.
-      std::ifstream in(path, std::ios::binary);
-      const std::string raw((std::istreambuf_iterator<char>(in)), {});
-      Bytes file(raw.size());
-      std::memcpy(file.data(), raw.data(), raw.size());
-      std::vector<Bytes> recs;
-      for (std::size_t at = kPcapFileHeaderBytes; at + kPcapRecordHeaderBytes <= file.size();) {
-        std::uint32_t incl = 0;
-        std::memcpy(&incl, file.data() + at + 8, 4);  // little-endian, as this host
-        REQUIRE(incl >= kErfHeaderBytes);
-        REQUIRE(at + kPcapRecordHeaderBytes + incl <= file.size());
-        const auto* d = file.data() + at + kPcapRecordHeaderBytes + kErfHeaderBytes;
-        recs.emplace_back(d, d + (incl - kErfHeaderBytes));
-        at += kPcapRecordHeaderBytes + incl;
-      }
+      const std::vector<Bytes> recs = read_capture(path);
       REQUIRE(recs.size() == 2 * sent.size());
       std::vector<Bytes> first, second;
       std::map<Bytes, int> seen;

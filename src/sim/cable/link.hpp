@@ -3,10 +3,12 @@
 //
 // Implementations: UdpLink (udp_link.hpp: one UDP datagram per packet, the
 // cable between two processes or machines, with fault injection and pcap
-// capture) and LoopbackLink pairs for in-process tests.
+// capture), ShmLink (shm_link.hpp) and LoopbackLink pairs for in-process
+// tests.
 //
 // Threading: receive() callbacks run on the link's own receive thread (or
-// inside poll() for links driven by their owner); send() may be called from
+// inside poll() for links driven by their owner: ShmLink, a polled
+// UdpLink); send() may be called from
 // any thread. A Link never calls back into send() of its own.
 #pragma once
 
@@ -94,9 +96,9 @@ class Link {
   virtual Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at = 0);
   // Segmentation offload (docs/cables.md "Segments"; as a NIC's TSO):
   // how many packets of `mtu` bytes of payload the link takes now as one
-  // segment (Segment). 1: none, send packet by packet (the default, the
-  // UDP cable; ShmLink under a capture or fault injection, or towards a
-  // peer that wants whole packets).
+  // segment (Segment). 1: none, send packet by packet (the default;
+  // ShmLink under a capture or fault injection, or towards a peer that
+  // wants whole packets; UdpLink without GSO or under fault injection).
   virtual std::size_t segment_room(std::size_t /*mtu*/) { return 1; }
   // Sends `seg` (at most segment_room() packets): `fill` writes the first
   // packet's headers (framed for a payload of seg.mtu) and then all of the

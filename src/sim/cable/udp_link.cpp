@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,6 +32,11 @@ constexpr std::size_t kGsoMaxSegments = 64;
 constexpr std::size_t kGsoMaxBytes = 65000;
 
 // OPENIB_UDP_BATCH=0|1|2 overrides UdpLinkOptions::io (0 single, 1 batch, 2 gso).
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, "0") == 0;
+}
+
 UdpLinkOptions::Io io_from_env(UdpLinkOptions::Io dflt) {
   const char* e = std::getenv("OPENIB_UDP_BATCH");
   if (!e || e[0] < '0' || e[0] > '2' || e[1] != 0) return dflt;
@@ -91,8 +97,25 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
 
   std::unique_ptr<UdpLink> link(new UdpLink(std::move(sock), std::move(wake), local, opts));
   link->peer_ = peer;
+  if (link->polled() && !link->on_readable_) {
+    // The owner watches the socket: no thread.
+  } else if (link->polled()) {
+    // The link's thread waits on the socket (one-shot: armed now, re-armed
+    // by arm_readable()) and on the stop eventfd.
+    link->ep_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+    if (!link->ep_) return sys_err("{}: epoll_create1", opts.name);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = 1;
+    if (::epoll_ctl(link->ep_.get(), EPOLL_CTL_ADD, link->wake_.get(), &ev) != 0)
+      return sys_err("{}: epoll_ctl", opts.name);
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.u32 = 0;
+    if (::epoll_ctl(link->ep_.get(), EPOLL_CTL_ADD, link->sock_.get(), &ev) != 0)
+      return sys_err("{}: epoll_ctl", opts.name);
+  }
   try {
-    link->thread_ = std::thread(&UdpLink::receive_loop, link.get());
+    if (!link->polled() || link->on_readable_) link->thread_ = std::thread(&UdpLink::receive_loop, link.get());
   } catch (const std::system_error& e) {
     return err(e.code().value(), "{}: receive thread: {}", opts.name, e.what());
   }
@@ -101,9 +124,12 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_RCVBUF, &rcv, &l1);
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_SNDBUF, &snd, &l2);
   static constexpr const char* kIoNames[] = {"sendto/recvfrom", "sendmmsg/recvmmsg", "sendmmsg+GSO/recvmmsg"};
-  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}{}", link->name_, local.str(),
+  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}{}{}", link->name_, local.str(),
                  peer.len ? peer.str() : "(none yet)", rcv, snd, kIoNames[static_cast<int>(link->io())],
-                 link->gro_ ? "+GRO" : "");
+                 link->gro_ ? "+GRO" : "",
+                 !link->polled()         ? ""
+                 : link->on_readable_ ? ", polled by its owner"
+                                      : ", polled and watched by its owner");
   return link;
 }
 
@@ -117,15 +143,31 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
       poll_timeout_ms_(static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(opts.poll_timeout.count(), 1, 1000))),
       faults_(opts.faults),
       io_(io_from_env(opts.io)) {
-  if (io() == UdpLinkOptions::Io::kSingle) return;
-  const char* gro_env = std::getenv("OPENIB_UDP_GRO");  // 0: no GRO whatever the options say
-  if (io() == UdpLinkOptions::Io::kGso && opts.gro && !(gro_env && std::strcmp(gro_env, "0") == 0)) {
+  polled_ = opts.polled && !env_off("OPENIB_UDP_POLLED");
+  segments_ = !env_off("OPENIB_UDP_SEGMENTS");
+  if (polled_) on_readable_ = opts.on_readable;
+  if (io() == UdpLinkOptions::Io::kSingle) {
+    // One byte more than the largest packet, so a longer datagram shows as
+    // too long (MSG_TRUNC returns its real length) instead of fitting.
+    single_.resize(wire::kMaxPacketBytes + 1);
+    return;
+  }
+  // OPENIB_UDP_GRO=0: no GRO whatever the options say.
+  if (io() == UdpLinkOptions::Io::kGso && opts.gro && !env_off("OPENIB_UDP_GRO") && (polled_ || !opts.rx_ring)) {
     const int one = 1;  // best effort: without it, datagrams come one by one
     gro_ = ::setsockopt(sock_.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
   }
   rx_slots_ = gro_ ? kGroRxBatch : kRxBatch;
   rx_slot_bytes_ = gro_ ? kGroRxBufBytes : kRxBufBytes;
+  if (polled_ && opts.rx_ring) {
+    rx_ring_ = opts.rx_ring;
+    std::lock_guard lk(rx_ring_->mu);
+    if (!rx_ring_->bytes) rx_ring_->bytes.reset(new std::byte[kRingBytes]);
+    rx_base_ = rx_ring_->bytes.get();
+    return;
+  }
   rx_bufs_.reset(new std::byte[rx_slots_ * rx_slot_bytes_]);
+  rx_base_ = rx_bufs_.get();
 }
 
 UdpLink::~UdpLink() { stop(); }
@@ -209,6 +251,86 @@ Result<void> UdpLink::send_with(std::size_t len, Filler fill, std::size_t payloa
     }
   }
   return Link::send_with(len, fill, payload_at);
+}
+
+std::size_t UdpLink::segment_room(std::size_t mtu) {
+  if (!segments_ || mtu == 0 || io() != UdpLinkOptions::Io::kGso) return 1;
+  std::lock_guard lk(send_mu_);
+  return faults_.active() ? 1 : kTxBatch;
+}
+
+// docs/cables.md "Segments over UDP": packet 0 is the first packet as
+// filled; packet i is its headers without extension headers, PSN + i,
+// OpCode Middle (the last: seg.last_opcode, SE, AckReq), framed anew
+// (LRH.PktLen, GRH.PayLen, BTH.PadCnt) for its payload; every packet gets
+// both CRCs.
+Result<void> UdpLink::send_segment(const Segment& seg, Filler fill) {
+  using namespace wire;
+  std::lock_guard lk(send_mu_);
+  Endpoint to;
+  OPENIB_TRY(check_send(std::size_t{seg.hdr_len} + seg.mtu + Segment::kCrcBytes, to));
+  if (seg.count < 2 || seg.count > kTxBatch || seg.mtu == 0 || seg.last_len == 0 || seg.last_len > seg.mtu ||
+      seg.hdr_len < kLrhBytes + kBthBytes || faults_.active() || io() != UdpLinkOptions::Io::kGso) {
+    LinkCounters::bump(counters_.tx_errors);
+    return err(EINVAL, "{}: segment of {} packets of {} bytes refused", name_, seg.count, seg.mtu);
+  }
+  seg_buf_.resize(seg.bytes());
+  if (!fill(std::span<std::byte>(seg_buf_.data(), seg_buf_.size())))
+    return err(ECANCELED, "{}: segment abandoned by its sender", name_);
+  if (!tx_ends_.empty() && (tx_ends_.size() + seg.count > kTxBatch ||
+                            !tx_to_.same_as(reinterpret_cast<const sockaddr*>(&to.addr), to.len)))
+    (void)flush_locked();  // room for the whole segment in one sendmmsg(); errors are counted
+  tx_to_ = to;
+  const std::size_t restart = tx_bytes_.size(), restart_ends = tx_ends_.size();
+  auto abandon = [&](std::string_view why) {
+    tx_bytes_.resize(restart);
+    tx_ends_.resize(restart_ends);
+    LinkCounters::bump(counters_.tx_errors);
+    return err(EINVAL, "{}: segment of {} packets: {}", name_, seg.count, why);
+  };
+  // Packet 0: as filled, then its CRCs.
+  const std::size_t first = std::size_t{seg.hdr_len} + seg.mtu;
+  tx_bytes_.insert(tx_bytes_.end(), seg_buf_.begin(), seg_buf_.begin() + static_cast<std::ptrdiff_t>(first));
+  tx_bytes_.resize(tx_bytes_.size() + Segment::kCrcBytes);
+  const std::span<std::byte> p0(tx_bytes_.data() + restart, first + Segment::kCrcBytes);
+  seal_packet(p0);
+  ParsedPacket q;
+  if (auto r = parse_packet_into(p0, q, ParseOptions{false, false}); !r) return abandon(r.error().str());
+  if (q.payload.size() != seg.mtu) return abandon("first packet's payload is not the MTU");
+  tx_ends_.push_back(tx_bytes_.size());
+  Headers h = q.hdr;
+  const Transport tr = opcode_transport(h.bth.opcode);
+  const Op op = opcode_op(h.bth.opcode);
+  const bool send = op == Op::kSendFirst || op == Op::kSendMiddle;
+  if (!send && op != Op::kWriteFirst && op != Op::kWriteMiddle) return abandon("not a SEND or WRITE");
+  h.reth.reset();
+  h.bth.opcode = opcode(tr, send ? Op::kSendMiddle : Op::kWriteMiddle);
+  const std::uint32_t psn = h.bth.psn;
+  for (std::size_t i = 1; i < seg.count; ++i) {
+    const bool last = i + 1 == seg.count;
+    const std::size_t len = last ? seg.last_len : seg.mtu;
+    h.bth.psn = (psn + static_cast<std::uint32_t>(i)) & 0xffffff;
+    if (last) {
+      h.bth.opcode = seg.last_opcode;
+      h.bth.se = seg.last_se;
+      h.bth.ack_req = seg.last_ack_req;
+    }
+    auto f = frame_packet(h, len);
+    if (!f) return abandon(f.error().str());
+    const std::size_t at = tx_bytes_.size();
+    tx_bytes_.resize(at + f->size);
+    const std::span<std::byte> pkt(tx_bytes_.data() + at, f->size);
+    std::memcpy(pkt.data(), f->header_bytes.data(), f->header_len);
+    std::memcpy(pkt.data() + f->header_len, seg_buf_.data() + seg.hdr_len + i * std::size_t{seg.mtu}, len);
+    pad_packet(*f, pkt);
+    seal_packet(pkt);
+    tx_ends_.push_back(tx_bytes_.size());
+  }
+  for (std::size_t i = restart_ends; i < tx_ends_.size(); ++i) {
+    LinkCounters::bump(counters_.tx_packets);
+    LinkCounters::bump(counters_.tx_bytes, tx_ends_[i] - (i == 0 ? 0 : tx_ends_[i - 1]));
+  }
+  return batch_depth_ > 0 && tx_ends_.size() < kTxBatch ? ok() : flush_locked();
 }
 
 Result<void> UdpLink::send(std::span<const std::byte> packet) {
@@ -362,10 +484,7 @@ Result<void> UdpLink::count_tx_failure(int e, const Endpoint& to, std::size_t pa
 
 void UdpLink::receive_loop() {
   rx_tid_.store(std::this_thread::get_id());
-  // One byte more than the largest packet, so a longer datagram shows as
-  // too long (MSG_TRUNC returns its real length) instead of fitting.
-  std::vector<std::byte> single;
-  if (!rx_bufs_) single.resize(wire::kMaxPacketBytes + 1);
+  if (polled()) return watch_loop();
   pollfd fds[2] = {{sock_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
   while (!stopping_.load(std::memory_order_acquire)) {
     const int n = ::poll(fds, 2, poll_timeout_ms_);
@@ -376,13 +495,47 @@ void UdpLink::receive_loop() {
     }
     if (n == 0 || fds[1].revents != 0) continue;  // timeout or stop(): the loop condition decides
     if (fds[0].revents & POLLNVAL) return;
-    if (rx_bufs_) receive_batch();
-    else receive_single(single.data(), single.size());
+    if (rx_base_) receive_batch(kRecvBatch);
+    else receive_single(kRecvBatch);
   }
 }
 
-void UdpLink::receive_single(std::byte* buf, std::size_t size) {
-  for (int i = 0; i < kRecvBatch && !stopping_.load(std::memory_order_acquire); ++i) {
+// Polled: the owner reads; this thread only tells it, once per arm, that
+// the socket is readable (while the owner sleeps).
+void UdpLink::watch_loop() {
+  while (!stopping_.load(std::memory_order_acquire)) {
+    epoll_event ev[2];
+    const int n = ::epoll_wait(ep_.get(), ev, 2, poll_timeout_ms_);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      logger()->error("{}: epoll_wait: {}; watch thread ends", name_, std::strerror(errno));
+      return;
+    }
+    for (int i = 0; i < n; ++i)
+      if (ev[i].data.u32 == 0 && !stopping_.load(std::memory_order_acquire)) on_readable_();
+  }
+}
+
+void UdpLink::arm_readable() {
+  if (!on_readable_) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.u32 = 0;
+  (void)::epoll_ctl(ep_.get(), EPOLL_CTL_MOD, sock_.get(), &ev);
+}
+
+std::size_t UdpLink::poll(std::size_t max) {
+  if (!polled()) return 0;
+  std::unique_lock lk(rx_ring_ ? rx_ring_->mu : read_mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return 0;
+  return rx_base_ ? receive_batch(max) : receive_single(max);
+}
+
+std::size_t UdpLink::receive_single(std::size_t max) {
+  std::byte* buf = single_.data();
+  const std::size_t size = single_.size();
+  std::size_t i = 0;
+  for (; i < max && !stopping_.load(std::memory_order_acquire); ++i) {
     sockaddr_storage from{};
     socklen_t from_len = sizeof from;
     const ssize_t r = ::recvfrom(sock_.get(), buf, size, MSG_DONTWAIT | MSG_TRUNC,
@@ -397,6 +550,7 @@ void UdpLink::receive_single(std::byte* buf, std::size_t size) {
     const auto len = std::min(static_cast<std::size_t>(r), size);
     receive_one(std::span<const std::byte>(buf, len), reinterpret_cast<const sockaddr*>(&from), from_len);
   }
+  return i;
 }
 
 // recvmmsg(2) into the ring of rx_slots_ buffers. Each buffer is larger
@@ -405,7 +559,7 @@ void UdpLink::receive_single(std::byte* buf, std::size_t size) {
 // With UDP_GRO, a datagram with a UDP_GRO control message is the peer's
 // GSO message whole: its segments, gso_size bytes each but the last, are
 // the datagrams a receiver without GRO would have read, taken in turn.
-void UdpLink::receive_batch() {
+std::size_t UdpLink::receive_batch(std::size_t max) {
   constexpr std::size_t kCmsgBytes = CMSG_SPACE(sizeof(int));
   struct Slot {
     iovec iov;
@@ -415,8 +569,9 @@ void UdpLink::receive_batch() {
   Slot slots[kRxBatch];
   mmsghdr hs[kRxBatch];
   const std::size_t n_slots = rx_slots_;
-  for (std::size_t i = 0; i < n_slots; ++i) slots[i].iov = {rx_bufs_.get() + i * rx_slot_bytes_, rx_slot_bytes_};
-  for (std::size_t taken = 0; taken < static_cast<std::size_t>(kRecvBatch) && !stopping_.load(std::memory_order_acquire);) {
+  for (std::size_t i = 0; i < n_slots; ++i) slots[i].iov = {rx_base_ + i * rx_slot_bytes_, rx_slot_bytes_};
+  std::size_t taken = 0;  // packets
+  while (taken < max && !stopping_.load(std::memory_order_acquire)) {
     for (std::size_t i = 0; i < n_slots; ++i) {
       hs[i] = {};
       hs[i].msg_hdr.msg_name = &slots[i].from;
@@ -430,14 +585,14 @@ void UdpLink::receive_batch() {
     }
     const int r = ::recvmmsg(sock_.get(), hs, static_cast<unsigned>(n_slots), MSG_DONTWAIT | MSG_TRUNC, nullptr);
     if (r < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return taken;
       if (errno == EINTR) continue;
       log_once(warned_rx_, "{}: recvmmsg: {}", name_, std::strerror(errno));
-      return;
+      return taken;
     }
     for (int i = 0; i < r; ++i) {
       msghdr& m = hs[i].msg_hdr;
-      const std::byte* d = rx_bufs_.get() + static_cast<std::size_t>(i) * rx_slot_bytes_;
+      const std::byte* d = rx_base_ + static_cast<std::size_t>(i) * rx_slot_bytes_;
       const auto len = std::min<std::size_t>(hs[i].msg_len, rx_slot_bytes_);
       const auto* from = reinterpret_cast<const sockaddr*>(&slots[i].from);
       std::size_t seg = 0;
@@ -450,15 +605,16 @@ void UdpLink::receive_batch() {
           }
       if (seg == 0 || seg >= len) {
         receive_one(std::span<const std::byte>(d, len), from, m.msg_namelen);
+        ++taken;
         continue;
       }
       gro_datagrams_.fetch_add(1, std::memory_order_relaxed);
-      for (std::size_t off = 0; off < len; off += seg)
+      for (std::size_t off = 0; off < len; off += seg, ++taken)
         receive_one(std::span<const std::byte>(d + off, std::min(seg, len - off)), from, m.msg_namelen);
     }
-    if (static_cast<std::size_t>(r) < n_slots) return;  // drained
-    taken += static_cast<std::size_t>(r);
+    if (static_cast<std::size_t>(r) < n_slots) return taken;  // drained
   }
+  return taken;
 }
 
 void UdpLink::receive_one(std::span<const std::byte> d, const sockaddr* from, socklen_t from_len) {

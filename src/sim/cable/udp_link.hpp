@@ -10,6 +10,8 @@
 //            sendmmsg(), runs of equal-size packets as one UDP GSO message
 //            (UDP_SEGMENT: the kernel cuts it into the same datagrams, so
 //            a receiver sees one packet per datagram either way).
+//            Segments (Link::send_segment, with GSO) are cut into their
+//            packets, CRCs computed for each, and queued the same way.
 //   receive  recvmmsg() into a ring of kRxBatch buffers (with UDP_GRO,
 //            kGroRxBatch of 64 KiB: a GSO message arrives whole and is
 //            cut at its gso_size into the packets it carries); then
@@ -18,14 +20,25 @@
 //            set), validated (rx_check.hpp: bad CRC / malformed counted and
 //            dropped) and handed to the receiver on the receive thread.
 //
+// Polled receive (docs/cables.md "Polled receive"): with
+// UdpLinkOptions::polled, the link's owner reads the socket itself with
+// poll() (simhca's device loop in its pass, ibfabric's loop: no hand-off
+// between threads, no copy). With on_readable, the link's thread only
+// watches the socket while the owner sleeps: after arm_readable() it
+// calls on_readable() once, when a datagram is waiting; without, there is
+// no thread and the owner watches fd() itself. Same checks, counters,
+// capture and drops either way.
+//
 // Lifecycle: create() binds and starts the receive thread; stop() ends it
 // (within the poll timeout at worst; normally at once, through an eventfd);
 // the destructor stops and joins. Neither may be called from the receiver.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,6 +59,14 @@ class PcapErfWriter;
 }
 
 namespace openib::sim {
+
+// A receive ring that polled links read by one owner share
+// (UdpLinkOptions::rx_ring): ibfabric's cables, one ring's memory for all
+// of them, so that each can have UDP_GRO's 64 KiB slots.
+struct UdpRxRing {
+  std::mutex mu;  // one reader at a time, across the links sharing it
+  std::unique_ptr<std::byte[]> bytes;  // allocated by the first link, for either ring layout
+};
 
 struct UdpLinkOptions {
   std::string local = "127.0.0.1:0";  // bind address; port 0: ephemeral (see local_port())
@@ -74,6 +95,17 @@ struct UdpLinkOptions {
   // segment. Its receive ring holds 64 KiB datagrams (kGroRxBatch of them,
   // 512 KiB), so a process with many links (ibfabric) leaves it off.
   bool gro = true;
+  // Polled receive (above): the owner reads with poll(). The environment
+  // variable OPENIB_UDP_POLLED=0 turns it off (the receive thread reads
+  // and calls the receiver, as before), for comparisons.
+  bool polled = false;
+  // Polled: called on the link's thread, once per arm_readable(), when
+  // the socket has a datagram. Empty: no thread; the owner watches fd().
+  std::function<void()> on_readable;
+  // Polled: the receive ring to use, shared with other links (null: its
+  // own). Given to a link that is not polled (OPENIB_UDP_POLLED=0), it
+  // means memory matters: the link takes no GRO, and a ring of its own.
+  std::shared_ptr<UdpRxRing> rx_ring;
 };
 
 class UdpLink final : public Link {
@@ -89,6 +121,14 @@ class UdpLink final : public Link {
   // In a batch without fault injection, `fill` writes the packet straight
   // into the batch's queue (no buffer of its own, no copy); else as Link's.
   Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at = 0) override;
+  // Segments (docs/cables.md "Segments over UDP"): with GSO and no fault
+  // injection up to kTxBatch packets; OPENIB_UDP_SEGMENTS=0: none (1).
+  std::size_t segment_room(std::size_t mtu) override;
+  // The segment cut into its packets, each with its headers and both CRCs
+  // computed (a receiver without GRO checks them), queued as a batch's
+  // packets are (at once outside a batch): the middle ones leave as one
+  // GSO message, the wire and the capture see one packet per datagram.
+  Result<void> send_segment(const Segment& seg, Filler fill) override;
   void set_receiver(Receiver r) override;
   LinkStats stats() const override { return counters_.snapshot(); }
   // A batch queues what send() is given and sends it at end_batch() (or
@@ -119,7 +159,21 @@ class UdpLink final : public Link {
   const std::string& name() const { return name_; }
 
   // Ends the receive thread and waits for it; idempotent. send() still works.
+  // Polled, poll() then reads nothing more (and the owner stops watching).
   void stop();
+
+  // Polled receive: whether it is on (asked for, not turned off).
+  bool polled() const { return polled_; }
+  // The socket, for an owner that watches it (polled, no on_readable).
+  int fd() const { return sock_.get(); }
+  // Polled: reads what the socket holds now, up to about `max` packets,
+  // and hands them to the receiver on the calling thread; how many
+  // datagrams (packets) it took. One reader at a time: a second caller
+  // meanwhile gets 0. Not polled: 0, the receive thread reads.
+  std::size_t poll(std::size_t max);
+  // Polled, before the owner sleeps: on_readable() is called (from the
+  // link's thread) as soon as a datagram waits, at once if one does now.
+  void arm_readable();
 
  private:
   UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOptions& opts);
@@ -131,12 +185,17 @@ class UdpLink final : public Link {
   Result<void> flush_locked();
   Result<void> check_send(std::size_t len, Endpoint& to);  // EMSGSIZE, ENOTCONN (counted); the peer
   Result<void> count_tx_failure(int e, const Endpoint& to, std::size_t packets);
-  void receive_single(std::byte* buf, std::size_t size);
-  void receive_batch();
+  void watch_loop();  // the link's thread when polled
+  std::size_t receive_single(std::size_t max);
+  std::size_t receive_batch(std::size_t max);
   void capture(std::span<const std::byte> packet);
 
   UniqueFd sock_;
   UniqueFd wake_;  // eventfd: stop() wakes the receive thread's poll()
+  UniqueFd ep_;    // polled: the link's thread waits here on the socket (one-shot) and wake_
+  bool polled_ = false;
+  std::function<void()> on_readable_;
+  std::mutex read_mu_;  // one reader of the socket at a time (poll())
   Endpoint local_;
   std::string name_;
   wire::PcapErfWriter* pcap_;
@@ -155,14 +214,20 @@ class UdpLink final : public Link {
   std::vector<std::byte> tx_bytes_;
   std::vector<std::size_t> tx_ends_;
   Endpoint tx_to_;
+  std::vector<std::byte> seg_buf_;  // a segment as its sender fills it (under send_mu_)
+  bool segments_ = true;            // OPENIB_UDP_SEGMENTS
 
   // The receive thread's buffers: kRxBatch of kRxBufBytes, allocated
   // uninitialised (a quiet link touches only the first pages).
   static constexpr std::size_t kRxBufBytes = (wire::kMaxPacketBytes + 1 + 63) & ~std::size_t{63};
   static constexpr std::size_t kGroRxBufBytes = 65536;  // the largest UDP datagram, GRO'd or not
+  static constexpr std::size_t kRingBytes = std::max(kRxBatch * kRxBufBytes, kGroRxBatch * kGroRxBufBytes);
   bool gro_ = false;
   std::size_t rx_slots_ = 0, rx_slot_bytes_ = 0;
-  std::unique_ptr<std::byte[]> rx_bufs_;
+  std::unique_ptr<std::byte[]> rx_bufs_;  // its own ring, or none (shared, or kSingle)
+  std::shared_ptr<UdpRxRing> rx_ring_;     // the shared one
+  std::byte* rx_base_ = nullptr;           // the ring in use (null: kSingle)
+  std::vector<std::byte> single_;  // kSingle's buffer: one byte over the largest packet
   std::atomic<std::uint64_t> gro_datagrams_{0};
 
   std::mutex rx_mu_;

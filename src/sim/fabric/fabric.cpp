@@ -1,11 +1,14 @@
 // The fabric of one ibfabric process (fabric.hpp; docs/ibfabric.md).
 #include "sim/fabric/fabric.hpp"
 
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "common/log.hpp"
@@ -14,6 +17,11 @@
 namespace openib::sim::fabric {
 
 namespace {
+
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, "0") == 0;
+}
 
 std::string node_addr(const Topology& t, const FabricOptions& o, int node) {
   auto it = o.node_addr.find(t.nodes[static_cast<size_t>(node)].name);
@@ -93,6 +101,9 @@ Result<void> Fabric::build(const FabricOptions& opts) {
   auto log = log::get("fabric");
   inbox_efd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!inbox_efd_) return sys_err("eventfd");
+  rx_ring_ = std::make_shared<UdpRxRing>();
+  udp_ep_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!udp_ep_) return sys_err("epoll_create1");
   for (const std::string& r : opts.remote) {
     const int n = topo_.find(r);
     if (n < 0 || !topo_.nodes[static_cast<size_t>(n)].is_switch())
@@ -135,7 +146,12 @@ Result<void> Fabric::build(const FabricOptions& opts) {
       uo.local = mine.local;
       uo.peer = mine.peer;
       uo.faults = opts.faults;
-      uo.gro = false;  // 512 KiB of receive ring per cable otherwise (docs/cables.md "Batches")
+      uo.polled = true;  // read by the loop, watched through udp_ep_ (no thread)
+      // UDP_GRO with one receive ring for all cables (the loop reads them
+      // one at a time); 512 KiB per cable if each had its own, so polling
+      // off (OPENIB_UDP_POLLED=0) means no GRO here.
+      uo.rx_ring = rx_ring_;
+      uo.gro = !env_off("OPENIB_FABRIC_GRO");
       uo.name = fmt::format("{}[{}]", topo_.nodes[static_cast<size_t>(mine.node)].name, mine.port);
       if (!opts.pcap_dir.empty()) {
         OPENIB_TRY_ASSIGN(c.pcap, wire::PcapErfWriter::open(fmt::format(
@@ -145,18 +161,35 @@ Result<void> Fabric::build(const FabricOptions& opts) {
       }
       OPENIB_TRY_ASSIGN(auto link, UdpLink::create(uo));
       const End to = c.a;
-      link->set_receiver([this, to](std::span<const std::byte> p) {
-        {
-          std::lock_guard lk(inbox_mu_);
-          if (inbox_.size() >= 65536) {  // the loop is behind: lost, as in a full buffer
-            ++stats_.inbox_dropped;
+      if (link->polled()) {
+        // Straight from the link's buffer to the switch, on the loop.
+        link->set_receiver([this, to](std::span<const std::byte> p) {
+          ++stats_.inbox_packets;
+          Cable* cab = cable_at(to.sw, to.port);
+          if (cab && !cab->up) {
+            ++stats_.dropped_cable_down;
             return;
           }
-          inbox_.push_back({to, std::vector<std::byte>(p.begin(), p.end()), 0});
-        }
-        const std::uint64_t one = 1;
-        (void)!::write(inbox_efd_.get(), &one, sizeof one);
-      });
+          switches_[static_cast<size_t>(to.sw)]->receive(to.port, p, 0, rx_now_);
+        });
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = udp_.size();
+        if (::epoll_ctl(udp_ep_.get(), EPOLL_CTL_ADD, link->fd(), &ev) != 0) return sys_err("{}: epoll_ctl", uo.name);
+      } else {
+        link->set_receiver([this, to](std::span<const std::byte> p) {
+          {
+            std::lock_guard lk(inbox_mu_);
+            if (inbox_.size() >= 65536) {  // the loop is behind: lost, as in a full buffer
+              ++stats_.inbox_dropped;
+              return;
+            }
+            inbox_.push_back({to, std::vector<std::byte>(p.begin(), p.end()), 0});
+          }
+          const std::uint64_t one = 1;
+          (void)!::write(inbox_efd_.get(), &one, sizeof one);
+        });
+      }
       c.udp = link.get();
       switches_[static_cast<size_t>(c.a.sw)]->attach(c.a.port, link.get());
       log->info("cable {}: {} udp {} -> {}", li, uo.name, uo.local, uo.peer);
@@ -237,6 +270,20 @@ void Fabric::deliver_inbox() {
     }
     switches_[static_cast<size_t>(p.to.sw)]->receive(p.to.port, p.bytes, 0, now);
   }
+}
+
+bool Fabric::receive_udp() {
+  Batches batches(*this);
+  constexpr int kEvents = 64;
+  epoll_event ev[kEvents];
+  const int n = ::epoll_wait(udp_ep_.get(), ev, kEvents, 0);
+  if (n <= 0) return false;
+  rx_now_ = Switch::Clock::now();
+  bool more = n == kEvents;
+  // Fewer than kUdpBatch packets: the socket is drained (UdpLink::poll).
+  for (int i = 0; i < n; ++i)
+    if (udp_[static_cast<size_t>(ev[i].data.u64)]->poll(kUdpBatch) >= kUdpBatch) more = true;
+  return more;
 }
 
 std::size_t Fabric::pump_internal(std::size_t max) {

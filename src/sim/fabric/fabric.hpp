@@ -8,8 +8,11 @@
 // So ibfabric, the host scripts (ibfabric --print-bindings) and a second
 // ibfabric running the other switches (--remote) compute the same pairs.
 //
-// Threading: everything but the UdpLinks' receive threads runs on the
-// caller's loop; those threads only push into the inbox (mutex + eventfd).
+// Threading: everything runs on the caller's loop. The UDP cables are
+// polled (docs/cables.md "Polled receive"): the loop reads their sockets
+// when udp_fd() is readable and forwards each packet from the link's
+// buffer. With OPENIB_UDP_POLLED=0, as before: the UdpLinks' receive
+// threads push copies into the inbox (mutex + eventfd).
 #pragma once
 
 #include <cstdint>
@@ -78,6 +81,11 @@ class Fabric {
   // in-process cables (internal_pending()), trap resends (every ~100 ms).
   int inbox_fd() const { return inbox_efd_.get(); }
   void deliver_inbox();
+  // Polled UDP cables: an epoll descriptor, readable when one of their
+  // sockets is (-1: none polled). receive_udp() reads what they hold
+  // and forwards it; true if more may wait (call it again, not wait).
+  int udp_fd() const { return udp_ep_.get(); }
+  bool receive_udp();
   bool internal_pending() const { return !internal_.empty(); }
   std::size_t pump_internal(std::size_t max = 4096);
   void tick(Switch::Clock::time_point now);
@@ -148,6 +156,12 @@ class Fabric {
   std::vector<std::unique_ptr<UdpLink>> udp_;
   std::deque<Queued> internal_;
   FabricStats stats_;
+
+  // Polled UDP cables: their sockets, epoll data = index into udp_.
+  UniqueFd udp_ep_;
+  std::shared_ptr<UdpRxRing> rx_ring_;  // their receive ring, one for all
+  Switch::Clock::time_point rx_now_{};  // receive_udp()'s time, read once per call
+  static constexpr std::size_t kUdpBatch = 256;  // packets read from one cable per call
 
   // UDP receive threads -> loop.
   UniqueFd inbox_efd_;

@@ -8,6 +8,7 @@
 // One asio io_context: UDP cables' packets (handed over by their receive
 // threads through an eventfd), in-process cables, the trap timer, the
 // control socket and SIGTERM/SIGINT.
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -27,6 +28,7 @@
 #include <charconv>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -148,6 +150,9 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
 int main(int argc, char** argv) {
   CLI::App app{"ibfabric: emulated InfiniBand switches and cables built from an ibnetdiscover/ibsim topology file"};
   std::string topo_path, control_path, log_level = "info", pcap_dir, faults_text;
+  // --spin-us; OPENIB_FABRIC_SPIN_US sets the default (a benchmark's A/B).
+  unsigned spin_us = 200;
+  if (const char* e = std::getenv("OPENIB_FABRIC_SPIN_US")) spin_us = static_cast<unsigned>(std::strtoul(e, nullptr, 10));
   FabricOptions fo;
   std::vector<std::string> node_addrs, remotes, binds;
   bool print_bindings = false;
@@ -165,6 +170,10 @@ int main(int argc, char** argv) {
                "print 'NODE PORT --guid G --portN LOCAL=..,PEER=..' for every host port and exit");
   app.add_option("--pcap-dir", pcap_dir, "write one capture file (pcap, ERF) per cable into DIR");
   app.add_option("--faults", faults_text, "drop=P,dup=P,reorder=P,corrupt=P,seed=N on every UDP cable end");
+  app.add_option("--spin-us", spin_us,
+                 "after forwarding from a UDP cable, keep reading the cables this long (sched_yield between "
+                 "empty reads) before sleeping in epoll; 0: never (docs/cables.md \"Polled receive\")")
+      ->capture_default_str();
   app.add_option("--log", log_level, "log level (trace, debug, info, warn, error)")->capture_default_str();
   auto* ctl = app.add_subcommand("ctl", "send one control command to a running ibfabric");
   std::string ctl_path;
@@ -298,6 +307,39 @@ int main(int argc, char** argv) {
     });
   };
   wait_inbox();
+
+  // Polled UDP cables (Fabric::receive_udp): read on this loop; while
+  // some may hold more, or within --spin-us of the last packet, the next
+  // read is posted instead of waited for (the wake-up from epoll is most
+  // of a hop's time when the CPUs are busy: docs/performance.md).
+  std::optional<asio::posix::stream_descriptor> udp;
+  std::function<void()> wait_udp, step_udp;
+  const auto spin = std::chrono::microseconds(spin_us);
+  auto last_rx = std::chrono::steady_clock::now();
+  step_udp = [&] {
+    const std::uint64_t before = fabric.stats().inbox_packets;
+    const bool more = fabric.receive_udp();
+    const auto now = std::chrono::steady_clock::now();
+    if (fabric.stats().inbox_packets != before) last_rx = now;
+    kick();
+    if (more) {
+      asio::post(io, step_udp);
+    } else if (now - last_rx < spin) {
+      ::sched_yield();
+      asio::post(io, step_udp);
+    } else {
+      wait_udp();
+    }
+  };
+  wait_udp = [&] {
+    udp->async_wait(asio::posix::stream_descriptor::wait_read, [&](boost::system::error_code ec) {
+      if (!ec) step_udp();
+    });
+  };
+  if (fabric.udp_fd() >= 0) {
+    udp.emplace(io, ::dup(fabric.udp_fd()));
+    wait_udp();
+  }
 
   asio::steady_timer timer(io);
   std::function<void()> arm = [&] {

@@ -57,10 +57,12 @@ class Device {
     if (cfg_.port1) {
       cfg_.port1->faults = cfg_.faults;
       cfg_.port1->pcap = pcap_.get();
+      cfg_.port1->polled = true;
+      cfg_.port1->on_readable = [this] { waiter_.notify(); };
       auto l = sim::UdpLink::create(*cfg_.port1);
       if (!l) return fail(l.error().str());
       link_ = std::move(l).value();
-      link_->set_receiver([this](std::span<const std::byte> p) { inbox_.push(p); });
+      set_udp_receiver(*link_, 1, inbox_);
       hca.attach_link(1, link_.get());
       log_->info("simhca: port 1 on udp {} -> {}", cfg_.port1->local, cfg_.port1->peer);
     } else if (cfg_.port1_shm) {
@@ -79,10 +81,12 @@ class Device {
     }
     // §13 port 2: a UDP cable end of its own (no capture, no faults).
     if (cfg_.port2) {
+      cfg_.port2->polled = true;
+      cfg_.port2->on_readable = [this] { waiter_.notify(); };
       auto l = sim::UdpLink::create(*cfg_.port2);
       if (!l) return fail(l.error().str());
       link2_ = std::move(l).value();
-      link2_->set_receiver([this](std::span<const std::byte> p) { inbox2_.push(p); });
+      set_udp_receiver(*link2_, 2, inbox2_);
       hca.attach_link(2, link2_.get());
       log_->info("simhca: port 2 on udp {} -> {}", cfg_.port2->local, cfg_.port2->peer);
     }
@@ -129,6 +133,7 @@ class Device {
       deliver();  // the device is reset: counted and dropped (§12.8)
       rx_now_ = Hca::Clock::now();
       if (shm_) shm_->poll(SIZE_MAX);
+      poll_udp();
       // Alone, the loop waits in accept; sharing it, it only looks.
       auto a = server_->accept_client(shared_ ? 0 : 50);
       if (!a && a.error().code != ETIMEDOUT) {
@@ -150,6 +155,7 @@ class Device {
     bool work = model_->poll_doorbells() > 0;  // §12.5 scanner
     rx_now_ = Hca::Clock::now();
     if (shm_ && shm_->poll(kShmBatch) > 0) work = true;
+    if (poll_udp()) work = true;
     if (deliver()) work = true;
     if (watch_->ready()) {
       work = true;
@@ -195,6 +201,11 @@ class Device {
   // flags is taken now, and the loop does not sleep.
   bool recheck() {
     if (model_->poll_doorbells() > 0) carried_ = true;  // taken; run_due() on the next pass
+    // Polled UDP ends: a datagram from now on wakes the loop (the waiter's
+    // flag is up, so the link's notify() is not lost); one waiting wakes
+    // it at once.
+    if (link_) link_->arm_readable();
+    if (link2_) link2_->arm_readable();
     return carried_ || (shm_ && shm_->pending()) || inbox_.nonempty() || inbox2_.nonempty() || watch_->ready();
   }
 
@@ -239,12 +250,31 @@ class Device {
 
  private:
   static constexpr size_t kShmBatch = 64;  // packets per pass, so doorbells and messages interleave
+  static constexpr size_t kUdpBatch = 64;  // the same for a UDP end
   // A device without a client, in a shared loop, looks for one this often.
   static constexpr auto kAcceptPoll = std::chrono::milliseconds(20);
 
   bool fail(const std::string& what) {
     log_->error("{}", what);
     return false;
+  }
+  // §12.7: a UDP end's packets to the port. Polled (docs/cables.md
+  // "Polled receive"), the loop reads the socket in its pass and the
+  // packets go to the device from the link's buffer; else the link's
+  // thread puts them in the inbox (OPENIB_UDP_POLLED=0, for comparisons).
+  void set_udp_receiver(openib::sim::UdpLink& l, uint8_t port, PacketInbox& inbox) {
+    if (!l.polled()) {
+      l.set_receiver([&inbox](std::span<const std::byte> p) { inbox.push(p); });
+      return;
+    }
+    l.set_receiver([this, port](std::span<const std::byte> p) { model_->hca().receive_packet(port, p, rx_now_); });
+  }
+  // Polled UDP ends: what their sockets hold now, up to kUdpBatch each.
+  bool poll_udp() {
+    bool any = false;
+    if (link_ && link_->poll(kUdpBatch) > 0) any = true;
+    if (link2_ && link2_->poll(kUdpBatch) > 0) any = true;
+    return any;
   }
   bool deliver() {
     if (!inbox_.nonempty() && !inbox2_.nonempty()) return false;
