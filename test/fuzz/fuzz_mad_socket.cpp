@@ -1,11 +1,11 @@
 // libFuzzer target: what a local client writes on its MAD socket, into the
 // piece reassembler ibd runs for it (src/clientproto/mad_socket.hpp,
 // docs/client-protocol.md §10.1). The input is a sequence of datagrams,
-// each a 2-byte little-endian length, then that many bytes; datagrams
-// starting with a piece header are common, since the first byte of a
-// length picks one. Nothing may crash; a message that comes out is one
+// each a 2-byte little-endian length, then that many bytes, or (an odd
+// first byte) a piece header built from 3 bytes, then the piece's bytes. Nothing may crash; a message that comes out is one
 // whole datagram or exactly its declared total, at most kMaxMessage; what
 // is held never exceeds the bytes fed.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -41,7 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       dgram.resize(kPieceHdr);
       encode_piece_header(std::span<std::byte, kPieceHdr>(dgram.data(), kPieceHdr), h);
       if (h.offset < h.total) len = piece_len(h.total, h.offset) - (short_one ? 1 : 0);
-      const size_t take = len < size ? len : size;  // too little input: zeros after it
+      // A piece's bytes: at most 16 from the input, zeros after them (a
+      // whole sequence of 64 KiB pieces from a few hundred input bytes).
+      const size_t take = std::min({len, size, size_t(16)});
       dgram.resize(kPieceHdr + len);
       std::memcpy(dgram.data() + kPieceHdr, data, take);
       data += take;
