@@ -475,14 +475,13 @@ namespace {
 // not begin a message).
 int recv_pieces(int portid, std::byte* m, const madsock::PieceHeader& first) {
   for (size_t off = 0; off < first.total;) {
-    if (off) {  // ibd is writing the rest: it comes, or ibd went
-      pollfd p{portid, POLLIN, 0};
-      int r = ::poll(&p, 1, 30000);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        debug(1, "umad_recv: no piece at %zu of %u", off, first.total);
-        return -EIO;
-      }
+    // ibd is writing the rest: it comes, or ibd went.
+    pollfd p{portid, POLLIN, 0};
+    int r = ::poll(&p, 1, 30000);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      debug(1, "umad_recv: no piece at %zu of %u", off, first.total);
+      return -EIO;
     }
     std::array<std::byte, madsock::kPieceHdr> ph;
     iovec iov[2] = {{ph.data(), ph.size()}, {m + off, first.total - off}};
