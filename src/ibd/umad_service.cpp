@@ -5,9 +5,11 @@
 #include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <set>
@@ -19,16 +21,23 @@
 #include "common/log.hpp"
 #include "ibd/fd_closer.hpp"
 #include "mad/mad.hpp"
+#include "mad/rmpp.hpp"
 
 namespace openib::ibd {
 namespace asio = boost::asio;
+namespace madsock = proto::madsock;
 
 namespace {
 
-constexpr size_t kUmadHdr = sizeof(ib_user_mad);  // 64: the kernel's header
-static_assert(kUmadHdr == 64);
-constexpr size_t kMadHdr = 24;  // IBA 13.4.2 common MAD header
-constexpr size_t kMaxMessage = 4u << 20;  // one RMPP message, header included
+using madsock::kMadHdr;
+using madsock::kUmadHdr;  // the kernel's struct ib_user_mad
+static_assert(kUmadHdr == sizeof(ib_user_mad));
+static_assert(kUmadHdr + mad::kMaxRmppMessage <= madsock::kMaxMessage);  // a reassembled message fits
+// What ibd holds for one MAD socket whose client does not read (beyond
+// one message, which always fits), and for all the messages clients have
+// sent only part of (docs/client-protocol.md §10.1).
+constexpr size_t kMaxQueuedOut = 16u << 20;
+constexpr size_t kMaxPartialIn = 256u << 20;
 constexpr int kSocketBuf = 8 << 20;
 constexpr uint32_t kIsSmCap = 1u << 1;  // PortInfo:CapabilityMask.IsSM, IBA 14.2.5.6
 
@@ -493,6 +502,9 @@ void UmadService::close_session(Session* s) {
   std::erase_if(sessions_, [&](auto& p) { return p.get() == s; });
 }
 
+// Reads what the client wrote: up to 64 datagrams per wakeup, whole
+// messages or pieces (§10.1), each put together by the session's
+// reassembler. Bad pieces are dropped and counted; the session goes on.
 void UmadService::watch(Session& session) {
   const uint32_t client = session.client;
   const uint8_t port = session.port;
@@ -500,30 +512,49 @@ void UmadService::watch(Session& session) {
     if (ec) return;
     Session* s = find_session(client, port);
     if (!s) return;
-    std::vector<std::byte> buf;
+    auto log = log::get("ibd");
+    rx_.resize(madsock::kMaxDatagram);
     for (int i = 0; i < 64; ++i) {
-      std::byte probe;
-      ssize_t n = ::recv(s->sock->native_handle(), &probe, 1, MSG_DONTWAIT | MSG_PEEK | MSG_TRUNC);
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n <= 0) {  // the client closed its MAD socket
+      ssize_t got = recv_datagram(s->sock->native_handle(), rx_.data(), rx_.size());
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (got <= 0) {  // the client closed its MAD socket
         close_session(s);
         return;
       }
-      buf.resize(std::min<size_t>(size_t(n), kMaxMessage));
-      ssize_t got = recv_datagram(s->sock->native_handle(), buf.data(), buf.size());
-      if (got <= 0) break;
-      if (size_t(got) > buf.size()) {
+      if (size_t(got) > rx_.size()) {
         ++counters_.bad_client_mads;
-        log::get("ibd")->warn("umad: client {}: a {}-byte write, over the {}-byte limit; dropped", client, got,
-                              kMaxMessage);
+        s->in.reset();
+        log->warn("umad: client {}: a {}-byte datagram, over the {}-byte limit; dropped", client, got,
+                  madsock::kMaxDatagram);
         continue;
       }
-      on_client_mad(*s, std::span<const std::byte>(buf.data(), size_t(got)));
+      auto step = s->in.feed(std::span<const std::byte>(rx_.data(), size_t(got)));
+      if (!step.error.empty()) {
+        ++counters_.bad_pieces;
+        log->debug("umad: client {}: {}", client, step.error);
+        continue;
+      }
+      if (s->in.buffered() && partial_bytes() > kMaxPartialIn) {
+        ++counters_.bad_pieces;
+        s->in.reset();
+        log->warn("umad: client {}: messages half sent hold over {} bytes; this one dropped", client, kMaxPartialIn);
+        continue;
+      }
+      if (!step.message) continue;
+      if (madsock::in_pieces(s->in.message().size())) ++counters_.pieces_in;
+      on_client_mad(*s, s->in.message());
       s = find_session(client, port);
       if (!s) return;
+      s->in.reset();
     }
     watch(*s);
   });
+}
+
+size_t UmadService::partial_bytes() const {
+  size_t n = 0;
+  for (const auto& s : sessions_) n += s->in.buffered();
+  return n;
 }
 
 // One write() of the client: struct ib_user_mad, then the MAD or RMPP message.
@@ -583,7 +614,9 @@ std::vector<std::pair<std::string, uint64_t>> UmadService::counter_list() const 
       {"umad_delivered", counters_.delivered},  {"umad_dropped", counters_.dropped},
       {"umad_bad_client_mads", counters_.bad_client_mads}, {"umad_denied", counters_.denied},
       {"umad_sends_without_device", counters_.sends_without_device},
-      {"umad_agents_reregistered", counters_.reregistered}};
+      {"umad_agents_reregistered", counters_.reregistered},
+      {"umad_bad_pieces", counters_.bad_pieces}, {"umad_messages_in_pieces_sent", counters_.pieces_out},
+      {"umad_messages_in_pieces_received", counters_.pieces_in}};
   for (const auto& [port, l] : layers_) {
     const auto& c = l->counters();
     const auto& q = l->port_counters();
@@ -599,23 +632,78 @@ std::vector<std::pair<std::string, uint64_t>> UmadService::counter_list() const 
   return v;
 }
 
+// To the client: queued on its session, written as the socket takes it
+// (one datagram, or pieces, §10.1). A message is written whole or not at
+// all; past kMaxQueuedOut unread bytes it is dropped, counted, as the
+// kernel's queue would.
 void UmadService::deliver(uint32_t client, uint8_t port, uint32_t agent, const mad::Delivery& d) {
   Session* s = find_session(client, port);
   if (!s) return;
+  const size_t total = kUmadHdr + d.data.size();
+  if (total > madsock::kMaxMessage || (s->out_bytes && s->out_bytes + total > kMaxQueuedOut)) {
+    ++counters_.dropped;
+    return;
+  }
   ib_user_mad hdr{};
   hdr.agent_id = agent;
   hdr.status = d.status;
-  hdr.length = uint32_t(kUmadHdr + d.data.size());
+  hdr.length = uint32_t(total);
   hdr.addr = to_umad(d.from);
-  std::vector<std::byte> out(kUmadHdr + d.data.size());
-  std::memcpy(out.data(), &hdr, kUmadHdr);
-  std::memcpy(out.data() + kUmadHdr, d.data.data(), d.data.size());
-  ssize_t n = ::send(s->sock->native_handle(), out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (n < 0) {
-    ++counters_.dropped;  // the client does not read: dropped, as the kernel's queue would
-    return;
+  Outgoing o;
+  o.bytes.resize(total);
+  std::memcpy(o.bytes.data(), &hdr, kUmadHdr);
+  std::memcpy(o.bytes.data() + kUmadHdr, d.data.data(), d.data.size());
+  o.id = ++s->next_out_id;
+  s->out_bytes += total;
+  s->out.push_back(std::move(o));
+  if (!s->write_waiting) flush(*s);
+}
+
+void UmadService::flush(Session& s) {
+  const int fd = s.sock->native_handle();
+  while (!s.out.empty()) {
+    Outgoing& o = s.out.front();
+    const size_t total = o.bytes.size();
+    ssize_t n;
+    size_t len = total;
+    if (!madsock::in_pieces(total)) {
+      n = ::send(fd, o.bytes.data(), total, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } else {
+      std::array<std::byte, madsock::kPieceHdr> ph;
+      madsock::encode_piece_header(ph, madsock::PieceHeader{o.id, uint32_t(total), uint32_t(o.sent)});
+      len = madsock::piece_len(total, o.sent);
+      iovec iov[2] = {{ph.data(), ph.size()}, {o.bytes.data() + o.sent, len}};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = 2;
+      n = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      s.write_waiting = true;
+      const uint32_t client = s.client;
+      const uint8_t port = s.port;
+      s.sock->async_wait(asio::posix::stream_descriptor::wait_write, [this, client, port](boost::system::error_code ec) {
+        if (ec) return;
+        if (Session* x = find_session(client, port)) {
+          x->write_waiting = false;
+          flush(*x);
+        }
+      });
+      return;
+    }
+    if (n < 0) {  // the client is gone (its end closed): the reading side ends the session
+      counters_.dropped += s.out.size();
+      s.out.clear();
+      s.out_bytes = 0;
+      return;
+    }
+    o.sent += len;
+    if (o.sent < total) continue;
+    if (madsock::in_pieces(total)) ++counters_.pieces_out;
+    ++counters_.delivered;
+    s.out_bytes -= total;
+    s.out.pop_front();
   }
-  ++counters_.delivered;
 }
 
 }  // namespace openib::ibd

@@ -2,8 +2,9 @@
 // MADs"): what the kernel's ib_umad gives a process through
 // /dev/infiniband/umadN, given to libibumad.so.3 clients instead. A client
 // opens a port (UMAD_OPEN) and gets a SOCK_SEQPACKET "MAD socket" that
-// carries exactly the kernel's read/write format (struct ib_user_mad, then
-// the MAD or RMPP message); it registers agents (UMAD_REGISTER), which
+// carries the kernel's read/write format (struct ib_user_mad, then the MAD
+// or RMPP message), a message longer than one datagram in pieces
+// (clientproto/mad_socket.hpp); it registers agents (UMAD_REGISTER), which
 // become agents of the port's MAD layer (src/mad/layer.hpp: TIDs,
 // timeouts, retries, RMPP).
 //
@@ -35,6 +36,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -42,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "clientproto/mad_socket.hpp"
 #include "clientproto/socket.hpp"
 #include "common/fd.hpp"
 #include "hca/hca.hpp"
@@ -54,6 +57,8 @@ struct UmadCounters {
   uint64_t denied = 0;  // opens, registrations and MADs refused for want of privilege
   uint64_t sends_without_device = 0;  // MADs written while the device was away (EIO)
   uint64_t reregistered = 0;          // agents registered again on a device that came back
+  uint64_t bad_pieces = 0;            // pieces out of sequence or malformed, dropped (§10.1)
+  uint64_t pieces_in = 0, pieces_out = 0;  // messages that crossed the MAD socket in pieces
 };
 
 class UmadService {
@@ -102,6 +107,12 @@ class UmadService {
     uint32_t key = 0;  // the MAD layer's agent; 0: not registered on the current layer
   };
 
+  struct Outgoing {  // a message for the client, `sent` bytes of it written
+    std::vector<std::byte> bytes;
+    uint32_t id = 0;
+    size_t sent = 0;
+  };
+
   struct Session {  // one UMAD_OPEN
     uint32_t client = 0;
     uint8_t port = 0;
@@ -109,6 +120,11 @@ class UmadService {
     std::unique_ptr<boost::asio::posix::stream_descriptor> sock;  // ibd's end
     std::map<uint32_t, Agent> agents;  // by umad agent id
     uint32_t next_agent = 0;
+    proto::madsock::Reassembler in;    // what the client writes (§10.1)
+    std::deque<Outgoing> out;          // what it has not read yet
+    size_t out_bytes = 0;
+    uint32_t next_out_id = 0;
+    bool write_waiting = false;        // a wait for room on the socket is armed
   };
 
   struct Waiter {  // a UMAD_OPEN waiting for its port's layer
@@ -127,6 +143,8 @@ class UmadService {
   void watch(Session& s);
   void on_client_mad(Session& s, std::span<const std::byte> msg);
   void deliver(uint32_t client, uint8_t port, uint32_t agent, const mad::Delivery& d);
+  void flush(Session& s);
+  size_t partial_bytes() const;  // held by all the sessions for messages in progress
   void close_session(Session* s);
   void setup_issm();
   void on_inotify();
@@ -142,6 +160,7 @@ class UmadService {
   std::set<uint8_t> layer_opening_;                  // ports whose layer is being opened
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the opening's continuation
   std::vector<std::unique_ptr<Session>> sessions_;
+  std::vector<std::byte> rx_;  // one datagram from a client
   // issm: the inotify fd, the watch per port, how many opens are live.
   UniqueFd inotify_;
   std::unique_ptr<boost::asio::posix::stream_descriptor> inotify_sd_;

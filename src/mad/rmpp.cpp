@@ -47,6 +47,8 @@ Result<std::vector<Mad>> rmpp_segment(ConstBytes message, std::size_t class_hdr_
   const std::size_t hdr = kRmppPayloadOff + class_hdr_bytes;
   if (class_hdr_bytes >= kRmppSegmentPayload) return err(EINVAL, "RMPP class header of {} bytes", class_hdr_bytes);
   if (message.size() < hdr) return err(EINVAL, "RMPP message of {} bytes, headers need {}", message.size(), hdr);
+  if (message.size() > kMaxRmppMessage)
+    return err(EMSGSIZE, "RMPP message of {} bytes, over the {}-byte limit", message.size(), kMaxRmppMessage);
   const std::size_t seg_data = kMadBytes - hdr;
   const std::size_t data_len = message.size() - hdr;
   const std::size_t n = std::max<std::size_t>(1, (data_len + seg_data - 1) / seg_data);

@@ -28,6 +28,11 @@ inline constexpr std::size_t kRmppHeaderOff = 24;
 inline constexpr std::size_t kRmppHeaderBytes = 12;
 inline constexpr std::size_t kRmppPayloadOff = 36;          // after common + RMPP headers
 inline constexpr std::size_t kRmppSegmentPayload = 220;     // 256 - 36
+// The longest RMPP message sent or reassembled (headers included): what a
+// MAD socket carries (clientproto/mad_socket.hpp, 64 MiB with struct
+// ib_user_mad), less room to spare. IBA sets none below PayloadLength's
+// 32 bits; a 324-host fat tree's PathRecord table is about 8 MB.
+inline constexpr std::size_t kMaxRmppMessage = (64u << 20) - 4096;
 inline constexpr std::uint8_t kRmppVersion = 1;
 
 namespace rmpp_type {
@@ -81,9 +86,10 @@ bool rmpp_class_allowed(std::uint8_t mgmt_class);
 // Cut a message (>= 36 + class_hdr bytes) into DATA segments with Active,
 // First/Last, SegmentNumber 1..N and PayloadLength set. A message whose
 // data fits one MAD gives one segment with First|Last. EINVAL if the
-// message is shorter than its headers or would need more than max_segments.
+// message is shorter than its headers or would need more than max_segments;
+// EMSGSIZE if it is longer than kMaxRmppMessage.
 Result<std::vector<Mad>> rmpp_segment(ConstBytes message, std::size_t class_hdr_bytes,
-                                      std::size_t max_segments = 1u << 16);
+                                      std::size_t max_segments = kMaxRmppMessage / 200 + 1);
 
 // Build an ACK / STOP / ABORT answering the MAD `about` (common header
 // copied, R bit flipped as the kernel does, IBA 13.6.3.1).
@@ -94,7 +100,7 @@ Mad rmpp_make_stop_abort(ConstBytes about, std::uint8_t type, std::uint8_t statu
 class RmppReassembler {
  public:
   struct Config {
-    std::size_t max_bytes = 4u << 20;   // bound on the reassembled message
+    std::size_t max_bytes = kMaxRmppMessage - 256;  // bound on the reassembled payload
     std::uint32_t window = 64;          // segments granted per ACK
   };
   struct Step {

@@ -15,10 +15,13 @@
 #include <infiniband/umad.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -28,6 +31,7 @@
 #include <mutex>
 #include <string>
 
+#include "clientproto/mad_socket.hpp"
 #include "clientproto/messages.hpp"
 #include "clientproto/socket.hpp"
 #include "common/byte_order.hpp"
@@ -35,6 +39,7 @@
 namespace {
 namespace proto = openib::proto;
 namespace bytes = openib::bytes;
+namespace madsock = openib::proto::madsock;
 using openib::UniqueFd;
 
 int g_debug = 0;
@@ -176,6 +181,11 @@ int fill_port(Control& c, const Device& d, int portnum, umad_port_t* port) {
 // Port ids (MAD socket fds) and their control connections.
 std::mutex g_mu;
 std::map<int, Control> g_ports;
+
+// A message in pieces is written, and read, by one thread at a time per
+// port: a lock per fd, by the fd's number (never freed, unlike a port).
+std::array<std::mutex, 64> g_send_mu, g_recv_mu;
+std::mutex& fd_lock(std::array<std::mutex, 64>& locks, int fd) { return locks[size_t(fd) % locks.size()]; }
 
 Control* control_of(int fd) {
   auto it = g_ports.find(fd);
@@ -390,20 +400,54 @@ int umad_set_addr_net(void* umad, __be16 dlid, __be32 dqp, int sl, __be32 qkey) 
 int umad_send(int portid, int agentid, void* umad, int length, int timeout_ms, int retries) {
   auto* m = static_cast<ib_user_mad*>(umad);
   // One MAD, or a whole RMPP message for an agent registered with an RMPP
-  // version (ibd's MAD layer segments it); ibd takes up to 4 MiB.
-  if (length < 24 || size_t(length) > (4u << 20) - sizeof(ib_user_mad)) {
+  // version (ibd's MAD layer segments it), up to madsock::kMaxMessage.
+  if (length < int(madsock::kMadHdr)) {
     errno = EINVAL;
     return -EINVAL;
+  }
+  const size_t total = sizeof(ib_user_mad) + size_t(length);
+  if (total > madsock::kMaxMessage) {
+    debug(1, "umad_send: a %zu-byte message, over the %zu-byte limit", total, madsock::kMaxMessage);
+    errno = EMSGSIZE;
+    return -EMSGSIZE;
   }
   m->timeout_ms = uint32_t(timeout_ms);
   m->retries = uint32_t(retries);
   m->agent_id = uint32_t(agentid);
   m->status = 0;
-  m->length = uint32_t(sizeof(ib_user_mad) + size_t(length));
-  ssize_t n = ::send(portid, m, sizeof(ib_user_mad) + size_t(length), MSG_NOSIGNAL);
-  if (n == ssize_t(sizeof(ib_user_mad) + size_t(length))) return 0;
-  if (!errno) errno = EIO;
-  return -EIO;
+  m->length = uint32_t(total);
+  auto* bytes = reinterpret_cast<std::byte*>(m);
+  if (!madsock::in_pieces(total)) {
+    ssize_t n = ::send(portid, m, total, MSG_NOSIGNAL);
+    if (n == ssize_t(total)) return 0;
+    if (!errno) errno = EIO;
+    return -EIO;
+  }
+  // In pieces (docs/client-protocol.md §10.1), one thread at a time on a
+  // port, so that two messages' pieces never mix.
+  std::lock_guard lock(fd_lock(g_send_mu, portid));
+  static std::atomic<uint32_t> ids{0};
+  const madsock::PieceHeader h0{++ids, uint32_t(total), 0};
+  for (size_t off = 0; off < total;) {
+    std::array<std::byte, madsock::kPieceHdr> ph;
+    madsock::PieceHeader h = h0;
+    h.offset = uint32_t(off);
+    madsock::encode_piece_header(ph, h);
+    const size_t len = madsock::piece_len(total, off);
+    iovec iov[2] = {{ph.data(), ph.size()}, {bytes + off, len}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    ssize_t n = ::sendmsg(portid, &msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != ssize_t(ph.size() + len)) {
+      debug(1, "umad_send: piece at %zu of %zu: %s", off, total, n < 0 ? std::strerror(errno) : "short write");
+      errno = EIO;
+      return -EIO;
+    }
+    off += len;
+  }
+  return 0;
 }
 
 static int dev_poll(int fd, int timeout_ms) {
@@ -422,39 +466,113 @@ static int dev_poll(int fd, int timeout_ms) {
 int umad_poll(int portid, int timeout_ms) { return dev_poll(portid, timeout_ms); }
 int umad_get_fd(int portid) { return portid; }
 
+namespace {
+
+// Reads the rest of a message sent in pieces (§10.1) whose first piece,
+// `first`, is at the head of the socket, into `m` (room for it checked).
+// The pieces follow one another; one out of sequence is EIO, and what is
+// left of that message is discarded by the next umad_recv (pieces that do
+// not begin a message).
+int recv_pieces(int portid, std::byte* m, const madsock::PieceHeader& first) {
+  for (size_t off = 0; off < first.total;) {
+    // ibd is writing the rest: it comes, or ibd went.
+    pollfd p{portid, POLLIN, 0};
+    int r = ::poll(&p, 1, 30000);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      debug(1, "umad_recv: no piece at %zu of %u", off, first.total);
+      return -EIO;
+    }
+    std::array<std::byte, madsock::kPieceHdr> ph;
+    iovec iov[2] = {{ph.data(), ph.size()}, {m + off, first.total - off}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    ssize_t n = ::recvmsg(portid, &msg, MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    madsock::PieceHeader h;
+    std::string e = n < ssize_t(ph.size()) ? std::string("a short datagram")
+                    : (msg.msg_flags & MSG_TRUNC) ? std::string("a datagram past the message's end")
+                                                  : madsock::check_piece(ph, size_t(n) - ph.size(), h);
+    if (e.empty() && (h.id != first.id || h.total != first.total || h.offset != off))
+      e = "a piece of another message";
+    if (!e.empty()) {
+      debug(1, "umad_recv: at %zu of %u: %s", off, first.total, e.c_str());
+      return -EIO;
+    }
+    off += size_t(n) - ph.size();
+  }
+  return 0;
+}
+
+}  // namespace
+
 // As the kernel's read(): a buffer too small for the MAD gets the header
-// only, with `length` saying what is needed, and ENOSPC; the MAD stays queued.
+// only, with `length` saying what is needed, and ENOSPC; the MAD stays
+// queued. A message longer than one datagram comes in pieces (§10.1),
+// read here one thread at a time per port.
 int umad_recv(int portid, void* umad, int* length, int timeout_ms) {
   errno = 0;
   if (!umad || !length) {
     errno = EINVAL;
     return -EINVAL;
   }
-  if (timeout_ms)
-    if (int r = dev_poll(portid, timeout_ms); r < 0) return r;
   auto* m = static_cast<ib_user_mad*>(umad);
+  auto* out = static_cast<std::byte*>(umad);
   const size_t room = sizeof(ib_user_mad) + size_t(std::max(*length, 0));
-  ssize_t full = ::recv(portid, m, room, MSG_PEEK | MSG_TRUNC | (timeout_ms ? MSG_DONTWAIT : 0));
-  if (full < 0) {
-    if (errno == EAGAIN) errno = EWOULDBLOCK;
-    return -errno;
+  std::lock_guard lock(fd_lock(g_recv_mu, portid));
+  for (;;) {
+    if (timeout_ms)
+      if (int r = dev_poll(portid, timeout_ms); r < 0) return r;
+    // The head datagram's first bytes and its length: a piece header and
+    // struct ib_user_mad at most.
+    std::array<std::byte, madsock::kPieceHdr + sizeof(ib_user_mad)> head{};
+    ssize_t full = ::recv(portid, head.data(), head.size(), MSG_PEEK | MSG_TRUNC | (timeout_ms ? MSG_DONTWAIT : 0));
+    if (full < 0) {
+      if (errno == EAGAIN) errno = EWOULDBLOCK;
+      return -errno;
+    }
+    if (full == 0) {  // ibd closed the MAD socket
+      errno = EIO;
+      return -EIO;
+    }
+    const size_t seen = std::min(size_t(full), head.size());
+    if (!madsock::is_piece(std::span(head.data(), seen))) {
+      if (size_t(full) > room) {
+        std::memcpy(m, head.data(), std::min(seen, sizeof(ib_user_mad)));
+        *length = int(size_t(full) - sizeof(ib_user_mad));
+        errno = ENOSPC;
+        return -ENOSPC;
+      }
+      ssize_t n = ::recv(portid, m, room, 0);
+      if (n < ssize_t(sizeof(ib_user_mad))) {
+        errno = EIO;
+        return -EIO;
+      }
+      *length = int(size_t(n) - sizeof(ib_user_mad));
+      return int(m->agent_id);
+    }
+    madsock::PieceHeader h;
+    const size_t data = size_t(full) - std::min(size_t(full), madsock::kPieceHdr);
+    if (std::string e = madsock::check_piece(std::span(head.data(), seen), data, h); !e.empty() || h.offset) {
+      // What is left of a message cut short: discarded.
+      debug(1, "umad_recv: a piece dropped: %s", e.empty() ? "it begins no message" : e.c_str());
+      (void)::recv(portid, head.data(), 0, MSG_DONTWAIT);
+      continue;
+    }
+    if (h.total > room) {
+      std::memcpy(m, head.data() + madsock::kPieceHdr, sizeof(ib_user_mad));
+      *length = int(h.total - sizeof(ib_user_mad));
+      errno = ENOSPC;
+      return -ENOSPC;
+    }
+    if (int r = recv_pieces(portid, out, h); r < 0) {
+      errno = -r;
+      return r;
+    }
+    *length = int(h.total - sizeof(ib_user_mad));
+    return int(m->agent_id);
   }
-  if (full == 0) {  // ibd closed the MAD socket
-    errno = EIO;
-    return -EIO;
-  }
-  if (size_t(full) > room) {
-    *length = int(size_t(full) - sizeof(ib_user_mad));
-    errno = ENOSPC;
-    return -ENOSPC;
-  }
-  ssize_t n = ::recv(portid, m, room, 0);
-  if (n < ssize_t(sizeof(ib_user_mad))) {
-    errno = EIO;
-    return -EIO;
-  }
-  *length = int(size_t(n) - sizeof(ib_user_mad));
-  return int(m->agent_id);
 }
 
 int umad_register2(int port_fd, struct umad_reg_attr* attr, uint32_t* agent_id) {

@@ -18,9 +18,12 @@
 #include <thread>
 #include <vector>
 
+#include "clientproto/mad_socket.hpp"
 #include "clientproto/messages.hpp"
 #include "clientproto/socket.hpp"
 #include "harness.hpp"
+
+#include <nlohmann/json.hpp>
 
 using namespace openib::testing;
 using Clock = std::chrono::steady_clock;
@@ -381,6 +384,23 @@ int send_vendor_get(int fd, int agent, uint16_t lid, uint64_t tid) {
   return umad_send(fd, agent, buf.data(), 256, 100, 0);
 }
 
+// Two MAD sockets of port 1, each with an agent of vendor class 0x09: the
+// receiver's takes Gets, the sender's sends them.
+struct VendorPair {
+  int rfd = -1, receiver = -1, sfd = -1, sender = -1;
+  VendorPair() {
+    long get_mask[2] = {1L << 0x01, 0};  // method Get
+    rfd = umad_open_port(nullptr, 0);
+    REQUIRE(rfd >= 0);
+    receiver = umad_register(rfd, 0x09, 1, 0, get_mask);
+    REQUIRE(receiver >= 0);
+    sfd = umad_open_port(nullptr, 0);
+    REQUIRE(sfd >= 0);
+    sender = umad_register(sfd, 0x09, 1, 0, nullptr);
+    REQUIRE(sender >= 0);
+  }
+};
+
 // What umad_recv on `fd` got within `timeout_ms`: the agent (or the
 // negative errno), the status and the low 32 bits of the TID.
 struct Got {
@@ -433,15 +453,8 @@ void wait_device_back(Env& env, pid_t killed) {
 // commands, leaves seconds for the send during the loss.
 TEST_CASE("umad: MAD sockets and agents outlive a lost device; a send meanwhile comes back EIO", "[umad]") {
   Env env(7, {"--simhca-arg=--cmd-delay-ms", "--simhca-arg=50"});
-  long get_mask[2] = {1L << 0x01, 0};  // method Get
-  const int rfd = umad_open_port(nullptr, 0);
-  REQUIRE(rfd >= 0);
-  const int receiver = umad_register(rfd, 0x09, 1, 0, get_mask);
-  REQUIRE(receiver >= 0);
-  const int sfd = umad_open_port(nullptr, 0);
-  REQUIRE(sfd >= 0);
-  const int sender = umad_register(sfd, 0x09, 1, 0, nullptr);
-  REQUIRE(sender >= 0);
+  const VendorPair v;
+  const int rfd = v.rfd, receiver = v.receiver, sfd = v.sfd, sender = v.sender;
   // Before the loss: the request reaches the receiver (loopback to LID 7).
   REQUIRE(send_vendor_get(sfd, sender, 7, 0x100) == 0);
   Got g = recv_one(rfd, 5000);
@@ -669,4 +682,215 @@ TEST_CASE("umad: an fd whose close blocks, attached to a MAD socket's datagram, 
   other.send(openib::proto::Op::kQueryDevice, openib::proto::encode(openib::proto::Empty{}));
   CHECK(other.readable(3000));
   umad_close_port(fd);
+}
+
+namespace {
+
+constexpr uint8_t kVendorClass = 0x30;  // vendor range 2 (IBA 13.4.4): RMPP, OUI at byte 37
+uint8_t g_oui[3] = {0x00, 0x14, 0x05};
+
+// A Set of vendor class 0x30 with RMPP active (IBA 13.6.2.1: version 1,
+// DATA, Active), `bytes` long, TID `tid`, to LID `lid`; its data after the
+// class header (byte 40 on) a pattern of `seed`.
+std::vector<uint8_t> vendor_rmpp_set(size_t bytes, uint64_t tid, uint16_t lid, uint8_t seed) {
+  std::vector<uint8_t> buf(umad_size() + bytes);
+  auto* mad = static_cast<uint8_t*>(umad_get_mad(buf.data()));
+  mad[0] = 1;
+  mad[1] = kVendorClass;
+  mad[2] = 1;
+  mad[3] = 0x02;  // Set
+  for (int i = 0; i < 8; ++i) mad[8 + i] = uint8_t(tid >> (56 - 8 * i));
+  mad[17] = 0x10;
+  mad[24] = 1;     // RMPPVersion
+  mad[25] = 1;     // DATA
+  mad[26] = 0x01;  // Active
+  std::memcpy(mad + 37, g_oui, 3);
+  for (size_t i = 40; i < bytes; ++i) mad[i] = uint8_t(i * 7 + seed);
+  umad_set_addr(buf.data(), lid, 1, 0, 0x80010000);
+  return buf;
+}
+
+int64_t counter(const Env& env, const std::string& name) {
+  auto r = ibdctl(env.ibd->socket(), "counters");
+  INFO(r.err);
+  REQUIRE(r.exited_ok());
+  auto j = nlohmann::json::parse(r.out);
+  return j["counters"].value(name, int64_t(-1));
+}
+
+// The MAD socket's piece header (docs/client-protocol.md §10.1).
+std::vector<uint8_t> piece(uint32_t id, uint32_t total, uint32_t offset, size_t data, uint8_t fill = 0) {
+  std::vector<uint8_t> p(16 + data, fill);
+  const uint32_t w[4] = {0x43504d55, id, total, offset};
+  std::memcpy(p.data(), w, 16);
+  return p;
+}
+
+// A vendor Get from sfd's agent to rfd's agent (loopback) arrives: the
+// MAD socket and ibd still serve.
+bool still_served(int sfd, int sender, int rfd, int receiver, uint64_t tid) {
+  if (send_vendor_get(sfd, sender, 7, tid) != 0) return false;
+  for (int i = 0; i < 20; ++i) {
+    Got g = recv_one(rfd, 5000);
+    if (g.agent < 0) return false;
+    if (g.agent == receiver && g.tid == uint32_t(tid)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// docs/client-protocol.md §10.1: an RMPP message longer than one datagram
+// and than the old 4 MiB limit of one crosses the MAD socket in pieces,
+// written by umad_send (to ibd, which segments it) and read by umad_recv
+// (from ibd, which reassembled it): whole, its length exact, and a buffer
+// too small for it gets ENOSPC with the length needed, the message queued.
+TEST_CASE("umad: a 5 MiB RMPP message crosses the MAD socket whole, both ways", "[umad]") {
+  Env env;
+  long set_mask[2] = {1L << 0x02, 0};
+  const int rfd = umad_open_port(nullptr, 0);
+  REQUIRE(rfd >= 0);
+  const int receiver = umad_register_oui(rfd, kVendorClass, 1, g_oui, set_mask);
+  REQUIRE(receiver >= 0);
+  const int sfd = umad_open_port(nullptr, 0);
+  REQUIRE(sfd >= 0);
+  const int sender = umad_register_oui(sfd, kVendorClass, 1, g_oui, nullptr);
+  REQUIRE(sender >= 0);
+  const size_t bytes = (5u << 20) + 123;
+  auto out = vendor_rmpp_set(bytes, 0x4242, 7, 3);
+  REQUIRE(umad_send(sfd, sender, out.data(), int(bytes), 0, 0) == 0);
+  std::vector<uint8_t> in(umad_size() + 256);
+  int len = 256;
+  int r = umad_recv(rfd, in.data(), &len, 120000);
+  REQUIRE(r == -ENOSPC);
+  REQUIRE(len == int(bytes));
+  in.resize(umad_size() + size_t(len));
+  r = umad_recv(rfd, in.data(), &len, 1000);
+  REQUIRE(r == receiver);
+  REQUIRE(len == int(bytes));
+  CHECK(umad_status(in.data()) == 0);
+  auto* got = static_cast<uint8_t*>(umad_get_mad(in.data()));
+  auto* sent = static_cast<uint8_t*>(umad_get_mad(out.data()));
+  CHECK(got[1] == kVendorClass);
+  CHECK(got[15] == 0x42);
+  CHECK(std::memcmp(got + 40, sent + 40, bytes - 40) == 0);
+  CHECK(counter(env, "umad_messages_in_pieces_received") == 1);
+  CHECK(counter(env, "umad_messages_in_pieces_sent") == 1);
+  CHECK(counter(env, "umad_bad_pieces") == 0);
+  // Past the documented maximum: a clear error, nothing sent.
+  std::vector<uint8_t> huge(umad_size() + (64u << 20));
+  CHECK(umad_send(sfd, sender, huge.data(), int(64u << 20), 0, 0) == -EMSGSIZE);
+  // A short one after it: one datagram, as before.
+  out = vendor_rmpp_set(1000, 0x4343, 7, 5);
+  REQUIRE(umad_send(sfd, sender, out.data(), 1000, 0, 0) == 0);
+  len = int(in.size() - umad_size());
+  CHECK(umad_recv(rfd, in.data(), &len, 10000) == receiver);
+  CHECK(len == 1000);
+  umad_close_port(sfd);
+  umad_close_port(rfd);
+}
+
+// Pieces written past the library, as any local client could: a bogus
+// header, a huge total, two messages' pieces interleaved, a continuation
+// nothing began, a message begun and never finished. Each is dropped and
+// counted; the session and ibd go on, as does a client leaving
+// mid-message.
+TEST_CASE("umad: bogus, huge, interleaved and unfinished pieces are dropped; ibd goes on", "[umad]") {
+  Env env;
+  long get_mask[2] = {1L << 0x01, 0};
+  const VendorPair v;
+  const int rfd = v.rfd, receiver = v.receiver, sfd = v.sfd, sender = v.sender;
+  auto put = [&](int fd, const std::vector<uint8_t>& p) {
+    CHECK(::send(fd, p.data(), p.size(), MSG_NOSIGNAL) == ssize_t(p.size()));
+  };
+  constexpr size_t kData = (64u << 10) - 16;  // a full piece's data
+  const uint32_t total = 3 * kData;           // a message of three pieces
+  int64_t bad = 0;
+  SECTION("bogus headers") {
+    put(sfd, piece(1, 0, 0, 10));                  // a total that fits one datagram
+    put(sfd, piece(1, total, 5, kData));           // an offset inside a piece
+    put(sfd, piece(1, total, 0, 100));             // a first piece too short
+    put(sfd, std::vector<uint8_t>{0x55, 0x4d, 0x50, 0x43, 1, 2});  // the magic, then too little
+    bad = 4;
+  }
+  SECTION("a huge total") {
+    put(sfd, piece(2, 0xffffffffu, 0, kData));
+    put(sfd, piece(2, (64u << 20) + 1, 0, kData));
+    bad = 2;
+  }
+  SECTION("two messages interleaved") {
+    put(sfd, piece(3, total, 0, kData));
+    put(sfd, piece(4, total, 0, kData));      // begins before 3 ended: 3 goes, and this
+    put(sfd, piece(3, total, kData, kData));  // nothing begun: dropped
+    put(sfd, piece(4, total, kData, kData));  // nor here
+    bad = 3;
+  }
+  SECTION("a message begun, a MAD in between, never finished") {
+    put(sfd, piece(5, total, 0, kData));
+    put(sfd, piece(5, total, kData, kData));
+    bad = 0;  // held, until the client leaves (below)
+  }
+  SECTION("a client that leaves mid-message") {
+    const int other = umad_open_port(nullptr, 0);
+    REQUIRE(other >= 0);
+    REQUIRE(umad_register(other, 0x09, 1, 0, nullptr) >= 0);
+    put(other, piece(6, 64u << 20, 0, kData));
+    put(other, piece(6, 64u << 20, kData, kData));
+    umad_close_port(other);
+  }
+  // Whole MADs still pass (also between a message's pieces).
+  CHECK(still_served(sfd, sender, rfd, receiver, 0x500));
+  CHECK(counter(env, "umad_bad_pieces") == bad);
+  CHECK(counter(env, "umad_messages_in_pieces_received") == 0);
+  CHECK(env.ibd->alive());
+  umad_close_port(sfd);
+  umad_close_port(rfd);
+  // A new client is served as before.
+  const int fd = umad_open_port(nullptr, 0);
+  REQUIRE(fd >= 0);
+  const int a = umad_register(fd, 0x09, 1, 0, get_mask);
+  REQUIRE(a >= 0);
+  const int b = umad_register(fd, 0x09, 1, 0, nullptr);
+  REQUIRE(b >= 0);
+  CHECK(still_served(fd, b, fd, a, 0x600));
+  umad_close_port(fd);
+}
+
+// The framing alone (src/clientproto/mad_socket.hpp): a message in three
+// pieces, a whole one between them, comes out whole; a piece of another
+// message in the middle drops both.
+TEST_CASE("umad: the MAD socket's pieces put together, and out of sequence dropped", "[umad]") {
+  namespace ms = openib::proto::madsock;
+  const uint32_t total = uint32_t(2 * ms::kPieceData + 100);
+  std::vector<std::byte> msg(total);
+  for (size_t i = 0; i < msg.size(); ++i) msg[i] = std::byte(i * 13);
+  auto piece_of = [&](uint32_t id, uint32_t offset) {
+    std::vector<std::byte> d(ms::kPieceHdr);
+    ms::encode_piece_header(std::span<std::byte, ms::kPieceHdr>(d.data(), ms::kPieceHdr), {id, total, offset});
+    d.insert(d.end(), msg.begin() + offset, msg.begin() + offset + ms::piece_len(total, offset));
+    return d;
+  };
+  ms::Reassembler r;
+  auto s = r.feed(piece_of(9, 0));
+  CHECK((!s.message && s.error.empty()));
+  std::vector<std::byte> whole(ms::kUmadHdr + 256, std::byte{1});
+  s = r.feed(whole);
+  REQUIRE(s.message);
+  CHECK(r.message().size() == whole.size());
+  CHECK(r.buffered() == ms::kPieceData);  // the message in pieces goes on
+  s = r.feed(piece_of(9, uint32_t(ms::kPieceData)));
+  CHECK((!s.message && s.error.empty()));
+  s = r.feed(piece_of(9, uint32_t(2 * ms::kPieceData)));
+  REQUIRE(s.message);
+  REQUIRE(r.message().size() == total);
+  CHECK(std::memcmp(r.message().data(), msg.data(), total) == 0);
+  // Interleaved: message 10 begun, a piece of 11 at the offset 10 expects.
+  CHECK(r.feed(piece_of(10, 0)).error.empty());
+  s = r.feed(piece_of(11, uint32_t(ms::kPieceData)));
+  CHECK(!s.message);
+  CHECK(!s.error.empty());
+  CHECK(r.buffered() == 0);
+  s = r.feed(piece_of(10, uint32_t(ms::kPieceData)));  // what is left of 10: nothing began it
+  CHECK(!s.error.empty());
+  CHECK(r.buffered() == 0);
 }
