@@ -2,6 +2,11 @@
 // from the IBA table it implements (bit offsets as in the spec), then
 // decoded back; the SA header at its IBA 15.2.1.1 offsets; the records of
 // one-MAD and reassembled GetTable answers; the GID traps 64..67.
+// The fields rdma-core's libibmad knows (PathRecord DGID, SGID, DLID, SLID,
+// NumbPath, SL; every MCMemberRecord field; ServiceRecord ID, GID, P_Key,
+// lease, key, name; the SA header's AttributeOffset and ComponentMask)
+// were also set with its mad_set_field() in a scratch program and gave the
+// same bytes as these strings; the tests do not link libibmad.
 #include <catch2/catch.hpp>
 
 #include <string>
