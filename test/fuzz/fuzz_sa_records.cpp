@@ -1,5 +1,5 @@
 // libFuzzer target: arbitrary bytes into the SA codecs (src/sa): the SA
-// header, the record walk of an answer, and every record decoder (decode ->
+// header, the record walk of an answer, a PathRecord answer's reading, and every record decoder (decode ->
 // encode -> decode must give the same value), the GID-trap reading of a
 // Notice. Nothing may crash or read out of bounds.
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include "mad/sma_attrs.hpp"
 #include "sa/inform_info.hpp"
 #include "sa/mcmember_record.hpp"
+#include "sa/path_query.hpp"
 #include "sa/path_record.hpp"
 #include "sa/sa_mad.hpp"
 #include "sa/service_record.hpp"
@@ -48,6 +49,7 @@ void every_record(ConstBytes in) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   ConstBytes in(reinterpret_cast<const std::byte*>(data), size);
   (void)decode_sa_header(in);
+  (void)parse_path_answer(in);
   every_record(in);
   // The input as an SA answer: every record it holds, whatever its stride.
   if (auto recs = sa_records(in); recs.ok()) {
