@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+
+#include "common/log.hpp"
 #include "sa/cache_file.hpp"
 
 using namespace openib;
@@ -164,6 +167,24 @@ TEST_CASE("loading a missing, unreadable or bad file returns its error and nothi
   b[60] ^= std::byte{1};
   write_bytes(path, b);
   CHECK(load_cache_file(path, tag, 0).error().code == EBADMSG);
-  // Saving into a directory that does not exist fails cleanly.
+}
+
+TEST_CASE("an ignored file leaves a warning naming the file and the reason", "[sa][file]") {
+  TempDir dir;
+  const std::string path = dir.path + "/foreign.bin";
+  write_bytes(path, encode_cache_file(sample()));
+  auto logger = log::get("sa");
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(8);
+  logger->sinks().push_back(ring);
+  auto r = load_cache_file(path, {0xfec0000000000000ull, kSm}, 0);
+  logger->sinks().pop_back();
+  REQUIRE_FALSE(r.ok());
+  const auto lines = ring->last_formatted();
+  REQUIRE(lines.size() == 1);
+  CHECK_THAT(lines[0], Catch::Contains("warning") && Catch::Contains(path) && Catch::Contains("subnet"));
+}
+
+TEST_CASE("saving into a directory that does not exist fails cleanly", "[sa][file]") {
+  TempDir dir;
   CHECK_FALSE(save_cache_file(dir.path + "/no/such/dir/f.bin", sample()).ok());
 }
