@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential meson ninja-build pkg-config
   libboost-dev libfmt-dev libspdlog-dev catch2
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libsystemd-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libsystemd-dev zlib1g-dev
   clang libclang-rt-14-dev
   qemu-system-x86 busybox-static cpio kmod
   tshark

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 
+#include "codec_round_trip.hpp"
 #include "mad/mad.hpp"
 #include "mad/pma_attrs.hpp"
 #include "mad/rmpp.hpp"
@@ -18,37 +19,25 @@
 
 using namespace openib::mad;
 
-namespace {
-
-template <typename T, typename Dec, typename Enc>
-void round_trip(ConstBytes in, Dec dec, Enc enc, std::size_t size) {
-  auto v = dec(in);
-  if (!v.ok()) return;
-  ByteVec out(size);
-  enc(out, *v);
-  auto w = dec(out);
-  if (!w.ok() || !(*w == *v)) std::abort();
-}
-
-}  // namespace
+using openib::fuzz::round_trip;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   ConstBytes in(reinterpret_cast<const std::byte*>(data), size);
   (void)decode_header(in);
-  round_trip<NodeInfo>(in, decode_node_info, encode_node_info, kNodeInfoBytes);
-  round_trip<PortInfo>(in, decode_port_info, encode_port_info, kPortInfoBytes);
-  round_trip<SwitchInfo>(in, decode_switch_info, encode_switch_info, kSwitchInfoBytes);
-  round_trip<SmInfo>(in, decode_sm_info, encode_sm_info, kSmInfoBytes);
-  round_trip<Notice>(in, decode_notice, encode_notice, kNoticeBytes);
-  round_trip<GuidBlock>(in, decode_guid_block, encode_guid_block, 64);
-  round_trip<PKeyBlock>(in, decode_pkey_block, encode_pkey_block, 64);
-  round_trip<SlToVlTable>(in, decode_sl2vl, encode_sl2vl, 8);
-  round_trip<VlArbBlock>(in, decode_vlarb_block, encode_vlarb_block, 64);
-  round_trip<LftBlock>(in, decode_lft_block, encode_lft_block, 64);
-  round_trip<MftBlock>(in, decode_mft_block, encode_mft_block, 64);
-  round_trip<ClassPortInfo>(in, decode_class_port_info, encode_class_port_info, kClassPortInfoBytes);
-  round_trip<PortCounters>(in, decode_port_counters, encode_port_counters, kPortCountersBytes);
-  round_trip<PortCountersExtended>(in, decode_port_counters_ext, encode_port_counters_ext, kPortCountersExtBytes);
+  round_trip(in, decode_node_info, encode_node_info, kNodeInfoBytes);
+  round_trip(in, decode_port_info, encode_port_info, kPortInfoBytes);
+  round_trip(in, decode_switch_info, encode_switch_info, kSwitchInfoBytes);
+  round_trip(in, decode_sm_info, encode_sm_info, kSmInfoBytes);
+  round_trip(in, decode_notice, encode_notice, kNoticeBytes);
+  round_trip(in, decode_guid_block, encode_guid_block, 64);
+  round_trip(in, decode_pkey_block, encode_pkey_block, 64);
+  round_trip(in, decode_sl2vl, encode_sl2vl, 8);
+  round_trip(in, decode_vlarb_block, encode_vlarb_block, 64);
+  round_trip(in, decode_lft_block, encode_lft_block, 64);
+  round_trip(in, decode_mft_block, encode_mft_block, 64);
+  round_trip(in, decode_class_port_info, encode_class_port_info, kClassPortInfoBytes);
+  round_trip(in, decode_port_counters, encode_port_counters, kPortCountersBytes);
+  round_trip(in, decode_port_counters_ext, encode_port_counters_ext, kPortCountersExtBytes);
   if (auto d = decode_node_description(in); d.ok() && d->size() > kNodeDescriptionBytes) std::abort();
   (void)decode_rmpp_header(in);
 

@@ -16,24 +16,12 @@
 #include "mad/rmpp.hpp"
 #include "mad/sma_attrs.hpp"
 #include "mad/smp.hpp"
+#include "hex_bytes.hpp"
 
 using namespace openib::mad;
 
-namespace {
-
-ByteVec hex(std::string_view s) {
-  ByteVec out;
-  std::string digits;
-  for (char c : s)
-    if (c != ' ') digits.push_back(c);
-  for (std::size_t i = 0; i + 1 < digits.size(); i += 2)
-    out.push_back(static_cast<std::byte>(std::stoi(digits.substr(i, 2), nullptr, 16)));
-  return out;
-}
-
-ByteVec prefix(ConstBytes b, std::size_t n) { return ByteVec(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(n)); }
-
-}  // namespace
+using openib::test::hex;
+using openib::test::prefix;
 
 TEST_CASE("MAD common header encodes at the IBA 13.4.2 offsets", "[mad]") {
   MadHeader h;

@@ -1,0 +1,61 @@
+// PathRecord Get/GetTable as MADs, and their answers' status (IBA 13.4.7,
+// 15.2.1.1).
+#include "sa/path_query.hpp"
+
+#include <array>
+
+#include "mad/mad.hpp"
+
+namespace openib::sa {
+
+namespace {
+
+const char* sa_status_name(std::uint8_t code) {
+  static constexpr std::array<const char*, 8> kNames = {
+      "OK", "ERR_NO_RESOURCES", "ERR_REQ_INVALID", "ERR_NO_RECORDS", "ERR_TOO_MANY_RECORDS",
+      "ERR_REQ_INVALID_GID", "ERR_REQ_INSUFFICIENT_COMPONENTS", "ERR_REQ_DENIED"};
+  return code < kNames.size() ? kNames[code] : "unknown SA status";
+}
+
+}  // namespace
+
+Result<Mad> make_path_query(const PathKey& key, std::uint64_t tid, std::uint64_t sm_key) {
+  ByteVec rec(kPathRecordBytes);
+  encode_path_record(rec, key.query());
+  SaRequest req;
+  req.method = mad::method::kGet;
+  req.attr_id = attr::kPathRecord;
+  req.tid = tid;
+  req.sm_key = sm_key;
+  req.comp_mask = key.comp_mask();
+  return make_sa_request(req, rec);
+}
+
+Result<std::vector<PathRecord>> parse_path_records(ConstBytes answer) {
+  OPENIB_TRY_ASSIGN(mad::MadHeader h, mad::decode_header(answer));
+  if (h.mgmt_class != mad::mgmt_class::kSubnAdm || !mad::is_response(h.method) || h.attr_id != attr::kPathRecord)
+    return err(EPROTO, "not a PathRecord answer: class {:#x} method {:#x} attribute {:#x}", h.mgmt_class, h.method,
+               h.attr_id);
+  if (h.status & mad::status::kBusy) return err(EBUSY, "SA busy (MAD status {:#06x})", h.status);
+  if (h.status & mad::status::kRedirect) return err(EREMCHG, "SA redirects (MAD status {:#06x})", h.status);
+  if (h.status & 0x001C) return err(EPROTO, "SA refused the request (MAD status {:#06x})", h.status);
+  const std::uint8_t code = sa_status_code(h.status);
+  std::vector<PathRecord> out;
+  if (code == status::kNoRecords) return out;
+  if (code != 0) return err(EREMOTEIO, "SA answered {} (MAD status {:#06x})", sa_status_name(code), h.status);
+  OPENIB_TRY_ASSIGN(std::vector<ConstBytes> recs, sa_records(answer));
+  for (ConstBytes r : recs) {
+    OPENIB_TRY_ASSIGN(PathRecord p, decode_path_record(r));
+    out.push_back(p);
+  }
+  return out;
+}
+
+PathAnswer parse_path_answer(ConstBytes answer) {
+  auto recs = parse_path_records(answer);
+  if (!recs) return recs.take_error();
+  if (recs->empty()) return std::optional<PathRecord>{};
+  return std::optional<PathRecord>((*recs)[0]);
+}
+
+}  // namespace openib::sa
