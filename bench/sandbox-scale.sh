@@ -78,7 +78,7 @@ for n in "${sizes[@]}"; do
   read -r osm _ < <(mem "$(cat "$OPENIB_SANDBOX/opensm.pid")")
   np=''
   if ((paths)); then
-    np=$(sb run Hca$n saquery -p 2>/dev/null | grep -c "PathRecord dump" || true)
+    np=$(sb run Hca$n saquery -t 60000 -p 2>/dev/null | grep -c "PathRecord dump" || true)
   fi
   printf '%-6s %-9s %-8s %-10s %-10s %-14s %-14s %-14s %s\n' "$n" $((l + s)) "$up_s" "$hosts_s" "$sm_s" \
     $((tot_pss / counted)) $((tot_rss / counted)) "$fab" "$osm${np:+ $np}"
