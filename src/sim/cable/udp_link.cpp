@@ -15,6 +15,7 @@
 #include <system_error>
 #include <vector>
 
+#include "common/env.hpp"
 #include "common/log.hpp"
 #include "sim/cable/rx_check.hpp"
 #include "sim/wire/packet.hpp"
@@ -32,11 +33,6 @@ constexpr std::size_t kGsoMaxSegments = 64;
 constexpr std::size_t kGsoMaxBytes = 65000;
 
 // OPENIB_UDP_BATCH=0|1|2 overrides UdpLinkOptions::io (0 single, 1 batch, 2 gso).
-bool env_off(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, "0") == 0;
-}
-
 UdpLinkOptions::Io io_from_env(UdpLinkOptions::Io dflt) {
   const char* e = std::getenv("OPENIB_UDP_BATCH");
   if (!e || e[0] < '0' || e[0] > '2' || e[1] != 0) return dflt;
@@ -97,11 +93,10 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
 
   std::unique_ptr<UdpLink> link(new UdpLink(std::move(sock), std::move(wake), local, opts));
   link->peer_ = peer;
-  if (link->polled() && !link->on_readable_) {
-    // The owner watches the socket: no thread.
-  } else if (link->polled()) {
-    // The link's thread waits on the socket (one-shot: armed now, re-armed
-    // by arm_readable()) and on the stop eventfd.
+  // Polled, the owner reads the socket; if it also watches it, the link
+  // has no thread. Else the link's thread waits on the socket (one-shot:
+  // armed now, re-armed by arm_readable()) and on the stop eventfd.
+  if (link->polled() && link->on_readable_) {
     link->ep_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
     if (!link->ep_) return sys_err("{}: epoll_create1", opts.name);
     epoll_event ev{};

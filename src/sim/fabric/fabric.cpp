@@ -7,21 +7,15 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
 
+#include "common/env.hpp"
 #include "common/log.hpp"
 #include "sim/cable/endpoint.hpp"
 
 namespace openib::sim::fabric {
 
 namespace {
-
-bool env_off(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, "0") == 0;
-}
 
 std::string node_addr(const Topology& t, const FabricOptions& o, int node) {
   auto it = o.node_addr.find(t.nodes[static_cast<size_t>(node)].name);
