@@ -164,6 +164,39 @@ sm_stop() {
   rm -f "$dir/opensm.pid" "$dir/opensm.host"
 }
 
+# The namespaces ($prefix-N) and links (${prefix}hN) of our prefix, whoever
+# made them.
+prefix_netns() { ip netns list | awk -v re="^$prefix-[0-9]+\$" '$1 ~ re {print $1}'; }
+prefix_links() { ip -o link show | awk -F': ' -v re="^${prefix}h[0-9]+(@|\$)" '$2 ~ re {sub(/@.*/, "", $2); print $2}'; }
+
+# Whether the sandbox whose bridge carries our prefix still has anything
+# running: a process in one of its namespaces, or the `up` shell or ibfabric
+# its bridge's alias names (checked by command name: a PID is reused).
+sandbox_alive() {
+  local ns alias kv pid want
+  for ns in $(prefix_netns); do
+    [[ -n $(ip netns pids "$ns" 2>/dev/null) ]] && return 0
+  done
+  alias=$(ip -o link show "$bridge" 2>/dev/null | sed -n 's/.* alias \(openib-sandbox:[^ ]*\).*/\1/p')
+  IFS=: read -ra kv <<<"${alias#openib-sandbox:}"
+  for pid in "${kv[@]}"; do
+    case $pid in up=*) want=bash ;; ibfabric=*) want=ibfabric ;; *) continue ;; esac
+    pid=${pid#*=}
+    [[ $pid =~ ^[0-9]+$ && $(cat "/proc/$pid/comm" 2>/dev/null) == "$want" ]] && return 0
+  done
+  return 1
+}
+
+# Takes down a stale sandbox of our prefix (nothing of it runs: see
+# sandbox_alive), by names: it may have no state directory left.
+stale_down() {
+  {
+    prefix_netns | sed 's/^/netns del /'
+    prefix_links | sed 's/^/link del /'
+    echo "link del $bridge"
+  } | ip -force -batch - 2>/dev/null || true
+}
+
 down() {
   sm_stop  # first: an SM whose ibd went away first would only log errors
   local f i n
@@ -195,9 +228,16 @@ up() {
   done
   [[ -e $dir/hosts ]] && die "a sandbox is already up in $dir (sandbox.sh down)"
   parse_net "$net_spec"
-  # Another sandbox with our names: its namespaces are not ours to take down.
-  ! ip link show "$bridge" >/dev/null 2>&1 ||
-    die "a link $bridge exists: another sandbox uses the prefix '$prefix' (OPENIB_SANDBOX_PREFIX)"
+  # Another sandbox with our names: its namespaces are not ours to take
+  # down while anything of it runs. One nothing of which runs any more (its
+  # `up` or test was killed, the machine was copied mid-test) is stale: its
+  # namespaces and links go, so that the names can be used again.
+  if ip link show "$bridge" >/dev/null 2>&1; then
+    sandbox_alive &&
+      die "a link $bridge exists: another sandbox uses the prefix '$prefix' (OPENIB_SANDBOX_PREFIX)"
+    log "a link $bridge exists but nothing of its sandbox runs: taking the stale one down"
+    stale_down
+  fi
   local t0=$EPOCHREALTIME
   mkdir -p "$dir"
   # shellcheck disable=SC2034  # read by the EXIT trap
@@ -222,6 +262,7 @@ up() {
   # root namespace and one per host (a few thousand `ip` runs otherwise).
   {
     echo "link add $bridge type bridge"
+    echo "link set $bridge alias openib-sandbox:up=$$"
     echo "addr add $bridge_addr/$net_len dev $bridge"
     echo "link set $bridge up"
     for ((i = 0; i < n; i++)); do
@@ -240,6 +281,7 @@ up() {
   "$ibfabric" --addr "$bridge_addr" "${node_addr[@]}" --control "$dir/fabric.ctl" --log info "$topo" \
     >"$dir/ibfabric.log" 2>&1 &
   echo $! >"$dir/ibfabric.pid"
+  ip link set "$bridge" alias "openib-sandbox:up=$$:ibfabric=$!"
   for _ in $(seq 100); do [[ -S $dir/fabric.ctl ]] && break; sleep 0.1; done
   [[ -S $dir/fabric.ctl ]] || { tail -20 "$dir/ibfabric.log" >&2; die "ibfabric did not start"; }
 
