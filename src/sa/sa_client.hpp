@@ -1,0 +1,131 @@
+// The SA client of one port (IBA 15.4; docs/sa.md "SA client"): SA
+// queries as an agent of ibd's MAD layer (class 0x03, version 2, RMPP
+// version 1, no request methods), sent on QP1 to the SM's LID and SL as
+// the port's PortInfo gives them (Q_Key 0x80010000, IBA 13.5.3.1).
+//
+//  - ClassPortInfo (IBA 13.4.8.1) is asked first after each attach();
+//    its RespTimeValue sets the query timeout: 4.096 us x 2^RespTimeValue,
+//    plus the subnet's packet lifetime both ways (taken as the same
+//    exponent), at least Config::min_timeout_ms. Until it has answered, the
+//    configured timeout is used. A redirect (RedirectLID != 0) is not
+//    followed: logged and counted (docs/sa.md).
+//  - each query is sent with the timeout and Config::retries resends (the
+//    MAD layer's, IBA 13.4.6.4); ETIMEDOUT after the last one.
+//  - an answer with MAD status BUSY is asked again after Config::busy_ms,
+//    doubling, up to Config::busy_retries times; then EBUSY.
+//  - a multi-record answer (GetTableResp) arrives reassembled by the MAD
+//    layer's RMPP.
+//  - PathQuerier: query_path() is a SubnAdmGet(PathRecord) (path_query.hpp),
+//    as the path cache asks it.
+//
+// detach() (the port's layer goes with its device) completes every query
+// in flight with EIO; queries made while detached fail at once with
+// ENODEV. Single-threaded on ibd's io_context; callbacks run on it.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "common/result.hpp"
+#include "mad/layer.hpp"
+#include "mad/pma_attrs.hpp"
+#include "sa/path_source.hpp"
+#include "sa/sa_mad.hpp"
+
+namespace openib::sa {
+
+// Where the SA is: the SM's LID and SL from the port's PortInfo (IBA
+// 14.2.5.6 MasterSMLID, MasterSMSL). LID 0: no SM known (ENETUNREACH).
+struct SmAddress {
+  std::uint16_t lid = 0;
+  std::uint8_t sl = 0;
+};
+
+struct SaClientConfig {
+  std::uint32_t timeout_ms = 1000;     // until ClassPortInfo has answered
+  std::uint32_t min_timeout_ms = 100;  // floor of the RespTimeValue-derived timeout
+  std::uint32_t max_timeout_ms = 8000; // ceiling of it (a bogus RespTimeValue of 31)
+  std::uint32_t retries = 3;
+  std::uint32_t busy_ms = 50;          // first wait after BUSY, doubled each time
+  std::uint32_t busy_retries = 5;
+};
+
+struct SaClientCounters {
+  std::uint64_t queries = 0;         // SA requests made (a BUSY re-ask is not a new one)
+  std::uint64_t answers = 0;         // answered with MAD status 0 (records or NoRecords)
+  std::uint64_t timeouts = 0;        // no answer after every retry
+  std::uint64_t busy = 0;            // BUSY answers (each one)
+  std::uint64_t errors = 0;          // other error statuses and malformed answers
+  std::uint64_t class_port_info = 0; // ClassPortInfo answers taken
+  std::uint64_t redirects = 0;       // ClassPortInfo or answers that redirect (not followed)
+};
+
+class SaClient final : public PathQuerier {
+ public:
+  // Asks, for each query, where the SM is now (an asynchronous PortInfo
+  // read in ibd); an error or LID 0 fails the query with it / ENETUNREACH.
+  using SmFn = std::function<void(std::function<void(Result<SmAddress>)>)>;
+  // The raw answer: the whole SA MAD, or the reassembled RMPP message;
+  // its MAD status is the caller's to read (path_query.hpp does for
+  // PathRecords) except BUSY, which the client handles itself.
+  using AnswerFn = std::function<void(Result<mad::ByteVec>)>;
+
+  SaClient(boost::asio::io_context& io, SmFn sm, SaClientConfig cfg = {});
+  // Queries in flight are completed with ECANCELED.
+  ~SaClient() override;
+  SaClient(const SaClient&) = delete;
+  SaClient& operator=(const SaClient&) = delete;
+
+  // The port's MAD layer is open (again): registers the agent on it and
+  // asks ClassPortInfo. EBUSY if the layer refuses the agent.
+  Result<void> attach(mad::MadLayer& layer);
+  // The layer is going (device lost): queries in flight complete with EIO,
+  // the agent is forgotten (the layer is not touched: it may be gone).
+  void detach();
+  bool attached() const { return layer_ != nullptr; }
+
+  // Any SA request (`req.tid` is ignored: the client assigns TIDs) with a
+  // record of at most 200 bytes.
+  void query(const SaRequest& req, ConstBytes record, AnswerFn done);
+  // PathQuerier: SubnAdmGet(PathRecord) for `key`.
+  void query_path(const PathKey& key, PathAnswerFn done) override;
+
+  // The timeout in use now (ms), and the ClassPortInfo it came from.
+  std::uint32_t timeout_ms() const { return timeout_ms_; }
+  const std::optional<mad::ClassPortInfo>& class_port_info() const { return cpi_; }
+  const SaClientCounters& counters() const { return counters_; }
+
+ private:
+  struct Pending {
+    SaRequest req;
+    mad::ByteVec record;
+    AnswerFn done;
+    std::uint32_t busy_left = 0;
+    std::uint32_t busy_wait_ms = 0;
+    std::unique_ptr<boost::asio::steady_timer> busy_timer;
+  };
+
+  void send(std::uint32_t tid);
+  void on_delivery(const mad::Delivery& d);
+  void finish(std::uint32_t tid, Result<mad::ByteVec> r);
+  void ask_class_port_info();
+
+  boost::asio::io_context& io_;
+  SmFn sm_;
+  SaClientConfig cfg_;
+  mad::MadLayer* layer_ = nullptr;
+  std::uint32_t agent_ = 0;
+  std::uint32_t next_tid_ = 1;  // the TID's low 32 bits (the layer owns the high ones)
+  std::map<std::uint32_t, Pending> pending_;
+  std::uint32_t timeout_ms_ = 0;
+  std::optional<mad::ClassPortInfo> cpi_;
+  SaClientCounters counters_;
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
+};
+
+}  // namespace openib::sa
