@@ -34,6 +34,7 @@ const char* op_name(uint16_t op) {
     case Op::kUmadOpen: return "UMAD_OPEN";
     case Op::kUmadRegister: return "UMAD_REGISTER";
     case Op::kUmadUnregister: return "UMAD_UNREGISTER";
+    case Op::kPathQuery: return "PATH_QUERY";
   }
   return "UNKNOWN";
 }

@@ -67,6 +67,8 @@ enum class Op : uint16_t {
   kUmadOpen = 24,       // PortReq -> Empty + the MAD socket (SOCK_SEQPACKET)
   kUmadRegister = 25,   // UmadRegReq -> HandleRep (agent id)
   kUmadUnregister = 26, // HandleReq (agent id) -> Empty
+  // Path records (docs/client-protocol.md "Path records"; docs/sa.md).
+  kPathQuery = 27,      // PathQueryReq -> PathRep
 };
 const char* op_name(uint16_t op);
 
@@ -338,6 +340,26 @@ struct UmadRegReq {
     v(mgmt_class); v(class_version); v(rmpp_version); v(flags); v(oui); v(method_mask_lo);
     v(method_mask_hi);
   }
+};
+
+// ---- path records (docs/sa.md "In ibd") ----------------------------------
+// A PathRecord to `dgid` from the port's GID 0 within P_Key `pkey` (0: the
+// port's P_Key at index 0), through ibd's path cache, or from the SA itself
+// with kPathFresh (around the cache: it is neither read nor filled).
+inline constexpr uint32_t kPathFresh = 1;
+struct PathQueryReq {
+  uint8_t port = 1;
+  uint16_t pkey = 0;
+  uint32_t flags = 0;
+  std::array<uint8_t, 16> dgid{};
+  template <class V> void visit(V& v) { v(port); v(pkey); v(flags); v(dgid); }
+};
+// Where the answer came from.
+inline constexpr uint8_t kPathFromSa = 0, kPathFromCache = 1;
+struct PathRep {
+  uint8_t source = kPathFromSa;
+  std::array<uint8_t, 64> record{};  // the PathRecord as on the wire (IBA 15.2.5.16)
+  template <class V> void visit(V& v) { v(source); v(record); }
 };
 
 // ---- codec ----------------------------------------------------------------

@@ -96,7 +96,8 @@ enum Event : uint8_t {
   kEvCmdCompletion = 0x00, kEvCqCompletion = 0x01, kEvPortStateChange = 0x02,
   kEvLidChange = 0x03, kEvQpFatal = 0x04, kEvQpReqErr = 0x05, kEvQpAccessErr = 0x06,
   kEvQpLastWqeReached = 0x07, kEvQpCommEst = 0x08, kEvSqDrained = 0x09, kEvCqError = 0x0a,
-  kEvSrqLimit = 0x0b, kEvSrqCatas = 0x0c, kEvDeviceFatal = 0x0f,
+  kEvSrqLimit = 0x0b, kEvSrqCatas = 0x0c, kEvPkeyChange = 0x0d, kEvSmChange = 0x0e, kEvDeviceFatal = 0x0f,
+  kEvClientReregister = 0x10, kEvGidChange = 0x11,
 };
 
 // Big-endian fields of host-memory structures (§1): the tree's helpers.

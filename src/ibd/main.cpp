@@ -158,10 +158,14 @@ int run(const Options& o) {
   Server& server = *server_ptr;
   umad->set_max_outstanding(o.limits.umad_max_outstanding);
   server.set_umad(umad.get());
+  // The SA client and path cache on each port's MAD layer (docs/sa.md "In ibd").
+  auto sa_service = std::make_unique<SaService>(io, *hca, *umad, hca->caps().num_ports);
+  server.set_sa(sa_service.get());
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());
     return 1;
   }
+  sa_service->start();
 
   bool stopping = false;
   asio::steady_timer restart_timer(io);

@@ -134,6 +134,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kUmadOpen:
     case Op::kUmadRegister:
     case Op::kUmadUnregister: return run(op_umad(c, m, done));
+    case Op::kPathQuery: return run(op_path_query(c, m, done));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }
@@ -711,6 +712,19 @@ Result<Server::Reply> Server::op_umad_sync(Client& c, proto::Message& m, Respond
     default: break;
   }
   return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
+}
+
+// PATH_QUERY: a path record through ibd's path cache (sa_service.hpp).
+Result<void> Server::op_path_query(Client& c, proto::Message& m, Respond& done) {
+  (void)c;
+  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathQueryReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  sa_->path_query(req, guard<proto::PathRep>([done = std::move(done)](Result<proto::PathRep> p) mutable {
+    if (!p) return done(p.take_error());
+    done(Reply{body(*p), {}});
+  }));
+  return ok();  // `done` is gone: the continuation answers
 }
 
 }  // namespace openib::ibd

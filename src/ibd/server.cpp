@@ -49,7 +49,8 @@ auto logger() {
 enum IbvEvent : uint8_t {
   kIbvCqErr = 0, kIbvQpFatal = 1, kIbvQpReqErr = 2, kIbvQpAccessErr = 3, kIbvCommEst = 4,
   kIbvSqDrained = 5, kIbvDeviceFatal = 8, kIbvPortActive = 9, kIbvPortErr = 10,
-  kIbvLidChange = 11, kIbvSrqErr = 14, kIbvSrqLimitReached = 15, kIbvQpLastWqeReached = 16,
+  kIbvLidChange = 11, kIbvPkeyChange = 12, kIbvSmChange = 13, kIbvSrqErr = 14, kIbvSrqLimitReached = 15,
+  kIbvQpLastWqeReached = 16, kIbvClientReregister = 17, kIbvGidChange = 18,
 };
 }  // namespace
 
@@ -582,13 +583,33 @@ void Server::on_event(const hca::EventEntry& e) {
     case prm::kEvPortStateChange: {
       const uint8_t port = get8(e.data, 0), old_state = get8(e.data, 1), new_state = get8(e.data, 2);
       logger()->info("port {}: state {} -> {}", port, old_state, new_state);
+      if (sa_) sa_->port_event(port, sa::Invalidation::kNormal);  // docs/sa.md "In ibd"
       if (new_state == hca::kPortActive) to_all(kIbvPortActive, proto::ObjKind::kPort, port);
       else if (old_state == hca::kPortActive) to_all(kIbvPortErr, proto::ObjKind::kPort, port);
       return;
     }
     case prm::kEvLidChange: {
       logger()->info("port {}: LID {}", get8(e.data, 0), get16(e.data, 2));
+      if (sa_) sa_->port_event(get8(e.data, 0), sa::Invalidation::kNormal);
       return to_all(kIbvLidChange, proto::ObjKind::kPort, get8(e.data, 0));
+    }
+    // docs/simhca.md §9.4, §14.3, §14.4: the SM's changes to the port. The
+    // path cache's levels as Linux's IPoIB flushes (docs/sa.md "In ibd").
+    case prm::kEvSmChange:
+    case prm::kEvClientReregister:
+    case prm::kEvPkeyChange:
+    case prm::kEvGidChange: {
+      const uint8_t port = get8(e.data, 0);
+      const bool light = e.type == prm::kEvSmChange || e.type == prm::kEvClientReregister;
+      const uint8_t ibv = e.type == prm::kEvSmChange            ? kIbvSmChange
+                          : e.type == prm::kEvClientReregister ? kIbvClientReregister
+                          : e.type == prm::kEvPkeyChange       ? kIbvPkeyChange
+                                                               : kIbvGidChange;
+      logger()->info("port {}: {}", port,
+                     light ? (e.type == prm::kEvSmChange ? "SM change" : "client reregister")
+                           : (e.type == prm::kEvPkeyChange ? "P_Key change" : "GID change"));
+      if (sa_) sa_->port_event(port, light ? sa::Invalidation::kLight : sa::Invalidation::kHeavy);
+      return to_all(ibv, proto::ObjKind::kPort, port);
     }
     case prm::kEvDeviceFatal:
       // §11.4: the device fails most commands from now on; handled as a

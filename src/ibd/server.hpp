@@ -19,6 +19,7 @@
 #include "ibd/client.hpp"
 #include "ibd/device_status.hpp"
 #include "ibd/quota.hpp"
+#include "ibd/sa_service.hpp"
 #include "ibd/umad_service.hpp"
 
 namespace openib::ibd {
@@ -79,6 +80,8 @@ class Server {
   uint64_t device_generation() const { return generation_; }
   // The user-MAD service (UMAD_* requests, its CQ events); may stay unset.
   void set_umad(UmadService* u) { umad_ = u; }
+  // The SA client and path cache (PATH_QUERY, port events); may stay unset.
+  void set_sa(SaService* s) { sa_ = s; }
 
   size_t num_clients() const { return clients_.size(); }
   // Clients disconnected whose objects are still being destroyed.
@@ -144,6 +147,7 @@ class Server {
   Result<void> op_info(Client& c, proto::Message& m, Respond& done);
   Result<void> op_umad(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_umad_sync(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_path_query(Client& c, proto::Message& m, Respond& done);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the
   // client's table, also when the client left meanwhile (its teardown then
@@ -195,6 +199,7 @@ class Server {
   std::chrono::steady_clock::time_point last_activity_;
   std::function<void()> on_device_gone_;
   UmadService* umad_ = nullptr;
+  SaService* sa_ = nullptr;
   bool device_gone_ = false;
   DeviceState device_state_ = DeviceState::kRunning;
   uint64_t generation_ = 1;  // +1 each time the device comes back

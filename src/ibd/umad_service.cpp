@@ -297,6 +297,8 @@ void UmadService::on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLay
   counters_.reregistered += again;
   log::get("ibd")->info("umad: port {}: QP0 and QP1 up{}", port,
                         again ? fmt::format(", {} agents registered again", again) : std::string());
+  if (auto w = watchers_.find(port); w != watchers_.end())
+    for (auto& f : w->second) f(&layer);
   for (Waiter& w : waiters) w.done(new_session(w.client, port, w.privileged));
 }
 
@@ -335,6 +337,9 @@ void UmadService::device_lost() {
   for (auto& [p, l] : layers_) l->fail_outstanding(EIO);
   for (auto& s : sessions_)
     for (auto& [id, a] : s->agents) a.key = 0;
+  for (auto& [p, ws] : watchers_)
+    if (layers_.count(p))
+      for (auto& f : ws) f(nullptr);
   layers_.clear();
   log::get("ibd")->info("umad: device lost: {} MAD sockets kept, their agents wait for the device", sessions_.size());
 }
@@ -346,11 +351,20 @@ void UmadService::device_back() {
   for (auto& s : sessions_) ports.insert(s->port);
   for (auto& [p, ws] : opening_)
     if (!ws.empty()) ports.insert(p);
+  for (auto& [p, ws] : watchers_)
+    if (!ws.empty()) ports.insert(p);
   for (uint8_t p : ports) open_layer(p);
   // The new device starts without IsSM (§6.3): the ports whose issm file
   // is held get it again.
   for (auto& [p, n] : issm_opens_)
     if (n > 0) set_is_sm(p, true);
+}
+
+void UmadService::watch_layer(uint8_t port, LayerWatcher w) {
+  auto& ws = watchers_[port];
+  ws.push_back(std::move(w));
+  if (auto l = layer(port); l) return ws.back()(*l);
+  if (device_up_) open_layer(port);
 }
 
 bool UmadService::on_cq_event(uint32_t cqn) {

@@ -37,6 +37,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -91,6 +92,14 @@ class UmadService {
 
   // A completion event on CQ `cqn`: true if it was one of ours.
   bool on_cq_event(uint32_t cqn);
+
+  // ibd's own users of a port's MAD layer (the SA client, sa_service.hpp):
+  // `w` is called with the layer whenever it is open (now, if it is; the
+  // port's layer is opened for it if not) and with nullptr when it goes
+  // with the device (after its requests in flight came back with EIO).
+  // The watcher must outlive the service or be gone before it calls.
+  using LayerWatcher = std::function<void(mad::MadLayer*)>;
+  void watch_layer(uint8_t port, LayerWatcher w);
 
   // Per agent, applied to each port's MAD layer (docs/operations.md "Limits").
   void set_max_outstanding(uint32_t n) { max_outstanding_ = n; }
@@ -156,6 +165,7 @@ class UmadService {
   uint8_t num_ports_;
   bool user_gmp_;
   std::map<uint8_t, std::unique_ptr<mad::MadLayer>> layers_;
+  std::map<uint8_t, std::vector<LayerWatcher>> watchers_;
   std::map<uint8_t, std::vector<Waiter>> opening_;  // UMAD_OPENs waiting for their port's layer
   std::set<uint8_t> layer_opening_;                  // ports whose layer is being opened
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the opening's continuation

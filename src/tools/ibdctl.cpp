@@ -1,5 +1,7 @@
 // ibdctl: asks ibd for its INFO (docs/client-protocol.md "INFO") and prints
-// it as tables, or as raw JSON with --json (docs/operations.md "ibdctl").
+// it as tables, or as raw JSON with --json (docs/operations.md "ibdctl");
+// `ibdctl path GID` asks ibd's path cache for a PathRecord (PATH_QUERY).
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "clientproto/socket.hpp"
+#include "sa/path_record.hpp"
 
 using namespace openib;
 using nlohmann::json;
@@ -89,6 +92,54 @@ void key_values(const json& obj) {
     std::printf("%-*s  %s\n", static_cast<int>(w), it.key().c_str(), cell(it.value()).c_str());
 }
 
+// PATH_QUERY for `gid` (IPv6 notation), printed as key: value lines.
+int path_query(int fd, const std::string& gid, uint8_t port, uint16_t pkey, bool fresh, bool as_json) {
+  proto::PathQueryReq req;
+  req.port = port;
+  req.pkey = pkey;
+  req.flags = fresh ? proto::kPathFresh : 0;
+  if (::inet_pton(AF_INET6, gid.c_str(), req.dgid.data()) != 1) {
+    std::fprintf(stderr, "ibdctl: '%s' is not a GID (IPv6 notation, e.g. fe80::2:c903:0:1)\n", gid.c_str());
+    return 2;
+  }
+  auto r = call(fd, proto::Op::kPathQuery, 2, proto::encode(req));
+  if (!r) {
+    std::fprintf(stderr, "ibdctl: %s\n", r.error().str().c_str());
+    return 1;
+  }
+  auto rep = proto::decode<proto::PathRep>(*r);
+  if (!rep) {
+    std::fprintf(stderr, "ibdctl: PATH_QUERY reply: %s\n", rep.error().str().c_str());
+    return 1;
+  }
+  auto pr = sa::decode_path_record(std::as_bytes(std::span(rep->record)));
+  if (!pr) {
+    std::fprintf(stderr, "ibdctl: PATH_QUERY reply: %s\n", pr.error().str().c_str());
+    return 1;
+  }
+  auto gid_str = [](const sa::Gid& g) {
+    char b[INET6_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET6, g.data(), b, sizeof b);
+    return std::string(b);
+  };
+  json j = {{"source", rep->source == proto::kPathFromCache ? "cache" : "sa"},
+            {"dgid", gid_str(pr->dgid)},
+            {"sgid", gid_str(pr->sgid)},
+            {"dlid", pr->dlid},
+            {"slid", pr->slid},
+            {"pkey", fmt::format("{:#06x}", pr->pkey)},
+            {"sl", pr->sl},
+            {"mtu", pr->mtu >= 1 && pr->mtu <= 5 ? 128 << pr->mtu : 0},
+            {"rate", pr->rate},
+            {"packet_life_time", pr->packet_life_time},
+            {"reversible", pr->reversible},
+            {"hop_limit", pr->hop_limit},
+            {"tclass", pr->tclass}};
+  if (as_json) std::printf("%s\n", j.dump().c_str());
+  else key_values(j);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,10 +149,21 @@ int main(int argc, char** argv) {
   CLI::App app{"ibdctl: status of ibd (devices, ports, clients, objects, counters)"};
   app.add_option("--socket", socket, "ibd's client socket")->capture_default_str();
   app.add_flag("--json", as_json, "print INFO's raw JSON");
-  app.add_option("what", what, "devices | ports | clients | objects | counters")
-      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters"}))
+  std::string gid;
+  unsigned port = 1, pkey = 0;
+  bool fresh = false;
+  app.add_option("what", what, "devices | ports | clients | objects | counters | path GID")
+      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path"}))
       ->capture_default_str();
+  app.add_option("gid", gid, "path: the destination GID (IPv6 notation)");
+  app.add_option("--port", port, "path: the local port")->capture_default_str()->check(CLI::Range(1, 255));
+  app.add_option("--pkey", pkey, "path: the P_Key (0: the port's P_Key at index 0)")->check(CLI::Range(0, 0xffff));
+  app.add_flag("--fresh", fresh, "path: ask the SA, not the cache");
   CLI11_PARSE(app, argc, argv);
+  if ((what == "path") != !gid.empty()) {
+    std::fprintf(stderr, "ibdctl: a GID goes with 'path', and only with it\n");
+    return 2;
+  }
 
   auto fd = connect_to(socket);
   if (!fd) {
@@ -113,6 +175,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ibdctl: %s\n", r.error().str().c_str());
     return 1;
   }
+  if (what == "path")
+    return path_query(fd->get(), gid, static_cast<uint8_t>(port), static_cast<uint16_t>(pkey), fresh, as_json);
   proto::InfoReq info;
   info.flags = what == "objects" ? proto::kInfoObjects : 0;
   auto text = call(fd->get(), proto::Op::kInfo, 2, proto::encode(info));

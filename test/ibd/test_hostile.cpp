@@ -885,3 +885,59 @@ TEST_CASE("pipelined requests are answered in order; a client gone mid-command l
   INFO("before: " << base.str() << "\nafter:  " << now.str());
   CHECK(now.matches(base));
 }
+
+// PATH_QUERY (docs/client-protocol.md §11) from any client: malformed
+// bodies and bad arguments are refused; without an SM (this ibd's port is
+// set up statically, MasterSMLID 0) a lookup fails with ENETUNREACH, is not
+// cached, and a flood of them leaves ibd serving.
+TEST_CASE("PATH_QUERY: malformed and unanswerable lookups get errors", "[hostile][sa]") {
+  TempDir dir;
+  Ibd ibd(dir.path(), "a", IbdOptions{});
+  Raw r(ibd.socket());
+  r.hello();
+  const uint16_t op = static_cast<uint16_t>(Op::kPathQuery);
+  proto::PathQueryReq q;
+  q.dgid = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 2, 0xc9, 3, 0, 0, 0, 1};
+  auto b = proto::encode(q);
+  // Short and long bodies.
+  for (size_t n : {size_t{0}, b.size() - 1}) {
+    auto o = r.call_bytes(op, std::span(b.data(), n));
+    INFO("body of " << n << " bytes: " << o.str());
+    CHECK((o.kind == Outcome::kReplied && o.reply.status == EPROTO));
+  }
+  auto longer = b;
+  longer.push_back(std::byte{0});
+  CHECK(r.call_bytes(op, longer).reply.status == EPROTO);
+  // Bad port, unknown flags.
+  for (auto mut : std::vector<std::function<void(proto::PathQueryReq&)>>{
+           [](proto::PathQueryReq& x) { x.port = 0; }, [](proto::PathQueryReq& x) { x.port = 9; },
+           [](proto::PathQueryReq& x) { x.flags = 0x80000000u; }}) {
+    proto::PathQueryReq bad = q;
+    mut(bad);
+    auto o = r.call(Op::kPathQuery, bad);
+    INFO(o.str());
+    CHECK((o.kind == Outcome::kReplied && o.reply.status == EINVAL));
+  }
+  // An fd with it: refused, the fd not kept.
+  {
+    UniqueFd f = make_memfd(4096);
+    int fd = f.get();
+    CHECK(r.call(Op::kPathQuery, q, {&fd, 1}).reply.status == EINVAL);
+  }
+  // The SA client attaches once ibd's MAD layer is up (ENODEV before).
+  REQUIRE(wait_until([&] { return r.call(Op::kPathQuery, q).reply.status != ENODEV; }, 10s));
+  // No SM: ENETUNREACH, for every lookup (errors are not cached).
+  for (int i = 0; i < 500; ++i) {
+    q.dgid[15] = static_cast<uint8_t>(i);
+    q.dgid[14] = static_cast<uint8_t>(i >> 8);
+    auto o = r.call(Op::kPathQuery, q);
+    INFO("lookup " << i << ": " << o.str());
+    REQUIRE(o.kind == Outcome::kReplied);
+    REQUIRE(o.reply.status == ENETUNREACH);
+  }
+  // ibd still serves this client and others.
+  Raw other(ibd.socket());
+  other.hello();
+  CHECK(other.call(Op::kInfo, proto::InfoReq{}).reply.status == 0);
+  CHECK(r.call(Op::kInfo, proto::InfoReq{}).reply.status == 0);
+}

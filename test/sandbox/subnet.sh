@@ -123,6 +123,41 @@ ok "perfquery: Hca4 PortXmitPkts $before -> $after with traffic; -R resets"
 rc_pingpong Hca1 Hca4 "$OPENIB_SANDBOX_NET.10" 200
 ok "RC pingpong Hca4 -> Hca1 across Switch2 and Switch1: 200 x 4 KiB"
 
+# --- ibd's SA client and path cache (docs/sa.md "In ibd") -----------------
+# The port GID fe80::GUID of a host, as ibstat gives its Port GUID.
+gid_of() {
+  local g
+  g=$(field "$1" "Port GUID")
+  g=${g#0x}
+  printf 'fe80::%x:%x:%x:%x' $((16#${g:0:4})) $((16#${g:4:4})) $((16#${g:8:4})) $((16#${g:12:4}))
+}
+path() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" path "${@:2}" 2>&1; }
+val() { awk -v k="$1" '$1 == k {print $2}'; }
+out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path Hca2 -> Hca3: $out"
+[[ $(val dlid <<<"$out") == "${lid[Hca3]}" && $(val slid <<<"$out") == "${lid[Hca2]}" ]] ||
+  fail "path Hca2 -> Hca3 is not LID ${lid[Hca2]} -> ${lid[Hca3]}: $out"
+[[ $(val source <<<"$out") == sa && $(val pkey <<<"$out") == 0xffff && $(val mtu <<<"$out") -ge 256 ]] ||
+  fail "path Hca2 -> Hca3, first lookup: $out"
+q0=$(counter Hca2 sa_queries)
+out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path, second lookup: $out"
+[[ $(val source <<<"$out") == cache && $(val dlid <<<"$out") == "${lid[Hca3]}" ]] || fail "second lookup not from the cache: $out"
+[[ $(counter Hca2 sa_queries) == "$q0" ]] || fail "the cached lookup asked the SA ($q0 -> $(counter Hca2 sa_queries))"
+((q0 >= 1 && $(counter Hca2 sa_class_port_info) >= 1)) || fail "Hca2's SA client: $q0 queries, $(counter Hca2 sa_class_port_info) ClassPortInfo"
+ok "ibd's path cache: Hca2 -> Hca3 is LID ${lid[Hca2]} -> ${lid[Hca3]} from OpenSM's SA, then from the cache"
+# A GID nobody has: "no path" from the SA, then from the negative entry.
+nobody=fe80::dead:beef:0:1
+if out=$(path Hca2 $nobody); then fail "a path to $nobody: $out"; fi
+grep -q "no path" <<<"$out" || fail "path to $nobody: $out"
+q1=$(counter Hca2 sa_queries)
+if out=$(path Hca2 $nobody); then fail "a path to $nobody: $out"; fi
+grep -q "no path" <<<"$out" || fail "path to $nobody (again): $out"
+[[ $(counter Hca2 sa_queries) == "$q1" && $(counter Hca2 path_cache_negative_hits) -ge 1 ]] ||
+  fail "the second 'no path' asked the SA again"
+out=$(path Hca2 --fresh "$(gid_of Hca4)") || fail "ibdctl path --fresh: $out"
+[[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "${lid[Hca4]}" ]] || fail "path --fresh Hca2 -> Hca4: $out"
+if out=$(path Hca2 not-a-gid); then fail "ibdctl path accepted 'not-a-gid': $out"; fi
+ok "no path to $nobody (kept as a negative entry); --fresh asks the SA"
+
 # --- a cable pulled: trap 128, OpenSM resweeps ----------------------------
 sweeps() { grep -c -- "-> SUBNET UP" "$OPENIB_SANDBOX/opensm.log" || true; }
 # The Switch1 port the route Hca1 -> Hca4 leaves by now (3 or 5); pull it.
@@ -153,5 +188,17 @@ for h in Hca1 Hca2 Hca3 Hca4; do
   [[ $(field $h State) == Active ]] || fail "$h not Active under the new SM"
 done
 ok "OpenSM moved from Hca1 to Hca3: every port's SM LID is ${lid[Hca3]}"
+# The SM change reached ibd's path cache as a light invalidation (IPoIB's
+# level): Hca2's entry for Hca3 is stale, still served, and revalidated.
+(($(counter Hca2 path_cache_invalidations_light) >= 1)) || fail "Hca2's path cache saw no SM change"
+for _ in $(seq 100); do (($(counter Hca2 path_cache_revalidations) >= 1)) && break; sleep 0.2; done
+(($(counter Hca2 path_cache_revalidations) >= 1)) || fail "Hca2's path cache revalidated nothing after the SM change"
+out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path after the SM change: $out"
+[[ $(val source <<<"$out") == cache && $(val dlid <<<"$out") == "${lid[Hca3]}" ]] || fail "path Hca2 -> Hca3 after the SM change: $out"
+ok "the SM change made Hca2's paths stale: served from the cache and revalidated ($(counter Hca2 path_cache_revalidations))"
+# ibd's SA client follows the SM: each query goes to the SM LID PortInfo has now.
+out=$(path Hca2 --fresh "$(gid_of Hca1)") || fail "ibdctl path --fresh under the new SM: $out"
+[[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "${lid[Hca1]}" ]] || fail "path Hca2 -> Hca1 under the new SM: $out"
+ok "ibd's SA client asks the new SM on Hca3"
 echo "PASS: net.2sw2path4hca through OpenSM and infiniband-diags"
 exit 0

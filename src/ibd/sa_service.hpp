@@ -1,0 +1,90 @@
+// ibd's SA client and path cache (docs/sa.md "In ibd"; issue 15): one
+// SaClient (src/sa/sa_client.hpp) per port on the port's MAD layer, which
+// the user-MAD service owns and hands over as it opens and goes
+// (UmadService::watch_layer), and one PathCache (src/sa/path_cache.hpp)
+// over them. Clients ask through PATH_QUERY (docs/client-protocol.md
+// "Path records"); `ibdctl path` is one.
+//
+// Invalidation from the device's port events (docs/simhca.md §9.4): state
+// or LID change and a device loss drop the port's entries ("normal"); SM
+// change and ClientReregister (IBA 14.4.11) make them stale and start
+// revalidations ("light"); P_Key and GID changes drop them ("heavy").
+// What is not wired yet (GID traps through InformInfo, the cache file,
+// rejoins) is listed in docs/sa.md.
+//
+// Expired entries (negative ones after their 2 s, positive ones past the
+// age ceiling) are freed every 5 s. A client has one request in flight at
+// a time (the server's rule), so lookups in flight are bounded by the
+// clients; entries by what the SA answers within the TTLs.
+//
+// Single-threaded on ibd's io_context.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "clientproto/messages.hpp"
+#include "hca/completer.hpp"
+#include "hca/hca.hpp"
+#include "ibd/umad_service.hpp"
+#include "sa/path_cache.hpp"
+#include "sa/sa_client.hpp"
+
+namespace openib::ibd {
+
+class SaService {
+ public:
+  SaService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports,
+            sa::PathCacheConfig cfg = {});
+  ~SaService();
+  SaService(const SaService&) = delete;
+  SaService& operator=(const SaService&) = delete;
+
+  // Asks the user-MAD service for each port's MAD layer (opening it).
+  void start();
+
+  // PATH_QUERY: the path from the port's GID 0 to req.dgid within req.pkey
+  // (0: the port's P_Key at index 0). EHOSTUNREACH when the SA has no path;
+  // the SA client's errors otherwise (ENETUNREACH: no SM known, ETIMEDOUT,
+  // EBUSY, ENODEV while the device is away).
+  void path_query(const proto::PathQueryReq& req, hca::Completer<Result<proto::PathRep>> done);
+
+  // A port event, at the cache's level for it: kNormal (state or LID
+  // change: the port's paths go), kLight (SM change, ClientReregister:
+  // they become stale, are still served, and are revalidated in the
+  // background), kHeavy (P_Key or GID change: they go).
+  void port_event(uint8_t port, sa::Invalidation level);
+
+  // Flat name -> value pairs for INFO's counters (sa.*, path_cache.*).
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
+  const sa::PathCache& cache() const { return cache_; }
+
+ private:
+  struct PortQuerier final : sa::PathQuerier {  // the cache's querier: the key's port's client
+    SaService* self = nullptr;
+    void query_path(const sa::PathKey& key, sa::PathAnswerFn done) override;
+  };
+
+  sa::SaClient* client(uint8_t port);
+  void arm_sweep();
+
+  boost::asio::io_context& io_;
+  hca::Hca& hca_;
+  UmadService& umad_;
+  uint8_t num_ports_;
+  std::map<uint8_t, std::unique_ptr<sa::SaClient>> clients_;
+  PortQuerier querier_;
+  sa::SteadyClock clock_;
+  sa::PathCache cache_;
+  boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace openib::ibd
