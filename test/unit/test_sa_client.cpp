@@ -16,6 +16,7 @@
 #include "mad/layer.hpp"
 #include "mad/mad.hpp"
 #include "mad/pma_attrs.hpp"
+#include "mad/rmpp.hpp"
 #include "sa/path_query.hpp"
 #include "sa/sa_client.hpp"
 
@@ -56,7 +57,8 @@ mad::Mad path_answer(const mad::Mad& req) {
 
 // A fake SA behind the port: it answers ClassPortInfo with `cpi`, and hands
 // every other request to `on_query` (nullopt: no answer). Answers are
-// posted to the loop.
+// posted to the loop. send_table() answers with an RMPP message, its
+// segments sent as the client's ACKs open the window (IBA 13.6).
 class FakeSaPort final : public mad::MadTransport {
  public:
   explicit FakeSaPort(boost::asio::io_context& io) : io_(io) {}
@@ -65,6 +67,12 @@ class FakeSaPort final : public mad::MadTransport {
   Result<void> send(std::uint8_t qp, const mad::MadAddress& to, std::span<const std::byte> m) override {
     mad::Mad req{};
     std::memcpy(req.data(), m.data(), req.size());
+    if (auto h = mad::decode_rmpp_header(req); h && (h->flags & mad::rmpp_flag::kActive)) {
+      ++acks;  // the client's side of an RMPP answer (ACK, or STOP/ABORT)
+      if (table)
+        for (const mad::Mad& seg : table->on_mad(req).to_send) deliver(seg);
+      return ok();
+    }
     if (mad::mad_attr_id(req) == mad::attr::kClassPortInfo) {
       mad::Mad a = response_to(req, 0);
       mad::encode_class_port_info(MutBytes(a).subspan(kSaDataOff), cpi);
@@ -93,8 +101,28 @@ class FakeSaPort final : public mad::MadTransport {
     });
   }
 
+  // A GetTableResp to `req` with `n` PathRecords (DLID 0x100 + i).
+  void send_table(const mad::Mad& req, std::size_t n) {
+    mad::ByteVec msg(kSaDataOff + kPathRecordBytes * n);
+    std::copy(req.begin(), req.begin() + kSaDataOff, msg.begin());
+    mad::make_response(msg, 0);
+    encode_sa_header(msg, SaHeader{0, attr_offset_for(kPathRecordBytes), mad::get64(req, 48)});
+    for (std::size_t i = 0; i < n; ++i) {
+      PathRecord p;
+      p.dlid = static_cast<std::uint16_t>(0x100 + i);
+      encode_path_record(MutBytes(msg).subspan(kSaDataOff + kPathRecordBytes * i), p);
+    }
+    auto segs = mad::rmpp_segment(msg, kSaHeaderBytes);
+    REQUIRE(segs);
+    segments = segs->size();
+    table = std::make_unique<mad::RmppSender>(std::move(*segs));
+    for (const mad::Mad& seg : table->start().to_send) deliver(seg);
+  }
+
   mad::ClassPortInfo cpi;
   std::function<std::optional<mad::Mad>(const mad::Mad&)> on_query;
+  std::unique_ptr<mad::RmppSender> table;  // the RMPP answer being sent
+  std::size_t segments = 0, acks = 0;
   std::vector<mad::Mad> queries;  // what reached the SA, but ClassPortInfo
   std::vector<mad::MadAddress> dests;
   std::vector<std::uint8_t> qps;
@@ -223,6 +251,30 @@ TEST_CASE("a PathRecord query is a SubnAdmGet to the SM's LID and SL on QP1, its
   CHECK(f.sa->dests[0].lid == kSmLid);
   CHECK(f.sa->dests[0].sl == kSmSl);
   CHECK(f.client->counters().queries == 2);  // ClassPortInfo and the path
+  CHECK(f.client->counters().answers == 2);
+}
+
+TEST_CASE("a GetTable answer in RMPP segments reaches the caller reassembled", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->on_query = [&](const mad::Mad& req) -> std::optional<mad::Mad> {
+    f.sa->send_table(req, 5);
+    return std::nullopt;
+  };
+  f.attach();
+  std::optional<Result<mad::ByteVec>> got;
+  const mad::ByteVec rec(kPathRecordBytes);
+  f.client->query(SaRequest{.method = mad::method::kGetTable, .attr_id = attr::kPathRecord}, rec,
+                  [&](Result<mad::ByteVec> r) { got = std::move(r); });
+  f.run_until([&] { return got.has_value(); });
+  REQUIRE(got);
+  REQUIRE(got->ok());
+  CHECK(f.sa->segments == 2);
+  CHECK(f.sa->acks >= 2);
+  auto paths = parse_path_records(got->value());
+  REQUIRE(paths.ok());
+  REQUIRE(paths->size() == 5);
+  CHECK((*paths)[0].dlid == 0x100);
+  CHECK((*paths)[4].dlid == 0x104);
   CHECK(f.client->counters().answers == 2);
 }
 
