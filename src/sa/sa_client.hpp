@@ -4,15 +4,18 @@
 // the port's PortInfo gives them (Q_Key 0x80010000, IBA 13.5.3.1).
 //
 //  - ClassPortInfo (IBA 13.4.8.1) is asked first after each attach();
-//    its RespTimeValue sets the query timeout: 4.096 us x 2^RespTimeValue,
-//    plus the subnet's packet lifetime both ways (taken as the same
-//    exponent), at least Config::min_timeout_ms. Until it has answered, the
-//    configured timeout is used. A redirect (RedirectLID != 0) is not
-//    followed: logged and counted (docs/sa.md).
+//    its RespTimeValue sets the query timeout: 4.096 us x 2^RespTimeValue
+//    x 2 (the SA's response time, and as much again for the packets' way
+//    there and back), rounded up to whole ms, within
+//    [Config::min_timeout_ms, Config::max_timeout_ms]. Until it has
+//    answered (and if it never does), the configured timeout is used. A
+//    redirect (RedirectLID != 0) is not followed: logged and counted
+//    (docs/sa.md).
 //  - each query is sent with the timeout and Config::retries resends (the
 //    MAD layer's, IBA 13.4.6.4); ETIMEDOUT after the last one.
-//  - an answer with MAD status BUSY is asked again after Config::busy_ms,
-//    doubling, up to Config::busy_retries times; then EBUSY.
+//  - an answer with MAD status BUSY is asked again (same TID) after
+//    Config::busy_ms, doubling, up to Config::busy_retries times; then EBUSY.
+//  - an answer that is not an SA response to the attribute asked is EPROTO.
 //  - a multi-record answer (GetTableResp) arrives reassembled by the MAD
 //    layer's RMPP.
 //  - PathQuerier: query_path() is a SubnAdmGet(PathRecord) (path_query.hpp),
@@ -20,7 +23,10 @@
 //
 // detach() (the port's layer goes with its device) completes every query
 // in flight with EIO; queries made while detached fail at once with
-// ENODEV. Single-threaded on ibd's io_context; callbacks run on it.
+// ENODEV. Neither detach() nor the destructor touches the layer: the agent
+// stays registered there, its handler inert (the layer goes with its
+// device; a later attach() registers a new agent). Single-threaded on
+// ibd's io_context; callbacks run on it and may call the client again.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -82,7 +88,8 @@ class SaClient final : public PathQuerier {
   SaClient& operator=(const SaClient&) = delete;
 
   // The port's MAD layer is open (again): registers the agent on it and
-  // asks ClassPortInfo. EBUSY if the layer refuses the agent.
+  // asks ClassPortInfo. EBUSY if the layer refuses the agent; EALREADY if
+  // attached (detach() first).
   Result<void> attach(mad::MadLayer& layer);
   // The layer is going (device lost): queries in flight complete with EIO,
   // the agent is forgotten (the layer is not touched: it may be gone).
@@ -113,6 +120,7 @@ class SaClient final : public PathQuerier {
   void send(std::uint32_t tid);
   void on_delivery(const mad::Delivery& d);
   void finish(std::uint32_t tid, Result<mad::ByteVec> r);
+  void fail_all(int code, const char* why);  // every pending query, erased first
   void ask_class_port_info();
 
   boost::asio::io_context& io_;
@@ -120,6 +128,7 @@ class SaClient final : public PathQuerier {
   SaClientConfig cfg_;
   mad::MadLayer* layer_ = nullptr;
   std::uint32_t agent_ = 0;
+  std::uint32_t attach_gen_ = 0;  // deliveries from an earlier attach's agent are ignored
   std::uint32_t next_tid_ = 1;  // the TID's low 32 bits (the layer owns the high ones)
   std::map<std::uint32_t, Pending> pending_;
   std::uint32_t timeout_ms_ = 0;

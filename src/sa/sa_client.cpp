@@ -1,0 +1,251 @@
+// The SA client of one port (IBA 15.4; timeouts and retries IBA 13.4.6.4,
+// BUSY IBA 13.4.7, ClassPortInfo IBA 13.4.8.1). docs/sa.md "SA client".
+#include "sa/sa_client.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <limits>
+
+#include "common/log.hpp"
+#include "mad/mad.hpp"
+#include "sa/path_query.hpp"
+
+namespace openib::sa {
+
+namespace {
+
+const auto& logger() {
+  static const auto l = log::get("sa");
+  return l;
+}
+
+// 4.096 us x 2^RespTimeValue x 2 in whole ms (rounded up), within
+// [lo, hi]. RespTimeValue is 5 bits (IBA 13.4.8.1): 8192 ns x 2^31 fits
+// 64 bits.
+std::uint32_t timeout_from_resp_time(std::uint8_t rtv, std::uint32_t lo, std::uint32_t hi) {
+  const std::uint64_t ns = std::uint64_t{8192} << (rtv & 0x1f);
+  const std::uint64_t ms = (ns + 999'999) / 1'000'000;
+  return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(ms, lo, std::max(lo, hi)));
+}
+
+// An answer that counts as answered: MAD status 0, or SA status NoRecords
+// with no common status bits (IBA 15.2.1.1).
+bool answered(std::uint16_t st) {
+  return st == mad::status::kOk || ((st & 0x00ff) == 0 && sa_status_code(st) == status::kNoRecords);
+}
+
+}  // namespace
+
+SaClient::SaClient(boost::asio::io_context& io, SmFn sm, SaClientConfig cfg)
+    : io_(io), sm_(std::move(sm)), cfg_(cfg), timeout_ms_(cfg.timeout_ms) {}
+
+SaClient::~SaClient() {
+  alive_.reset();  // no timer, SM lookup or delivery reaches this client any more
+  layer_ = nullptr;
+  ++attach_gen_;
+  fail_all(ECANCELED, "the SA client is going away");
+}
+
+Result<void> SaClient::attach(mad::MadLayer& layer) {
+  if (layer_) return err(EALREADY, "the SA client is attached to a MAD layer already");
+  mad::AgentSpec spec;
+  spec.mgmt_class = mad::mgmt_class::kSubnAdm;
+  spec.class_version = mad::kSaClassVersion;
+  spec.rmpp_version = 1;  // GetTable answers arrive reassembled (IBA 13.6)
+  const std::uint32_t gen = ++attach_gen_;
+  auto agent = layer.register_agent(spec, [this, alive = std::weak_ptr<char>(alive_), gen](const mad::Delivery& d) {
+    if (alive.expired() || gen != attach_gen_) return;  // destroyed, or an earlier attach's layer
+    on_delivery(d);
+  });
+  if (!agent) return err(EBUSY, "SA agent refused by the MAD layer of port {}: {}", layer.port(), agent.error().message);
+  layer_ = &layer;
+  agent_ = *agent;
+  timeout_ms_ = cfg_.timeout_ms;  // until this layer's SA has said its RespTimeValue
+  cpi_.reset();
+  ask_class_port_info();
+  return ok();
+}
+
+void SaClient::detach() {
+  if (!layer_) return;
+  layer_ = nullptr;
+  ++attach_gen_;
+  fail_all(EIO, "the port's MAD layer went away");
+}
+
+void SaClient::fail_all(int code, const char* why) {
+  std::map<std::uint32_t, Pending> gone;
+  gone.swap(pending_);  // callbacks may make new queries: those are not in `gone`
+  for (auto& [tid, p] : gone) {
+    if (p.busy_timer) p.busy_timer->cancel();
+    AnswerFn done = std::move(p.done);
+    if (done) done(err(code, "SA query {:#06x} (TID {:#x}): {}", p.req.attr_id, tid, why));
+  }
+}
+
+void SaClient::query(const SaRequest& req, ConstBytes record, AnswerFn done) {
+  if (!layer_) return done(err(ENODEV, "SA query {:#06x}: no MAD layer (port not open)", req.attr_id));
+  if (record.size() > kSaDataBytes)
+    return done(err(EINVAL, "SA query {:#06x}: a record of {} bytes (at most {})", req.attr_id, record.size(),
+                    kSaDataBytes));
+  while (next_tid_ == 0 || pending_.count(next_tid_)) ++next_tid_;
+  const std::uint32_t tid = next_tid_++;
+  Pending p;
+  p.req = req;
+  p.record.assign(record.begin(), record.end());
+  p.done = std::move(done);
+  p.busy_left = cfg_.busy_retries;
+  p.busy_wait_ms = cfg_.busy_ms;
+  pending_.emplace(tid, std::move(p));
+  ++counters_.queries;
+  send(tid);
+}
+
+void SaClient::query_path(const PathKey& key, PathAnswerFn done) {
+  // make_path_query() builds the whole MAD; query() takes it apart again
+  // into the request and its record (the TID is the client's).
+  auto m = make_path_query(key, 0);
+  if (!m) return done(m.take_error());
+  auto h = decode_sa_header(*m);
+  if (!h) return done(h.take_error());
+  SaRequest req;
+  req.method = mad::mad_method(*m);
+  req.attr_id = mad::mad_attr_id(*m);
+  req.attr_mod = mad::mad_attr_mod(*m);
+  req.sm_key = h->sm_key;
+  req.comp_mask = h->comp_mask;
+  query(req, ConstBytes(*m).subspan(kSaDataOff, kPathRecordBytes), [done = std::move(done)](Result<ByteVec> r) {
+    if (!r) return done(r.take_error());
+    done(parse_path_answer(*r));
+  });
+}
+
+// Asks where the SM is now, then sends the pending query `tid` there.
+void SaClient::send(std::uint32_t tid) {
+  if (!sm_) return finish(tid, err(ENETUNREACH, "SA query: nothing tells where the SM is"));
+  sm_([this, alive = std::weak_ptr<char>(alive_), tid](Result<SmAddress> sm) {
+    if (alive.expired()) return;
+    auto it = pending_.find(tid);
+    if (it == pending_.end() || !layer_) return;  // finished meanwhile (detached)
+    if (!sm) {
+      const int code = sm.error().code ? sm.error().code : ENETUNREACH;
+      return finish(tid, err(code, "SA query: where the SM is: {}", sm.error().message));
+    }
+    if (sm->lid == 0) return finish(tid, err(ENETUNREACH, "SA query: no SM known (MasterSMLID 0)"));
+    SaRequest req = it->second.req;
+    req.tid = tid;  // the layer puts the agent's key in bits 63:32
+    auto m = make_sa_request(req, it->second.record);
+    if (!m) return finish(tid, m.take_error());
+    mad::MadAddress to;
+    to.qpn = 1;  // the SA is the SM port's GSI (IBA 15.4)
+    to.qkey = mad::kGsiQkey;
+    to.lid = sm->lid;
+    to.sl = sm->sl;
+    if (auto s = layer_->send(agent_, to, *m, timeout_ms_, cfg_.retries); !s) finish(tid, s.take_error());
+  });
+}
+
+void SaClient::on_delivery(const mad::Delivery& d) {
+  if (d.data.size() < mad::kMadHeaderBytes) {
+    ++counters_.errors;
+    return;
+  }
+  const ConstBytes data(d.data);
+  const auto tid = static_cast<std::uint32_t>(mad::mad_tid(data));
+  auto it = pending_.find(tid);
+  if (it == pending_.end()) {  // late (after its timeout), or not ours
+    ++counters_.errors;
+    logger()->debug("SA answer with TID {:#x} matches no query: dropped", mad::mad_tid(data));
+    return;
+  }
+  Pending& p = it->second;
+  if (d.status == ETIMEDOUT) {
+    ++counters_.timeouts;
+    return finish(tid, err(ETIMEDOUT, "SA query {:#06x}: no answer in {} tries of {} ms", p.req.attr_id,
+                           cfg_.retries + 1, timeout_ms_));
+  }
+  if (d.status) return finish(tid, err(static_cast<int>(d.status), "SA query {:#06x} not completed", p.req.attr_id));
+  if (data.size() < kSaDataOff || mad::mad_class(data) != mad::mgmt_class::kSubnAdm ||
+      !mad::is_response(mad::mad_method(data)) || mad::mad_attr_id(data) != p.req.attr_id) {
+    ++counters_.errors;
+    return finish(tid, err(EPROTO, "SA query {:#06x}: answered by a {}-byte MAD of class {:#04x}, method {:#04x}, "
+                                   "attribute {:#06x}",
+                           p.req.attr_id, data.size(), mad::mad_class(data), mad::mad_method(data),
+                           mad::mad_attr_id(data)));
+  }
+  const std::uint16_t st = mad::mad_status(data);
+  if (st & mad::status::kBusy) {  // IBA 13.4.7: ask again later
+    ++counters_.busy;
+    if (p.busy_left == 0)
+      return finish(tid, err(EBUSY, "SA query {:#06x}: SA still busy after {} re-asks", p.req.attr_id,
+                             cfg_.busy_retries));
+    --p.busy_left;
+    const std::uint32_t wait = p.busy_wait_ms;
+    p.busy_wait_ms = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(std::uint64_t{wait} * 2, std::numeric_limits<std::uint32_t>::max()));
+    if (!p.busy_timer) p.busy_timer = std::make_unique<boost::asio::steady_timer>(io_);
+    p.busy_timer->expires_after(std::chrono::milliseconds(wait));
+    p.busy_timer->async_wait([this, alive = std::weak_ptr<char>(alive_), tid](boost::system::error_code ec) {
+      if (ec || alive.expired() || !pending_.count(tid)) return;
+      send(tid);
+    });
+    return;
+  }
+  if (st & mad::status::kRedirect) {
+    ++counters_.redirects;
+    logger()->warn("SA query {:#06x}: the SA redirects (MAD status {:#06x}); redirection is not followed",
+                   p.req.attr_id, st);
+  } else if (answered(st)) {
+    ++counters_.answers;
+  } else {
+    ++counters_.errors;
+  }
+  finish(tid, ByteVec(d.data));
+}
+
+void SaClient::finish(std::uint32_t tid, Result<mad::ByteVec> r) {
+  auto it = pending_.find(tid);
+  if (it == pending_.end()) return;
+  AnswerFn done = std::move(it->second.done);
+  pending_.erase(it);  // before done: it may query again
+  if (done) done(std::move(r));
+}
+
+void SaClient::ask_class_port_info() {
+  SaRequest req;
+  req.method = mad::method::kGet;
+  req.attr_id = mad::attr::kClassPortInfo;
+  query(req, {}, [this, gen = attach_gen_](Result<ByteVec> r) {
+    if (!r) {
+      const bool going = r.error().code == ECANCELED || r.error().code == EIO;
+      logger()->log(going ? spdlog::level::debug : spdlog::level::info,
+                    "SA ClassPortInfo not known: {}; timeout stays {} ms", r.error().str(), timeout_ms_);
+      return;
+    }
+    if (gen != attach_gen_) return;  // a later attach asks its own
+    const ConstBytes a(*r);
+    if (mad::mad_status(a) != mad::status::kOk) {
+      logger()->info("SA ClassPortInfo refused (MAD status {:#06x}); timeout stays {} ms", mad::mad_status(a),
+                     timeout_ms_);
+      return;
+    }
+    auto cpi = mad::decode_class_port_info(a.subspan(kSaDataOff));
+    if (!cpi) {
+      ++counters_.errors;
+      logger()->warn("SA ClassPortInfo unreadable: {}", cpi.error().str());
+      return;
+    }
+    ++counters_.class_port_info;
+    timeout_ms_ = timeout_from_resp_time(cpi->resp_time_value, cfg_.min_timeout_ms, cfg_.max_timeout_ms);
+    if (cpi->redirect_lid != 0) {
+      ++counters_.redirects;
+      logger()->warn("SA ClassPortInfo redirects to LID {} QP {:#x}: not followed", cpi->redirect_lid,
+                     cpi->redirect_qp);
+    }
+    logger()->debug("SA RespTimeValue {}: query timeout {} ms", cpi->resp_time_value, timeout_ms_);
+    cpi_ = *cpi;
+  });
+}
+
+}  // namespace openib::sa

@@ -1,0 +1,502 @@
+// The SA client (src/sa/sa_client.hpp) over ibd's real MAD layer, with a
+// fake SA behind a fake MadTransport: what a query's caller sees for each
+// kind of SA behaviour (an answer, no record, BUSY, silence, no SM), and
+// what detach() and destruction do to queries in flight. Answers come from
+// the io_context (posted), as a port's completions would; the loop runs
+// until the outcome is there (with a deadline that only stops a hang).
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "mad/layer.hpp"
+#include "mad/mad.hpp"
+#include "mad/pma_attrs.hpp"
+#include "mad/rmpp.hpp"
+#include "sa/path_query.hpp"
+#include "sa/sa_client.hpp"
+
+using namespace openib;
+using namespace openib::sa;
+
+namespace {
+
+constexpr std::uint16_t kSmLid = 0x21;
+constexpr std::uint8_t kSmSl = 3;
+const Gid kDgid = make_gid(0xfe80000000000000ull, 0x0002c90300000042ull);
+
+PathKey key() {
+  PathRecord q;
+  q.dgid = kDgid;
+  q.pkey = 0xffff;
+  return PathKey(1, pr_mask::kDgid | pr_mask::kPKey, q);
+}
+
+// The SA's answer to request `req`: the same MAD as a response with `status`.
+mad::Mad response_to(const mad::Mad& req, std::uint16_t status) {
+  mad::Mad m = req;
+  mad::make_response(m, status);
+  return m;
+}
+
+// An answer carrying one PathRecord.
+mad::Mad path_answer(const mad::Mad& req) {
+  mad::Mad m = response_to(req, 0);
+  PathRecord p;
+  p.dgid = kDgid;
+  p.dlid = 0x77;
+  p.sl = 5;
+  p.mtu = 4;  // 2048
+  encode_path_record(MutBytes(m).subspan(kSaDataOff), p);
+  return m;
+}
+
+// A fake SA behind the port: it answers ClassPortInfo with `cpi`, and hands
+// every other request to `on_query` (nullopt: no answer). Answers are
+// posted to the loop. send_table() answers with an RMPP message, its
+// segments sent as the client's ACKs open the window (IBA 13.6).
+class FakeSaPort final : public mad::MadTransport {
+ public:
+  explicit FakeSaPort(boost::asio::io_context& io) : io_(io) {}
+  std::uint8_t port() const override { return 1; }
+  void set_receiver(Receiver r) override { rx_ = std::move(r); }
+  Result<void> send(std::uint8_t qp, const mad::MadAddress& to, std::span<const std::byte> m) override {
+    mad::Mad req{};
+    std::memcpy(req.data(), m.data(), req.size());
+    if (auto h = mad::decode_rmpp_header(req); h && (h->flags & mad::rmpp_flag::kActive)) {
+      ++acks;  // the client's side of an RMPP answer (ACK, or STOP/ABORT)
+      if (table)
+        for (const mad::Mad& seg : table->on_mad(req).to_send) deliver(seg);
+      return ok();
+    }
+    if (mad::mad_attr_id(req) == mad::attr::kClassPortInfo) {
+      mad::Mad a = response_to(req, 0);
+      mad::encode_class_port_info(MutBytes(a).subspan(kSaDataOff), cpi);
+      deliver(a);
+      return ok();
+    }
+    queries.push_back(req);
+    dests.push_back(to);
+    qps.push_back(qp);
+    if (on_query)
+      if (auto a = on_query(req)) deliver(*a);
+    return ok();
+  }
+  bool on_cq_event(std::uint32_t) override { return false; }
+  const mad::MadPortCounters& counters() const override { return counters_; }
+
+  // A MAD from the SA, handled from the loop.
+  void deliver(const mad::Mad& m) {
+    boost::asio::post(io_, [this, m] {
+      mad::ReceivedMad r;
+      r.qp = 1;
+      r.from.lid = kSmLid;
+      r.from.qpn = 1;
+      r.mad = m;
+      rx_(r);
+    });
+  }
+
+  // A GetTableResp to `req` with `n` PathRecords (DLID 0x100 + i).
+  void send_table(const mad::Mad& req, std::size_t n) {
+    mad::ByteVec msg(kSaDataOff + kPathRecordBytes * n);
+    std::copy(req.begin(), req.begin() + kSaDataOff, msg.begin());
+    mad::make_response(msg, 0);
+    encode_sa_header(msg, SaHeader{0, attr_offset_for(kPathRecordBytes), mad::get64(req, 48)});
+    for (std::size_t i = 0; i < n; ++i) {
+      PathRecord p;
+      p.dlid = static_cast<std::uint16_t>(0x100 + i);
+      encode_path_record(MutBytes(msg).subspan(kSaDataOff + kPathRecordBytes * i), p);
+    }
+    auto segs = mad::rmpp_segment(msg, kSaHeaderBytes);
+    REQUIRE(segs);
+    segments = segs->size();
+    table = std::make_unique<mad::RmppSender>(std::move(*segs));
+    for (const mad::Mad& seg : table->start().to_send) deliver(seg);
+  }
+
+  mad::ClassPortInfo cpi;
+  std::function<std::optional<mad::Mad>(const mad::Mad&)> on_query;
+  std::unique_ptr<mad::RmppSender> table;  // the RMPP answer being sent
+  std::size_t segments = 0, acks = 0;
+  std::vector<mad::Mad> queries;  // what reached the SA, but ClassPortInfo
+  std::vector<mad::MadAddress> dests;
+  std::vector<std::uint8_t> qps;
+
+ private:
+  boost::asio::io_context& io_;
+  Receiver rx_;
+  mad::MadPortCounters counters_;
+};
+
+struct Fixture {
+  boost::asio::io_context io;
+  FakeSaPort* sa = nullptr;
+  std::unique_ptr<mad::MadLayer> layer;
+  Result<SmAddress> sm = SmAddress{kSmLid, kSmSl};
+  std::vector<PathAnswer> answers;   // before the client: its destructor still answers
+  std::unique_ptr<SaClient> client;
+
+  explicit Fixture(SaClientConfig cfg = config()) {
+    auto t = std::make_unique<FakeSaPort>(io);
+    sa = t.get();
+    layer = std::make_unique<mad::MadLayer>(io, std::move(t));
+    client = std::make_unique<SaClient>(io, [this](auto reply) { reply(sm); }, cfg);
+  }
+  // Answers come at once; the timeout (200 ms) only matters to silence.
+  static SaClientConfig config() {
+    return SaClientConfig{
+        .timeout_ms = 200, .min_timeout_ms = 200, .max_timeout_ms = 200, .retries = 2, .busy_ms = 1, .busy_retries = 3};
+  }
+  void attach() {
+    REQUIRE(client->attach(*layer));
+    run_until([&] { return client->counters().class_port_info == 1; });
+  }
+  void ask() {
+    client->query_path(key(), [this](PathAnswer a) { answers.push_back(std::move(a)); });
+  }
+  // Asks and runs the loop until the answer is there.
+  const PathAnswer& ask_wait() {
+    const std::size_t n = answers.size();
+    ask();
+    run_until([&] { return answers.size() > n; });
+    REQUIRE(answers.size() == n + 1);
+    return answers.back();
+  }
+  // Runs the loop until `done` or 5 s passed (a guard against a hang).
+  template <typename F>
+  void run_until(F done) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done() && std::chrono::steady_clock::now() < end) {
+      io.restart();
+      io.run_for(std::chrono::milliseconds(5));
+    }
+  }
+  void run_for(int ms) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(ms));
+  }
+  std::uint32_t tid_low(std::size_t i) const { return static_cast<std::uint32_t>(mad::mad_tid(sa->queries.at(i))); }
+};
+
+}  // namespace
+
+TEST_CASE("ClassPortInfo's RespTimeValue sets the query timeout", "[sa][sa-client]") {
+  SaClientConfig cfg;  // the defaults: 1000 ms until ClassPortInfo, within [100, 8000]
+  Fixture f(cfg);
+  f.sa->cpi.resp_time_value = 18;
+  CHECK(f.client->timeout_ms() == 1000);
+  REQUIRE(f.client->attach(*f.layer));
+  CHECK(f.client->attached());
+  CHECK(f.client->timeout_ms() == 1000);  // not answered yet
+  f.run_until([&] { return f.client->counters().class_port_info == 1; });
+  // 4.096 us x 2^18 x 2 = 2147.48 ms, rounded up.
+  CHECK(f.client->timeout_ms() == 2148);
+  REQUIRE(f.client->class_port_info());
+  CHECK(f.client->class_port_info()->resp_time_value == 18);
+  CHECK(f.client->counters().redirects == 0);
+
+  SECTION("a bogus RespTimeValue stops at max_timeout_ms, a tiny one at min_timeout_ms") {
+    Fixture big(cfg), small(cfg);
+    big.sa->cpi.resp_time_value = 31;
+    small.sa->cpi.resp_time_value = 0;
+    big.attach();
+    small.attach();
+    CHECK(big.client->timeout_ms() == 8000);
+    CHECK(small.client->timeout_ms() == 100);
+  }
+}
+
+TEST_CASE("a redirecting ClassPortInfo is counted, not followed", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->cpi.redirect_lid = 0x99;
+  f.sa->cpi.redirect_qp = 0x1234;
+  f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
+  f.attach();
+  CHECK(f.client->counters().redirects == 1);
+  CHECK(f.ask_wait().ok());
+  REQUIRE(f.sa->dests.size() == 1);
+  CHECK(f.sa->dests[0].lid == kSmLid);  // still the SM
+  CHECK(f.sa->dests[0].qpn == 1);
+}
+
+TEST_CASE("a PathRecord query is a SubnAdmGet to the SM's LID and SL on QP1, its answer the record",
+          "[sa][sa-client]") {
+  Fixture f;
+  f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
+  f.attach();
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE(a.ok());
+  REQUIRE(a.value());
+  const PathRecord& p = *a.value();
+  CHECK(p.dlid == 0x77);
+  CHECK(p.sl == 5);
+  CHECK(p.mtu == 4);
+
+  REQUIRE(f.sa->queries.size() == 1);
+  const mad::Mad& q = f.sa->queries[0];
+  CHECK(mad::mad_class(q) == mad::mgmt_class::kSubnAdm);
+  CHECK(mad::get8(q, 2) == 2);  // class version
+  CHECK(mad::mad_method(q) == mad::method::kGet);
+  CHECK(mad::mad_attr_id(q) == attr::kPathRecord);
+  CHECK(mad::get64(q, 48) == key().comp_mask());
+  CHECK(mad::mad_tid(q) >> 32 != 0);  // the layer's agent bits
+  CHECK(f.sa->qps[0] == 1);
+  CHECK(f.sa->dests[0].qpn == 1);
+  CHECK(f.sa->dests[0].qkey == 0x80010000u);
+  CHECK(f.sa->dests[0].lid == kSmLid);
+  CHECK(f.sa->dests[0].sl == kSmSl);
+  CHECK(f.client->counters().queries == 2);  // ClassPortInfo and the path
+  CHECK(f.client->counters().answers == 2);
+}
+
+TEST_CASE("a GetTable answer in RMPP segments reaches the caller reassembled", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->on_query = [&](const mad::Mad& req) -> std::optional<mad::Mad> {
+    f.sa->send_table(req, 5);
+    return std::nullopt;
+  };
+  f.attach();
+  std::optional<Result<mad::ByteVec>> got;
+  const mad::ByteVec rec(kPathRecordBytes);
+  f.client->query(SaRequest{.method = mad::method::kGetTable, .attr_id = attr::kPathRecord}, rec,
+                  [&](Result<mad::ByteVec> r) { got = std::move(r); });
+  f.run_until([&] { return got.has_value(); });
+  REQUIRE(got);
+  REQUIRE(got->ok());
+  CHECK(f.sa->segments == 2);
+  CHECK(f.sa->acks >= 2);
+  auto paths = parse_path_records(got->value());
+  REQUIRE(paths.ok());
+  REQUIRE(paths->size() == 5);
+  CHECK((*paths)[0].dlid == 0x100);
+  CHECK((*paths)[4].dlid == 0x104);
+  CHECK(f.client->counters().answers == 2);
+}
+
+TEST_CASE("NoRecords is 'no path'", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->on_query = [](const mad::Mad& req) { return response_to(req, 0x0300); };
+  f.attach();
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE(a.ok());
+  CHECK_FALSE(a.value());
+  CHECK(f.client->counters().answers == 2);
+  CHECK(f.client->counters().errors == 0);
+}
+
+TEST_CASE("BUSY is asked again with the same TID, then answered", "[sa][sa-client]") {
+  Fixture f;
+  int busy = 2;
+  f.sa->on_query = [&](const mad::Mad& req) {
+    if (busy-- > 0) return response_to(req, mad::status::kBusy);
+    return path_answer(req);
+  };
+  f.attach();
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE(a.ok());
+  REQUIRE(a.value());
+  CHECK(a.value()->dlid == 0x77);
+  CHECK(f.client->counters().busy == 2);
+  CHECK(f.client->counters().queries == 2);  // a re-ask is not a new query
+  REQUIRE(f.sa->queries.size() == 3);
+  CHECK(f.tid_low(1) == f.tid_low(0));
+  CHECK(f.tid_low(2) == f.tid_low(0));
+}
+
+TEST_CASE("an SA that stays BUSY is EBUSY after busy_retries re-asks", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->on_query = [](const mad::Mad& req) { return response_to(req, mad::status::kBusy); };
+  f.attach();
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.error().code == EBUSY);
+  CHECK(f.client->counters().busy == Fixture::config().busy_retries + 1);
+  CHECK(f.sa->queries.size() == Fixture::config().busy_retries + 1);
+}
+
+TEST_CASE("a silent SA is ETIMEDOUT after 1 + retries sends", "[sa][sa-client]") {
+  SaClientConfig cfg = Fixture::config();
+  cfg.min_timeout_ms = cfg.max_timeout_ms = 10;
+  Fixture f(cfg);
+  f.attach();
+  CHECK(f.client->timeout_ms() == 10);
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.error().code == ETIMEDOUT);
+  CHECK(f.sa->queries.size() == cfg.retries + 1);
+  CHECK(f.client->counters().timeouts == 1);
+}
+
+TEST_CASE("no SM known: ENETUNREACH and nothing sent; an SM lookup error is the query's", "[sa][sa-client]") {
+  Fixture f;
+  f.sm = SmAddress{0, 0};
+  f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
+  REQUIRE(f.client->attach(*f.layer));  // its ClassPortInfo fails as well
+  f.ask();
+  f.run_for(20);
+  REQUIRE(f.answers.size() == 1);
+  REQUIRE_FALSE(f.answers[0].ok());
+  CHECK(f.answers[0].error().code == ENETUNREACH);
+  CHECK(f.sa->queries.empty());
+  CHECK(f.layer->counters().sent == 0);
+  CHECK(f.client->timeout_ms() == Fixture::config().timeout_ms);
+
+  f.sm = Error{ENODEV, "port gone"};
+  f.ask();
+  REQUIRE(f.answers.size() == 2);
+  CHECK(f.answers[1].error().code == ENODEV);
+  CHECK(f.layer->counters().sent == 0);
+}
+
+TEST_CASE("queries while detached are ENODEV; a record over 200 bytes is EINVAL", "[sa][sa-client]") {
+  Fixture f;
+  std::vector<Result<mad::ByteVec>> got;
+  auto keep = [&](Result<mad::ByteVec> r) { got.push_back(std::move(r)); };
+  SaRequest req;
+  req.method = mad::method::kGet;
+  req.attr_id = attr::kNodeRecord;
+  f.client->query(req, {}, keep);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].error().code == ENODEV);
+  f.attach();
+  const mad::ByteVec big(201);
+  f.client->query(req, big, keep);
+  REQUIRE(got.size() == 2);
+  CHECK(got[1].error().code == EINVAL);
+  CHECK(f.sa->queries.empty());
+  CHECK(f.client->attach(*f.layer).error().code == EALREADY);
+}
+
+TEST_CASE("detach() ends a query in flight with EIO; its late answer is ignored; attach() again works",
+          "[sa][sa-client]") {
+  Fixture f;
+  f.attach();
+  f.ask();  // the SA keeps it
+  f.run_until([&] { return f.sa->queries.size() == 1; });
+  REQUIRE(f.answers.empty());
+  f.client->detach();
+  CHECK_FALSE(f.client->attached());
+  REQUIRE(f.answers.size() == 1);
+  CHECK(f.answers[0].error().code == EIO);
+
+  const auto before = f.client->counters();
+  f.sa->deliver(path_answer(f.sa->queries[0]));
+  f.run_for(20);
+  CHECK(f.answers.size() == 1);
+  CHECK(f.client->counters().answers == before.answers);
+
+  f.ask();
+  REQUIRE(f.answers.size() == 2);
+  CHECK(f.answers[1].error().code == ENODEV);
+
+  f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
+  f.attach();
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE(a.ok());
+  CHECK(a.value()->dlid == 0x77);
+}
+
+TEST_CASE("destroying the client ends a query in flight with ECANCELED, and nothing after", "[sa][sa-client]") {
+  Fixture f;
+  f.attach();
+  f.ask();
+  f.run_until([&] { return f.sa->queries.size() == 1; });
+  f.client.reset();
+  REQUIRE(f.answers.size() == 1);
+  CHECK(f.answers[0].error().code == ECANCELED);
+  // The layer still times the request out and resends it into the agent
+  // the client left behind; the late answer goes there too.
+  f.run_until([&] { return f.layer->counters().timeouts == 1; });
+  CHECK(f.layer->counters().timeouts == 1);
+  f.sa->deliver(path_answer(f.sa->queries[0]));
+  f.run_for(20);
+  CHECK(f.answers.size() == 1);
+}
+
+TEST_CASE("a BUSY wait in progress ends with the client: ECANCELED, no resend", "[sa][sa-client]") {
+  SaClientConfig cfg = Fixture::config();
+  cfg.busy_ms = 50;
+  Fixture f(cfg);
+  f.sa->on_query = [](const mad::Mad& req) { return response_to(req, mad::status::kBusy); };
+  f.attach();
+  f.ask();
+  f.run_until([&] { return f.client->counters().busy == 1; });
+  f.client.reset();
+  REQUIRE(f.answers.size() == 1);
+  CHECK(f.answers[0].error().code == ECANCELED);
+  f.run_for(100);
+  CHECK(f.sa->queries.size() == 1);
+}
+
+TEST_CASE("a callback may query again", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
+  f.attach();
+  f.client->query_path(key(), [&](PathAnswer a) {
+    f.answers.push_back(std::move(a));
+    f.ask();
+  });
+  f.run_until([&] { return f.answers.size() == 2; });
+  REQUIRE(f.answers.size() == 2);
+  CHECK(f.answers[1].ok());
+  CHECK(f.sa->queries.size() == 2);
+}
+
+TEST_CASE("answers with an unknown TID, of the wrong kind, or garbage do not break the client", "[sa][sa-client]") {
+  Fixture f;
+  f.attach();
+
+  SECTION("an unknown TID is dropped; the right answer after it counts") {
+    f.sa->on_query = [&](const mad::Mad& req) {
+      mad::Mad stray = path_answer(req);
+      mad::put64(stray, 8, mad::mad_tid(req) + 1000);  // same agent, no such query
+      f.sa->deliver(stray);
+      return path_answer(req);
+    };
+    const PathAnswer& a = f.ask_wait();
+    REQUIRE(a.ok());
+    CHECK(a.value()->dlid == 0x77);
+    CHECK(f.client->counters().errors == 1);
+  }
+  SECTION("an answer of another class or attribute is EPROTO") {
+    std::uint8_t which = 0;
+    f.sa->on_query = [&](const mad::Mad& req) {
+      mad::Mad a = path_answer(req);
+      if (which == 0) mad::put8(a, 1, mad::mgmt_class::kPerfMgmt);
+      else mad::put16(a, 16, attr::kNodeRecord);
+      return a;
+    };
+    CHECK(f.ask_wait().error().code == EPROTO);
+    which = 1;
+    CHECK(f.ask_wait().error().code == EPROTO);
+    CHECK(f.client->counters().errors == 2);
+  }
+  SECTION("an error status is the caller's to read, counted") {
+    f.sa->on_query = [](const mad::Mad& req) { return response_to(req, mad::status::kMethodAttrUnsupported); };
+    CHECK(f.ask_wait().error().code == EPROTO);
+    CHECK(f.client->counters().errors == 1);
+  }
+  SECTION("bytes of every value") {
+    f.sa->on_query = [&](const mad::Mad& req) {
+      mad::Mad junk{};
+      for (std::size_t i = 0; i < junk.size(); ++i) junk[i] = std::byte(i * 37 + 11);
+      // An SA PathRecord response with the query's TID (so it reaches the
+      // client, not RMPP-active); every other byte junk.
+      mad::put8(junk, 1, mad::mgmt_class::kSubnAdm);
+      mad::put8(junk, 3, mad::method::kGetResp);
+      mad::put64(junk, 8, mad::mad_tid(req));
+      mad::put16(junk, 16, attr::kPathRecord);
+      mad::put8(junk, 26, 0);
+      return junk;
+    };
+    CHECK_FALSE(f.ask_wait().ok());
+  }
+  // Still working afterwards.
+  f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
+  CHECK(f.ask_wait().ok());
+}
