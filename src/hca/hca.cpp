@@ -43,7 +43,9 @@ constexpr uint64_t kEq0EventMask = (1ull << kEvCmdCompletion) | (1ull << kEvPort
                                    (1ull << kEvQpReqErr) | (1ull << kEvQpAccessErr) |
                                    (1ull << kEvQpLastWqeReached) | (1ull << kEvQpCommEst) |
                                    (1ull << kEvSqDrained) | (1ull << kEvSrqLimit) |
-                                   (1ull << kEvSrqCatas) | (1ull << kEvDeviceFatal);
+                                   (1ull << kEvSrqCatas) | (1ull << kEvDeviceFatal) |
+                                   (1ull << kEvPkeyChange) | (1ull << kEvSmChange) |
+                                   (1ull << kEvClientReregister) | (1ull << kEvGidChange);
 // §6.5 CREATE_CQ input.
 Bytes encode_create_cq(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova, uint32_t uar, uint32_t eqn) {
   Bytes in(32);

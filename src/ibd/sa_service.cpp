@@ -121,7 +121,9 @@ void SaService::path_query(const proto::PathQueryReq& req, hca::Completer<Result
 
 void SaService::port_event(uint8_t port, sa::Invalidation level) {
   cache_.invalidate(level, port);
-  if (level == sa::Invalidation::kLight) cache_.revalidate_stale(kRevalidateBatch);
+  if (level != sa::Invalidation::kLight) return;
+  if (sa::SaClient* c = client(port)) c->sm_changed();  // its ClassPortInfo again
+  cache_.revalidate_stale(kRevalidateBatch);
 }
 
 std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {

@@ -100,6 +100,11 @@ void SaClient::query(const SaRequest& req, ConstBytes record, AnswerFn done) {
   pending_.emplace(tid, std::move(p));
   ++counters_.queries;
   send(tid);
+  if (!cpi_ && !cpi_asking_ && req.attr_id != mad::attr::kClassPortInfo) ask_class_port_info();
+}
+
+void SaClient::sm_changed() {
+  if (layer_ && !cpi_asking_) ask_class_port_info();
 }
 
 void SaClient::query_path(const PathKey& key, PathAnswerFn done) {
@@ -216,7 +221,10 @@ void SaClient::ask_class_port_info() {
   SaRequest req;
   req.method = mad::method::kGet;
   req.attr_id = mad::attr::kClassPortInfo;
-  query(req, {}, [this, gen = attach_gen_](Result<ByteVec> r) {
+  cpi_asking_ = true;
+  query(req, {}, [this, gen = attach_gen_, alive = std::weak_ptr<char>(alive_)](Result<ByteVec> r) {
+    if (alive.expired()) return;
+    cpi_asking_ = false;
     if (!r) {
       const bool going = r.error().code == ECANCELED || r.error().code == EIO;
       logger()->log(going ? spdlog::level::debug : spdlog::level::info,

@@ -101,6 +101,10 @@ class SaClient final : public PathQuerier {
   void query(const SaRequest& req, ConstBytes record, AnswerFn done);
   // PathQuerier: SubnAdmGet(PathRecord) for `key`.
   void query_path(const PathKey& key, PathAnswerFn done) override;
+  // The SM may be another one now (SM_CHANGE, ClientReregister): its
+  // ClassPortInfo is asked again. (While none has answered, e.g. ibd
+  // started before the SM, each query also asks it, one at a time.)
+  void sm_changed();
 
   // The timeout in use now (ms), and the ClassPortInfo it came from.
   std::uint32_t timeout_ms() const { return timeout_ms_; }
@@ -122,6 +126,7 @@ class SaClient final : public PathQuerier {
   void finish(std::uint32_t tid, Result<mad::ByteVec> r);
   void fail_all(int code, const char* why);  // every pending query, erased first
   void ask_class_port_info();
+  bool cpi_asking_ = false;  // a ClassPortInfo query is in flight
 
   boost::asio::io_context& io_;
   SmFn sm_;
