@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "sa/inform_info.hpp"
 
 namespace openib::ibd {
 
@@ -28,7 +29,9 @@ SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uin
         k(sa::SmAddress{a->sm_lid, a->sm_sl});
       });
     };
-    clients_.emplace(p, std::make_unique<sa::SaClient>(io_, std::move(sm)));
+    auto c = std::make_unique<sa::SaClient>(io_, std::move(sm));
+    c->set_report_handler([this](const mad::Notice& n) { on_report(n); });
+    clients_.emplace(p, std::move(c));
   }
 }
 
@@ -57,8 +60,10 @@ void SaService::start() {
       }
       if (auto r = sc.attach(*l); !r)
         log::get("ibd")->warn("sa: port {}: SA client not attached: {}", port, r.error().str());
-      else
+      else {
         log::get("ibd")->info("sa: port {}: SA client attached", port);
+        subscribe(port);
+      }
     });
   }
 }
@@ -123,7 +128,35 @@ void SaService::port_event(uint8_t port, sa::Invalidation level) {
   cache_.invalidate(level, port);
   if (level != sa::Invalidation::kLight) return;
   if (sa::SaClient* c = client(port)) c->sm_changed();  // its ClassPortInfo again
+  subscribe(port);  // IBA 14.4.11: subscriptions are redone after ClientReregister
   cache_.revalidate_stale(kRevalidateBatch);
+}
+
+// Traps 64 and 65 (GID in/out of service) for this port's SA client.
+void SaService::subscribe(uint8_t port) {
+  sa::SaClient* c = client(port);
+  if (!c || !c->attached()) return;
+  for (uint16_t trap : {sa::gid_trap::kGidInService, sa::gid_trap::kGidOutOfService}) {
+    c->subscribe(trap, true, [this, port, trap, alive = std::weak_ptr<bool>(alive_)](Result<void> r) {
+      if (alive.expired()) return;
+      if (r) {
+        ++subscribed_;
+        log::get("ibd")->info("sa: port {}: subscribed to trap {}", port, trap);
+      } else {
+        ++subscribe_errors_;
+        log::get("ibd")->info("sa: port {}: subscribing to trap {}: {}", port, trap, r.error().str());
+      }
+    });
+  }
+}
+
+void SaService::on_report(const mad::Notice& n) {
+  auto t = sa::parse_gid_trap(n);
+  if (!t) return;
+  ++gid_reports_;
+  const bool acted = cache_.on_gid_trap(t->trap_number, t->gid);
+  log::get("ibd")->info("sa: trap {} for GID {:016x}:{:016x}{}", t->trap_number, sa::gid_prefix(t->gid),
+                        sa::gid_guid(t->gid), acted ? "" : " (ignored)");
 }
 
 std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
@@ -138,6 +171,7 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
     t.errors += k.errors;
     t.class_port_info += k.class_port_info;
     t.redirects += k.redirects;
+    t.reports += k.reports;
   }
   out.emplace_back("sa_queries", t.queries);
   out.emplace_back("sa_answers", t.answers);
@@ -146,6 +180,10 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
   out.emplace_back("sa_errors", t.errors);
   out.emplace_back("sa_class_port_info", t.class_port_info);
   out.emplace_back("sa_redirects", t.redirects);
+  out.emplace_back("sa_reports", t.reports);
+  out.emplace_back("sa_gid_reports", gid_reports_);
+  out.emplace_back("sa_subscriptions", subscribed_);
+  out.emplace_back("sa_subscribe_errors", subscribe_errors_);
   const auto& k = cache_.counters();
   out.emplace_back("path_cache_entries", cache_.size());
   out.emplace_back("path_cache_hits", k.hits);
@@ -160,6 +198,8 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
   out.emplace_back("path_cache_invalidations_light", k.light);
   out.emplace_back("path_cache_invalidations_normal", k.normal);
   out.emplace_back("path_cache_invalidations_heavy", k.heavy);
+  out.emplace_back("path_cache_gid_out", k.gid_out);
+  out.emplace_back("path_cache_gid_in", k.gid_in);
   return out;
 }
 

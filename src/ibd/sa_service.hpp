@@ -9,8 +9,11 @@
 // or LID change and a device loss drop the port's entries ("normal"); SM
 // change and ClientReregister (IBA 14.4.11) make them stale and start
 // revalidations ("light"); P_Key and GID changes drop them ("heavy").
-// What is not wired yet (GID traps through InformInfo, the cache file,
-// rejoins) is listed in docs/sa.md.
+// GID traps: each port's SA client subscribes to traps 64 and 65
+// (InformInfo, IBA 13.4.8.3) when attached and again after a light event
+// (a new SM, or ClientReregister: IBA 14.4.11 asks for it); the Reports
+// feed the cache (trap 65 drops the GID's entries, 64 its negative ones).
+// What is not wired yet (the cache file, joins) is listed in docs/sa.md.
 //
 // Expired entries (negative ones after their 2 s, positive ones past the
 // age ceiling) are freed every 5 s. A client has one request in flight at
@@ -73,6 +76,8 @@ class SaService {
   };
 
   sa::SaClient* client(uint8_t port);
+  void subscribe(uint8_t port);
+  void on_report(const mad::Notice& n);
   void arm_sweep();
 
   boost::asio::io_context& io_;
@@ -84,6 +89,7 @@ class SaService {
   sa::SteadyClock clock_;
   sa::PathCache cache_;
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
+  uint64_t subscribed_ = 0, subscribe_errors_ = 0, gid_reports_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -9,6 +9,7 @@
 
 #include "common/log.hpp"
 #include "mad/mad.hpp"
+#include "sa/inform_info.hpp"
 #include "sa/path_query.hpp"
 
 namespace openib::sa {
@@ -53,6 +54,7 @@ Result<void> SaClient::attach(mad::MadLayer& layer) {
   spec.mgmt_class = mad::mgmt_class::kSubnAdm;
   spec.class_version = mad::kSaClassVersion;
   spec.rmpp_version = 1;  // GetTable answers arrive reassembled (IBA 13.6)
+  if (on_report_) spec.methods[0] = std::uint64_t{1} << mad::method::kReport;
   const std::uint32_t gen = ++attach_gen_;
   auto agent = layer.register_agent(spec, [this, alive = std::weak_ptr<char>(alive_), gen](const mad::Delivery& d) {
     if (alive.expired() || gen != attach_gen_) return;  // destroyed, or an earlier attach's layer
@@ -157,6 +159,7 @@ void SaClient::on_delivery(const mad::Delivery& d) {
     return;
   }
   const ConstBytes data(d.data);
+  if (d.status == 0 && mad::mad_method(data) == mad::method::kReport) return on_report(d);
   const auto tid = static_cast<std::uint32_t>(mad::mad_tid(data));
   auto it = pending_.find(tid);
   if (it == pending_.end()) {  // late (after its timeout), or not ours
@@ -253,6 +256,42 @@ void SaClient::ask_class_port_info() {
     }
     logger()->debug("SA RespTimeValue {}: query timeout {} ms", cpi->resp_time_value, timeout_ms_);
     cpi_ = *cpi;
+  });
+}
+
+void SaClient::on_report(const mad::Delivery& d) {
+  const ConstBytes data(d.data);
+  auto n = data.size() >= kSaDataOff ? mad::decode_notice(data.subspan(kSaDataOff))
+                                     : Result<mad::Notice>(err(EPROTO, "short"));
+  if (mad::mad_class(data) != mad::mgmt_class::kSubnAdm || mad::mad_attr_id(data) != mad::attr::kNotice || !n ||
+      !layer_) {
+    ++counters_.errors;
+    logger()->debug("SA Report dropped: {}", n ? "not a Notice" : n.error().str());
+    return;
+  }
+  // IBA 13.4.5: ReportResp, the same TID, the Notice echoed.
+  mad::Mad resp{};
+  std::copy_n(data.begin(), std::min(data.size(), resp.size()), resp.begin());
+  mad::make_response(resp, 0);
+  if (auto r = layer_->send(agent_, d.from, resp, 0, 0); !r)
+    logger()->info("SA ReportResp to LID {}: {}", d.from.lid, r.error().str());
+  ++counters_.reports;
+  if (on_report_) on_report_(*n);
+}
+
+void SaClient::subscribe(std::uint16_t trap, bool on, std::function<void(Result<void>)> done) {
+  ByteVec rec(kInformInfoBytes);
+  encode_inform_info(rec, gid_trap_subscription(trap, on, 1));
+  SaRequest req;
+  req.method = mad::method::kSet;
+  req.attr_id = mad::attr::kInformInfo;
+  query(req, rec, [done = std::move(done), trap, on](Result<ByteVec> r) {
+    if (!r) return done(r.take_error());
+    const std::uint16_t st = mad::mad_status(*r);
+    if (st != mad::status::kOk)
+      return done(err(EREMOTEIO, "InformInfo {} trap {}: MAD status {:#06x}", on ? "subscribe" : "unsubscribe",
+                      trap, st));
+    done(ok());
   });
 }
 

@@ -40,6 +40,7 @@
 #include "common/result.hpp"
 #include "mad/layer.hpp"
 #include "mad/pma_attrs.hpp"
+#include "mad/sma_attrs.hpp"
 #include "sa/path_source.hpp"
 #include "sa/sa_mad.hpp"
 
@@ -69,6 +70,7 @@ struct SaClientCounters {
   std::uint64_t errors = 0;          // other error statuses and malformed answers
   std::uint64_t class_port_info = 0; // ClassPortInfo answers taken
   std::uint64_t redirects = 0;       // ClassPortInfo or answers that redirect (not followed)
+  std::uint64_t reports = 0;         // Reports received and answered
 };
 
 class SaClient final : public PathQuerier {
@@ -101,6 +103,18 @@ class SaClient final : public PathQuerier {
   void query(const SaRequest& req, ConstBytes record, AnswerFn done);
   // PathQuerier: SubnAdmGet(PathRecord) for `key`.
   void query_path(const PathKey& key, PathAnswerFn done) override;
+  // Reports (IBA 13.4.8.2; SubnAdmReport, 15.2.2): with a handler set
+  // before attach(), the agent also takes Report requests; each is
+  // answered with ReportResp (the Notice echoed, IBA 13.4.5) and its
+  // Notice handed to the handler. A Report that is not a readable Notice
+  // is counted in `errors` and not answered.
+  using ReportFn = std::function<void(const mad::Notice&)>;
+  void set_report_handler(ReportFn f) { on_report_ = std::move(f); }
+  // SubnAdmSet(InformInfo) (IBA 13.4.8.3, 15.2.5.12): subscribes (or,
+  // `on` false, unsubscribes) to generic trap `trap` from any issuer, its
+  // Reports to this port's QP1. The SA's answer echoes the InformInfo; an
+  // error status is EREMOTEIO.
+  void subscribe(std::uint16_t trap, bool on, std::function<void(Result<void>)> done);
   // The SM may be another one now (SM_CHANGE, ClientReregister): its
   // ClassPortInfo is asked again. (While none has answered, e.g. ibd
   // started before the SM, each query also asks it, one at a time.)
@@ -127,6 +141,8 @@ class SaClient final : public PathQuerier {
   void fail_all(int code, const char* why);  // every pending query, erased first
   void ask_class_port_info();
   bool cpi_asking_ = false;  // a ClassPortInfo query is in flight
+  void on_report(const mad::Delivery& d);
+  ReportFn on_report_;
 
   boost::asio::io_context& io_;
   SmFn sm_;

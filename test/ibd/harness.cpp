@@ -423,6 +423,10 @@ bool is_gauge(const std::string& key) {
                                  "dropped", "denied", "bad_client"};
   std::string k = key;
   for (auto& c : k) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // The SA client's and the path cache's counters are totals; the cache's
+  // size is a gauge.
+  if (k.find("path_cache_entries") != std::string::npos) return true;
+  if (k.find("sa_") != std::string::npos || k.find("path_cache_") != std::string::npos) return false;
   for (auto* t : totals)
     if (k.find(t) != std::string::npos) return false;
   return true;

@@ -158,6 +158,29 @@ out=$(path Hca2 --fresh "$(gid_of Hca4)") || fail "ibdctl path --fresh: $out"
 if out=$(path Hca2 not-a-gid); then fail "ibdctl path accepted 'not-a-gid': $out"; fi
 ok "no path to $nobody (kept as a negative entry); --fresh asks the SA"
 
+# --- GID traps 65/64 reach ibd's path cache (InformInfo subscriptions) -----
+waitfor() {  # SECONDS HOST COUNTER MIN: until the counter reaches MIN
+  for _ in $(seq $(($1 * 5))); do (($(counter "$2" "$3") >= $4)) && return 0; sleep 0.2; done
+  return 1
+}
+waitfor 10 Hca2 sa_subscriptions 2 || fail "Hca2 did not subscribe to traps 64/65 ($(counter Hca2 sa_subscribe_errors) errors)"
+out=$(path Hca2 "$(gid_of Hca4)") || fail "ibdctl path Hca2 -> Hca4: $out"
+[[ $(val dlid <<<"$out") == "${lid[Hca4]}" ]] || fail "path Hca2 -> Hca4: $out"
+gid4=$(gid_of Hca4)
+sb fabric link down Switch2 2 >/dev/null || fail "link down Switch2 2 (Hca4's cable)"
+waitfor 30 Hca2 path_cache_gid_out 1 || fail "no trap 65 reached Hca2's path cache after Hca4's cable was pulled"
+q2=$(counter Hca2 sa_queries)
+if out=$(path Hca2 "$gid4"); then fail "a path to Hca4 with its cable pulled: $out"; fi
+grep -q "no path" <<<"$out" || fail "path to Hca4 with its cable pulled: $out"
+(($(counter Hca2 sa_queries) > q2)) || fail "the lookup after trap 65 did not ask the SA"
+sb fabric link up Switch2 2 >/dev/null || fail "link up Switch2 2"
+waitfor 30 Hca2 path_cache_gid_in 1 || fail "no trap 64 reached Hca2's path cache after Hca4's cable came back"
+for _ in $(seq 100); do [[ $(field Hca4 State) == Active ]] && break; sleep 0.2; done
+[[ $(field Hca4 State) == Active ]] || fail "Hca4 is $(field Hca4 State) after its cable came back"
+out=$(path Hca2 "$gid4") || fail "no path to Hca4 after trap 64: $out"
+[[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "$(lid_of Hca4)" ]] || fail "path Hca2 -> Hca4 after trap 64: $out"
+ok "Hca4's cable pulled: trap 65 dropped Hca2's path to it; back: trap 64 dropped the negative entry, the path is found again"
+
 # --- a cable pulled: trap 128, OpenSM resweeps ----------------------------
 sweeps() { grep -c -- "-> SUBNET UP" "$OPENIB_SANDBOX/opensm.log" || true; }
 # The Switch1 port the route Hca1 -> Hca4 leaves by now (3 or 5); pull it.

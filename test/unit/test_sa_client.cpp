@@ -17,6 +17,7 @@
 #include "mad/mad.hpp"
 #include "mad/pma_attrs.hpp"
 #include "mad/rmpp.hpp"
+#include "sa/inform_info.hpp"
 #include "sa/path_query.hpp"
 #include "sa/sa_client.hpp"
 
@@ -499,4 +500,94 @@ TEST_CASE("answers with an unknown TID, of the wrong kind, or garbage do not bre
   // Still working afterwards.
   f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
   CHECK(f.ask_wait().ok());
+}
+
+// ---- InformInfo subscriptions and Reports (IBA 13.4.8.2, 13.4.8.3) --------
+
+TEST_CASE("subscribe() sends SubnAdmSet(InformInfo) for the trap; an error status is EREMOTEIO",
+          "[sa][sa-client]") {
+  Fixture f;
+  f.attach();
+  std::vector<Result<void>> got;
+  f.sa->on_query = [](const mad::Mad& q) { return std::optional<mad::Mad>(response_to(q, 0)); };
+  f.client->subscribe(gid_trap::kGidOutOfService, true, [&](Result<void> r) { got.push_back(std::move(r)); });
+  f.run_until([&] { return !got.empty(); });
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].ok());
+  REQUIRE(f.sa->queries.size() == 1);
+  const mad::Mad& q = f.sa->queries[0];
+  CHECK(mad::mad_method(q) == mad::method::kSet);
+  CHECK(mad::mad_attr_id(q) == mad::attr::kInformInfo);
+  auto ii = decode_inform_info(ConstBytes(q).subspan(kSaDataOff, kInformInfoBytes));
+  REQUIRE(ii);
+  CHECK(ii->trap_number == 65);
+  CHECK(ii->subscribe);
+  CHECK(ii->is_generic);
+  CHECK(ii->qpn == 1);
+  CHECK(f.sa->dests[0].lid == kSmLid);
+  // The SA refuses (ERR_REQ_INVALID).
+  f.sa->on_query = [](const mad::Mad& q2) {
+    return std::optional<mad::Mad>(response_to(q2, std::uint16_t{status::kReqInvalid} << 8));
+  };
+  f.client->subscribe(gid_trap::kGidInService, false, [&](Result<void> r) { got.push_back(std::move(r)); });
+  f.run_until([&] { return got.size() == 2; });
+  REQUIRE(got.size() == 2);
+  REQUIRE(!got[1]);
+  CHECK(got[1].error().code == EREMOTEIO);
+}
+
+namespace {
+// A SubnAdmReport of `notice` from the SA, TID `tid`.
+mad::Mad report(const mad::Notice& notice, std::uint64_t tid, std::uint16_t attr = mad::attr::kNotice) {
+  SaRequest r;
+  r.method = mad::method::kReport;
+  r.attr_id = attr;
+  r.tid = tid;
+  ByteVec rec(mad::kNoticeBytes);
+  mad::encode_notice(rec, notice);
+  auto m = make_sa_request(r, rec);
+  REQUIRE(m);
+  return *m;
+}
+}  // namespace
+
+TEST_CASE("a Report is answered with ReportResp and its Notice handed over; a bad one is dropped",
+          "[sa][sa-client]") {
+  Fixture f;
+  std::vector<mad::Notice> seen;
+  f.client->set_report_handler([&](const mad::Notice& n) { seen.push_back(n); });
+  f.attach();
+  const Gid gid = make_gid(0xfe80000000000000ull, 0x0002c903000000abull);
+  f.sa->deliver(report(make_gid_trap(gid_trap::kGidOutOfService, kSmLid, gid), 0x1234567890ull));
+  f.run_until([&] { return !seen.empty() && !f.sa->queries.empty(); });
+  REQUIRE(seen.size() == 1);
+  auto t = parse_gid_trap(seen[0]);
+  REQUIRE(t);
+  CHECK(t->trap_number == 65);
+  CHECK(t->gid == gid);
+  REQUIRE(f.sa->queries.size() == 1);  // the ReportResp, to the SA that sent the Report
+  const mad::Mad& resp = f.sa->queries[0];
+  CHECK(mad::mad_method(resp) == mad::method::kReportResp);
+  CHECK(mad::mad_tid(resp) == 0x1234567890ull);
+  CHECK(mad::mad_attr_id(resp) == mad::attr::kNotice);
+  CHECK(f.sa->dests[0].lid == kSmLid);
+  CHECK(f.client->counters().reports == 1);
+  // A Report of another attribute: not answered, not handed over.
+  const auto errors = f.client->counters().errors;
+  f.sa->deliver(report(make_gid_trap(gid_trap::kGidInService, kSmLid, gid), 7, mad::attr::kInformInfo));
+  f.run_until([&] { return f.client->counters().errors > errors; });
+  CHECK(f.client->counters().errors == errors + 1);
+  CHECK(seen.size() == 1);
+  CHECK(f.sa->queries.size() == 1);
+}
+
+TEST_CASE("without a report handler the agent takes no Reports", "[sa][sa-client]") {
+  Fixture f;
+  f.attach();
+  const Gid gid = make_gid(0xfe80000000000000ull, 1);
+  f.sa->deliver(report(make_gid_trap(gid_trap::kGidOutOfService, kSmLid, gid), 42));
+  f.run_for(50);
+  CHECK(f.client->counters().reports == 0);
+  CHECK(f.layer->counters().unclaimed_requests == 1);
+  CHECK(f.sa->queries.empty());  // no ReportResp from this agent
 }
