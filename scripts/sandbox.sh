@@ -7,6 +7,7 @@
 #   sandbox.sh up TOPOLOGY [--sm HOST] [--build DIR] [--dir DIR]
 #   sandbox.sh run HOST COMMAND...      e.g. run Hca2 ibnetdiscover
 #   sandbox.sh sm HOST start|stop       (re)start or stop OpenSM on HOST
+#   sandbox.sh restart HOST             SIGTERM to HOST's ibd, then start it again
 #   sandbox.sh fabric COMMAND...        ibfabric's control: link down Switch1 3, show, counters
 #   sandbox.sh hosts                    the hosts, their namespaces and sockets
 #   sandbox.sh plan TOPOLOGY            the hosts, namespaces and addresses `up` would give (no root)
@@ -197,6 +198,61 @@ stale_down() {
   } | ip -force -batch - 2>/dev/null || true
 }
 
+# ibd of host NAME, in its namespace, with the arguments `up` gave it
+# ($dir/NAME/ibd.args); its state (the path cache) in $dir/NAME.
+start_ibd() {
+  local name=$1 ns
+  local -a extra=()
+  ns=$(host_ns "$name")
+  mapfile -d '' -t extra <"$dir/$name/ibd.args"
+  (in_ns "$ns" "$name" "$build/src/ibd/ibd" --socket "$dir/$name/ibd.sock" --run-dir "$dir/$name" \
+    --state-dir "$dir/$name" --lid 0 --log info "${extra[@]}") >>"$dir/$name/ibd.log" 2>&1 </dev/null &
+  echo $! >"$dir/$name/ibd.pid"
+}
+
+# The switch ends of host NAME's cables, from the topology: "SWITCH PORT"
+# lines (ibsim format: `[1] "Switch2"[1]` inside the host's block).
+host_links() {
+  awk -v n="\"$1\"" '
+    /^[A-Za-z]/ { inside = ($1 == "Hca" || $1 == "Ca") && $3 == n; next }
+    inside && /^\[/ { if (match($0, /"[^"]*"\[[0-9]+\]/)) {
+        m = substr($0, RSTART, RLENGTH); sw = m; sub(/\[.*/, "", sw); gsub(/"/, "", sw)
+        p = m; sub(/.*\[/, "", p); sub(/\]/, "", p); print sw, p } }' "$dir/topology"
+}
+
+# restart HOST: SIGTERM to its ibd (which saves its path cache), then the
+# same ibd again; waits until it is ready. The host's cables are pulled
+# while it is down and plugged back after, as a host's power cycle
+# retrains its links on real hardware (ibfabric does not see a host stop:
+# docs/ibfabric.md), so the SM notices (trap 128) and brings it up.
+restart_ibd() {
+  local name=$1 sw port
+  [[ -f $dir/$name/ibd.pid ]] || die "no host $name in $dir"
+  local -a links=()
+  mapfile -t links < <(host_links "$name")
+  stop_pids 10 "$(cat "$dir/$name/ibd.pid")"
+  for l in "${links[@]}"; do
+    read -r sw port <<<"$l"
+    "$build/src/sim/fabric/ibfabric" ctl "$dir/fabric.ctl" link down "$sw" "$port" >/dev/null
+  done
+  local lines
+  lines=$(wc -l <"$dir/$name/ibd.log")
+  start_ibd "$name"
+  for _ in $(seq 600); do
+    if tail -n +"$((lines + 1))" "$dir/$name/ibd.log" | grep -q "ibd: ready"; then
+      for l in "${links[@]}"; do
+        read -r sw port <<<"$l"
+        "$build/src/sim/fabric/ibfabric" ctl "$dir/fabric.ctl" link up "$sw" "$port" >/dev/null
+      done
+      return 0
+    fi
+    kill -0 "$(cat "$dir/$name/ibd.pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -20 "$dir/$name/ibd.log" >&2
+  die "ibd on $name did not start again"
+}
+
 down() {
   sm_stop  # first: an SM whose ibd went away first would only log errors
   local f i n
@@ -247,6 +303,7 @@ up() {
   local ibfabric=$build/src/sim/fabric/ibfabric
 
   plan "$topo" >"$dir/addrs"
+  cp "$topo" "$dir/topology"
   local -a hosts=() node_addr=()
   local n i name addr ns bridge_addr
   while read -r name ns addr; do
@@ -312,9 +369,8 @@ up() {
     extra+=("--simhca-arg=--node-desc" "--simhca-arg=$name")
     [[ ${ports[$name]:-1} -ge 2 ]] && extra+=("--simhca-arg=--ports" "--simhca-arg=2")
     mkdir -p "$dir/$name"
-    (in_ns "$prefix-$i" "$name" "$build/src/ibd/ibd" --socket "$dir/$name/ibd.sock" --run-dir "$dir/$name" \
-      --lid 0 --log info "${extra[@]}") >"$dir/$name/ibd.log" 2>&1 </dev/null &
-    echo $! >"$dir/$name/ibd.pid"
+    printf '%s\0' "${extra[@]}" >"$dir/$name/ibd.args"
+    start_ibd "$name"
   done
   for ((i = 0; i < n; i++)); do
     name=${hosts[i]}
@@ -350,6 +406,9 @@ case $cmd in
     (($# >= 2)) || die "usage: sandbox.sh run HOST COMMAND..."
     host=$1; shift
     in_host "$host" "$@" ;;  # execs: this process becomes COMMAND
+  restart)
+    (($# == 1)) || die "usage: sandbox.sh restart HOST"
+    restart_ibd "$1" ;;
   sm)
     (($# == 2)) || die "usage: sandbox.sh sm HOST start|stop"
     case $2 in start) sm_start "$1" ;; stop) sm_stop ;; *) die "sm HOST start|stop" ;; esac ;;

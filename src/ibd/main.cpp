@@ -159,7 +159,7 @@ int run(const Options& o) {
   umad->set_max_outstanding(o.limits.umad_max_outstanding);
   server.set_umad(umad.get());
   // The SA client and path cache on each port's MAD layer (docs/sa.md "In ibd").
-  auto sa_service = std::make_unique<SaService>(io, *hca, *umad, hca->caps().num_ports);
+  auto sa_service = std::make_unique<SaService>(io, *hca, *umad, hca->caps().num_ports, o.state_dir);
   server.set_sa(sa_service.get());
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());
@@ -177,6 +177,7 @@ int run(const Options& o) {
     (void)sd_notify(0, "STOPPING=1");
     logger->info("shutting down: {}", why);
     if (code != 0) server.notify_device_fatal();
+    sa_service->save();  // the path cache, for the next start (docs/sa.md)
     server.stop();
     io.stop();
   };

@@ -87,6 +87,9 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.add_option("--socket-mode", mode_text, "client socket mode, octal")->capture_default_str();
   app.add_option("--socket-group", o.socket_group, "group owning the client socket");
   app.add_option("--run-dir", o.run_dir, "simhca socket and locks; default: the socket's directory");
+  app.add_option("--state-dir", o.state_dir,
+                 "saved state (the path cache); default: /var/lib/openib with the default socket, else the "
+                 "socket's directory; 'none': nothing saved");
   app.add_option("--simhca", o.simhca, "simhca binary for the embedded device");
   app.add_option("--cable", o.cable,
                  "embedded simhca: --port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT (UDP) or SHM=FILE,END=A|B[,CRC=always|offload] (same host)");
@@ -126,6 +129,9 @@ ParseOutcome parse_options(int argc, char** argv) {
   o.umad_user_gmp = umad_users == "gmp";
   if (o.run_dir.empty()) o.run_dir = std::filesystem::path(o.socket).parent_path().string();
   if (o.run_dir.empty()) o.run_dir = ".";
+  if (o.state_dir.empty())
+    o.state_dir = o.socket == Options{}.socket ? std::string("/var/lib/openib") : o.run_dir;
+  if (o.state_dir == "none") o.state_dir.clear();
   if (o.simhca.empty()) o.simhca = default_simhca_path();
   if (!o.device.empty() && !o.device.starts_with("vfio:") && !o.device.starts_with("vfio-user:")) {
     std::fprintf(stderr, "ibd: --device must be vfio:<PCI address> or vfio-user:<socket>\n");

@@ -20,6 +20,10 @@ struct Options {
   mode_t socket_mode = 0666;
   std::string socket_group;  // empty: the daemon's group
   std::string run_dir;       // empty: the socket's directory
+  // Saved state (the path cache, docs/sa.md "Saved to disk"): empty gives
+  // /var/lib/openib for the default socket, else the socket's directory;
+  // "none": nothing is saved or loaded.
+  std::string state_dir;
   std::string simhca;        // empty: found next to ibd (simhca_path())
   std::string cable, pcap, faults;  // passed to the embedded simhca
   std::vector<std::string> simhca_args;  // more arguments for it (--guid, --node-desc, ...)

@@ -2,9 +2,12 @@
 #include "ibd/sa_service.hpp"
 
 #include <boost/asio/post.hpp>
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include "common/log.hpp"
+#include "sa/cache_file.hpp"
 #include "sa/inform_info.hpp"
 
 namespace openib::ibd {
@@ -16,8 +19,15 @@ namespace asio = boost::asio;
 constexpr size_t kRevalidateBatch = 64;
 
 SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports,
-                     sa::PathCacheConfig cfg)
-    : io_(io), hca_(hca), umad_(umad), num_ports_(num_ports), cache_(querier_, clock_, cfg), sweep_timer_(io) {
+                     std::string state_dir, sa::PathCacheConfig cfg)
+    : io_(io),
+      hca_(hca),
+      umad_(umad),
+      num_ports_(num_ports),
+      cache_(querier_, clock_, cfg),
+      sweep_timer_(io),
+      save_timer_(io),
+      state_dir_(std::move(state_dir)) {
   querier_.self = this;
   for (uint8_t p = 1; p <= num_ports_; ++p) {
     // Where the SA is, asked anew for each query: PortInfo's MasterSMLID
@@ -49,6 +59,10 @@ void SaService::arm_sweep() {
 
 void SaService::start() {
   arm_sweep();
+  if (!state_dir_.empty()) {
+    for (auto& [p, c] : clients_) load(p);
+    arm_save();
+  }
   for (auto& [p, c] : clients_) {
     umad_.watch_layer(p, [this, port = p](mad::MadLayer* l) {
       sa::SaClient& sc = *clients_.at(port);
@@ -56,6 +70,8 @@ void SaService::start() {
         sc.detach();
         // The device went: the next one may give the port other LIDs.
         cache_.invalidate(sa::Invalidation::kNormal, port);
+        lid_[port] = 0;
+        state_.erase(port);
         return;
       }
       if (auto r = sc.attach(*l); !r)
@@ -124,12 +140,120 @@ void SaService::path_query(const proto::PathQueryReq& req, hca::Completer<Result
   });
 }
 
+void SaService::lid_changed(uint8_t port, uint16_t lid) {
+  uint16_t& had = lid_[port];
+  const bool first = had == 0;
+  had = lid;
+  port_event(port, first ? sa::Invalidation::kLight : sa::Invalidation::kNormal);
+}
+
+void SaService::port_state(uint8_t port, uint8_t state) {
+  state_[port] = state;
+  port_event(port, state == hca::kPortDown ? sa::Invalidation::kNormal : sa::Invalidation::kLight);
+}
+
 void SaService::port_event(uint8_t port, sa::Invalidation level) {
   cache_.invalidate(level, port);
   if (level != sa::Invalidation::kLight) return;
-  if (sa::SaClient* c = client(port)) c->sm_changed();  // its ClassPortInfo again
-  subscribe(port);  // IBA 14.4.11: subscriptions are redone after ClientReregister
+  // The SM's changes come in bursts (SM change, ClientReregister, LID,
+  // Armed, Active within milliseconds): one refresh after the burst.
+  auto& t = refresh_[port];
+  if (!t) t = std::make_unique<asio::steady_timer>(io_);
+  t->expires_after(std::chrono::milliseconds(100));
+  t->async_wait([this, port, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& e) {
+    if (e || alive.expired()) return;
+    refresh(port);
+  });
+}
+
+// After a light event: ClassPortInfo, the trap subscriptions (IBA 14.4.11:
+// redone after ClientReregister) and the stale paths, asked again; not
+// while the port is known to be short of Active (IBA 7.2: no GMPs before
+// Armed; the Active event brings the refresh).
+void SaService::refresh(uint8_t port) {
+  if (auto st = state_.find(port); st != state_.end() && st->second != hca::kPortActive) return;
+  if (sa::SaClient* c = client(port)) c->sm_changed();
+  subscribe(port);
   cache_.revalidate_stale(kRevalidateBatch);
+}
+
+// ---- the cache file (sa/cache_file.hpp) ------------------------------------
+
+namespace {
+uint64_t unix_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+}  // namespace
+
+// The port's subnet prefix first (the file's tag), then the file.
+void SaService::load(uint8_t port) {
+  hca_.query_port_async(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) mutable {
+    if (alive.expired()) return;
+    if (!a) {
+      ++load_errors_;
+      return log::get("ibd")->warn("sa: port {}: path cache not loaded: {}", port, a.error().str());
+    }
+    subnet_prefix_[port] = a->gid_prefix;
+    const std::string path = sa::cache_file_path(state_dir_, port);
+    auto f = sa::load_cache_file(path, sa::CacheFileTag{a->gid_prefix, 0}, unix_ms());
+    if (!f) {  // logged by load_cache_file; a missing file is no error
+      if (f.error().code != ENOENT) ++load_errors_;
+      return;
+    }
+    std::vector<sa::CachedPath> mine;
+    for (auto& e : f->paths)
+      if (e.key.port() == port) mine.push_back(std::move(e));
+    const size_t n = cache_.restore(mine);
+    loaded_ += n;
+    log::get("ibd")->info("sa: port {}: {} of {} saved paths restored from {} (stale until revalidated)", port, n,
+                          f->paths.size(), path);
+  });
+}
+
+void SaService::save() {
+  if (state_dir_.empty()) return;
+  for (auto& [p, c] : clients_) save_port(p);
+}
+
+void SaService::save_port(uint8_t port) {
+  auto prefix = subnet_prefix_.find(port);
+  if (prefix == subnet_prefix_.end()) return;  // never loaded: the tag is not known
+  sa::CacheFile f;
+  f.tag = sa::CacheFileTag{prefix->second, 0};
+  f.saved_unix_ms = unix_ms();
+  for (auto& e : cache_.snapshot())
+    if (e.key.port() == port) f.paths.push_back(std::move(e));
+  // What would be written, but the ages: unchanged entries are not saved again.
+  std::string sig;
+  for (const auto& e : f.paths) {
+    mad::ByteVec b(sa::kPathRecordBytes * 2);
+    sa::encode_path_record(std::span(b).first(sa::kPathRecordBytes), e.key.query());
+    sa::encode_path_record(std::span(b).subspan(sa::kPathRecordBytes), e.record);
+    sig.append(reinterpret_cast<const char*>(b.data()), b.size());
+    sig.push_back(e.stale ? 's' : 'f');
+  }
+  if (auto it = saved_sig_.find(port); it != saved_sig_.end() && it->second == sig) return;
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir_, ec);
+  if (auto r = sa::save_cache_file(sa::cache_file_path(state_dir_, port), f); !r) {
+    ++save_errors_;
+    log::get("ibd")->warn("sa: port {}: saving the path cache: {}", port, r.error().str());
+    return;
+  }
+  ++saves_;
+  saved_sig_[port] = std::move(sig);
+  log::get("ibd")->debug("sa: port {}: {} paths saved", port, f.paths.size());
+}
+
+void SaService::arm_save() {
+  save_timer_.expires_after(std::chrono::seconds(30));
+  save_timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& e) {
+    if (e || alive.expired()) return;
+    save();
+    arm_save();
+  });
 }
 
 // Traps 64 and 65 (GID in/out of service) for this port's SA client.
@@ -193,13 +317,19 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
   out.emplace_back("path_cache_coalesced", k.coalesced);
   out.emplace_back("path_cache_queries", k.queries);
   out.emplace_back("path_cache_query_errors", k.query_errors);
+  out.emplace_back("path_cache_pending", cache_.pending());
   out.emplace_back("path_cache_revalidations", k.revalidations);
+  out.emplace_back("path_cache_requeried", k.requeried);
   out.emplace_back("path_cache_changes", k.changes);
   out.emplace_back("path_cache_invalidations_light", k.light);
   out.emplace_back("path_cache_invalidations_normal", k.normal);
   out.emplace_back("path_cache_invalidations_heavy", k.heavy);
   out.emplace_back("path_cache_gid_out", k.gid_out);
   out.emplace_back("path_cache_gid_in", k.gid_in);
+  out.emplace_back("path_cache_restored", loaded_);
+  out.emplace_back("path_cache_load_errors", load_errors_);
+  out.emplace_back("path_cache_saves", saves_);
+  out.emplace_back("path_cache_save_errors", save_errors_);
   return out;
 }
 

@@ -5,10 +5,12 @@
 // over them. Clients ask through PATH_QUERY (docs/client-protocol.md
 // "Path records"); `ibdctl path` is one.
 //
-// Invalidation from the device's port events (docs/simhca.md §9.4): state
-// or LID change and a device loss drop the port's entries ("normal"); SM
-// change and ClientReregister (IBA 14.4.11) make them stale and start
-// revalidations ("light"); P_Key and GID changes drop them ("heavy").
+// Invalidation from the device's port events (docs/simhca.md §9.4): the
+// port going down, a change from one LID to another and a device loss drop
+// the port's entries ("normal"); the port coming up (Init, Armed, Active),
+// its first LID, SM change and ClientReregister (IBA 14.4.11) make them
+// stale and start revalidations ("light"); P_Key and GID changes drop them
+// ("heavy").
 // GID traps: each port's SA client subscribes to traps 64 and 65
 // (InformInfo, IBA 13.4.8.3) when attached and again after a light event
 // (a new SM, or ClientReregister: IBA 14.4.11 asks for it); the Reports
@@ -19,6 +21,12 @@
 // age ceiling) are freed every 5 s. A client has one request in flight at
 // a time (the server's rule), so lookups in flight are bounded by the
 // clients; entries by what the SA answers within the TTLs.
+//
+// Saved to disk (issue 15 part 3): each port's positive entries go to
+// `<state dir>/path-cache-port<N>.bin` (atomic: temporary file, fsync,
+// rename), every 30 s when they changed and when ibd stops; at start the
+// file is loaded, checked against the port's subnet prefix, and its
+// entries restored stale, so they answer at once and are revalidated.
 //
 // Single-threaded on ibd's io_context.
 #pragma once
@@ -44,14 +52,20 @@ namespace openib::ibd {
 
 class SaService {
  public:
+  // `state_dir`: where each port's cache file lives (sa/cache_file.hpp);
+  // empty: nothing is saved or loaded.
   SaService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports,
-            sa::PathCacheConfig cfg = {});
+            std::string state_dir, sa::PathCacheConfig cfg = {});
   ~SaService();
   SaService(const SaService&) = delete;
   SaService& operator=(const SaService&) = delete;
 
-  // Asks the user-MAD service for each port's MAD layer (opening it).
+  // Loads each port's cache file (its entries stale: served at once and
+  // revalidated), asks the user-MAD service for each port's MAD layer.
   void start();
+  // Writes each port's cache file now if its entries changed since the
+  // last save (also every 30 s; ibd calls it when it stops).
+  void save();
 
   // PATH_QUERY: the path from the port's GID 0 to req.dgid within req.pkey
   // (0: the port's P_Key at index 0). EHOSTUNREACH when the SA has no path;
@@ -64,6 +78,13 @@ class SaService {
   // they become stale, are still served, and are revalidated in the
   // background), kHeavy (P_Key or GID change: they go).
   void port_event(uint8_t port, sa::Invalidation level);
+  // LID_CHANGE: the port's first LID in this ibd's life (from 0) keeps its
+  // paths stale and revalidates them (a warm start's restored paths carry
+  // the LID of the last run, which the SM usually gives again); a change
+  // from one LID to another drops them (normal).
+  void lid_changed(uint8_t port, uint16_t lid);
+  // PORT_STATE_CHANGE: to Down normal, to Init/Armed/Active light.
+  void port_state(uint8_t port, uint8_t state);
 
   // Flat name -> value pairs for INFO's counters (sa.*, path_cache.*).
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;
@@ -77,6 +98,10 @@ class SaService {
 
   sa::SaClient* client(uint8_t port);
   void subscribe(uint8_t port);
+  void load(uint8_t port);
+  void save_port(uint8_t port);
+  void arm_save();
+  void refresh(uint8_t port);
   void on_report(const mad::Notice& n);
   void arm_sweep();
 
@@ -89,6 +114,14 @@ class SaService {
   sa::SteadyClock clock_;
   sa::PathCache cache_;
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
+  boost::asio::steady_timer save_timer_;
+  std::string state_dir_;
+  std::map<uint8_t, uint16_t> lid_;               // per port, from LID_CHANGE
+  std::map<uint8_t, uint8_t> state_;              // per port, from PORT_STATE_CHANGE
+  std::map<uint8_t, std::unique_ptr<boost::asio::steady_timer>> refresh_;
+  std::map<uint8_t, uint64_t> subnet_prefix_;  // per port, as last read (the file's tag)
+  std::map<uint8_t, std::string> saved_sig_;   // per port: what the last save wrote
+  uint64_t loaded_ = 0, load_errors_ = 0, saves_ = 0, save_errors_ = 0;
   uint64_t subscribed_ = 0, subscribe_errors_ = 0, gid_reports_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -583,14 +583,16 @@ void Server::on_event(const hca::EventEntry& e) {
     case prm::kEvPortStateChange: {
       const uint8_t port = get8(e.data, 0), old_state = get8(e.data, 1), new_state = get8(e.data, 2);
       logger()->info("port {}: state {} -> {}", port, old_state, new_state);
-      if (sa_) sa_->port_event(port, sa::Invalidation::kNormal);  // docs/sa.md "In ibd"
+      // docs/sa.md "In ibd": a port going down loses its paths; one coming
+      // up keeps them stale (a warm start's restored ones too) and revalidates.
+      if (sa_) sa_->port_state(port, new_state);
       if (new_state == hca::kPortActive) to_all(kIbvPortActive, proto::ObjKind::kPort, port);
       else if (old_state == hca::kPortActive) to_all(kIbvPortErr, proto::ObjKind::kPort, port);
       return;
     }
     case prm::kEvLidChange: {
       logger()->info("port {}: LID {}", get8(e.data, 0), get16(e.data, 2));
-      if (sa_) sa_->port_event(get8(e.data, 0), sa::Invalidation::kNormal);
+      if (sa_) sa_->lid_changed(get8(e.data, 0), get16(e.data, 2));
       return to_all(kIbvLidChange, proto::ObjKind::kPort, get8(e.data, 0));
     }
     // docs/simhca.md §9.4, §14.3, §14.4: the SM's changes to the port. The

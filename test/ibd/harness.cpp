@@ -425,7 +425,8 @@ bool is_gauge(const std::string& key) {
   for (auto& c : k) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   // The SA client's and the path cache's counters are totals; the cache's
   // size is a gauge.
-  if (k.find("path_cache_entries") != std::string::npos) return true;
+  if (k.find("path_cache_entries") != std::string::npos || k.find("path_cache_pending") != std::string::npos)
+    return true;
   if (k.find("sa_") != std::string::npos || k.find("path_cache_") != std::string::npos) return false;
   for (auto* t : totals)
     if (k.find(t) != std::string::npos) return false;

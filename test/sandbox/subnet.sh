@@ -85,7 +85,8 @@ out=$(sb run Hca4 saquery -p) || fail "saquery -p: $out"
 out=$(sb run Hca4 saquery -m) || fail "saquery -m: $out"
 grep -q "MCMemberRecord" <<<"$out" || fail "saquery -m: $out"
 # ibd's MAD layers did the RMPP: OpenSM's answers segmented on Hca1, reassembled on Hca4.
-counter() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" counters | awk -v k="$2" '$1 == k {print $2}'; }
+ibdctl_counters() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" counters; }
+counter() { ibdctl_counters "$1" | awk -v k="$2" '$1 == k {print $2}'; }
 (($(counter Hca1 mad_port1_rmpp_sent) >= 3)) || fail "Hca1's MAD layer sent $(counter Hca1 mad_port1_rmpp_sent) RMPP messages"
 (($(counter Hca4 mad_port1_rmpp_received) >= 3)) || fail "Hca4's MAD layer reassembled $(counter Hca4 mad_port1_rmpp_received)"
 ok "saquery -N (6 NodeRecords), -p, -m: multi-MAD RMPP responses ($(counter Hca4 mad_port1_rmpp_received) reassembled on Hca4)"
@@ -181,6 +182,17 @@ out=$(path Hca2 "$gid4") || fail "no path to Hca4 after trap 64: $out"
 [[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "$(lid_of Hca4)" ]] || fail "path Hca2 -> Hca4 after trap 64: $out"
 ok "Hca4's cable pulled: trap 65 dropped Hca2's path to it; back: trap 64 dropped the negative entry, the path is found again"
 
+# --- the path cache saved by one ibd and loaded by the next (warm start) ----
+sb restart Hca2 || fail "restarting Hca2's ibd"
+[[ -s $OPENIB_SANDBOX/Hca2/path-cache-port1.bin ]] || fail "Hca2's ibd saved no path cache in $OPENIB_SANDBOX/Hca2"
+waitfor 10 Hca2 path_cache_restored 2 || fail "Hca2 restored $(counter Hca2 path_cache_restored) paths, expected 2 (Hca3, Hca4)"
+out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path after the restart: $out"
+[[ $(val source <<<"$out") == cache && $(val dlid <<<"$out") == "${lid[Hca3]}" ]] || fail "path Hca2 -> Hca3 after the restart: $out"
+for _ in $(seq 150); do [[ $(field Hca2 State) == Active ]] && break; sleep 0.2; done
+[[ $(field Hca2 State) == Active ]] || fail "Hca2 is $(field Hca2 State) after its ibd restarted"
+waitfor 30 Hca2 path_cache_revalidations 1 || fail "the restored paths were not revalidated"
+ok "Hca2's ibd restarted: $(counter Hca2 path_cache_restored) paths restored from its file, served at once, revalidated"
+
 # --- a cable pulled: trap 128, OpenSM resweeps ----------------------------
 sweeps() { grep -c -- "-> SUBNET UP" "$OPENIB_SANDBOX/opensm.log" || true; }
 # The Switch1 port the route Hca1 -> Hca4 leaves by now (3 or 5); pull it.
@@ -203,6 +215,9 @@ sb fabric link up Switch1 "$used" >/dev/null || fail "link up"
 ok "link down Switch1 $used: trap 128, OpenSM resweeps, the route moves to port $other"
 
 # --- OpenSM stopped on Hca1 and started on Hca3 takes the subnet over ------
+light0=$(counter Hca2 path_cache_invalidations_light)
+asked() { echo $(($(counter Hca2 path_cache_revalidations) + $(counter Hca2 path_cache_requeried))); }
+reval0=$(asked)
 sb sm Hca1 stop
 sb sm Hca3 start || fail "OpenSM on Hca3"
 for h in Hca1 Hca2 Hca3 Hca4; do
@@ -213,9 +228,11 @@ done
 ok "OpenSM moved from Hca1 to Hca3: every port's SM LID is ${lid[Hca3]}"
 # The SM change reached ibd's path cache as a light invalidation (IPoIB's
 # level): Hca2's entry for Hca3 is stale, still served, and revalidated.
-(($(counter Hca2 path_cache_invalidations_light) >= 1)) || fail "Hca2's path cache saw no SM change"
-for _ in $(seq 100); do (($(counter Hca2 path_cache_revalidations) >= 1)) && break; sleep 0.2; done
-(($(counter Hca2 path_cache_revalidations) >= 1)) || fail "Hca2's path cache revalidated nothing after the SM change"
+(($(counter Hca2 path_cache_invalidations_light) > light0)) || fail "Hca2's path cache saw no SM change"
+for _ in $(seq 100); do (($(asked) > reval0)) && break; sleep 0.2; done
+(($(asked) > reval0)) ||
+  fail "Hca2's path cache revalidated nothing after the SM change: $(ibdctl_counters Hca2 | grep -E 'path_cache|sa_')
+$(grep -E 'port 1|sa:' "$OPENIB_SANDBOX/Hca2/ibd.log" | tail -30)"
 out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path after the SM change: $out"
 [[ $(val source <<<"$out") == cache && $(val dlid <<<"$out") == "${lid[Hca3]}" ]] || fail "path Hca2 -> Hca3 after the SM change: $out"
 ok "the SM change made Hca2's paths stale: served from the cache and revalidated ($(counter Hca2 path_cache_revalidations))"
