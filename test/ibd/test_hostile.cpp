@@ -25,6 +25,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <thread>
@@ -940,4 +941,71 @@ TEST_CASE("PATH_QUERY: malformed and unanswerable lookups get errors", "[hostile
   other.hello();
   CHECK(other.call(Op::kInfo, proto::InfoReq{}).reply.status == 0);
   CHECK(r.call(Op::kInfo, proto::InfoReq{}).reply.status == 0);
+}
+
+// The path cache file in ibd's state directory (docs/sa.md "In ibd",
+// "Cache file"): whatever lies there, garbage, a truncated file, a
+// directory, a file of another version, ibd starts, logs why it ignored
+// it, counts it, and serves; nothing of it is restored.
+namespace {
+// The value of counter `key` in INFO's JSON (the harness's ibdctl() runs
+// `ibdctl --json`); -1 if absent.
+long long counter_in(const std::string& json, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t at = json.find(k);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(json.c_str() + at + k.size(), nullptr, 10);
+}
+}  // namespace
+
+TEST_CASE("a bad path cache file is logged and ignored; ibd serves", "[hostile][sa]") {
+  // A file of our magic and version 1 whose body is cut short, one of
+  // version 9, random bytes, and a directory in the file's place.
+  auto header = [](uint32_t version) {
+    std::string h = "OIBPATHC";
+    for (int i = 3; i >= 0; --i) h.push_back(static_cast<char>((version >> (8 * i)) & 0xff));
+    h += std::string("\x00\x00\x00\x98", 4) + std::string(8, '\xfe') + std::string(8, '\0');
+    return h;
+  };
+  std::mt19937 rng(7);
+  std::string noise(4096, '\0');
+  for (auto& ch : noise) ch = static_cast<char>(rng());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"truncated", header(1).substr(0, 30)}, {"version 9", header(9) + std::string(64, '\0')},
+      {"random bytes", noise}, {"a directory", ""}};
+  for (const auto& [what, bytes] : cases) {
+    DYNAMIC_SECTION(what) {
+      TempDir dir;
+      const std::string state = dir.path() + "/state";
+      std::filesystem::create_directories(state);
+      const std::string file = state + "/path-cache-port1.bin";
+      if (what == "a directory") {
+        std::filesystem::create_directories(file);
+      } else {
+        FILE* f = std::fopen(file.c_str(), "wb");
+        REQUIRE(f);
+        std::fwrite(bytes.data(), 1, bytes.size(), f);
+        std::fclose(f);
+      }
+      IbdOptions o;
+      o.extra_args = {"--state-dir", state};
+      Ibd ibd(dir.path(), "a", o);
+      // The file is read right after start, on the loop.
+      RunResult c;
+      wait_until(
+          [&] {
+            c = ibdctl(ibd.socket(), "counters");
+            return c.exited_ok() && counter_in(c.out, "path_cache_load_errors") == 1;
+          },
+          10s);
+      INFO("ibdctl counters: " << c.out << c.err);
+      REQUIRE(counter_in(c.out, "path_cache_load_errors") == 1);
+      CHECK(counter_in(c.out, "path_cache_restored") == 0);
+      INFO(ibd.log_tail());
+      CHECK(ibd.log_tail().find("path-cache-port1.bin") != std::string::npos);
+      Raw r(ibd.socket());
+      r.hello();
+      CHECK(r.call(Op::kInfo, proto::InfoReq{}).reply.status == 0);
+    }
+  }
 }
