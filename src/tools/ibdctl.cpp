@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -143,7 +144,9 @@ int path_query(int fd, const std::string& gid, uint8_t port, uint16_t pkey, bool
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string socket = proto::kDefaultSocket;
+  // As libopenib and our libibumad: $OPENIB_SOCKET, else the default.
+  const char* env_socket = std::getenv("OPENIB_SOCKET");
+  std::string socket = env_socket && *env_socket ? env_socket : proto::kDefaultSocket;
   std::string what = "devices";
   bool as_json = false;
   CLI::App app{"ibdctl: status of ibd (devices, ports, clients, objects, counters)"};
