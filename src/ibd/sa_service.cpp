@@ -284,52 +284,44 @@ void SaService::on_report(const mad::Notice& n) {
 }
 
 std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
+  // The SA clients' counters, summed over the ports: one table of names.
+  using C = sa::SaClientCounters;
+  static constexpr std::pair<const char*, uint64_t C::*> kClient[] = {
+      {"sa_queries", &C::queries}, {"sa_answers", &C::answers},
+      {"sa_timeouts", &C::timeouts}, {"sa_busy", &C::busy},
+      {"sa_errors", &C::errors}, {"sa_class_port_info", &C::class_port_info},
+      {"sa_redirects", &C::redirects}, {"sa_reports", &C::reports}};
   std::vector<std::pair<std::string, uint64_t>> out;
-  sa::SaClientCounters t;
-  for (const auto& [p, c] : clients_) {
-    const auto& k = c->counters();
-    t.queries += k.queries;
-    t.answers += k.answers;
-    t.timeouts += k.timeouts;
-    t.busy += k.busy;
-    t.errors += k.errors;
-    t.class_port_info += k.class_port_info;
-    t.redirects += k.redirects;
-    t.reports += k.reports;
+  for (const auto& [name, field] : kClient) {
+    uint64_t sum = 0;
+    for (const auto& [p, c] : clients_) sum += c->counters().*field;
+    out.emplace_back(name, sum);
   }
-  out.emplace_back("sa_queries", t.queries);
-  out.emplace_back("sa_answers", t.answers);
-  out.emplace_back("sa_timeouts", t.timeouts);
-  out.emplace_back("sa_busy", t.busy);
-  out.emplace_back("sa_errors", t.errors);
-  out.emplace_back("sa_class_port_info", t.class_port_info);
-  out.emplace_back("sa_redirects", t.redirects);
-  out.emplace_back("sa_reports", t.reports);
-  out.emplace_back("sa_gid_reports", gid_reports_);
-  out.emplace_back("sa_subscriptions", subscribed_);
-  out.emplace_back("sa_subscribe_errors", subscribe_errors_);
   const auto& k = cache_.counters();
-  out.emplace_back("path_cache_entries", cache_.size());
-  out.emplace_back("path_cache_hits", k.hits);
-  out.emplace_back("path_cache_stale_hits", k.stale_hits);
-  out.emplace_back("path_cache_negative_hits", k.negative_hits);
-  out.emplace_back("path_cache_misses", k.misses);
-  out.emplace_back("path_cache_coalesced", k.coalesced);
-  out.emplace_back("path_cache_queries", k.queries);
-  out.emplace_back("path_cache_query_errors", k.query_errors);
-  out.emplace_back("path_cache_pending", cache_.pending());
-  out.emplace_back("path_cache_revalidations", k.revalidations);
-  out.emplace_back("path_cache_requeried", k.requeried);
-  out.emplace_back("path_cache_changes", k.changes);
-  out.emplace_back("path_cache_invalidations_light", k.light);
-  out.emplace_back("path_cache_invalidations_normal", k.normal);
-  out.emplace_back("path_cache_invalidations_heavy", k.heavy);
-  out.emplace_back("path_cache_gid_out", k.gid_out);
-  out.emplace_back("path_cache_gid_in", k.gid_in);
-  out.emplace_back("path_cache_restored", loaded_);
-  out.emplace_back("path_cache_load_errors", load_errors_);
-  out.emplace_back("path_cache_saves", saves_);
-  out.emplace_back("path_cache_save_errors", save_errors_);
+  out.insert(out.end(), {{"sa_gid_reports", gid_reports_},
+                         {"sa_subscriptions", subscribed_},
+                         {"sa_subscribe_errors", subscribe_errors_},
+                         {"path_cache_entries", cache_.size()},
+                         {"path_cache_hits", k.hits},
+                         {"path_cache_stale_hits", k.stale_hits},
+                         {"path_cache_negative_hits", k.negative_hits},
+                         {"path_cache_misses", k.misses},
+                         {"path_cache_coalesced", k.coalesced},
+                         {"path_cache_queries", k.queries},
+                         {"path_cache_query_errors", k.query_errors},
+                         {"path_cache_pending", cache_.pending()},
+                         {"path_cache_revalidations", k.revalidations},
+                         {"path_cache_requeried", k.requeried},
+                         {"path_cache_changes", k.changes},
+                         {"path_cache_invalidations_light", k.light},
+                         {"path_cache_invalidations_normal", k.normal},
+                         {"path_cache_invalidations_heavy", k.heavy},
+                         {"path_cache_gid_out", k.gid_out},
+                         {"path_cache_gid_in", k.gid_in},
+                         {"path_cache_restored", loaded_},
+                         {"path_cache_load_errors", load_errors_},
+                         {"path_cache_saves", saves_},
+                         {"path_cache_save_errors", save_errors_}});
   return out;
 }
 
