@@ -69,6 +69,9 @@ enum class Op : uint16_t {
   kUmadUnregister = 26, // HandleReq (agent id) -> Empty
   // Path records (docs/client-protocol.md "Path records"; docs/sa.md).
   kPathQuery = 27,      // PathQueryReq -> PathRep
+  // Reserved (issue 15, being written): 28 PATH_TABLE (the shared table's
+  // fd), 29 PATH_LIST, 30 PATH_FLUSH, 31 MCAST_JOIN, 32 MCAST_LEAVE,
+  // 33 SERVICE_SET, 34 SERVICE_DELETE.
 };
 const char* op_name(uint16_t op);
 
