@@ -69,6 +69,16 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
   return x ^ (x >> 31);
 }
 
+// A spin-wait hint between retries of a slot being written: the writer
+// (on another CPU) gets a little time to finish.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 struct Dgid {
   std::uint64_t lo = 0, hi = 0;  // bytes 0-7 and 8-15, as loaded from memory
 };
@@ -329,6 +339,7 @@ PathTableReader::Lookup PathTableReader::find(const PathTableKey& key, PathTable
     const auto s2 = load<std::uint64_t>(p, kSlotSeq);
     if ((s1 & 1) != 0 || s1 != s2) {
       if (++torn >= kPathTableMaxRetries) return Lookup::kBusy;
+      cpu_relax();
       continue;  // the same slot again
     }
     if (match) {
