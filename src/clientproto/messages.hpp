@@ -69,8 +69,8 @@ enum class Op : uint16_t {
   kUmadUnregister = 26, // HandleReq (agent id) -> Empty
   // Path records (docs/client-protocol.md "Path records"; docs/sa.md).
   kPathQuery = 27,      // PathQueryReq -> PathRep
-  // Reserved (issue 15, being written): 28 PATH_TABLE (the shared table's
-  // fd), 29 PATH_LIST, 30 PATH_FLUSH, 31 MCAST_JOIN, 32 MCAST_LEAVE,
+  kPathTable = 28,      // Empty -> PathTableRep + the shared path table's fd (read-only)
+  // Reserved (issue 15, being written): 29 PATH_LIST, 30 PATH_FLUSH, 31 MCAST_JOIN, 32 MCAST_LEAVE,
   // 33 SERVICE_SET, 34 SERVICE_DELETE.
 };
 const char* op_name(uint16_t op);
@@ -293,12 +293,19 @@ struct CreateAhReq {
 // Asynchronous events (IBA 11.6.3), queued per client: the async eventfd
 // (HELLO) is signalled and the client fetches them with GET_ASYNC_EVENTS.
 enum class ObjKind : uint8_t { kNone = 0, kPort = 1, kCq = 2, kQp = 3, kSrq = 4, kDevice = 5 };
+// openib's own event types, above libibverbs' enum ibv_event_type.
+// kEventPathChanged (docs/client-protocol.md "Path records"): a path ibd had
+// cached to `dgid` within `pkey` on `port` revalidated to another record or
+// to none; sent to the clients that used PATH_QUERY or PATH_TABLE.
+inline constexpr uint8_t kEventPathChanged = 64;
 struct AsyncEvent {
-  uint8_t type = 0;  // enum ibv_event_type value
+  uint8_t type = 0;  // enum ibv_event_type value, or kEventPathChanged
   uint8_t kind = 0;  // ObjKind
   uint8_t port = 0;
   uint32_t handle = 0;  // the client's handle of the object (0 for port/device)
-  template <class V> void visit(V& v) { v(type); v(kind); v(port); v(handle); }
+  uint16_t pkey = 0;    // kEventPathChanged only (0 otherwise), as the dgid
+  std::array<uint8_t, 16> dgid{};
+  template <class V> void visit(V& v) { v(type); v(kind); v(port); v(handle); v(pkey); v(dgid); }
 };
 inline constexpr size_t kMaxEventsPerReply = 32;
 struct AsyncEventsRep {
@@ -363,6 +370,14 @@ struct PathRep {
   uint8_t source = kPathFromSa;
   std::array<uint8_t, 64> record{};  // the PathRecord as on the wire (IBA 15.2.5.16)
   template <class V> void visit(V& v) { v(source); v(record); }
+};
+
+// The shared path table (docs/sa.md "Shared table", src/sa/path_table.hpp):
+// its size; the fd comes with the reply, read-only and sealed.
+struct PathTableRep {
+  uint64_t bytes = 0;
+  uint32_t slots = 0;
+  template <class V> void visit(V& v) { v(bytes); v(slots); }
 };
 
 // ---- codec ----------------------------------------------------------------

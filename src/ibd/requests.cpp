@@ -135,6 +135,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kUmadRegister:
     case Op::kUmadUnregister: return run(op_umad(c, m, done));
     case Op::kPathQuery: return run(op_path_query(c, m, done));
+    case Op::kPathTable: return done(op_path_table(c, m));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }
@@ -716,15 +717,30 @@ Result<Server::Reply> Server::op_umad_sync(Client& c, proto::Message& m, Respond
 
 // PATH_QUERY: a path record through ibd's path cache (sa_service.hpp).
 Result<void> Server::op_path_query(Client& c, proto::Message& m, Respond& done) {
-  (void)c;
   if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathQueryReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
+  c.path_user = true;
   sa_->path_query(req, guard<proto::PathRep>([done = std::move(done)](Result<proto::PathRep> p) mutable {
     if (!p) return done(p.take_error());
     done(Reply{body(*p), {}});
   }));
   return ok();  // `done` is gone: the continuation answers
+}
+
+// PATH_TABLE: the shared path table, read-only (docs/client-protocol.md
+// "Path records"). Any client: it holds what PATH_QUERY gives any client.
+Result<Server::Reply> Server::op_path_table(Client& c, proto::Message& m) {
+  OPENIB_TRY(proto::decode<proto::Empty>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  const PathTableShm* t = sa_ ? sa_->table() : nullptr;
+  if (!t) return err(EOPNOTSUPP, "this ibd publishes no shared path table (--path-table-slots 0)");
+  OPENIB_TRY_ASSIGN(UniqueFd fd, t->client_fd());
+  c.path_user = true;
+  Reply r;
+  r.payload = body(proto::PathTableRep{t->bytes(), t->slots()});
+  r.fds.push_back(std::move(fd));
+  return r;
 }
 
 }  // namespace openib::ibd

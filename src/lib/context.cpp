@@ -53,6 +53,8 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
   OPENIB_TRY_ASSIGN(Conn * conn, Conn::connect(path));
   c->conn_.reset(conn);
   c->conn_->set_timeout(opts.timeout_ms);
+  c->socket_path_ = path;
+  c->timeout_ms_ = opts.timeout_ms;
   c->poll_yield_ = poll_yield_of(opts);
   c->arena_ = std::make_unique<Arena>(*c->conn_);
 
@@ -264,6 +266,8 @@ Result<std::vector<AsyncEvent>> ContextImpl::get_async_events() {
       a.type = static_cast<AsyncEventType>(e.type);
       if (a.type == AsyncEventType::kDeviceFatal) device_lost_ = true;
       a.port = e.port;
+      a.pkey = e.pkey;
+      a.dgid.raw = e.dgid;
       switch (static_cast<proto::ObjKind>(e.kind)) {
         case proto::ObjKind::kCq:
           if (auto it = cqs_.find(e.handle); it != cqs_.end()) a.cq = it->second;
