@@ -132,8 +132,8 @@ class SaService {
   std::map<uint8_t, std::unique_ptr<sa::SaClient>> clients_;
   PortQuerier querier_;
   sa::SteadyClock clock_;
+  std::unique_ptr<PathTableShm> table_;  // before cache_: the cache's observer writes it to the end
   sa::PathCache cache_;
-  std::unique_ptr<PathTableShm> table_;
   PathChangeFn on_path_change_;
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
   boost::asio::steady_timer save_timer_;
