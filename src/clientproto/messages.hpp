@@ -29,9 +29,11 @@ inline constexpr uint32_t kMagic = 0x4442494f;  // "OIBD" as bytes on the wire
 // 1 in every protocol version so far.
 inline constexpr uint16_t kVersion = 1;
 // The protocol versions HELLO negotiates (§2): 2 adds the device status
-// page to HelloRep (§6.2).
-inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 2;
+// page to HelloRep (§6.2); 3 the P_Key and DGID of each AsyncEvent
+// (AsyncEventsRep3) and the PATH_CHANGED event.
+inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 3;
 inline constexpr uint32_t kProtocolStatusPage = 2;
+inline constexpr uint32_t kProtocolPathEvents = 3;
 inline constexpr size_t kHeaderSize = 16;
 inline constexpr size_t kMaxMessage = 65536;  // header included
 inline constexpr size_t kMaxFds = 2;          // per message
@@ -303,11 +305,13 @@ struct AsyncEvent {
   uint8_t kind = 0;  // ObjKind
   uint8_t port = 0;
   uint32_t handle = 0;  // the client's handle of the object (0 for port/device)
-  uint16_t pkey = 0;    // kEventPathChanged only (0 otherwise), as the dgid
+  uint16_t pkey = 0;    // protocol 3, kEventPathChanged only (0 otherwise), as the dgid
   std::array<uint8_t, 16> dgid{};
-  template <class V> void visit(V& v) { v(type); v(kind); v(port); v(handle); v(pkey); v(dgid); }
+  template <class V> void visit(V& v) { v(type); v(kind); v(port); v(handle); }  // versions 1, 2
+  template <class V> void visit3(V& v) { visit(v); v(pkey); v(dgid); }
 };
 inline constexpr size_t kMaxEventsPerReply = 32;
+// GET_ASYNC_EVENTS' reply to a client of protocol 1 or 2: 7-byte events.
 struct AsyncEventsRep {
   uint32_t count = 0;    // valid entries in events
   uint32_t dropped = 0;  // events lost to a full queue since the last fetch
@@ -315,6 +319,13 @@ struct AsyncEventsRep {
   template <class V> void visit(V& v) {
     v(count); v(dropped);
     for (auto& e : events) e.visit(v);
+  }
+};
+// The same to a client of protocol 3: 25-byte events (pkey, dgid).
+struct AsyncEventsRep3 : AsyncEventsRep {
+  template <class V> void visit(V& v) {
+    v(count); v(dropped);
+    for (auto& e : events) e.visit3(v);
   }
 };
 

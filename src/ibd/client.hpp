@@ -60,6 +60,7 @@ struct Client {
   // root or CAP_NET_RAW (controlled Q_Keys).
   bool net_admin = false, net_raw = false;
   bool hello = false;
+  uint32_t version = 0;  // the protocol version HELLO negotiated
   bool closing = false;
   // One request at a time (docs/client-protocol.md "Request handling"): the
   // socket is not read while a request waits for the device, so a client

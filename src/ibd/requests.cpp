@@ -191,6 +191,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     h.client_id = c.id;
     h.num_ports = hca_.caps().num_ports;
     c.hello = true;
+    c.version = version;
     if (!m.fds.empty()) c.async_fd = std::move(m.fds[0]);
     log::get("ibd")->info("client {}: HELLO (management only, no UAR)", c.id);
     Reply rep;
@@ -232,6 +233,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     }
     cl->uar = *uar;
     cl->hello = true;
+    cl->version = version;
     cl->async_fd = std::move(async_fd);
     rep.payload = body(h);
     if (status) rep.fds.push_back(std::move(status));
@@ -621,13 +623,15 @@ Result<void> Server::op_destroy(Client& c, proto::Message& m, Kind k, Respond& d
 Result<Server::Reply> Server::op_get_async_events(Client& c, proto::Message& m) {
   OPENIB_TRY(proto::decode<proto::Empty>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
-  proto::AsyncEventsRep r;
+  proto::AsyncEventsRep3 r;
   while (r.count < proto::kMaxEventsPerReply && !c.events.empty()) {
     r.events[r.count++] = c.events.front();
     c.events.pop_front();
   }
   r.dropped = static_cast<uint32_t>(std::min<uint64_t>(c.events_dropped_since_fetch, UINT32_MAX));
   c.events_dropped_since_fetch = 0;
+  // §2: 7-byte events before protocol 3.
+  if (c.version < proto::kProtocolPathEvents) return Reply{body(static_cast<const proto::AsyncEventsRep&>(r)), {}};
   return Reply{body(r), {}};
 }
 

@@ -635,7 +635,7 @@ void Server::set_sa(SaService* s) {
 void Server::on_path_change(uint8_t port, uint16_t pkey, const sa::Gid& dgid) {
   proto::AsyncEvent ev{proto::kEventPathChanged, static_cast<uint8_t>(proto::ObjKind::kPort), port, 0, pkey, dgid};
   for (auto& [id, c] : clients_)
-    if (c->hello && c->path_user && c->async_fd) queue_event(*c, ev);
+    if (c->hello && c->path_user && c->async_fd && c->version >= proto::kProtocolPathEvents) queue_event(*c, ev);
 }
 
 const char* device_state_name(DeviceState s) {

@@ -268,6 +268,7 @@ class ContextImpl final : public Context {
   std::byte* status_page_ = nullptr;
   Uar uar_;
   uint32_t client_id_ = 0, uar_index_ = 0;
+  uint32_t version_ = 0;  // the protocol version HELLO negotiated
   uint32_t poll_yield_ = ContextOptions::kDefaultPollYield;
   proto::DeviceRep dev_;
   QpTable qps_;

@@ -13,6 +13,7 @@
 #include <deque>
 #include <random>
 
+#include "clientproto/messages.hpp"
 #include "ibd/path_table_shm.hpp"
 #include "openib/path.hpp"
 #include "sa/path_cache.hpp"
@@ -274,4 +275,22 @@ TEST_CASE("libopenib's PathRecord decoder agrees with src/sa's encoder", "[path-
     CHECK(d.raw == raw);
     CHECK(!d.stale);
   }
+}
+
+// docs/client-protocol.md §2: GET_ASYNC_EVENTS' events are 25 bytes from
+// protocol 3 (pkey, dgid), and the 7 bytes they were before for older clients.
+TEST_CASE("async events: 25 bytes from protocol 3, 7 before", "[path-table]") {
+  proto::AsyncEventsRep3 r;
+  r.count = 1;
+  r.events[0] = proto::AsyncEvent{proto::kEventPathChanged, 1, 1, 0, 0x8001, gid(0x42)};
+  const auto v3 = proto::encode(r);
+  const auto v1 = proto::encode(static_cast<const proto::AsyncEventsRep&>(r));
+  CHECK(v3.size() == 8 + 32 * 25);
+  CHECK(v1.size() == 8 + 32 * 7);
+  CHECK(std::memcmp(v3.data(), v1.data(), 8 + 7) == 0);  // the old fields, as they were
+  auto back = proto::decode<proto::AsyncEventsRep3>(v3);
+  REQUIRE(back.ok());
+  CHECK(back->events[0].pkey == 0x8001);
+  CHECK(back->events[0].dgid == gid(0x42));
+  CHECK(!proto::decode<proto::AsyncEventsRep>(v3).ok());
 }
