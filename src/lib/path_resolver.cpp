@@ -206,6 +206,9 @@ void PathResolverImpl::send_next() {
 
 void PathResolverImpl::fail_all(const Error& e) {
   broken_ = e;
+  // A closed socket stays readable: out of fd()'s set, so that an event
+  // loop does not spin on it (later lookups complete at once, with `e`).
+  ::epoll_ctl(ep_.get(), EPOLL_CTL_DEL, conn_->socket_fd(), nullptr);
   const Error out{e.code, "ibd: PATH_QUERY: " + e.message};
   if (inflight_) complete(*inflight_, PathSource::kNone, out);
   inflight_.reset();

@@ -110,6 +110,20 @@ TEST_CASE("PathResolver without an SM: the error PATH_QUERY gives", "[path]") {
       CHECK(res->pending() == 0);
       CHECK(res->counters().table_hits == 0);
       CHECK(res->counters().socket_queries >= 5);
+      // ibd gone: a lookup in flight and the ones after it end with an error.
+      REQUIRE(must(res->resolve_async(q, 10), "resolve_async") > 0);
+      REQUIRE(ibd.stop().has_value());
+      got = completions(*res, 1);
+      REQUIRE(got.size() == 1);
+      CHECK(!got[0].path.ok());
+      must(res->resolve_async(q, 11), "resolve_async");
+      got = completions(*res, 1);
+      REQUIRE(got.size() == 1);
+      CHECK(got[0].cookie == 11);
+      CHECK(!got[0].path.ok());
+      CHECK(res->pending() == 0);
+      pollfd p{res->fd(), POLLIN, 0};
+      CHECK(::poll(&p, 1, 0) == 0);  // nothing left to report: the closed socket is out of the set
     }
   }
 }
