@@ -242,10 +242,15 @@ enum class AsyncEventType : uint8_t {  // enum ibv_event_type values
   kPathMig = 6, kPathMigErr = 7, kDeviceFatal = 8, kPortActive = 9, kPortErr = 10,
   kLidChange = 11, kPkeyChange = 12, kSmChange = 13, kSrqErr = 14, kSrqLimitReached = 15,
   kQpLastWqeReached = 16, kClientReregister = 17, kGidChange = 18,
+  // openib's own: a path ibd had cached changed (openib/path.hpp); port,
+  // pkey and dgid name it.
+  kPathChanged = 64,
 };
 struct AsyncEvent {
   AsyncEventType type{};
   uint8_t port = 0;
+  uint16_t pkey = 0;  // kPathChanged
+  Gid dgid;           // kPathChanged
   Cq* cq = nullptr;    // the object, when the event names one of this context's
   Qp* qp = nullptr;
   Srq* srq = nullptr;

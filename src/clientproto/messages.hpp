@@ -29,9 +29,11 @@ inline constexpr uint32_t kMagic = 0x4442494f;  // "OIBD" as bytes on the wire
 // 1 in every protocol version so far.
 inline constexpr uint16_t kVersion = 1;
 // The protocol versions HELLO negotiates (§2): 2 adds the device status
-// page to HelloRep (§6.2).
-inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 2;
+// page to HelloRep (§6.2); 3 the P_Key and DGID of each AsyncEvent
+// (AsyncEventsRep3) and the PATH_CHANGED event.
+inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 3;
 inline constexpr uint32_t kProtocolStatusPage = 2;
+inline constexpr uint32_t kProtocolPathEvents = 3;
 inline constexpr size_t kHeaderSize = 16;
 inline constexpr size_t kMaxMessage = 65536;  // header included
 inline constexpr size_t kMaxFds = 2;          // per message
@@ -69,8 +71,8 @@ enum class Op : uint16_t {
   kUmadUnregister = 26, // HandleReq (agent id) -> Empty
   // Path records (docs/client-protocol.md "Path records"; docs/sa.md).
   kPathQuery = 27,      // PathQueryReq -> PathRep
-  // Reserved (issue 15, being written): 28 PATH_TABLE (the shared table's
-  // fd), 29 PATH_LIST, 30 PATH_FLUSH, 31 MCAST_JOIN, 32 MCAST_LEAVE,
+  kPathTable = 28,      // Empty -> PathTableRep + the shared path table's fd (read-only)
+  // Reserved (issue 15, being written): 29 PATH_LIST, 30 PATH_FLUSH, 31 MCAST_JOIN, 32 MCAST_LEAVE,
   // 33 SERVICE_SET, 34 SERVICE_DELETE.
 };
 const char* op_name(uint16_t op);
@@ -293,14 +295,23 @@ struct CreateAhReq {
 // Asynchronous events (IBA 11.6.3), queued per client: the async eventfd
 // (HELLO) is signalled and the client fetches them with GET_ASYNC_EVENTS.
 enum class ObjKind : uint8_t { kNone = 0, kPort = 1, kCq = 2, kQp = 3, kSrq = 4, kDevice = 5 };
+// openib's own event types, above libibverbs' enum ibv_event_type.
+// kEventPathChanged (docs/client-protocol.md "Path records"): a path ibd had
+// cached to `dgid` within `pkey` on `port` revalidated to another record or
+// to none; sent to the clients that used PATH_QUERY or PATH_TABLE.
+inline constexpr uint8_t kEventPathChanged = 64;
 struct AsyncEvent {
-  uint8_t type = 0;  // enum ibv_event_type value
+  uint8_t type = 0;  // enum ibv_event_type value, or kEventPathChanged
   uint8_t kind = 0;  // ObjKind
   uint8_t port = 0;
   uint32_t handle = 0;  // the client's handle of the object (0 for port/device)
-  template <class V> void visit(V& v) { v(type); v(kind); v(port); v(handle); }
+  uint16_t pkey = 0;    // protocol 3, kEventPathChanged only (0 otherwise), as the dgid
+  std::array<uint8_t, 16> dgid{};
+  template <class V> void visit(V& v) { v(type); v(kind); v(port); v(handle); }  // versions 1, 2
+  template <class V> void visit3(V& v) { visit(v); v(pkey); v(dgid); }
 };
 inline constexpr size_t kMaxEventsPerReply = 32;
+// GET_ASYNC_EVENTS' reply to a client of protocol 1 or 2: 7-byte events.
 struct AsyncEventsRep {
   uint32_t count = 0;    // valid entries in events
   uint32_t dropped = 0;  // events lost to a full queue since the last fetch
@@ -308,6 +319,13 @@ struct AsyncEventsRep {
   template <class V> void visit(V& v) {
     v(count); v(dropped);
     for (auto& e : events) e.visit(v);
+  }
+};
+// The same to a client of protocol 3: 25-byte events (pkey, dgid).
+struct AsyncEventsRep3 : AsyncEventsRep {
+  template <class V> void visit(V& v) {
+    v(count); v(dropped);
+    for (auto& e : events) e.visit3(v);
   }
 };
 
@@ -363,6 +381,14 @@ struct PathRep {
   uint8_t source = kPathFromSa;
   std::array<uint8_t, 64> record{};  // the PathRecord as on the wire (IBA 15.2.5.16)
   template <class V> void visit(V& v) { v(source); v(record); }
+};
+
+// The shared path table (docs/sa.md "Shared table", src/sa/path_table.hpp):
+// its size; the fd comes with the reply, read-only and sealed.
+struct PathTableRep {
+  uint64_t bytes = 0;
+  uint32_t slots = 0;
+  template <class V> void visit(V& v) { v(bytes); v(slots); }
 };
 
 // ---- codec ----------------------------------------------------------------

@@ -60,11 +60,14 @@ struct Client {
   // root or CAP_NET_RAW (controlled Q_Keys).
   bool net_admin = false, net_raw = false;
   bool hello = false;
+  uint32_t version = 0;  // the protocol version HELLO negotiated
   bool closing = false;
   // One request at a time (docs/client-protocol.md "Request handling"): the
   // socket is not read while a request waits for the device, so a client
   // that pipelines cannot reorder its own requests.
   bool busy = false;
+  // Asked PATH_QUERY or PATH_TABLE: gets path-change events (kEventPathChanged).
+  bool path_user = false;
   bool dispatching = false;  // inside Server::on_readable's call of handle()
   bool watching = false;     // a wait for its socket is pending (at most one)
   // Said HELLO to a device that is gone (docs/client-protocol.md §6.1):

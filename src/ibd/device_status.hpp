@@ -10,17 +10,15 @@
 
 #include "common/fd.hpp"
 #include "common/result.hpp"
+#include "ibd/sealed_memfd.hpp"
 
 namespace openib::ibd {
 
 class DeviceStatusPage {
  public:
-  // A page saying "running, generation `generation`": a memfd of one page,
-  // mapped writable here, then sealed against shrink, grow, further
-  // writable mappings and writes (F_SEAL_FUTURE_WRITE: ibd's own mapping
-  // stays writable) and further seals.
+  // A page saying "running, generation `generation`": a sealed memfd of
+  // one page (sealed_memfd.hpp).
   static Result<std::unique_ptr<DeviceStatusPage>> create(uint64_t generation);
-  ~DeviceStatusPage();
   DeviceStatusPage(const DeviceStatusPage&) = delete;
   DeviceStatusPage& operator=(const DeviceStatusPage&) = delete;
 
@@ -30,11 +28,11 @@ class DeviceStatusPage {
   bool lost() const;
   // A new fd for one client: the memfd re-opened O_RDONLY through
   // /proc/self/fd, so the client can neither map it writable nor truncate it.
-  Result<UniqueFd> client_fd() const;
+  Result<UniqueFd> client_fd() const { return mem_.client_fd(); }
 
  private:
-  DeviceStatusPage(UniqueFd fd, std::byte* map) : fd_(std::move(fd)), map_(map) {}
-  UniqueFd fd_;
+  explicit DeviceStatusPage(SealedMemfd mem) : mem_(std::move(mem)), map_(mem_.mem().data()) {}
+  SealedMemfd mem_;
   std::byte* map_;
 };
 

@@ -160,6 +160,8 @@ int run(const Options& o) {
   server.set_umad(umad.get());
   // The SA client and path cache on each port's MAD layer (docs/sa.md "In ibd").
   auto sa_service = std::make_unique<SaService>(io, *hca, *umad, hca->caps().num_ports, o.state_dir);
+  if (auto r = sa_service->publish_table(o.path_table_slots); !r)  // docs/sa.md "Shared table"
+    logger->warn("no shared path table (clients ask ibd for every path): {}", r.error().str());
   server.set_sa(sa_service.get());
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());

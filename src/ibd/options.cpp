@@ -107,6 +107,19 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.add_option("--restart-limit", o.restart_limit,
                  "device lost: attempts to bring it up again before exiting 1 (0: exit at once)")
       ->capture_default_str();
+  app.add_option("--path-table-slots", o.path_table_slots,
+                 "slots of the shared path table clients map (PATH_TABLE; 128 bytes each): a power of two "
+                 ">= 64, or 0 for none")
+      ->check([](const std::string& v) -> std::string {
+        unsigned long n = 0;
+        try {
+          n = std::stoul(v);
+        } catch (...) {
+          return "not a number";
+        }
+        return n == 0 || (n >= 64 && n <= (1ul << 24) && (n & (n - 1)) == 0) ? "" : "0, or a power of two from 64 to 2^24";
+      })
+      ->capture_default_str();
   add_limit_options(app, o.limits);
   app.add_option("--log", o.log, "log level: trace, debug, info, warn, error, off")->capture_default_str();
   try {

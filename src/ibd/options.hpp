@@ -24,6 +24,8 @@ struct Options {
   // /var/lib/openib for the default socket, else the socket's directory;
   // "none": nothing is saved or loaded.
   std::string state_dir;
+  // The shared path table (docs/sa.md "Shared table"): slots, 0 for none.
+  uint32_t path_table_slots = 65536;
   std::string simhca;        // empty: found next to ibd (simhca_path())
   std::string cable, pcap, faults;  // passed to the embedded simhca
   std::vector<std::string> simhca_args;  // more arguments for it (--guid, --node-desc, ...)

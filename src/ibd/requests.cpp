@@ -135,6 +135,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kUmadRegister:
     case Op::kUmadUnregister: return run(op_umad(c, m, done));
     case Op::kPathQuery: return run(op_path_query(c, m, done));
+    case Op::kPathTable: return done(op_path_table(c, m));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }
@@ -190,6 +191,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     h.client_id = c.id;
     h.num_ports = hca_.caps().num_ports;
     c.hello = true;
+    c.version = version;
     if (!m.fds.empty()) c.async_fd = std::move(m.fds[0]);
     log::get("ibd")->info("client {}: HELLO (management only, no UAR)", c.id);
     Reply rep;
@@ -231,6 +233,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     }
     cl->uar = *uar;
     cl->hello = true;
+    cl->version = version;
     cl->async_fd = std::move(async_fd);
     rep.payload = body(h);
     if (status) rep.fds.push_back(std::move(status));
@@ -620,13 +623,15 @@ Result<void> Server::op_destroy(Client& c, proto::Message& m, Kind k, Respond& d
 Result<Server::Reply> Server::op_get_async_events(Client& c, proto::Message& m) {
   OPENIB_TRY(proto::decode<proto::Empty>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
-  proto::AsyncEventsRep r;
+  proto::AsyncEventsRep3 r;
   while (r.count < proto::kMaxEventsPerReply && !c.events.empty()) {
     r.events[r.count++] = c.events.front();
     c.events.pop_front();
   }
   r.dropped = static_cast<uint32_t>(std::min<uint64_t>(c.events_dropped_since_fetch, UINT32_MAX));
   c.events_dropped_since_fetch = 0;
+  // §2: 7-byte events before protocol 3.
+  if (c.version < proto::kProtocolPathEvents) return Reply{body(static_cast<const proto::AsyncEventsRep&>(r)), {}};
   return Reply{body(r), {}};
 }
 
@@ -716,15 +721,30 @@ Result<Server::Reply> Server::op_umad_sync(Client& c, proto::Message& m, Respond
 
 // PATH_QUERY: a path record through ibd's path cache (sa_service.hpp).
 Result<void> Server::op_path_query(Client& c, proto::Message& m, Respond& done) {
-  (void)c;
   if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathQueryReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
+  c.path_user = true;
   sa_->path_query(req, guard<proto::PathRep>([done = std::move(done)](Result<proto::PathRep> p) mutable {
     if (!p) return done(p.take_error());
     done(Reply{body(*p), {}});
   }));
   return ok();  // `done` is gone: the continuation answers
+}
+
+// PATH_TABLE: the shared path table, read-only (docs/client-protocol.md
+// "Path records"). Any client: it holds what PATH_QUERY gives any client.
+Result<Server::Reply> Server::op_path_table(Client& c, proto::Message& m) {
+  OPENIB_TRY(proto::decode<proto::Empty>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  const PathTableShm* t = sa_ ? sa_->table() : nullptr;
+  if (!t) return err(EOPNOTSUPP, "this ibd publishes no shared path table (--path-table-slots 0)");
+  OPENIB_TRY_ASSIGN(UniqueFd fd, t->client_fd());
+  c.path_user = true;
+  Reply r;
+  r.payload = body(proto::PathTableRep{t->bytes(), t->slots()});
+  r.fds.push_back(std::move(fd));
+  return r;
 }
 
 }  // namespace openib::ibd

@@ -29,6 +29,9 @@ SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uin
       save_timer_(io),
       state_dir_(std::move(state_dir)) {
   querier_.self = this;
+  cache_.set_change_callback([this](const sa::PathKey& k, const sa::PathRecord&, const std::optional<sa::PathRecord>&) {
+    if (on_path_change_) on_path_change_(k.port(), k.query().pkey, k.dgid());
+  });
   for (uint8_t p = 1; p <= num_ports_; ++p) {
     // Where the SA is, asked anew for each query: PortInfo's MasterSMLID
     // and MasterSMSL (IBA 14.2.5.6) as the device has them now.
@@ -47,6 +50,27 @@ SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uin
 
 SaService::~SaService() = default;
 
+Result<void> SaService::publish_table(uint32_t slots) {
+  if (slots == 0) return ok();
+  OPENIB_TRY_ASSIGN(table_, PathTableShm::create(slots));
+  cache_.set_entry_observer([t = table_.get()](const sa::PathKey& k, const sa::PathRecord* r, bool stale) {
+    t->on_entry(k, r, stale);
+  });
+  log::get("ibd")->info("sa: shared path table of {} slots ({} bytes)", slots, table_->bytes());
+  return ok();
+}
+
+void SaService::note_port(uint8_t port, const hca::PortAttr& a) {
+  if (table_) table_->set_default_pkey(port, a.pkey0);
+}
+
+void SaService::read_port(uint8_t port) {
+  if (!table_) return;
+  hca_.query_port_async(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
+    if (!alive.expired() && a) note_port(port, *a);
+  });
+}
+
 void SaService::arm_sweep() {
   sweep_timer_.expires_after(std::chrono::seconds(5));
   sweep_timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& e) {
@@ -64,6 +88,7 @@ void SaService::start() {
     arm_save();
   }
   for (auto& [p, c] : clients_) {
+    read_port(p);
     umad_.watch_layer(p, [this, port = p](mad::MadLayer* l) {
       sa::SaClient& sc = *clients_.at(port);
       if (!l) {
@@ -109,17 +134,9 @@ void SaService::path_query(const proto::PathQueryReq& req, hca::Completer<Result
                                       Result<hca::PortAttr> a) mutable {
     if (alive.expired()) return done(err(ECANCELED, "ibd is stopping"));
     if (!a) return done(a.take_error());
-    // IBA 15.2.5.16: DGID, SGID, P_Key, one path, reversible (as Linux's
-    // IPoIB asks: the same path serves both directions).
-    sa::PathRecord q;
-    std::memcpy(q.dgid.data(), req.dgid.data(), q.dgid.size());
-    q.sgid = sa::make_gid(a->gid_prefix, a->port_guid);
-    q.pkey = req.pkey ? req.pkey : a->pkey0;
-    q.numb_path = 1;
-    q.reversible = true;
-    const uint64_t mask = sa::pr_mask::kDgid | sa::pr_mask::kSgid | sa::pr_mask::kPKey | sa::pr_mask::kNumbPath |
-                          sa::pr_mask::kReversible;
-    const sa::PathKey key(req.port, mask, q);
+    note_port(req.port, *a);
+    const sa::PathKey key = default_path_key(req.port, sa::make_gid(a->gid_prefix, a->port_guid),
+                                             req.pkey ? req.pkey : a->pkey0, req.dgid);
     auto shared = std::make_shared<hca::Completer<Result<proto::PathRep>>>(std::move(done));
     const bool cached = !(req.flags & proto::kPathFresh) && cache_.peek(key).has_value();
     auto answer = [shared, cached](sa::PathAnswer r) {
@@ -154,6 +171,7 @@ void SaService::port_state(uint8_t port, uint8_t state) {
 
 void SaService::port_event(uint8_t port, sa::Invalidation level) {
   cache_.invalidate(level, port);
+  if (level == sa::Invalidation::kHeavy) read_port(port);  // the P_Key at index 0 may be another
   if (level != sa::Invalidation::kLight) return;
   // The SM's changes come in bursts (SM change, ClientReregister, LID,
   // Armed, Active within milliseconds): one refresh after the burst.
@@ -196,6 +214,7 @@ void SaService::load(uint8_t port) {
       return log::get("ibd")->warn("sa: port {}: path cache not loaded: {}", port, a.error().str());
     }
     subnet_prefix_[port] = a->gid_prefix;
+    note_port(port, *a);
     const std::string path = sa::cache_file_path(state_dir_, port);
     auto f = sa::load_cache_file(path, sa::CacheFileTag{a->gid_prefix, 0}, unix_ms());
     if (!f) {  // logged by load_cache_file; a missing file is no error
@@ -322,6 +341,14 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
                          {"path_cache_load_errors", load_errors_},
                          {"path_cache_saves", saves_},
                          {"path_cache_save_errors", save_errors_}});
+  if (table_) {
+    const auto& t = table_->counters();
+    out.insert(out.end(), {{"path_table_slots", table_->slots()},
+                           {"path_table_entries", table_->size()},
+                           {"path_table_published", t.published},
+                           {"path_table_withdrawn", t.withdrawn},
+                           {"path_table_full", t.full}});
+  }
   return out;
 }
 

@@ -28,6 +28,13 @@
 // file is loaded, checked against the port's subnet prefix, and its
 // entries restored stale, so they answer at once and are revalidated.
 //
+// The shared path table (path_table_shm.hpp; issue 15 part 4): with
+// publish_table(), the cache's positive entries of PATH_QUERY's form are
+// mirrored into a sealed memfd that clients map read-only (PATH_TABLE);
+// each port's P_Key at index 0 is written in its header whenever ibd reads
+// the port. A revalidation that changes a path calls the path-change
+// handler (the server tells the clients that look paths up).
+//
 // Single-threaded on ibd's io_context.
 #pragma once
 
@@ -44,6 +51,7 @@
 #include "clientproto/messages.hpp"
 #include "hca/completer.hpp"
 #include "hca/hca.hpp"
+#include "ibd/path_table_shm.hpp"
 #include "ibd/umad_service.hpp"
 #include "sa/path_cache.hpp"
 #include "sa/sa_client.hpp"
@@ -86,6 +94,16 @@ class SaService {
   // PORT_STATE_CHANGE: to Down normal, to Init/Armed/Active light.
   void port_state(uint8_t port, uint8_t state);
 
+  // Creates the shared path table of `slots` slots (0: none) and mirrors
+  // the cache into it from now on; call before start().
+  Result<void> publish_table(uint32_t slots);
+  // The table, or nullptr (none asked, or not made).
+  const PathTableShm* table() const { return table_.get(); }
+  // Called when a revalidation yields another record for a cached path, or
+  // none: (port, the key's P_Key, the key's DGID).
+  using PathChangeFn = std::function<void(uint8_t port, uint16_t pkey, const sa::Gid& dgid)>;
+  void set_path_change_handler(PathChangeFn fn) { on_path_change_ = std::move(fn); }
+
   // Flat name -> value pairs for INFO's counters (sa.*, path_cache.*).
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;
   const sa::PathCache& cache() const { return cache_; }
@@ -104,6 +122,8 @@ class SaService {
   void refresh(uint8_t port);
   void on_report(const mad::Notice& n);
   void arm_sweep();
+  void note_port(uint8_t port, const hca::PortAttr& a);  // the table's default P_Key
+  void read_port(uint8_t port);
 
   boost::asio::io_context& io_;
   hca::Hca& hca_;
@@ -112,7 +132,9 @@ class SaService {
   std::map<uint8_t, std::unique_ptr<sa::SaClient>> clients_;
   PortQuerier querier_;
   sa::SteadyClock clock_;
+  std::unique_ptr<PathTableShm> table_;  // before cache_: the cache's observer writes it to the end
   sa::PathCache cache_;
+  PathChangeFn on_path_change_;
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
   boost::asio::steady_timer save_timer_;
   std::string state_dir_;

@@ -624,6 +624,20 @@ void Server::on_event(const hca::EventEntry& e) {
   }
 }
 
+void Server::set_sa(SaService* s) {
+  sa_ = s;
+  if (sa_)
+    sa_->set_path_change_handler(
+        [this](uint8_t port, uint16_t pkey, const sa::Gid& dgid) { on_path_change(port, pkey, dgid); });
+}
+
+// docs/client-protocol.md "Path records": to every client that looks paths up.
+void Server::on_path_change(uint8_t port, uint16_t pkey, const sa::Gid& dgid) {
+  proto::AsyncEvent ev{proto::kEventPathChanged, static_cast<uint8_t>(proto::ObjKind::kPort), port, 0, pkey, dgid};
+  for (auto& [id, c] : clients_)
+    if (c->hello && c->path_user && c->async_fd && c->version >= proto::kProtocolPathEvents) queue_event(*c, ev);
+}
+
 const char* device_state_name(DeviceState s) {
   switch (s) {
     case DeviceState::kRunning: return "running";

@@ -81,7 +81,7 @@ class Server {
   // The user-MAD service (UMAD_* requests, its CQ events); may stay unset.
   void set_umad(UmadService* u) { umad_ = u; }
   // The SA client and path cache (PATH_QUERY, port events); may stay unset.
-  void set_sa(SaService* s) { sa_ = s; }
+  void set_sa(SaService* s);
 
   size_t num_clients() const { return clients_.size(); }
   // Clients disconnected whose objects are still being destroyed.
@@ -148,6 +148,9 @@ class Server {
   Result<void> op_umad(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_umad_sync(Client& c, proto::Message& m, Respond& done);
   Result<void> op_path_query(Client& c, proto::Message& m, Respond& done);
+  Result<Reply> op_path_table(Client& c, proto::Message& m);
+  // A cached path changed (SaService's path-change handler).
+  void on_path_change(uint8_t port, uint16_t pkey, const sa::Gid& dgid);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the
   // client's table, also when the client left meanwhile (its teardown then

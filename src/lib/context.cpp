@@ -53,6 +53,8 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
   OPENIB_TRY_ASSIGN(Conn * conn, Conn::connect(path));
   c->conn_.reset(conn);
   c->conn_->set_timeout(opts.timeout_ms);
+  c->socket_path_ = path;
+  c->timeout_ms_ = opts.timeout_ms;
   c->poll_yield_ = poll_yield_of(opts);
   c->arena_ = std::make_unique<Arena>(*c->conn_);
 
@@ -89,6 +91,7 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
   c->uar_size_ = rep.uar_size;
   c->uar_ = Uar(c->uar_page_);
   c->client_id_ = rep.client_id;
+  c->version_ = rep.version;
   c->uar_index_ = rep.uar;
 
   OPENIB_TRY_ASSIGN(c->dev_, c->conn_->call<proto::DeviceRep>(Op::kQueryDevice, proto::Empty{}));
@@ -255,7 +258,13 @@ Result<std::vector<AsyncEvent>> ContextImpl::get_async_events() {
   (void)!::read(async_efd_.get(), &v, sizeof v);  // before fetching: later events signal again
   std::vector<AsyncEvent> out;
   for (;;) {
-    OPENIB_TRY_ASSIGN(auto r, conn_->call<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{}));
+    // §2: 25-byte events from protocol 3, 7-byte ones before.
+    proto::AsyncEventsRep r;
+    if (version_ >= proto::kProtocolPathEvents) {
+      OPENIB_TRY_ASSIGN(r, conn_->call<proto::AsyncEventsRep3>(Op::kGetAsyncEvents, proto::Empty{}));
+    } else {
+      OPENIB_TRY_ASSIGN(r, conn_->call<proto::AsyncEventsRep>(Op::kGetAsyncEvents, proto::Empty{}));
+    }
     if (r.dropped) log::get("openib")->warn("{} async events lost to a full queue in ibd", r.dropped);
     std::lock_guard lock(mu_);
     for (uint32_t i = 0; i < r.count && i < r.events.size(); ++i) {
@@ -264,6 +273,8 @@ Result<std::vector<AsyncEvent>> ContextImpl::get_async_events() {
       a.type = static_cast<AsyncEventType>(e.type);
       if (a.type == AsyncEventType::kDeviceFatal) device_lost_ = true;
       a.port = e.port;
+      a.pkey = e.pkey;
+      a.dgid.raw = e.dgid;
       switch (static_cast<proto::ObjKind>(e.kind)) {
         case proto::ObjKind::kCq:
           if (auto it = cqs_.find(e.handle); it != cqs_.end()) a.cq = it->second;

@@ -226,6 +226,8 @@ class ContextImpl final : public Context {
   static Result<std::unique_ptr<Context>> open(const ContextOptions& opts);
 
   Conn& conn() { return *conn_; }
+  const std::string& socket_path() const { return socket_path_; }
+  int timeout_ms() const { return timeout_ms_; }
   Uar& uar() { return uar_; }
   Arena& arena() { return *arena_; }
   const proto::DeviceRep& dev() const { return dev_; }
@@ -249,6 +251,8 @@ class ContextImpl final : public Context {
  private:
   ContextImpl() = default;
   std::unique_ptr<Conn> conn_;
+  std::string socket_path_;
+  int timeout_ms_ = 10000;
   std::unique_ptr<Arena> arena_;
   UniqueFd async_efd_;
   // The device this context opened is gone (a DEVICE_FATAL event, or ibd
@@ -264,6 +268,7 @@ class ContextImpl final : public Context {
   std::byte* status_page_ = nullptr;
   Uar uar_;
   uint32_t client_id_ = 0, uar_index_ = 0;
+  uint32_t version_ = 0;  // the protocol version HELLO negotiated
   uint32_t poll_yield_ = ContextOptions::kDefaultPollYield;
   proto::DeviceRep dev_;
   QpTable qps_;

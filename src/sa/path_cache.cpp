@@ -19,6 +19,20 @@ PathCache::~PathCache() {
     for (auto& w : p.waiters) w(Error{ECANCELED, "path cache closed before the SA answered"});
 }
 
+void PathCache::observe(const PathKey& key, const Entry* e, bool was_positive) {
+  if (!on_entry_) return;
+  if (e && e->record) on_entry_(key, &*e->record, e->stale);
+  else if (was_positive) on_entry_(key, nullptr, false);
+}
+
+PathCache::Map::iterator PathCache::erase(Map::iterator it) {
+  const bool positive = it->second.record.has_value();
+  const PathKey key = it->first;
+  auto next = entries_.erase(it);
+  if (positive) observe(key, nullptr);
+  return next;
+}
+
 bool PathCache::expired(const Entry& e, Clock::time_point now) const {
   return now - e.fetched >= (e.record ? cfg_.max_age : cfg_.negative_ttl);
 }
@@ -40,7 +54,7 @@ void PathCache::lookup(const PathKey& key, LookupFn done) {
       return;
     }
     if (it->second.record) ++counters_.aged_out;
-    entries_.erase(it);
+    erase(it);
   }
   ++counters_.misses;
   if (auto p = pending_.find(key); p != pending_.end()) {
@@ -96,7 +110,9 @@ void PathCache::on_answer(const PathKey& key, std::uint64_t id, PathAnswer answe
     const std::optional<PathRecord>& now = answer.value();
     if (eit != entries_.end() && eit->second.record && eit->second.record != now)
       change.emplace(*eit->second.record, now);
-    entries_[key] = Entry{now, clock_.now(), false};
+    const bool was_positive = eit != entries_.end() && eit->second.record;
+    const Entry& e = entries_[key] = Entry{now, clock_.now(), false};
+    observe(key, &e, was_positive);
   }
   if (change) {
     ++counters_.changes;
@@ -122,9 +138,10 @@ void PathCache::invalidate(Invalidation level, std::uint8_t port) {
       ++it;
     } else if (level == Invalidation::kLight && it->second.record) {
       it->second.stale = true;
+      observe(it->first, &it->second);
       ++it;
     } else {
-      it = entries_.erase(it);  // light: a "no path" may be wrong under the new SM
+      it = erase(it);  // light: a "no path" may be wrong under the new SM
     }
   }
   mark_pending_obsolete([port](const PathKey& k) { return on_port(k, port); });
@@ -138,7 +155,7 @@ bool PathCache::on_gid_trap(std::uint16_t trap_number, const Gid& gid) {
     const Entry& e = it->second;
     const bool for_gid = it->first.dgid() == gid || (e.record && e.record->dgid == gid);
     const bool drop = for_gid && (out || !e.record);
-    it = drop ? entries_.erase(it) : std::next(it);
+    it = drop ? erase(it) : std::next(it);
   }
   mark_pending_obsolete([&gid](const PathKey& k) { return k.dgid() == gid; });
   return true;
@@ -163,7 +180,7 @@ std::size_t PathCache::sweep() {
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (expired(it->second, now)) {
       if (it->second.record) ++counters_.aged_out;
-      it = entries_.erase(it);
+      it = erase(it);
       ++n;
     } else {
       ++it;
@@ -187,7 +204,8 @@ std::size_t PathCache::restore(const std::vector<CachedPath>& paths) {
   std::size_t n = 0;
   for (const auto& p : paths) {
     if (p.age >= cfg_.max_age || p.age.count() < 0 || entries_.contains(p.key)) continue;
-    entries_.emplace(p.key, Entry{p.record, now - p.age, true});
+    auto it = entries_.emplace(p.key, Entry{p.record, now - p.age, true}).first;
+    observe(it->first, &it->second);
     ++n;
   }
   counters_.restored += n;

@@ -19,7 +19,10 @@
 //  - trap 65 (GID out of service) drops every entry for that DGID, on all
 //    ports; trap 64 (GID in service) drops its negative entries;
 //  - a revalidation that yields a different record (or none) replaces the
-//    entry and calls the change callback with the old and new record.
+//    entry and calls the change callback with the old and new record;
+//  - the entry observer (set_entry_observer) hears of every positive entry
+//    as it comes, changes, turns stale, or goes (dropped, aged out, or
+//    replaced by "no path"): ibd mirrors them into the shared path table.
 //
 // No I/O and no timers: time comes from the Clock, and expiry is checked
 // when an entry is used (sweep() frees expired entries in bulk).
@@ -66,6 +69,8 @@ class PathCache {
   using LookupFn = std::function<void(PathAnswer)>;
   // (key, record before, record now or nullopt for "no path now").
   using ChangeFn = std::function<void(const PathKey&, const PathRecord&, const std::optional<PathRecord>&)>;
+  // (key, the positive entry's record now or nullptr: it went, stale).
+  using EntryFn = std::function<void(const PathKey&, const PathRecord*, bool)>;
 
   PathCache(PathQuerier& querier, const Clock& clock, PathCacheConfig cfg = {});
   // Lookups still waiting are completed with ECANCELED; answers arriving
@@ -82,6 +87,8 @@ class PathCache {
   std::optional<PathRecord> peek(const PathKey& key) const;
 
   void set_change_callback(ChangeFn fn) { on_change_ = std::move(fn); }
+  // Must not call back into the cache.
+  void set_entry_observer(EntryFn fn) { on_entry_ = std::move(fn); }
 
   // An invalidation of `port`'s entries (port 0: every port).
   void invalidate(Invalidation level, std::uint8_t port);
@@ -123,6 +130,9 @@ class PathCache {
   void on_answer(const PathKey& key, std::uint64_t id, PathAnswer answer);
   template <class Pred>
   void mark_pending_obsolete(Pred affected);
+  // Tells the entry observer about `e` (nullptr: gone) if it is or was positive.
+  void observe(const PathKey& key, const Entry* e, bool was_positive = true);
+  Map::iterator erase(Map::iterator it);  // observed
 
   PathQuerier& querier_;
   const Clock& clock_;
@@ -131,6 +141,7 @@ class PathCache {
   std::unordered_map<PathKey, Pending, PathKeyHash> pending_;
   std::uint64_t next_id_ = 0;
   ChangeFn on_change_;
+  EntryFn on_entry_;
   PathCacheCounters counters_;
   std::shared_ptr<char> alive_ = std::make_shared<char>();  // answers after ~PathCache are dropped
 };
