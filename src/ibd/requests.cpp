@@ -135,6 +135,10 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kUmadRegister:
     case Op::kUmadUnregister: return run(op_umad(c, m, done));
     case Op::kPathQuery: return run(op_path_query(c, m, done));
+    case Op::kMcastJoin:
+    case Op::kMcastLeave:
+    case Op::kServiceSet:
+    case Op::kServiceDelete: return run(op_sa_member(c, m, done));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }
@@ -725,6 +729,51 @@ Result<void> Server::op_path_query(Client& c, proto::Message& m, Respond& done) 
     done(Reply{body(*p), {}});
   }));
   return ok();  // `done` is gone: the continuation answers
+}
+
+// MCAST_JOIN, MCAST_LEAVE, SERVICE_SET, SERVICE_DELETE: joins and
+// service registrations the client owns (sa_service.hpp), within its
+// quota (quota.hpp: client_max_mcast_joins, client_max_services).
+Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
+  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
+  OPENIB_TRY(expect_fds(m, 0));
+  const Limits& l = quota_.limits();
+  switch (static_cast<Op>(m.header.op)) {
+    case Op::kMcastJoin: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::McastJoinReq>(m.body));
+      if (sa_->joins_of(c.id) >= l.client_max_mcast_joins)
+        return err(EDQUOT, "at most {} multicast groups per client (--client-max-mcast-joins)",
+                   l.client_max_mcast_joins);
+      sa_->mcast_join(c.id, req, guard<proto::McastJoinRep>([done = std::move(done)](auto r) mutable {
+        if (!r) return done(r.take_error());
+        done(Reply{body(*r), {}});
+      }));
+      return ok();
+    }
+    case Op::kServiceSet: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ServiceReq>(m.body));
+      if (sa_->services_of(c.id) >= l.client_max_services)
+        return err(EDQUOT, "at most {} services per client (--client-max-services)", l.client_max_services);
+      sa_->service_set(c.id, req, guard<proto::ServiceRep>([done = std::move(done)](auto r) mutable {
+        if (!r) return done(r.take_error());
+        done(Reply{body(*r), {}});
+      }));
+      return ok();
+    }
+    case Op::kMcastLeave: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::McastLeaveReq>(m.body));
+      OPENIB_TRY(sa_->mcast_leave(c.id, req));
+      break;
+    }
+    case Op::kServiceDelete: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ServiceReq>(m.body));
+      OPENIB_TRY(sa_->service_delete(c.id, req));
+      break;
+    }
+    default: return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
+  }
+  done(Reply{});
+  return ok();
 }
 
 }  // namespace openib::ibd

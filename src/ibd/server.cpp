@@ -373,6 +373,7 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   for (auto& [h, o] : c.objects)
     if (o.eventfd) signal_fd(o.eventfd.get());
   if (umad_) umad_->client_gone(id);
+  if (sa_) sa_->client_gone(id);  // its multicast joins left, its services deleted
   boost::system::error_code ec;
   c.sock.cancel(ec);
   // Its queue may hold fds in flight, released with the socket: closed
