@@ -373,7 +373,6 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   for (auto& [h, o] : c.objects)
     if (o.eventfd) signal_fd(o.eventfd.get());
   if (umad_) umad_->client_gone(id);
-  if (sa_) sa_->client_gone(id);  // its multicast joins left, its services deleted
   boost::system::error_code ec;
   c.sock.cancel(ec);
   // Its queue may hold fds in flight, released with the socket: closed
@@ -384,6 +383,9 @@ void Server::disconnect(uint32_t id, const std::string& why) {
                  why, c.objects.size(), c.busy ? " after its request in flight" : "", c.stats.requests,
                  c.stats.errors);
   departing_.emplace(id, std::move(owned));
+  // Its multicast joins left, its services deleted; a join it still waits
+  // for is answered (ECANCELED) now, to the departing client.
+  if (sa_) sa_->client_gone(id);
   continue_teardown(id);
 }
 

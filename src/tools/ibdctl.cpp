@@ -157,8 +157,13 @@ int main(int argc, char** argv) {
   const char* env_socket = std::getenv("OPENIB_SOCKET");
   std::string socket = env_socket && *env_socket ? env_socket : proto::kDefaultSocket;
   // `mcast` and `service`: joins and registrations (ibdctl_sa.cpp).
-  if (argc > 1 && (std::string(argv[1]) == "mcast" || std::string(argv[1]) == "service"))
-    return ibdctl::sa_member_main(argc, argv, socket);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--socket") ++i;  // its value
+    if (a.starts_with("-")) continue;
+    if (a == "mcast" || a == "service") return ibdctl::sa_member_main(argc, argv, socket);
+    break;
+  }
   std::string what = "devices";
   bool as_json = false;
   CLI::App app{"ibdctl: status of ibd (devices, ports, clients, objects, counters)"};

@@ -193,6 +193,7 @@ int sa_member_main(int argc, char** argv, const std::string& socket) {
   set->add_option("--pkey", spkey, "ServiceP_Key")->capture_default_str()->check(CLI::Range(0, 0xffff));
   add_common(set);
 
+  for (CLI::App* sub : {mcast, join, service, set}) sub->fallthrough();  // --socket anywhere
   CLI11_PARSE(app, argc, argv);
   if (join->parsed()) return mcast_join(c, mgid, state, qkey, pkey, sl, no_create);
   return service_set(c, id, name, lease, gid, spkey);
