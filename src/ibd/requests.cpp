@@ -752,6 +752,10 @@ Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
     }
     case Op::kServiceSet: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ServiceReq>(m.body));
+      // Registering a service for another GID would speak for another
+      // node: management, as the user-MAD service is (DESIGN.md).
+      if (!c.net_admin && std::any_of(req.record.begin() + 8, req.record.begin() + 24, [](uint8_t b) { return b; }))
+        return err(EPERM, "a ServiceGID other than 0 (the port's own) is for root or CAP_NET_ADMIN");
       if (sa_->services_of(c.id) >= l.client_max_services)
         return err(EDQUOT, "at most {} services per client (--client-max-services)", l.client_max_services);
       sa_->service_set(c.id, req, guard<proto::ServiceRep>([done = std::move(done)](auto r) mutable {
