@@ -77,7 +77,6 @@ gid3=$(gid_of Hca3)
 mgid=ff12:1234:ffff::1
 # saquery prints the MGID and PortGid in full IPv6 notation.
 full() { python3 -c 'import ipaddress,sys; print(ipaddress.IPv6Address(sys.argv[1]).exploded)' "$1"; }
-short() { python3 -c 'import ipaddress,sys; print(ipaddress.IPv6Address(sys.argv[1]).compressed)' "$1"; }
 # A member line of group $mgid for port GID $1 (saquery -m's fields).
 member_re() { echo "MGID\.*($mgid|$(full $mgid)) .*PortGid\.*($1|$(full "$1")) "; }
 
