@@ -36,6 +36,10 @@ const char* op_name(uint16_t op) {
     case Op::kUmadUnregister: return "UMAD_UNREGISTER";
     case Op::kPathQuery: return "PATH_QUERY";
     case Op::kPathTable: return "PATH_TABLE";
+    case Op::kMcastJoin: return "MCAST_JOIN";
+    case Op::kMcastLeave: return "MCAST_LEAVE";
+    case Op::kServiceSet: return "SERVICE_SET";
+    case Op::kServiceDelete: return "SERVICE_DELETE";
   }
   return "UNKNOWN";
 }

@@ -72,8 +72,13 @@ enum class Op : uint16_t {
   // Path records (docs/client-protocol.md "Path records"; docs/sa.md).
   kPathQuery = 27,      // PathQueryReq -> PathRep
   kPathTable = 28,      // Empty -> PathTableRep + the shared path table's fd (read-only)
-  // Reserved (issue 15, being written): 29 PATH_LIST, 30 PATH_FLUSH, 31 MCAST_JOIN, 32 MCAST_LEAVE,
-  // 33 SERVICE_SET, 34 SERVICE_DELETE.
+  // Reserved (issue 15, being written): 29 PATH_LIST, 30 PATH_FLUSH.
+  // Multicast joins and service registrations (docs/client-protocol.md
+  // "Multicast joins and services"; docs/sa.md), owned by the connection.
+  kMcastJoin = 31,      // McastJoinReq -> McastJoinRep
+  kMcastLeave = 32,     // McastLeaveReq -> Empty
+  kServiceSet = 33,     // ServiceReq -> ServiceRep (the SA's echo)
+  kServiceDelete = 34,  // ServiceReq -> Empty
 };
 const char* op_name(uint16_t op);
 
@@ -389,6 +394,49 @@ struct PathTableRep {
   uint64_t bytes = 0;
   uint32_t slots = 0;
   template <class V> void visit(V& v) { v(bytes); v(slots); }
+};
+// ---- multicast joins and services (docs/sa.md "Multicast joins") --------
+// Join the group `mgid` on `port` with JoinState `join_state` (IBA
+// 15.2.5.17: 1 FullMember, 2 NonMember, 4 SendOnlyNonMember). With
+// kMcastCreate the group's parameters (Q_Key, P_Key, SL, FlowLabel,
+// TClass; MTU, rate, HopLimit when not 0) go along, so the SA creates the
+// group if it does not exist. pkey 0: the port's P_Key at index 0.
+inline constexpr uint32_t kMcastCreate = 1;
+struct McastJoinReq {
+  uint8_t port = 1;
+  uint8_t join_state = 1;
+  uint16_t pkey = 0;
+  uint32_t flags = 0;
+  std::array<uint8_t, 16> mgid{};
+  uint32_t qkey = 0;
+  uint32_t flow_label = 0;
+  uint8_t mtu = 0, rate = 0, sl = 0, tclass = 0, hop_limit = 0;
+  template <class V> void visit(V& v) {
+    v(port); v(join_state); v(pkey); v(flags); v(mgid); v(qkey); v(flow_label); v(mtu); v(rate); v(sl);
+    v(tclass); v(hop_limit);
+  }
+};
+struct McastJoinRep {
+  std::array<uint8_t, 52> record{};  // the SA's MCMemberRecord as on the wire (MLID, Q_Key, MTU, ...)
+  template <class V> void visit(V& v) { v(record); }
+};
+struct McastLeaveReq {
+  uint8_t port = 1;
+  std::array<uint8_t, 16> mgid{};
+  template <class V> void visit(V& v) { v(port); v(mgid); }
+};
+// SERVICE_SET registers the ServiceRecord (IBA 15.2.5.14; ServiceGID 0:
+// the port's GID 0; a finite ServiceLease is renewed by ibd while the
+// connection lives); SERVICE_DELETE removes the registration named by the
+// record's ServiceID, ServiceGID and ServiceP_Key.
+struct ServiceReq {
+  uint8_t port = 1;
+  std::array<uint8_t, 176> record{};  // the ServiceRecord as on the wire
+  template <class V> void visit(V& v) { v(port); v(record); }
+};
+struct ServiceRep {
+  std::array<uint8_t, 176> record{};
+  template <class V> void visit(V& v) { v(record); }
 };
 
 // ---- codec ----------------------------------------------------------------

@@ -72,6 +72,12 @@ void add_limit_options(CLI::App& app, Limits& l) {
   app.add_option("--umad-max-outstanding", l.umad_max_outstanding,
                  "at most this many MAD requests awaiting a response per user-MAD agent")
       ->capture_default_str();
+  app.add_option("--client-max-mcast-joins", l.client_max_mcast_joins,
+                 "at most this many multicast groups joined per client (MCAST_JOIN; EDQUOT past it)")
+      ->capture_default_str();
+  app.add_option("--client-max-services", l.client_max_services,
+                 "at most this many services registered per client (SERVICE_SET; EDQUOT past it)")
+      ->capture_default_str();
 }
 
 Result<void> Quota::admit(uid_t uid) {

@@ -43,6 +43,10 @@ struct Limits {
   Usage per_uid;
   uint32_t hello_timeout_ms = 5000;  // 0: never closed for it
   uint32_t umad_max_outstanding = 256;  // per user-MAD agent (src/mad/layer.hpp)
+  // Per client: multicast groups joined and services registered through
+  // ibd's SA client (docs/sa.md), so no client makes ibd join without bound.
+  uint32_t client_max_mcast_joins = 64;
+  uint32_t client_max_services = 16;
   Limits();
 };
 

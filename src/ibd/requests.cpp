@@ -136,6 +136,10 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kUmadUnregister: return run(op_umad(c, m, done));
     case Op::kPathQuery: return run(op_path_query(c, m, done));
     case Op::kPathTable: return done(op_path_table(c, m));
+    case Op::kMcastJoin:
+    case Op::kMcastLeave:
+    case Op::kServiceSet:
+    case Op::kServiceDelete: return run(op_sa_member(c, m, done));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }
@@ -745,6 +749,55 @@ Result<Server::Reply> Server::op_path_table(Client& c, proto::Message& m) {
   r.payload = body(proto::PathTableRep{t->bytes(), t->slots()});
   r.fds.push_back(std::move(fd));
   return r;
+}
+
+// MCAST_JOIN, MCAST_LEAVE, SERVICE_SET, SERVICE_DELETE: joins and
+// service registrations the client owns (sa_service.hpp), within its
+// quota (quota.hpp: client_max_mcast_joins, client_max_services).
+Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
+  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
+  OPENIB_TRY(expect_fds(m, 0));
+  const Limits& l = quota_.limits();
+  switch (static_cast<Op>(m.header.op)) {
+    case Op::kMcastJoin: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::McastJoinReq>(m.body));
+      if (sa_->joins_of(c.id) >= l.client_max_mcast_joins)
+        return err(EDQUOT, "at most {} multicast groups per client (--client-max-mcast-joins)",
+                   l.client_max_mcast_joins);
+      sa_->mcast_join(c.id, req, guard<proto::McastJoinRep>([done = std::move(done)](auto r) mutable {
+        if (!r) return done(r.take_error());
+        done(Reply{body(*r), {}});
+      }));
+      return ok();
+    }
+    case Op::kServiceSet: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ServiceReq>(m.body));
+      // Registering a service for another GID would speak for another
+      // node: management, as the user-MAD service is (DESIGN.md).
+      if (!c.net_admin && std::any_of(req.record.begin() + 8, req.record.begin() + 24, [](uint8_t b) { return b; }))
+        return err(EPERM, "a ServiceGID other than 0 (the port's own) is for root or CAP_NET_ADMIN");
+      if (sa_->services_of(c.id) >= l.client_max_services)
+        return err(EDQUOT, "at most {} services per client (--client-max-services)", l.client_max_services);
+      sa_->service_set(c.id, req, guard<proto::ServiceRep>([done = std::move(done)](auto r) mutable {
+        if (!r) return done(r.take_error());
+        done(Reply{body(*r), {}});
+      }));
+      return ok();
+    }
+    case Op::kMcastLeave: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::McastLeaveReq>(m.body));
+      OPENIB_TRY(sa_->mcast_leave(c.id, req));
+      break;
+    }
+    case Op::kServiceDelete: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ServiceReq>(m.body));
+      OPENIB_TRY(sa_->service_delete(c.id, req));
+      break;
+    }
+    default: return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
+  }
+  done(Reply{});
+  return ok();
 }
 
 }  // namespace openib::ibd

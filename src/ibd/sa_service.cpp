@@ -25,12 +25,20 @@ SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uin
       umad_(umad),
       num_ports_(num_ports),
       cache_(querier_, clock_, cfg),
+      joins_(requester_),
+      services_(requester_, clock_),
+      regs_timer_(io),
       sweep_timer_(io),
       save_timer_(io),
       state_dir_(std::move(state_dir)) {
   querier_.self = this;
   cache_.set_change_callback([this](const sa::PathKey& k, const sa::PathRecord&, const std::optional<sa::PathRecord>&) {
     if (on_path_change_) on_path_change_(k.port(), k.query().pkey, k.dgid());
+  });
+  requester_.self = this;
+  joins_.set_change_handler([](uint8_t port, const sa::McMemberRecord& r) {
+    log::get("ibd")->info("sa: port {}: group {:016x}:{:016x} now has MLID {:#x}", port, sa::gid_prefix(r.mgid),
+                          sa::gid_guid(r.mgid), r.mlid);
   });
   for (uint8_t p = 1; p <= num_ports_; ++p) {
     // Where the SA is, asked anew for each query: PortInfo's MasterSMLID
@@ -77,12 +85,23 @@ void SaService::arm_sweep() {
     if (e || alive.expired()) return;
     cache_.sweep();
     cache_.revalidate_stale(kRevalidateBatch);
+    joins_.retry();
     arm_sweep();
+  });
+}
+
+void SaService::arm_regs_tick() {
+  regs_timer_.expires_after(std::chrono::seconds(1));
+  regs_timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& e) {
+    if (e || alive.expired()) return;
+    services_.tick();
+    arm_regs_tick();
   });
 }
 
 void SaService::start() {
   arm_sweep();
+  arm_regs_tick();
   if (!state_dir_.empty()) {
     for (auto& [p, c] : clients_) load(p);
     arm_save();
@@ -184,8 +203,9 @@ void SaService::port_event(uint8_t port, sa::Invalidation level) {
   });
 }
 
-// After a light event: ClassPortInfo, the trap subscriptions (IBA 14.4.11:
-// redone after ClientReregister) and the stale paths, asked again; not
+// After a light event: ClassPortInfo, the trap subscriptions, the joins
+// and service registrations (IBA 14.4.11: redone after ClientReregister)
+// and the stale paths, asked again; not
 // while the port is known to be short of Active (IBA 7.2: no GMPs before
 // Armed; the Active event brings the refresh).
 void SaService::refresh(uint8_t port) {
@@ -193,6 +213,103 @@ void SaService::refresh(uint8_t port) {
   if (sa::SaClient* c = client(port)) c->sm_changed();
   subscribe(port);
   cache_.revalidate_stale(kRevalidateBatch);
+  joins_.rejoin(port);
+  services_.reregister(port);
+}
+
+// ---- joins and services (sa/mcast_joins.hpp, sa/service_regs.hpp) ---------
+
+void SaService::Requester::sa_request(uint8_t port, const sa::SaRequest& req, sa::ByteVec record,
+                                      sa::SaAnswerFn done) {
+  sa::SaClient* c = self->client(port);
+  if (!c) return done(err(EINVAL, "no port {}", port));
+  c->query(req, record, std::move(done));
+}
+
+void SaService::Requester::port_gid(uint8_t port, std::function<void(Result<sa::Gid>)> done) {
+  self->hca_.query_port_async(port, [done = std::move(done), alive = std::weak_ptr<bool>(self->alive_)](
+                                        Result<hca::PortAttr> a) {
+    if (alive.expired()) return;
+    if (!a) return done(a.take_error());
+    done(sa::make_gid(a->gid_prefix, a->port_guid));
+  });
+}
+
+namespace {
+template <class T> void fail_later(asio::io_context& io, hca::Completer<Result<T>> done, Error e) {
+  asio::post(io, [d = std::move(done), e = std::move(e)]() mutable { d(std::move(e)); });
+}
+sa::Gid to_gid(const std::array<uint8_t, 16>& a) {
+  sa::Gid g;
+  std::copy(a.begin(), a.end(), g.begin());
+  return g;
+}
+}  // namespace
+
+void SaService::mcast_join(uint32_t owner, const proto::McastJoinReq& req,
+                           hca::Completer<Result<proto::McastJoinRep>> done) {
+  if (!client(req.port)) return fail_later(io_, std::move(done), err(EINVAL, "no port {}", req.port));
+  if (req.flags & ~proto::kMcastCreate)
+    return fail_later(io_, std::move(done), err(EINVAL, "unknown MCAST_JOIN flags {:#x}", req.flags));
+  sa::JoinRequest j;
+  j.port = req.port;
+  j.mgid = to_gid(req.mgid);
+  j.join_state = req.join_state;
+  j.create = req.flags & proto::kMcastCreate;
+  j.qkey = req.qkey;
+  j.sl = req.sl;
+  j.tclass = req.tclass;
+  j.flow_label = req.flow_label;
+  j.mtu = req.mtu;
+  j.rate = req.rate;
+  j.hop_limit = req.hop_limit;
+  auto shared = std::make_shared<hca::Completer<Result<proto::McastJoinRep>>>(std::move(done));
+  auto answer = [shared](Result<sa::McMemberRecord> r) {
+    if (!r) return (*shared)(r.take_error());
+    proto::McastJoinRep rep;
+    sa::encode_mcmember_record(std::as_writable_bytes(std::span(rep.record)), *r);
+    (*shared)(std::move(rep));
+  };
+  if (req.pkey) {
+    j.pkey = req.pkey;
+    return joins_.join(owner, j, std::move(answer));
+  }
+  // P_Key 0: the port's P_Key at index 0.
+  hca_.query_port_async(req.port, [this, owner, j, answer = std::move(answer),
+                                   alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) mutable {
+    if (alive.expired()) return answer(err(ECANCELED, "ibd is stopping"));
+    if (!a) return answer(a.take_error());
+    j.pkey = a->pkey0;
+    joins_.join(owner, j, std::move(answer));
+  });
+}
+
+Result<void> SaService::mcast_leave(uint32_t owner, const proto::McastLeaveReq& req) {
+  return joins_.leave(owner, req.port, to_gid(req.mgid));
+}
+
+void SaService::service_set(uint32_t owner, const proto::ServiceReq& req,
+                            hca::Completer<Result<proto::ServiceRep>> done) {
+  if (!client(req.port)) return fail_later(io_, std::move(done), err(EINVAL, "no port {}", req.port));
+  auto rec = sa::decode_service_record(std::as_bytes(std::span(req.record)));
+  if (!rec) return fail_later(io_, std::move(done), rec.take_error());
+  auto shared = std::make_shared<hca::Completer<Result<proto::ServiceRep>>>(std::move(done));
+  services_.register_service(owner, req.port, *rec, [shared](Result<sa::ServiceRecord> r) {
+    if (!r) return (*shared)(r.take_error());
+    proto::ServiceRep rep;
+    sa::encode_service_record(std::as_writable_bytes(std::span(rep.record)), *r);
+    (*shared)(std::move(rep));
+  });
+}
+
+Result<void> SaService::service_delete(uint32_t owner, const proto::ServiceReq& req) {
+  OPENIB_TRY_ASSIGN(sa::ServiceRecord rec, sa::decode_service_record(std::as_bytes(std::span(req.record))));
+  return services_.unregister(owner, req.port, rec.service_id, rec.service_gid, rec.service_pkey);
+}
+
+void SaService::client_gone(uint32_t owner) {
+  joins_.owner_gone(owner);
+  services_.owner_gone(owner);
 }
 
 // ---- the cache file (sa/cache_file.hpp) ------------------------------------
@@ -275,11 +392,13 @@ void SaService::arm_save() {
   });
 }
 
-// Traps 64 and 65 (GID in/out of service) for this port's SA client.
+// Traps 64 and 65 (GID in/out of service), 66 and 67 (multicast group
+// created/deleted) for this port's SA client.
 void SaService::subscribe(uint8_t port) {
   sa::SaClient* c = client(port);
   if (!c || !c->attached()) return;
-  for (uint16_t trap : {sa::gid_trap::kGidInService, sa::gid_trap::kGidOutOfService}) {
+  for (uint16_t trap : {sa::gid_trap::kGidInService, sa::gid_trap::kGidOutOfService, sa::gid_trap::kMcGroupCreated,
+                        sa::gid_trap::kMcGroupDeleted}) {
     c->subscribe(trap, true, [this, port, trap, alive = std::weak_ptr<bool>(alive_)](Result<void> r) {
       if (alive.expired()) return;
       if (r) {
@@ -297,6 +416,13 @@ void SaService::on_report(const mad::Notice& n) {
   auto t = sa::parse_gid_trap(n);
   if (!t) return;
   ++gid_reports_;
+  if (t->trap_number == sa::gid_trap::kMcGroupCreated || t->trap_number == sa::gid_trap::kMcGroupDeleted) {
+    ++(t->trap_number == sa::gid_trap::kMcGroupCreated ? mcast_created_reports_ : mcast_deleted_reports_);
+    log::get("ibd")->info("sa: trap {}: multicast group {:016x}:{:016x} {}", t->trap_number, sa::gid_prefix(t->gid),
+                          sa::gid_guid(t->gid), t->trap_number == sa::gid_trap::kMcGroupCreated ? "created" : "deleted");
+    if (on_mcast_trap_) on_mcast_trap_(t->trap_number, t->gid);
+    return;
+  }
   const bool acted = cache_.on_gid_trap(t->trap_number, t->gid);
   log::get("ibd")->info("sa: trap {} for GID {:016x}:{:016x}{}", t->trap_number, sa::gid_prefix(t->gid),
                         sa::gid_guid(t->gid), acted ? "" : " (ignored)");
@@ -317,6 +443,28 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
     out.emplace_back(name, sum);
   }
   const auto& k = cache_.counters();
+  const auto& j = joins_.counters();
+  const auto& v = services_.counters();
+  out.insert(out.end(), {{"sa_mcast_created_reports", mcast_created_reports_},
+                         {"sa_mcast_deleted_reports", mcast_deleted_reports_},
+                         {"mcast_groups", joins_.groups()},
+                         {"mcast_joins", j.joins},
+                         {"mcast_leaves", j.leaves},
+                         {"mcast_sets", j.sets},
+                         {"mcast_deletes", j.deletes},
+                         {"mcast_cached", j.cached},
+                         {"mcast_shared", j.shared},
+                         {"mcast_errors", j.errors},
+                         {"mcast_rejoins", j.rejoins},
+                         {"mcast_mlid_changes", j.mlid_changes},
+                         {"service_registrations", services_.size()},
+                         {"service_registered", v.registered},
+                         {"service_removed", v.removed},
+                         {"service_sets", v.sets},
+                         {"service_renewals", v.renewals},
+                         {"service_deletes", v.deletes},
+                         {"service_errors", v.errors},
+                         {"service_reregisters", v.reregisters}});
   out.insert(out.end(), {{"sa_gid_reports", gid_reports_},
                          {"sa_subscriptions", subscribed_},
                          {"sa_subscribe_errors", subscribe_errors_},

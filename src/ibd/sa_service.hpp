@@ -15,7 +15,15 @@
 // (InformInfo, IBA 13.4.8.3) when attached and again after a light event
 // (a new SM, or ClientReregister: IBA 14.4.11 asks for it); the Reports
 // feed the cache (trap 65 drops the GID's entries, 64 its negative ones).
-// What is not wired yet (the cache file, joins) is listed in docs/sa.md.
+// Traps 66 and 67 (multicast group created, deleted) are subscribed too,
+// counted and handed to an observer (set_mcast_trap_handler: IPoIB later).
+//
+// Multicast joins and service registrations (docs/sa.md "Multicast joins",
+// "Service registrations"): clients' MCAST_JOIN / SERVICE_SET through
+// sa::McastJoins and sa::ServiceRegs over the ports' SA clients, owned by
+// the client (left / deleted when it goes: client_gone()), redone at each
+// refresh after a light event (IBA 14.4.11); failed ones are retried every
+// 5 s, leases renewed by a 1 s tick.
 //
 // Expired entries (negative ones after their 2 s, positive ones past the
 // age ceiling) are freed every 5 s. A client has one request in flight at
@@ -53,8 +61,11 @@
 #include "hca/hca.hpp"
 #include "ibd/path_table_shm.hpp"
 #include "ibd/umad_service.hpp"
+#include "sa/mcast_joins.hpp"
 #include "sa/path_cache.hpp"
 #include "sa/sa_client.hpp"
+#include "sa/sa_requester.hpp"
+#include "sa/service_regs.hpp"
 
 namespace openib::ibd {
 
@@ -103,6 +114,23 @@ class SaService {
   // none: (port, the key's P_Key, the key's DGID).
   using PathChangeFn = std::function<void(uint8_t port, uint16_t pkey, const sa::Gid& dgid)>;
   void set_path_change_handler(PathChangeFn fn) { on_path_change_ = std::move(fn); }
+  // MCAST_JOIN for client `owner`: the SA's MCMemberRecord. EINVAL: no
+  // such port, bad flags or JoinState, not a multicast GID; EREMOTEIO:
+  // the SA refused (its status named); the SA client's errors otherwise.
+  void mcast_join(uint32_t owner, const proto::McastJoinReq& req, hca::Completer<Result<proto::McastJoinRep>> done);
+  // MCAST_LEAVE: ENOENT if the client is no member of the group.
+  Result<void> mcast_leave(uint32_t owner, const proto::McastLeaveReq& req);
+  // SERVICE_SET: the SA's echo of the record. SERVICE_DELETE: ENOENT if
+  // the client did not register it.
+  void service_set(uint32_t owner, const proto::ServiceReq& req, hca::Completer<Result<proto::ServiceRep>> done);
+  Result<void> service_delete(uint32_t owner, const proto::ServiceReq& req);
+  // The client went: its joins left, its registrations deleted.
+  void client_gone(uint32_t owner);
+  size_t joins_of(uint32_t owner) const { return joins_.memberships(owner); }
+  size_t services_of(uint32_t owner) const { return services_.registrations(owner); }
+  // Each trap 66 / 67 Report (multicast group created / deleted) with its MGID.
+  using McastTrapFn = std::function<void(uint16_t trap, const sa::Gid& mgid)>;
+  void set_mcast_trap_handler(McastTrapFn f) { on_mcast_trap_ = std::move(f); }
 
   // Flat name -> value pairs for INFO's counters (sa.*, path_cache.*).
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;
@@ -114,7 +142,14 @@ class SaService {
     void query_path(const sa::PathKey& key, sa::PathAnswerFn done) override;
   };
 
+  struct Requester final : sa::SaRequester {  // joins' and services' SA: the port's client
+    SaService* self = nullptr;
+    void sa_request(uint8_t port, const sa::SaRequest& req, sa::ByteVec record, sa::SaAnswerFn done) override;
+    void port_gid(uint8_t port, std::function<void(Result<sa::Gid>)> done) override;
+  };
+
   sa::SaClient* client(uint8_t port);
+  void arm_regs_tick();
   void subscribe(uint8_t port);
   void load(uint8_t port);
   void save_port(uint8_t port);
@@ -131,10 +166,15 @@ class SaService {
   uint8_t num_ports_;
   std::map<uint8_t, std::unique_ptr<sa::SaClient>> clients_;
   PortQuerier querier_;
+  Requester requester_;
   sa::SteadyClock clock_;
   std::unique_ptr<PathTableShm> table_;  // before cache_: the cache's observer writes it to the end
   sa::PathCache cache_;
   PathChangeFn on_path_change_;
+  sa::McastJoins joins_;
+  sa::ServiceRegs services_;
+  McastTrapFn on_mcast_trap_;
+  boost::asio::steady_timer regs_timer_;  // lease renewals (ServiceRegs::tick)
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
   boost::asio::steady_timer save_timer_;
   std::string state_dir_;
@@ -145,6 +185,7 @@ class SaService {
   std::map<uint8_t, std::string> saved_sig_;   // per port: what the last save wrote
   uint64_t loaded_ = 0, load_errors_ = 0, saves_ = 0, save_errors_ = 0;
   uint64_t subscribed_ = 0, subscribe_errors_ = 0, gid_reports_ = 0;
+  uint64_t mcast_created_reports_ = 0, mcast_deleted_reports_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -383,6 +383,9 @@ void Server::disconnect(uint32_t id, const std::string& why) {
                  why, c.objects.size(), c.busy ? " after its request in flight" : "", c.stats.requests,
                  c.stats.errors);
   departing_.emplace(id, std::move(owned));
+  // Its multicast joins left, its services deleted; a join it still waits
+  // for is answered (ECANCELED) now, to the departing client.
+  if (sa_) sa_->client_gone(id);
   continue_teardown(id);
 }
 

@@ -151,6 +151,7 @@ class Server {
   Result<Reply> op_path_table(Client& c, proto::Message& m);
   // A cached path changed (SaService's path-change handler).
   void on_path_change(uint8_t port, uint16_t pkey, const sa::Gid& dgid);
+  Result<void> op_sa_member(Client& c, proto::Message& m, Respond& done);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the
   // client's table, also when the client left meanwhile (its teardown then

@@ -2,22 +2,9 @@
 // 15.2.1.1).
 #include "sa/path_query.hpp"
 
-#include <array>
-
 #include "mad/mad.hpp"
 
 namespace openib::sa {
-
-namespace {
-
-const char* sa_status_name(std::uint8_t code) {
-  static constexpr std::array<const char*, 8> kNames = {
-      "OK", "ERR_NO_RESOURCES", "ERR_REQ_INVALID", "ERR_NO_RECORDS", "ERR_TOO_MANY_RECORDS",
-      "ERR_REQ_INVALID_GID", "ERR_REQ_INSUFFICIENT_COMPONENTS", "ERR_REQ_DENIED"};
-  return code < kNames.size() ? kNames[code] : "unknown SA status";
-}
-
-}  // namespace
 
 Result<Mad> make_path_query(const PathKey& key, std::uint64_t tid, std::uint64_t sm_key) {
   ByteVec rec(kPathRecordBytes);

@@ -1,6 +1,8 @@
 // SA MAD header and record walking, IBA 15.2.1.1.
 #include "sa/sa_mad.hpp"
 
+#include <array>
+
 #include "mad/mad.hpp"
 #include "mad/rmpp.hpp"
 
@@ -80,6 +82,28 @@ Result<std::vector<ConstBytes>> sa_records(ConstBytes answer) {
   if (stride == 0) return out;
   for (std::size_t off = 0; off + stride <= data.size(); off += stride) out.push_back(data.subspan(off, stride));
   return out;
+}
+
+const char* sa_status_name(std::uint8_t code) {
+  static constexpr std::array<const char*, 8> kNames = {
+      "OK", "ERR_NO_RESOURCES", "ERR_REQ_INVALID", "ERR_NO_RECORDS", "ERR_TOO_MANY_RECORDS",
+      "ERR_REQ_INVALID_GID", "ERR_REQ_INSUFFICIENT_COMPONENTS", "ERR_REQ_DENIED"};
+  return code < kNames.size() ? kNames[code] : "unknown SA status";
+}
+
+Result<ConstBytes> sa_answer_record(ConstBytes answer, std::uint16_t attr_id) {
+  OPENIB_TRY_ASSIGN(mad::MadHeader h, mad::decode_header(answer));
+  if (h.mgmt_class != mad::mgmt_class::kSubnAdm || !mad::is_response(h.method) || h.attr_id != attr_id)
+    return err(EPROTO, "not an answer about attribute {:#x}: class {:#x} method {:#x} attribute {:#x}", attr_id,
+               h.mgmt_class, h.method, h.attr_id);
+  if (h.status & mad::status::kBusy) return err(EBUSY, "SA busy (MAD status {:#06x})", h.status);
+  if (h.status & mad::status::kRedirect) return err(EREMCHG, "SA redirects (MAD status {:#06x})", h.status);
+  if (h.status & 0x001C) return err(EREMOTEIO, "SA refused the request (MAD status {:#06x})", h.status);
+  if (const std::uint8_t code = sa_status_code(h.status); code != 0)
+    return err(EREMOTEIO, "SA answered {} (MAD status {:#06x})", sa_status_name(code), h.status);
+  OPENIB_TRY_ASSIGN(std::vector<ConstBytes> recs, sa_records(answer));
+  if (recs.empty()) return err(EPROTO, "SA answer without a record");
+  return recs[0];
 }
 
 }  // namespace openib::sa

@@ -84,6 +84,8 @@ inline constexpr std::uint8_t kReqInsufficientComponents = 6;
 inline constexpr std::uint8_t kReqDenied = 7;
 }  // namespace status
 constexpr std::uint8_t sa_status_code(std::uint16_t mad_status) { return static_cast<std::uint8_t>(mad_status >> 8); }
+// "ERR_NO_RECORDS" and the others, as IBA 15.2.1.1 Table 187 names them.
+const char* sa_status_name(std::uint8_t code);
 
 // ---- requests and answers -----------------------------------------------
 struct SaRequest {
@@ -106,5 +108,12 @@ Result<Mad> make_sa_request(const SaRequest& req, ConstBytes record);
 // means none, IBA 15.2.1.1). Each span is the stride long (record + pad).
 // EPROTO if the answer is shorter than its headers.
 Result<std::vector<ConstBytes>> sa_records(ConstBytes answer);
+
+// The one record of an answer to a Set or Delete of attribute `attr_id`
+// (IBA 15.2.1.1: the SA echoes the record as it now stands): EPROTO if
+// the answer is not an SA response to that attribute or holds no record,
+// EBUSY / EREMCHG for MAD status BUSY / redirect, EREMOTEIO naming the SA
+// status for any other error status (ERR_NO_RECORDS included).
+Result<ConstBytes> sa_answer_record(ConstBytes answer, std::uint16_t attr_id);
 
 }  // namespace openib::sa

@@ -1,6 +1,7 @@
 // ibdctl: asks ibd for its INFO (docs/client-protocol.md "INFO") and prints
 // it as tables, or as raw JSON with --json (docs/operations.md "ibdctl");
-// `ibdctl path GID` asks ibd's path cache for a PathRecord (PATH_QUERY).
+// `ibdctl path GID` asks ibd's path cache for a PathRecord (PATH_QUERY);
+// `ibdctl mcast join`, `ibdctl service set` are in ibdctl_sa.cpp.
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -15,11 +16,12 @@
 
 #include "clientproto/socket.hpp"
 #include "sa/path_record.hpp"
+#include "tools/ibdctl.hpp"
 
 using namespace openib;
 using nlohmann::json;
 
-namespace {
+namespace openib::ibdctl {
 
 Result<UniqueFd> connect_to(const std::string& path) {
   sockaddr_un a{};
@@ -47,6 +49,13 @@ Result<proto::Bytes> call(int fd, proto::Op op, uint32_t seq, const proto::Bytes
                std::string(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()));
   return proto::Bytes(r.payload.begin(), r.payload.end());
 }
+
+}  // namespace openib::ibdctl
+
+namespace {
+
+using ibdctl::call;
+using ibdctl::connect_to;
 
 std::string cell(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -147,6 +156,14 @@ int main(int argc, char** argv) {
   // As libopenib and our libibumad: $OPENIB_SOCKET, else the default.
   const char* env_socket = std::getenv("OPENIB_SOCKET");
   std::string socket = env_socket && *env_socket ? env_socket : proto::kDefaultSocket;
+  // `mcast` and `service`: joins and registrations (ibdctl_sa.cpp).
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--socket") ++i;  // its value
+    if (a.starts_with("-")) continue;
+    if (a == "mcast" || a == "service") return ibdctl::sa_member_main(argc, argv, socket);
+    break;
+  }
   std::string what = "devices";
   bool as_json = false;
   CLI::App app{"ibdctl: status of ibd (devices, ports, clients, objects, counters)"};

@@ -46,5 +46,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   round_trip<CreateAhReq>(in);
   round_trip<AsyncEventsRep>(in);
   round_trip<InfoReq>(in);
+  round_trip<McastJoinReq>(in);
+  round_trip<McastJoinRep>(in);
+  round_trip<McastLeaveReq>(in);
+  round_trip<ServiceReq>(in);
+  round_trip<ServiceRep>(in);
   return 0;
 }

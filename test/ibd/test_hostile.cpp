@@ -958,6 +958,101 @@ long long counter_in(const std::string& json, const std::string& key) {
 }
 }  // namespace
 
+// MCAST_JOIN, MCAST_LEAVE, SERVICE_SET, SERVICE_DELETE (docs/client-protocol.md
+// "Multicast joins and services"): malformed bodies and bad arguments are
+// refused; without an SM each join fails (ENETUNREACH) and leaves nothing
+// joined; a leave or delete of what the client does not hold is ENOENT;
+// past the per-client quota, EDQUOT before anything is asked.
+TEST_CASE("MCAST_JOIN / SERVICE_SET: malformed, unanswerable and over-quota requests get errors", "[hostile][sa]") {
+  TempDir dir;
+  IbdOptions opts;
+  opts.extra_args = {"--client-max-services=0"};
+  Ibd ibd(dir.path(), "a", opts);
+  Raw r(ibd.socket());
+  r.hello();
+  proto::McastJoinReq j;
+  j.mgid = {0xff, 0x12, 0x12, 0x34, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  j.flags = proto::kMcastCreate;
+  proto::McastLeaveReq l;
+  l.mgid = j.mgid;
+  proto::ServiceReq sv;
+  // Short and long bodies of each op.
+  const std::vector<std::pair<Op, proto::Bytes>> bodies = {{Op::kMcastJoin, proto::encode(j)},
+                                                           {Op::kMcastLeave, proto::encode(l)},
+                                                           {Op::kServiceSet, proto::encode(sv)},
+                                                           {Op::kServiceDelete, proto::encode(sv)}};
+  for (const auto& [op, b] : bodies) {
+    for (size_t n : {size_t{0}, size_t{1}, b.size() - 1}) {
+      auto o = r.call_bytes(static_cast<uint16_t>(op), std::span(b.data(), n));
+      INFO(proto::op_name(static_cast<uint16_t>(op)) << " body of " << n << " bytes: " << o.str());
+      CHECK((o.kind == Outcome::kReplied && o.reply.status == EPROTO));
+    }
+    auto longer = b;
+    longer.push_back(std::byte{0});
+    CHECK(r.call_bytes(static_cast<uint16_t>(op), longer).reply.status == EPROTO);
+  }
+  // The SA client attaches once ibd's MAD layer is up (ENODEV before).
+  REQUIRE(wait_until([&] { return r.call(Op::kMcastJoin, j).reply.status != ENODEV; }, 10s));
+  // Bad port, flags, JoinState, a GID that is not multicast.
+  for (auto mut : std::vector<std::function<void(proto::McastJoinReq&)>>{
+           [](proto::McastJoinReq& x) { x.port = 0; }, [](proto::McastJoinReq& x) { x.port = 9; },
+           [](proto::McastJoinReq& x) { x.flags = 0x80000000u; }, [](proto::McastJoinReq& x) { x.join_state = 0; },
+           [](proto::McastJoinReq& x) { x.join_state = 0x18; }, [](proto::McastJoinReq& x) { x.mgid[0] = 0xfe; }}) {
+    proto::McastJoinReq bad = j;
+    mut(bad);
+    auto o = r.call(Op::kMcastJoin, bad);
+    INFO(o.str());
+    CHECK((o.kind == Outcome::kReplied && o.reply.status == EINVAL));
+  }
+  // No SM: ENETUNREACH for every join; none stays.
+  for (int i = 0; i < 300; ++i) {
+    j.mgid[15] = static_cast<uint8_t>(i);
+    j.mgid[14] = static_cast<uint8_t>(i >> 8);
+    auto o = r.call(Op::kMcastJoin, j);
+    INFO("join " << i << ": " << o.str());
+    REQUIRE(o.kind == Outcome::kReplied);
+    REQUIRE(o.reply.status == ENETUNREACH);
+  }
+  // Nothing held: leave and delete are ENOENT.
+  CHECK(r.call(Op::kMcastLeave, l).reply.status == ENOENT);
+  CHECK(r.call(Op::kServiceDelete, sv).reply.status == ENOENT);
+  // Services: a quota of 0 (--client-max-services=0): EDQUOT at once.
+  auto q = r.call(Op::kServiceSet, sv);
+  INFO(q.str());
+  CHECK(q.reply.status == EDQUOT);
+  // ibd still serves this client and others; nothing joined or registered.
+  Raw other(ibd.socket());
+  other.hello();
+  CHECK(other.call(Op::kInfo, proto::InfoReq{}).reply.status == 0);
+  auto info = ibdctl(ibd.socket(), "counters");
+  CHECK(counter_in(info.out, "mcast_groups") == 0);
+  CHECK(counter_in(info.out, "service_registrations") == 0);
+  CHECK(counter_in(info.out, "mcast_errors") >= 300);  // each Set failed, none kept
+}
+
+// A client may join at most --client-max-mcast-joins groups: past it,
+// EDQUOT before anything is asked of the SA.
+TEST_CASE("MCAST_JOIN past the client's quota is EDQUOT", "[hostile][sa]") {
+  TempDir dir;
+  IbdOptions opts;
+  opts.extra_args = {"--client-max-mcast-joins=0"};
+  Ibd ibd(dir.path(), "a", opts);
+  Raw r(ibd.socket());
+  r.hello();
+  proto::McastJoinReq j;
+  j.mgid = {0xff, 0x12, 0x12, 0x34, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  for (int i = 0; i < 100; ++i) {
+    j.mgid[15] = static_cast<uint8_t>(i);
+    auto o = r.call(Op::kMcastJoin, j);
+    INFO(o.str());
+    REQUIRE(o.reply.status == EDQUOT);
+  }
+  auto info = ibdctl(ibd.socket(), "counters");
+  CHECK(counter_in(info.out, "mcast_joins") == 0);
+  CHECK(counter_in(info.out, "mcast_groups") == 0);
+}
+
+
 TEST_CASE("a bad path cache file is logged and ignored; ibd serves", "[hostile][sa]") {
   // A file of our magic and version 1 whose body is cut short, one of
   // version 9, random bytes, and a directory in the file's place.

@@ -98,6 +98,31 @@ TEST_CASE("a controlled Q_Key (bit 31) is EPERM for user nobody, allowed for roo
   REQUIRE(ibd.alive());
 }
 
+// SERVICE_SET (docs/client-protocol.md §12): a user registers services
+// for its port's own GID only (ServiceGID 0); another GID is EPERM for
+// nobody, allowed for root (who then meets no SM here: ENETUNREACH).
+TEST_CASE("a ServiceRecord for another GID is EPERM for user nobody", "[hostile][privilege][sa]") {
+  TempDir dir;
+  Ibd ibd(dir.path(), "a", IbdOptions{});
+  const std::string sock = ibd.socket();
+  proto::ServiceReq foreign;
+  foreign.record[8] = 0xfe;  // ServiceGID (bytes 8..23) fe80::...:1
+  foreign.record[9] = 0x80;
+  foreign.record[23] = 1;
+  const proto::ServiceReq own;  // ServiceGID 0: the port's
+  auto set = [&](const proto::ServiceReq& r) {
+    Conn c(sock);
+    if (c.hello(5s) != 0) return -2;
+    return c.call(Op::kServiceSet, proto::encode(r), {}, 10s);
+  };
+  auto nobody = run_as_nobody([&] { return std::vector<int>{set(foreign), set(own)}; });
+  REQUIRE(nobody.size() == 2);
+  CHECK(nobody[0] == EPERM);
+  CHECK(nobody[1] != EPERM);
+  CHECK(set(foreign) != EPERM);
+  REQUIRE(ibd.alive());
+}
+
 // ibd closes the fds of a request it refuses (or that it no longer needs).
 // A TCP socket with SO_LINGER and unsent data blocks its last close for the
 // linger time: on ibd's loop that would stall every client. The test gives

@@ -89,6 +89,36 @@ TEST_CASE("bodies: fields in visit order, exact length required", "[clientproto]
   CHECK(mb->attr.av.dlid == 0xbeef);
 }
 
+// docs/client-protocol.md §12: the multicast and service bodies' layouts.
+TEST_CASE("MCAST_JOIN and SERVICE_SET bodies: sizes and offsets as documented", "[clientproto]") {
+  CHECK(body_size<McastJoinReq>() == 37);
+  CHECK(body_size<McastJoinRep>() == 52);
+  CHECK(body_size<McastLeaveReq>() == 17);
+  CHECK(body_size<ServiceReq>() == 177);
+  CHECK(body_size<ServiceRep>() == 176);
+  McastJoinReq j;
+  j.port = 2;
+  j.join_state = 4;
+  j.pkey = 0x8001;
+  j.flags = kMcastCreate;
+  j.mgid[0] = 0xff;
+  j.qkey = 0x11223344;
+  j.hop_limit = 9;
+  const auto b = u8(encode(j));
+  CHECK(b[0] == 2);
+  CHECK(b[1] == 4);
+  CHECK(b[2] == 0x01);
+  CHECK(b[3] == 0x80);
+  CHECK(b[4] == 1);
+  CHECK(b[8] == 0xff);
+  CHECK(b[24] == 0x44);
+  CHECK(b[36] == 9);
+  auto back = decode<McastJoinReq>(encode(j));
+  REQUIRE(back.ok());
+  CHECK(back->qkey == 0x11223344);
+  CHECK(back->mgid == j.mgid);
+}
+
 TEST_CASE("replies: status then payload or message", "[clientproto]") {
   Bytes ok_reply = encode_reply(0, encode(HandleRep{9}));
   auto v = decode_reply(ok_reply);

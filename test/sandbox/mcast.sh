@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Issue 15's multicast joins and service registrations on the sandbox
+# (scripts/sandbox.sh, net.2sw2path4hca, Debian's OpenSM): ibd's joins
+# (ibdctl mcast join --hold) seen by `saquery -m`, its ServiceRecords
+# (ibdctl service set --hold) by `saquery -S`, both gone when the holder
+# ends, both back after OpenSM restarts; traps 66/67 counted.
+#   mcast.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
+# shellcheck source=lib.sh
+source "$here/lib.sh"
+sandbox_test sbm 198.18.20 mcast-test
+ibdctl=$build/src/tools/ibdctl
+
+field() { sb run "$1" ibstat simhca0 1 | awk -F': ' -v k="$2" '$1 ~ k {print $2}'; }
+gid_of() {
+  local g
+  g=$(field "$1" "Port GUID")
+  g=${g#0x}
+  printf 'fe80::%x:%x:%x:%x' $((16#${g:0:4})) $((16#${g:4:4})) $((16#${g:8:4})) $((16#${g:12:4}))
+}
+counter() { "$ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" counters | awk -v k="$2" '$1 == k {print $2}'; }
+
+# hold NAME HOST ARGS...: `ibdctl ARGS --hold` on HOST's ibd in the
+# background, its stdin a FIFO the test keeps open; waits (10 s) for its
+# one line. ${held[NAME]} is its PID.
+declare -A held
+hold() {
+  local name=$1 host=$2 fifo=$OPENIB_SANDBOX/$1.fifo
+  shift 2
+  mkfifo "$fifo"
+  OPENIB_SOCKET=$OPENIB_SANDBOX/$host/ibd.sock "$ibdctl" "$@" --hold <>"$fifo" >"$OPENIB_SANDBOX/$name.out" 2>&1 &
+  held[$name]=$!
+  for _ in $(seq 100); do
+    [[ -s $OPENIB_SANDBOX/$name.out ]] && break
+    kill -0 "${held[$name]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "^joined\|^registered" "$OPENIB_SANDBOX/$name.out" || fail "ibdctl $* on $host: $(cat "$OPENIB_SANDBOX/$name.out")"
+}
+# release NAME [SIGNAL]: ends a holder (TERM: it leaves / deletes itself;
+# KILL: ibd does it as the connection goes).
+release() {
+  kill -"${2:-TERM}" "${held[$1]}" 2>/dev/null || true
+  wait "${held[$1]}" 2>/dev/null || true
+  unset "held[$1]"
+}
+cleanup_holders() {
+  for p in "${held[@]}"; do kill "$p" 2>/dev/null || true; done
+  sandbox_cleanup
+}
+trap cleanup_holders EXIT
+
+# until_sa HOST OPTION PATTERN present|absent: waits (at most 15 s) until
+# `saquery OPTION` on HOST shows (or no longer shows) a record matching the
+# regex PATTERN; records are joined into one line each. OpenSM shows members
+# (PortGid, JoinState) only to a trusted query: its default SM_Key, 1.
+records() { sb run "$1" saquery --smkey 1 "$2" 2>/dev/null | awk '/dump:$/ {if (r) print r; r=""; next} {gsub(/[ \t]+/, " "); r = r $0} END {if (r) print r}'; }
+until_sa() {
+  for _ in $(seq 75); do
+    if records "$1" "$2" | grep -qE "$3"; then [[ $4 == present ]] && return 0
+    else [[ $4 == absent ]] && return 0; fi
+    sleep 0.2
+  done
+  return 1
+}
+
+sb up "$topo" --sm Hca1 || fail "sandbox up"
+for h in Hca1 Hca2 Hca3 Hca4; do
+  for _ in $(seq 50); do [[ $(field $h State) == Active ]] && break; sleep 0.2; done
+  [[ $(field $h State) == Active ]] || fail "$h port 1 is $(field $h State)"
+done
+gid2=$(gid_of Hca2)
+gid3=$(gid_of Hca3)
+mgid=ff12:1234:ffff::1
+# saquery prints the MGID and PortGid in full IPv6 notation.
+full() { python3 -c 'import ipaddress,sys; print(ipaddress.IPv6Address(sys.argv[1]).exploded)' "$1"; }
+# A member line of group $mgid for port GID $1 (saquery -m's fields).
+member_re() { echo "MGID\.*($mgid|$(full $mgid)) .*PortGid\.*($1|$(full "$1")) "; }
+
+# --- one host joins: the group is created, Hca2 a FullMember --------------
+for _ in $(seq 50); do (($(counter Hca2 sa_subscriptions) >= 4)) && break; sleep 0.2; done
+created0=$(counter Hca2 sa_mcast_created_reports)
+hold j2 Hca2 mcast join "$mgid" --qkey 0x1234
+until_sa Hca4 -m "$(member_re "$gid2")" present || fail "saquery -m has no member $gid2 of $mgid: $(records Hca4 -m)"
+line=$(records Hca4 -m | grep -E "$(member_re "$gid2")")
+# ScopeState: scope in bits 7:4, JoinState in bits 3:0 (FullMember 1).
+grep -qE "ScopeState\.*0x[0-9a-f]?1 " <<<"$line" ||
+  fail "Hca2's membership is not FullMember: $line"
+grep -q "^joined .* qkey 0x1234 " "$OPENIB_SANDBOX/j2.out" || fail "join answer: $(cat "$OPENIB_SANDBOX/j2.out")"
+ok "Hca2 joined $mgid: saquery -m shows PortGid $gid2 FullMember ($(cat "$OPENIB_SANDBOX/j2.out"))"
+for _ in $(seq 50); do (($(counter Hca2 sa_mcast_created_reports) > created0)) && break; sleep 0.2; done
+(($(counter Hca2 sa_mcast_created_reports) > created0)) || fail "no trap 66 Report counted on Hca2"
+ok "trap 66 (group created) Report counted: sa_mcast_created_reports $(counter Hca2 sa_mcast_created_reports)"
+
+# --- a second host joins; the first leaves; the group stays ---------------
+hold j3 Hca3 mcast join "$mgid" --qkey 0x1234
+until_sa Hca4 -m "$(member_re "$gid3")" present || fail "saquery -m has no member $gid3: $(records Hca4 -m)"
+release j2 TERM
+until_sa Hca4 -m "$(member_re "$gid2")" absent || fail "Hca2 still a member after its leave: $(records Hca4 -m)"
+records Hca4 -m | grep -qE "$(member_re "$gid3")" || fail "Hca3's membership went with Hca2's leave: $(records Hca4 -m)"
+ok "Hca3 joined too; Hca2 left (MCAST_LEAVE): the group stays with Hca3"
+
+# --- a ServiceRecord, with a lease ibd renews ------------------------------
+hold s2 Hca2 service set --id 0x10000ce1 --name openib-mcast-test --lease 4
+until_sa Hca4 -S "ServiceName\.*openib-mcast-test" present || fail "saquery -S lacks the service: $(records Hca4 -S)"
+records Hca4 -S | grep "openib-mcast-test" | grep -qE "ServiceGID\.*($gid2|$(full "$gid2"))" ||
+  fail "the ServiceRecord's GID is not Hca2's: $(records Hca4 -S | grep openib-mcast-test)"
+sleep 6  # past its 4 s lease: still there, renewed
+records Hca4 -S | grep -q "openib-mcast-test" || fail "the service lapsed: its 4 s lease was not renewed"
+(($(counter Hca2 service_renewals) >= 1)) || fail "no lease renewal counted on Hca2"
+ok "ServiceRecord set by Hca2 in saquery -S, its 4 s lease renewed ($(counter Hca2 service_renewals) renewals)"
+
+# --- OpenSM restarted: the join and the registration come back -------------
+rejoins0=$(counter Hca3 mcast_rejoins)
+sb sm Hca1 stop
+sb sm Hca1 start || fail "OpenSM on Hca1 again"
+until_sa Hca4 -m "$(member_re "$gid3")" present || fail "Hca3's join not redone after OpenSM restarted: $(records Hca4 -m)
+$(grep -E 'sa:' "$OPENIB_SANDBOX/Hca3/ibd.log" | tail -20)"
+until_sa Hca4 -S "ServiceName\.*openib-mcast-test" present || fail "the service not registered again: $(records Hca4 -S)"
+(($(counter Hca3 mcast_rejoins) > rejoins0)) || fail "Hca3 counted no rejoin"
+ok "OpenSM restarted: Hca3's join and Hca2's ServiceRecord are back in saquery"
+
+# --- the holders killed: ibd leaves and deletes for them --------------------
+deleted0=$(counter Hca2 sa_mcast_deleted_reports)
+release s2 KILL
+until_sa Hca4 -S "ServiceName\.*openib-mcast-test" absent || fail "the service outlived its client: $(records Hca4 -S)"
+release j3 KILL
+until_sa Hca4 -m "MGID\.*($mgid|$(full $mgid)) " absent || fail "the group outlived its members: $(records Hca4 -m)"
+ok "holders killed: ibd deleted the ServiceRecord and left the group (it is gone)"
+for _ in $(seq 50); do (($(counter Hca2 sa_mcast_deleted_reports) > deleted0)) && break; sleep 0.2; done
+(($(counter Hca2 sa_mcast_deleted_reports) > deleted0)) || fail "no trap 67 Report counted on Hca2"
+ok "trap 67 (group deleted) Report counted: sa_mcast_deleted_reports $(counter Hca2 sa_mcast_deleted_reports)"
+echo "PASS: multicast joins and ServiceRecords through OpenSM's SA"
+exit 0

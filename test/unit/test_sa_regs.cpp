@@ -1,0 +1,501 @@
+// Multicast joins (src/sa/mcast_joins.hpp) and service registrations
+// (src/sa/service_regs.hpp) over a fake SA: what is asked of the SA, with
+// which JoinState bits and components, and what the owners get back.
+#include <catch2/catch.hpp>
+
+#include <deque>
+#include <optional>
+
+#include "mad/mad.hpp"
+#include "sa/mcast_joins.hpp"
+#include "sa/service_regs.hpp"
+
+using namespace openib;
+using namespace openib::sa;
+using namespace std::chrono_literals;
+
+namespace {
+
+const Gid kPortGid = make_gid(0xfe80000000000000ull, 0x0002c90300000001ull);
+const Gid kMgid = make_gid(0xff12601bffff0000ull, 0x1);
+const Gid kMgid2 = make_gid(0xff12601bffff0000ull, 0x2);
+
+// An SA that keeps each request until the test answers it.
+class FakeSa final : public SaRequester {
+ public:
+  struct Req {
+    std::uint8_t port;
+    SaRequest req;
+    ByteVec record;
+    SaAnswerFn done;
+  };
+  void sa_request(std::uint8_t port, const SaRequest& req, ByteVec record, SaAnswerFn done) override {
+    asked.push_back({port, req, std::move(record), std::move(done)});
+  }
+  void port_gid(std::uint8_t, std::function<void(Result<Gid>)> done) override { done(kPortGid); }
+
+  // Answers the oldest request: its record echoed (as the SA does), with
+  // `edit` applied, and SA status `sa_status`.
+  template <class Edit>
+  void answer(std::uint8_t sa_status, Edit edit) {
+    REQUIRE(!asked.empty());
+    Req r = std::move(asked.front());
+    asked.pop_front();
+    ByteVec rec = r.record;
+    edit(rec);
+    SaRequest resp = r.req;
+    resp.method = mad::response_method(r.req.method);
+    auto m = make_sa_request(resp, rec);
+    REQUIRE(m);
+    mad::put16(*m, 4, static_cast<std::uint16_t>(sa_status << 8));
+    r.done(ByteVec(m->begin(), m->end()));
+  }
+  void answer() {
+    answer(0, [](ByteVec&) {});
+  }
+  void fail(Error e) {
+    REQUIRE(!asked.empty());
+    Req r = std::move(asked.front());
+    asked.pop_front();
+    r.done(std::move(e));
+  }
+  McMemberRecord front_mcm() const {
+    auto r = decode_mcmember_record(asked.front().record);
+    REQUIRE(r);
+    return *r;
+  }
+  ServiceRecord front_sr() const {
+    auto r = decode_service_record(asked.front().record);
+    REQUIRE(r);
+    return *r;
+  }
+  std::deque<Req> asked;
+};
+
+// The SA's answer to a join: an MLID and the group's parameters.
+void with_mlid(ByteVec& rec, std::uint16_t mlid) {
+  auto r = decode_mcmember_record(rec);
+  REQUIRE(r);
+  r->mlid = mlid;
+  r->mtu = 4;
+  encode_mcmember_record(rec, *r);
+}
+
+JoinRequest join_of(std::uint8_t state, const Gid& mgid = kMgid) {
+  JoinRequest j;
+  j.mgid = mgid;
+  j.join_state = state;
+  return j;
+}
+
+struct Got {
+  std::optional<Result<McMemberRecord>> r;
+  McastJoins::JoinFn fn() {
+    return [this](Result<McMemberRecord> x) { r = std::move(x); };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a join asks SubnAdmSet(MCMemberRecord) with MGID, PortGID, JoinState and hands back the SA's record",
+          "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got a;
+  joins.join(7, join_of(join_state::kFullMember), a.fn());
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kSet);
+  CHECK(sa.asked[0].req.attr_id == attr::kMcMemberRecord);
+  CHECK(sa.asked[0].req.comp_mask == (mcm_mask::kMgid | mcm_mask::kPortGid | mcm_mask::kJoinState));
+  const McMemberRecord q = sa.front_mcm();
+  CHECK(q.mgid == kMgid);
+  CHECK(q.port_gid == kPortGid);
+  CHECK(q.join_state == join_state::kFullMember);
+  CHECK(!a.r);
+  sa.answer(0, [](ByteVec& b) { with_mlid(b, 0xC001); });
+  REQUIRE(a.r);
+  REQUIRE(*a.r);
+  CHECK((*a.r)->mlid == 0xC001);
+  CHECK(joins.joined_state(1, kMgid) == join_state::kFullMember);
+  CHECK(joins.memberships(7) == 1);
+}
+
+TEST_CASE("a creating join selects Q_Key, P_Key, SL, FlowLabel, TClass, and MTU/rate exactly when given",
+          "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  JoinRequest j = join_of(join_state::kFullMember);
+  j.create = true;
+  j.qkey = 0x1234;
+  j.pkey = 0xFFFF;
+  j.sl = 1;
+  j.mtu = 4;
+  Got a;
+  joins.join(1, j, a.fn());
+  REQUIRE(sa.asked.size() == 1);
+  const std::uint64_t m = sa.asked[0].req.comp_mask;
+  for (std::uint64_t bit : {mcm_mask::kMgid, mcm_mask::kPortGid, mcm_mask::kJoinState, mcm_mask::kQKey,
+                            mcm_mask::kPKey, mcm_mask::kSl, mcm_mask::kFlowLabel, mcm_mask::kTClass,
+                            mcm_mask::kMtuSelector, mcm_mask::kMtu})
+    CHECK((m & bit) != 0);
+  CHECK((m & (mcm_mask::kRate | mcm_mask::kRateSelector | mcm_mask::kMlid)) == 0);
+  const McMemberRecord q = sa.front_mcm();
+  CHECK(q.qkey == 0x1234);
+  CHECK(q.pkey == 0xFFFF);
+  CHECK(q.sl == 1);
+  CHECK(q.mtu_selector == 2);
+  CHECK(q.mtu == 4);
+}
+
+TEST_CASE("joins of one group share the request out; the port's bits are the union of its members'", "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got a, b, c;
+  joins.join(1, join_of(join_state::kFullMember), a.fn());
+  joins.join(2, join_of(join_state::kFullMember), b.fn());
+  REQUIRE(sa.asked.size() == 1);  // b waits for a's Set
+  sa.answer(0, [](ByteVec& r) { with_mlid(r, 0xC002); });
+  REQUIRE(a.r);
+  REQUIRE(b.r);
+  CHECK((*b.r)->mlid == 0xC002);
+  CHECK(sa.asked.empty());
+  CHECK(joins.counters().shared == 1);
+
+  // A third member asking bits the port lacks: one more Set, of the union.
+  joins.join(3, join_of(join_state::kSendOnlyNonMember), c.fn());
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.front_mcm().join_state == (join_state::kFullMember | join_state::kSendOnlyNonMember));
+  sa.answer(0, [](ByteVec& r) { with_mlid(r, 0xC002); });
+  REQUIRE(c.r);
+  CHECK(*c.r);
+
+  // A join the port's bits already cover is answered at once.
+  Got d;
+  joins.join(4, join_of(join_state::kFullMember), d.fn());
+  CHECK(sa.asked.empty());
+  REQUIRE(d.r);
+  CHECK((*d.r)->mlid == 0xC002);
+  CHECK(joins.counters().cached == 1);
+  CHECK(joins.counters().sets == 2);
+}
+
+TEST_CASE("a leave deletes only the JoinState bits no member needs any more", "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got a, b;
+  joins.join(1, join_of(join_state::kFullMember), a.fn());
+  sa.answer();
+  joins.join(2, join_of(join_state::kNonMember), b.fn());
+  sa.answer();
+  REQUIRE(joins.joined_state(1, kMgid) == (join_state::kFullMember | join_state::kNonMember));
+
+  // Owner 2 leaves: NonMember goes, FullMember stays.
+  REQUIRE(joins.leave(2, 1, kMgid));
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kDelete);
+  CHECK(sa.front_mcm().join_state == join_state::kNonMember);
+  CHECK(sa.front_mcm().port_gid == kPortGid);
+  sa.answer();
+  CHECK(joins.joined_state(1, kMgid) == join_state::kFullMember);
+  CHECK(joins.groups() == 1);
+
+  // Not a member: ENOENT, nothing sent.
+  auto again = joins.leave(2, 1, kMgid);
+  REQUIRE(!again);
+  CHECK(again.error().code == ENOENT);
+  CHECK(sa.asked.empty());
+
+  // The last member: the rest goes and the group is forgotten.
+  REQUIRE(joins.leave(1, 1, kMgid));
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.front_mcm().join_state == join_state::kFullMember);
+  sa.answer();
+  CHECK(joins.groups() == 0);
+}
+
+TEST_CASE("two members with the same bits: the first to leave sends nothing", "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got a, b;
+  joins.join(1, join_of(join_state::kFullMember), a.fn());
+  joins.join(2, join_of(join_state::kFullMember), b.fn());
+  sa.answer();
+  REQUIRE(joins.leave(1, 1, kMgid));
+  CHECK(sa.asked.empty());
+  CHECK(joins.joined_state(1, kMgid) == join_state::kFullMember);
+}
+
+TEST_CASE("an SA refusal reaches the waiting joins as EREMOTEIO naming the status; nothing stays joined",
+          "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got a, b;
+  joins.join(1, join_of(join_state::kFullMember), a.fn());
+  joins.join(2, join_of(join_state::kFullMember), b.fn());
+  sa.answer(status::kReqInvalid, [](ByteVec&) {});
+  REQUIRE(a.r);
+  REQUIRE(!*a.r);
+  CHECK(a.r->error().code == EREMOTEIO);
+  CHECK(a.r->error().message.find("ERR_REQ_INVALID") != std::string::npos);
+  REQUIRE(b.r);
+  CHECK(!*b.r);
+  CHECK(joins.groups() == 0);
+  CHECK(joins.memberships(1) == 0);
+  CHECK(sa.asked.empty());
+  // A timeout is passed on as it is.
+  Got c;
+  joins.join(3, join_of(join_state::kFullMember), c.fn());
+  sa.fail(err(ETIMEDOUT, "no answer"));
+  REQUIRE(c.r);
+  CHECK(c.r->error().code == ETIMEDOUT);
+}
+
+TEST_CASE("bad joins are refused without asking the SA", "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got a, b, c;
+  joins.join(1, join_of(0), a.fn());
+  joins.join(1, join_of(join_state::kSendOnlyFullMember), b.fn());
+  joins.join(1, join_of(join_state::kFullMember, make_gid(0xfe80000000000000ull, 1)), c.fn());
+  for (Got* g : {&a, &b, &c}) {
+    REQUIRE(g->r);
+    CHECK(g->r->error().code == EINVAL);
+  }
+  CHECK(sa.asked.empty());
+  CHECK(joins.groups() == 0);
+}
+
+TEST_CASE("rejoin after ClientReregister asks again for every group of the port, creation components included",
+          "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  std::vector<std::uint16_t> changed;
+  joins.set_change_handler([&](std::uint8_t, const McMemberRecord& r) { changed.push_back(r.mlid); });
+  JoinRequest j = join_of(join_state::kFullMember);
+  j.create = true;
+  j.qkey = 0x55;
+  Got a, b, c;
+  joins.join(1, j, a.fn());
+  sa.answer(0, [](ByteVec& r) { with_mlid(r, 0xC001); });
+  joins.join(2, join_of(join_state::kNonMember, kMgid2), b.fn());
+  sa.answer(0, [](ByteVec& r) { with_mlid(r, 0xC002); });
+  JoinRequest other_port = join_of(join_state::kFullMember);
+  other_port.port = 2;
+  joins.join(3, other_port, c.fn());
+  sa.answer();
+  REQUIRE(sa.asked.empty());
+
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 2);
+  CHECK(sa.asked[0].port == 1);
+  CHECK(sa.asked[1].port == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kSet);
+  CHECK((sa.asked[0].req.comp_mask & mcm_mask::kQKey) != 0);  // the group may have to be created again
+  CHECK(sa.front_mcm().qkey == 0x55);
+  CHECK(sa.front_mcm().join_state == join_state::kFullMember);
+  sa.answer(0, [](ByteVec& r) { with_mlid(r, 0xC00A); });  // a new SM gave another MLID
+  sa.fail(err(ETIMEDOUT, "no answer"));
+  CHECK(changed == std::vector<std::uint16_t>{0xC00A});
+  CHECK(joins.counters().rejoins == 2);
+  // The failed rejoin: kept, asked again by retry() (and only then).
+  CHECK(joins.memberships(2) == 1);
+  CHECK(sa.asked.empty());
+  joins.retry();
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.front_mcm().mgid == kMgid2);
+  CHECK(sa.front_mcm().join_state == join_state::kNonMember);
+  sa.answer();
+  CHECK(joins.joined_state(1, kMgid2) == join_state::kNonMember);
+}
+
+TEST_CASE("rejoin while a Set is out asks again once it is answered", "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got a;
+  joins.join(1, join_of(join_state::kFullMember), a.fn());
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 1);
+  sa.answer();
+  CHECK(a.r);
+  REQUIRE(sa.asked.size() == 1);  // the answer may predate the new SM
+  sa.answer();
+  CHECK(sa.asked.empty());
+}
+
+TEST_CASE("an owner gone leaves its groups; its waiting join is cancelled", "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got a, b, c;
+  joins.join(1, join_of(join_state::kFullMember), a.fn());
+  sa.answer();
+  joins.join(1, join_of(join_state::kNonMember, kMgid2), b.fn());
+  joins.join(2, join_of(join_state::kFullMember), c.fn());  // answered from the port's bits
+  REQUIRE(c.r);
+  joins.owner_gone(1);
+  REQUIRE(b.r);
+  CHECK(b.r->error().code == ECANCELED);
+  CHECK(joins.memberships(1) == 0);
+  // kMgid keeps owner 2: nothing to delete there. kMgid2's Set is out;
+  // once answered, its bits are deleted.
+  REQUIRE(sa.asked.size() == 1);
+  sa.answer();
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kDelete);
+  CHECK(sa.front_mcm().mgid == kMgid2);
+  sa.answer();
+  CHECK(joins.groups() == 1);
+}
+
+TEST_CASE("destroying the joins cancels waiting joins; late answers are dropped", "[sa][mcast]") {
+  FakeSa sa;
+  Got a;
+  {
+    McastJoins joins(sa);
+    joins.join(1, join_of(join_state::kFullMember), a.fn());
+  }
+  REQUIRE(a.r);
+  CHECK(a.r->error().code == ECANCELED);
+  sa.answer();  // nothing to reach
+}
+
+// ---- service registrations -------------------------------------------------
+
+namespace {
+
+class FakeClock final : public Clock {
+ public:
+  time_point now() const override { return t; }
+  time_point t{std::chrono::hours(1)};
+};
+
+ServiceRecord service(std::uint64_t id, std::uint32_t lease) {
+  ServiceRecord r;
+  r.service_id = id;
+  r.service_pkey = 0xFFFF;
+  r.service_lease = lease;
+  r.service_name = "openib-test";
+  return r;
+}
+
+struct GotSr {
+  std::optional<Result<ServiceRecord>> r;
+  ServiceRegs::SetFn fn() {
+    return [this](Result<ServiceRecord> x) { r = std::move(x); };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a registration is a SubnAdmSet(ServiceRecord) with the port's GID; the SA's echo comes back",
+          "[sa][service]") {
+  FakeSa sa;
+  FakeClock clock;
+  ServiceRegs regs(sa, clock);
+  GotSr a;
+  regs.register_service(5, 1, service(0x1000, kInfiniteLease), a.fn());
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kSet);
+  CHECK(sa.asked[0].req.attr_id == attr::kServiceRecord);
+  const std::uint64_t m = sa.asked[0].req.comp_mask;
+  for (std::uint64_t bit : {sr_mask::kServiceId, sr_mask::kServiceGid, sr_mask::kServicePKey, sr_mask::kServiceLease,
+                            sr_mask::kServiceName, sr_mask::data64(1)})
+    CHECK((m & bit) != 0);
+  CHECK((m & (1ull << 3)) == 0);
+  CHECK(sa.front_sr().service_gid == kPortGid);
+  CHECK(sa.front_sr().service_name == "openib-test");
+  sa.answer();
+  REQUIRE(a.r);
+  REQUIRE(*a.r);
+  CHECK((*a.r)->service_id == 0x1000);
+  // No lease: nothing to renew, ever.
+  clock.t += 24h;
+  regs.tick();
+  CHECK(sa.asked.empty());
+}
+
+TEST_CASE("a finite lease is renewed at half of it while the registration lives", "[sa][service]") {
+  FakeSa sa;
+  FakeClock clock;
+  ServiceRegs regs(sa, clock);
+  GotSr a;
+  regs.register_service(5, 1, service(0x1000, 20), a.fn());
+  sa.answer();
+  clock.t += 9s;
+  regs.tick();
+  CHECK(sa.asked.empty());
+  clock.t += 1s;
+  regs.tick();
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.front_sr().service_lease == 20);
+  regs.tick();  // one renewal out at a time
+  CHECK(sa.asked.size() == 1);
+  sa.answer();
+  CHECK(regs.counters().renewals == 1);
+  clock.t += 10s;
+  regs.tick();
+  CHECK(sa.asked.size() == 1);
+  sa.fail(err(ETIMEDOUT, "no answer"));
+  // A failed renewal is asked again at the next tick.
+  regs.tick();
+  REQUIRE(sa.asked.size() == 1);
+  sa.answer();
+  CHECK(regs.size() == 1);
+  // Gone: deleted, and no renewal after it.
+  REQUIRE(regs.unregister(5, 1, 0x1000, Gid{}, 0xFFFF));
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kDelete);
+  CHECK(sa.asked[0].req.comp_mask == (sr_mask::kServiceId | sr_mask::kServiceGid | sr_mask::kServicePKey));
+  CHECK(sa.front_sr().service_gid == kPortGid);
+  sa.answer();
+  clock.t += 1h;
+  regs.tick();
+  CHECK(sa.asked.empty());
+}
+
+TEST_CASE("an owner gone: its registrations deleted, another owner's kept; a key held by another is EEXIST",
+          "[sa][service]") {
+  FakeSa sa;
+  FakeClock clock;
+  ServiceRegs regs(sa, clock);
+  GotSr a, b, c;
+  regs.register_service(1, 1, service(0x1, kInfiniteLease), a.fn());
+  sa.answer();
+  regs.register_service(2, 1, service(0x2, kInfiniteLease), b.fn());
+  sa.answer();
+  regs.register_service(2, 1, service(0x1, kInfiniteLease), c.fn());
+  REQUIRE(c.r);
+  CHECK(c.r->error().code == EEXIST);
+  CHECK(sa.asked.empty());
+  regs.owner_gone(1);
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kDelete);
+  CHECK(sa.front_sr().service_id == 0x1);
+  sa.answer();
+  CHECK(regs.size() == 1);
+  CHECK(regs.registrations(2) == 1);
+  CHECK(!regs.unregister(1, 1, 0x2, Gid{}, 0xFFFF));  // not the owner's
+}
+
+TEST_CASE("reregister sets every registration of the port again; a refusal is told and not kept",
+          "[sa][service]") {
+  FakeSa sa;
+  FakeClock clock;
+  ServiceRegs regs(sa, clock);
+  GotSr a, b;
+  regs.register_service(1, 1, service(0x1, kInfiniteLease), a.fn());
+  sa.answer();
+  regs.reregister(2);
+  CHECK(sa.asked.empty());
+  regs.reregister(1);
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kSet);
+  sa.answer();
+  CHECK(regs.counters().reregisters == 1);
+
+  regs.register_service(1, 1, service(0x9, kInfiniteLease), b.fn());
+  sa.answer(status::kReqDenied, [](ByteVec&) {});
+  REQUIRE(b.r);
+  CHECK(b.r->error().code == EREMOTEIO);
+  CHECK(b.r->error().message.find("ERR_REQ_DENIED") != std::string::npos);
+  CHECK(regs.size() == 1);
+}
