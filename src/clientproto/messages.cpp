@@ -35,6 +35,8 @@ const char* op_name(uint16_t op) {
     case Op::kUmadRegister: return "UMAD_REGISTER";
     case Op::kUmadUnregister: return "UMAD_UNREGISTER";
     case Op::kPathQuery: return "PATH_QUERY";
+    case Op::kPathList: return "PATH_LIST";
+    case Op::kPathFlush: return "PATH_FLUSH";
   }
   return "UNKNOWN";
 }

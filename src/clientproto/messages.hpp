@@ -69,9 +69,10 @@ enum class Op : uint16_t {
   kUmadUnregister = 26, // HandleReq (agent id) -> Empty
   // Path records (docs/client-protocol.md "Path records"; docs/sa.md).
   kPathQuery = 27,      // PathQueryReq -> PathRep
+  kPathList = 29,       // PathListReq -> UTF-8 JSON text, one page
+  kPathFlush = 30,      // PathFlushReq -> PathFlushRep (root or CAP_NET_ADMIN)
   // Reserved (issue 15, being written): 28 PATH_TABLE (the shared table's
-  // fd), 29 PATH_LIST, 30 PATH_FLUSH, 31 MCAST_JOIN, 32 MCAST_LEAVE,
-  // 33 SERVICE_SET, 34 SERVICE_DELETE.
+  // fd), 31 MCAST_JOIN, 32 MCAST_LEAVE, 33 SERVICE_SET, 34 SERVICE_DELETE.
 };
 const char* op_name(uint16_t op);
 
@@ -363,6 +364,28 @@ struct PathRep {
   uint8_t source = kPathFromSa;
   std::array<uint8_t, 64> record{};  // the PathRecord as on the wire (IBA 15.2.5.16)
   template <class V> void visit(V& v) { v(source); v(record); }
+};
+
+// PATH_LIST: the path cache's entries (port 0: every port's) in (port,
+// DGID, P_Key, key) order, from index `start` on, as JSON; the reply says
+// where the next page starts (docs/client-protocol.md "Path records").
+struct PathListReq {
+  uint8_t port = 0;
+  uint32_t start = 0;
+  template <class V> void visit(V& v) { v(port); v(start); }
+};
+// PATH_FLUSH: drops the port's entries (port 0: every port's), only those
+// for `dgid` with kPathFlushDgid.
+inline constexpr uint32_t kPathFlushDgid = 1;
+struct PathFlushReq {
+  uint8_t port = 0;
+  uint32_t flags = 0;
+  std::array<uint8_t, 16> dgid{};
+  template <class V> void visit(V& v) { v(port); v(flags); v(dgid); }
+};
+struct PathFlushRep {
+  uint32_t dropped = 0;  // entries dropped
+  template <class V> void visit(V& v) { v(dropped); }
 };
 
 // ---- codec ----------------------------------------------------------------

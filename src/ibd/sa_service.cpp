@@ -318,6 +318,8 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
                          {"path_cache_invalidations_heavy", k.heavy},
                          {"path_cache_gid_out", k.gid_out},
                          {"path_cache_gid_in", k.gid_in},
+                         {"path_cache_flushed", k.flushed},
+                         {"path_cache_evicted", k.evicted},
                          {"path_cache_restored", loaded_},
                          {"path_cache_load_errors", load_errors_},
                          {"path_cache_saves", saves_},

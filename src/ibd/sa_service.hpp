@@ -15,7 +15,7 @@
 // (InformInfo, IBA 13.4.8.3) when attached and again after a light event
 // (a new SM, or ClientReregister: IBA 14.4.11 asks for it); the Reports
 // feed the cache (trap 65 drops the GID's entries, 64 its negative ones).
-// What is not wired yet (the cache file, joins) is listed in docs/sa.md.
+// What is not wired yet (joins) is listed in docs/sa.md.
 //
 // Expired entries (negative ones after their 2 s, positive ones past the
 // age ceiling) are freed every 5 s. A client has one request in flight at
@@ -37,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,14 @@ class SaService {
   void lid_changed(uint8_t port, uint16_t lid);
   // PORT_STATE_CHANGE: to Down normal, to Init/Armed/Active light.
   void port_state(uint8_t port, uint8_t state);
+
+  // PATH_LIST (path_list.cpp): one page of the cache's entries as JSON
+  // text of at most `max_bytes` (but one entry), from index `start` of
+  // the sorted list; port 0: every port's.
+  std::string list_json(uint8_t port, uint32_t start, size_t max_bytes) const;
+  // PATH_FLUSH: drops the port's entries (0: every port's), or only
+  // `dgid`'s; returns how many (PathCache::flush).
+  size_t flush(uint8_t port, const std::optional<sa::Gid>& dgid);
 
   // Flat name -> value pairs for INFO's counters (sa.*, path_cache.*).
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;

@@ -148,6 +148,8 @@ class Server {
   Result<void> op_umad(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_umad_sync(Client& c, proto::Message& m, Respond& done);
   Result<void> op_path_query(Client& c, proto::Message& m, Respond& done);
+  Result<Reply> op_path_list(Client& c, proto::Message& m);
+  Result<Reply> op_path_flush(Client& c, proto::Message& m);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the
   // client's table, also when the client left meanwhile (its teardown then
