@@ -171,6 +171,39 @@ $theirs"
   done
 done
 ok "ibd's paths between all $pairs pairs of hosts equal saquery's (DLID, SLID, SL, MTU, rate, lifetime)"
+# --- ibdctl paths: the cache listed, and flushed (PATH_LIST, PATH_FLUSH) ---
+ctl() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" "${@:2}" 2>&1; }
+out=$(ctl Hca1 paths) || fail "ibdctl paths on Hca1: $out"
+for b in Hca2 Hca3 Hca4; do
+  # A row: PORT DGID PKEY DLID SL MTU RATE STATE AGE_S
+  awk -v g="${gids[$b]}" -v l="${lid[$b]}" '$1 == 1 && $2 == g && $3 == "0xffff" && $4 == l && $8 == "fresh"' <<<"$out" |
+    grep -q . || fail "ibdctl paths on Hca1 lacks the path to $b (${gids[$b]}, LID ${lid[$b]}):
+$out"
+done
+json=$(ctl Hca1 paths --json) || fail "ibdctl paths --json: $json"
+listed=$(python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["total"] == len(j["paths"]), j
+print(" ".join(sorted("%s=%d" % (p["dgid"], p["dlid"]) for p in j["paths"] if p["state"] == "fresh")))' <<<"$json") ||
+  fail "ibdctl paths --json does not parse as its JSON: $json"
+want=$(for b in Hca2 Hca3 Hca4; do echo "${gids[$b]}=${lid[$b]}"; done | sort | xargs)
+[[ $listed == "$want" ]] || fail "ibdctl paths --json lists '$listed', expected '$want'"
+m0=$(counter Hca1 path_cache_misses)
+out=$(ctl Hca1 paths flush "${gids[Hca3]}") || fail "ibdctl paths flush ${gids[Hca3]}: $out"
+[[ $out == "1 entries dropped" ]] || fail "flush of Hca3's GID: $out"
+! ctl Hca1 paths | grep -q "${gids[Hca3]}" || fail "Hca3's path still listed after its flush"
+out=$(path Hca1 "${gids[Hca2]}") || fail "ibdctl path Hca1 -> Hca2: $out"
+[[ $(val source <<<"$out") == cache ]] || fail "the flush of Hca3's GID dropped Hca2's path too: $out"
+out=$(path Hca1 "${gids[Hca3]}") || fail "ibdctl path Hca1 -> Hca3 after the flush: $out"
+[[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "${lid[Hca3]}" ]] || fail "path to Hca3 after its flush: $out"
+(($(counter Hca1 path_cache_misses) == m0 + 1 && $(counter Hca1 path_cache_flushed) == 1)) ||
+  fail "misses $m0 -> $(counter Hca1 path_cache_misses), flushed $(counter Hca1 path_cache_flushed) after one flush and one lookup"
+out=$(ctl Hca1 paths flush --port 1) || fail "ibdctl paths flush: $out"
+[[ $out == "3 entries dropped" ]] || fail "flush of all: $out"
+total=$(ctl Hca1 paths --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["total"])')
+[[ $total == 0 ]] || fail "$total paths listed after a flush of all"
+ok "ibdctl paths lists Hca1's paths (table, --json); flush of one DGID makes its next lookup a miss, flush of all empties the cache"
 # A GID nobody has: "no path" from the SA, then from the negative entry.
 nobody=fe80::dead:beef:0:1
 if out=$(path Hca2 $nobody); then fail "a path to $nobody: $out"; fi
