@@ -27,6 +27,11 @@
 // rename), every 30 s when they changed and when ibd stops; at start the
 // file is loaded, checked against the port's subnet prefix, and its
 // entries restored stale, so they answer at once and are revalidated.
+// The file is tagged with the SM's port GUID too (learned by a NodeRecord
+// query for the SM's LID once the port is Active): a file from another SM
+// is loaded (at start the SM is not known yet), and once the SM is known
+// and is another one, the port's entries are dropped (normal), counted
+// in path_cache_other_sm: another SM may have given other LIDs.
 //
 // Single-threaded on ibd's io_context.
 #pragma once
@@ -111,6 +116,8 @@ class SaService {
   void save_port(uint8_t port);
   void arm_save();
   void refresh(uint8_t port);
+  void learn_sm(uint8_t port);
+  void sm_known(uint8_t port, uint64_t guid);
   void on_report(const mad::Notice& n);
   void arm_sweep();
 
@@ -130,6 +137,9 @@ class SaService {
   std::map<uint8_t, std::unique_ptr<boost::asio::steady_timer>> refresh_;
   std::map<uint8_t, uint64_t> subnet_prefix_;  // per port, as last read (the file's tag)
   std::map<uint8_t, std::string> saved_sig_;   // per port: what the last save wrote
+  std::map<uint8_t, uint64_t> sm_guid_;        // per port: the SM's port GUID (the file's tag)
+  std::map<uint8_t, uint64_t> file_sm_guid_;   // per port: the loaded file's, until the SM is known
+  uint64_t other_sm_ = 0, sm_lookups_failed_ = 0;
   uint64_t loaded_ = 0, load_errors_ = 0, saves_ = 0, save_errors_ = 0;
   uint64_t subscribed_ = 0, subscribe_errors_ = 0, gid_reports_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
