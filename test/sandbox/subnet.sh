@@ -247,6 +247,10 @@ ok "Hca4's cable pulled: trap 65 dropped Hca2's path to it; back: trap 64 droppe
 sb sm Hca1 stop
 sb restart Hca2 || fail "restarting Hca2's ibd"
 [[ -s $OPENIB_SANDBOX/Hca2/path-cache-port1.bin ]] || fail "Hca2's ibd saved no path cache in $OPENIB_SANDBOX/Hca2"
+# The file's tag (docs/sa.md "Cache file"): bytes 24..31, the SM's port
+# GUID, learned by a NodeRecord query for the SM's LID: Hca1's.
+tag=$(od -An -tx1 -j24 -N8 "$OPENIB_SANDBOX/Hca2/path-cache-port1.bin" | tr -d ' \n')
+[[ 0x$tag == "$(field Hca1 "Port GUID")" ]] || fail "Hca2's cache file is tagged with SM port GUID 0x$tag, the SM is Hca1 ($(field Hca1 "Port GUID"))"
 waitfor 10 Hca2 path_cache_restored 2 || fail "Hca2 restored $(counter Hca2 path_cache_restored) paths, expected at least 2"
 for h in Hca3 Hca4; do
   out=$(path Hca2 "${gids[$h]}") || fail "ibdctl path Hca2 -> $h after the restart, no SM: $out"
@@ -258,7 +262,8 @@ sb sm Hca1 start || fail "OpenSM on Hca1 again"
 for _ in $(seq 150); do [[ $(field Hca2 State) == Active ]] && break; sleep 0.2; done
 [[ $(field Hca2 State) == Active ]] || fail "Hca2 is $(field Hca2 State) after its ibd restarted"
 waitfor 30 Hca2 path_cache_revalidations 1 || fail "the restored paths were not revalidated"
-ok "Hca2's ibd restarted with OpenSM stopped: $(counter Hca2 path_cache_restored) paths restored from its file and served; revalidated once OpenSM was back"
+[[ $(counter Hca2 path_cache_other_sm) == 0 ]] || fail "Hca2 took OpenSM on Hca1 for another SM than its file's"
+ok "Hca2's ibd restarted with OpenSM stopped: $(counter Hca2 path_cache_restored) paths restored from its file (tagged with SM 0x$tag) and served; revalidated once OpenSM was back"
 
 # --- a cable pulled: trap 128, OpenSM resweeps ----------------------------
 sweeps() { grep -c -- "-> SUBNET UP" "$OPENIB_SANDBOX/opensm.log" || true; }
@@ -307,5 +312,21 @@ ok "the SM change made Hca2's paths stale: served from the cache and revalidated
 out=$(path Hca2 --fresh "$(gid_of Hca1)") || fail "ibdctl path --fresh under the new SM: $out"
 [[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "${lid[Hca1]}" ]] || fail "path Hca2 -> Hca1 under the new SM: $out"
 ok "ibd's SA client asks the new SM on Hca3"
+
+# --- a cache file from another SM: its paths go once the SM is known ------
+# Hca2's file is now tagged with Hca3's SM; with OpenSM back on Hca1
+# instead, the restored paths are dropped, not served until revalidated.
+tag_of() { od -An -tx1 -j24 -N8 "$OPENIB_SANDBOX/Hca2/path-cache-port1.bin" | tr -d ' \n'; }
+sb sm Hca3 stop
+sb restart Hca2 || fail "restarting Hca2's ibd"
+[[ 0x$(tag_of) == "$(field Hca3 "Port GUID")" ]] || fail "Hca2's file is tagged 0x$(tag_of), the SM was Hca3"
+waitfor 10 Hca2 path_cache_restored 1 || fail "Hca2 restored no paths"
+sb sm Hca1 start || fail "OpenSM on Hca1 again"
+waitfor 30 Hca2 path_cache_other_sm 1 || fail "Hca2 did not see that its file came from another SM"
+for _ in $(seq 150); do [[ $(field Hca2 State) == Active ]] && break; sleep 0.2; done
+out=$(path Hca2 "${gids[Hca4]}") || fail "ibdctl path Hca2 -> Hca4 under Hca1's SM: $out"
+[[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "$(lid_of Hca4)" ]] ||
+  fail "path Hca2 -> Hca4 after the file from another SM: $out"
+ok "a cache file tagged with Hca3's SM, loaded while Hca1's SM runs: its paths dropped (path_cache_other_sm), asked anew"
 echo "PASS: net.2sw2path4hca through OpenSM and infiniband-diags"
 exit 0
