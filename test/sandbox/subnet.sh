@@ -22,8 +22,6 @@ pings_back() {
   done
   return 1
 }
-field() { sb run "$1" ibstat simhca0 "${3:-1}" | awk -F': ' -v k="$2" '$1 ~ k {print $2}'; }
-lid_of() { field "$1" "Base lid"; }
 
 sb up "$topo" --sm Hca1 || fail "sandbox up"
 
@@ -85,8 +83,6 @@ out=$(sb run Hca4 saquery -p) || fail "saquery -p: $out"
 out=$(sb run Hca4 saquery -m) || fail "saquery -m: $out"
 grep -q "MCMemberRecord" <<<"$out" || fail "saquery -m: $out"
 # ibd's MAD layers did the RMPP: OpenSM's answers segmented on Hca1, reassembled on Hca4.
-ibdctl_counters() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" counters; }
-counter() { ibdctl_counters "$1" | awk -v k="$2" '$1 == k {print $2}'; }
 (($(counter Hca1 mad_port1_rmpp_sent) >= 3)) || fail "Hca1's MAD layer sent $(counter Hca1 mad_port1_rmpp_sent) RMPP messages"
 (($(counter Hca4 mad_port1_rmpp_received) >= 3)) || fail "Hca4's MAD layer reassembled $(counter Hca4 mad_port1_rmpp_received)"
 ok "saquery -N (6 NodeRecords), -p, -m: multi-MAD RMPP responses ($(counter Hca4 mad_port1_rmpp_received) reassembled on Hca4)"
@@ -125,15 +121,6 @@ rc_pingpong Hca1 Hca4 "$OPENIB_SANDBOX_NET.10" 200
 ok "RC pingpong Hca4 -> Hca1 across Switch2 and Switch1: 200 x 4 KiB"
 
 # --- ibd's SA client and path cache (docs/sa.md "In ibd") -----------------
-# The port GID fe80::GUID of a host, as ibstat gives its Port GUID.
-gid_of() {
-  local g
-  g=$(field "$1" "Port GUID")
-  g=${g#0x}
-  printf 'fe80::%x:%x:%x:%x' $((16#${g:0:4})) $((16#${g:4:4})) $((16#${g:8:4})) $((16#${g:12:4}))
-}
-path() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" path "${@:2}" 2>&1; }
-val() { awk -v k="$1" '$1 == k {print $2}'; }
 out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path Hca2 -> Hca3: $out"
 [[ $(val dlid <<<"$out") == "${lid[Hca3]}" && $(val slid <<<"$out") == "${lid[Hca2]}" ]] ||
   fail "path Hca2 -> Hca3 is not LID ${lid[Hca2]} -> ${lid[Hca3]}: $out"
@@ -146,27 +133,14 @@ out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path, second lookup: $out"
 ((q0 >= 1 && $(counter Hca2 sa_class_port_info) >= 1)) || fail "Hca2's SA client: $q0 queries, $(counter Hca2 sa_class_port_info) ClassPortInfo"
 ok "ibd's path cache: Hca2 -> Hca3 is LID ${lid[Hca2]} -> ${lid[Hca3]} from OpenSM's SA, then from the cache"
 # Every host to every other: what ibd's SA client got is what saquery
-# prints for the same SGID-DGID pair (DLID, SLID, SL, MTU, rate, lifetime).
-sq() { awk -F'[.]+' -v k="$2" '$1 ~ "^[ \t]*" k "$" {print $2}' <<<"$1"; }
+# prints for the same SGID-DGID pair (lib.sh same_path).
 declare -A gids
 for h in Hca1 Hca2 Hca3 Hca4; do gids[$h]=$(gid_of $h); done
 pairs=0
 for a in Hca1 Hca2 Hca3 Hca4; do
   for b in Hca1 Hca2 Hca3 Hca4; do
     [[ $a == "$b" ]] && continue
-    mine=$(path $a "${gids[$b]}") || fail "ibdctl path $a -> $b: $mine"
-    theirs=$(sb run $a saquery -p --sgid-to-dgid "${gids[$a]}-${gids[$b]}") || fail "saquery -p $a -> $b: $theirs"
-    [[ $(val dlid <<<"$mine") == "$(sq "$theirs" dlid)" && $(val slid <<<"$mine") == "$(sq "$theirs" slid)" ]] ||
-      fail "$a -> $b: ibd's path and saquery's differ in LIDs:
-$mine
-$theirs"
-    [[ $(val sl <<<"$mine") == $(($(sq "$theirs" sl))) &&
-       $(val mtu <<<"$mine") == $((128 << ($(sq "$theirs" mtu) & 63))) &&
-       $(val rate <<<"$mine") == $(($(sq "$theirs" rate) & 63)) &&
-       $(val packet_life_time <<<"$mine") == $(($(sq "$theirs" pkt_life) & 63)) ]] ||
-      fail "$a -> $b: ibd's path and saquery's differ in SL, MTU, rate or lifetime:
-$mine
-$theirs"
+    same_path $a $b
     pairs=$((pairs + 1))
   done
 done
