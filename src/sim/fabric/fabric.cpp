@@ -374,9 +374,10 @@ std::string Fabric::counters(std::string_view only) const {
   if (!only.empty() && !any) return fmt::format("error: no switch \"{}\" in this fabric\n", only);
   for (const auto& l : udp_) {
     const LinkStats ls = l->stats();
-    out += fmt::format("cable {} tx {} rx {} bad_crc {} malformed {} foreign {} tx_errors {}\n", l->name(),
-                       ls.tx_packets, ls.rx_packets, ls.rx_dropped_bad_crc, ls.rx_dropped_malformed,
-                       ls.rx_dropped_foreign, ls.tx_errors);
+    // injected_drops: --faults drop (docs/cables.md "Fault injection").
+    out += fmt::format("cable {} tx {} rx {} bad_crc {} malformed {} foreign {} tx_errors {} injected_drops {}\n",
+                       l->name(), ls.tx_packets, ls.rx_packets, ls.rx_dropped_bad_crc, ls.rx_dropped_malformed,
+                       ls.rx_dropped_foreign, ls.tx_errors, ls.injected_drops);
   }
   std::uint64_t inbox_dropped = 0;
   {
