@@ -140,6 +140,9 @@ Result<void> Fabric::build(const FabricOptions& opts) {
       uo.local = mine.local;
       uo.peer = mine.peer;
       uo.faults = opts.faults;
+      // Each cable its own pattern: one seed on every cable would drop the
+      // same packet numbers everywhere (docs/ibfabric.md).
+      uo.faults.seed = opts.faults.seed + li;
       uo.polled = true;  // read by the loop, watched through udp_ep_ (no thread)
       // UDP_GRO with one receive ring for all cables (the loop reads them
       // one at a time); 512 KiB per cable if each had its own, so polling
