@@ -21,6 +21,8 @@
 # the network, so that a test's sandbox and yours can coexist:
 # OPENIB_SANDBOX_NET is A.B.C.D/LEN (LEN 16..28) or A.B.C (= A.B.C.0/24),
 # inside 198.18.0.0/15.
+# OPENIB_SANDBOX_FAULTS (e.g. drop=0.05,seed=7) is passed to ibfabric as
+# --faults: packets lost, duplicated, reordered or corrupted on every cable.
 # Must run as root. Everything started here is stopped by `down`, also
 # after a failed `up`.
 set -euo pipefail
@@ -335,8 +337,10 @@ up() {
   done
   local t_net=$EPOCHREALTIME
 
-  "$ibfabric" --addr "$bridge_addr" "${node_addr[@]}" --control "$dir/fabric.ctl" --log info "$topo" \
-    >"$dir/ibfabric.log" 2>&1 &
+  # OPENIB_SANDBOX_FAULTS: ibfabric's --faults on every cable end it
+  # sends from (docs/cables.md "Fault injection"), e.g. drop=0.05.
+  "$ibfabric" --addr "$bridge_addr" "${node_addr[@]}" --control "$dir/fabric.ctl" --log info \
+    ${OPENIB_SANDBOX_FAULTS:+--faults "$OPENIB_SANDBOX_FAULTS"} "$topo" >"$dir/ibfabric.log" 2>&1 &
   echo $! >"$dir/ibfabric.pid"
   ip link set "$bridge" alias "openib-sandbox:up=$$:ibfabric=$!"
   for _ in $(seq 100); do [[ -S $dir/fabric.ctl ]] && break; sleep 0.1; done

@@ -40,6 +40,8 @@ const char* op_name(uint16_t op) {
     case Op::kMcastLeave: return "MCAST_LEAVE";
     case Op::kServiceSet: return "SERVICE_SET";
     case Op::kServiceDelete: return "SERVICE_DELETE";
+    case Op::kPathList: return "PATH_LIST";
+    case Op::kPathFlush: return "PATH_FLUSH";
   }
   return "UNKNOWN";
 }

@@ -72,13 +72,14 @@ enum class Op : uint16_t {
   // Path records (docs/client-protocol.md "Path records"; docs/sa.md).
   kPathQuery = 27,      // PathQueryReq -> PathRep
   kPathTable = 28,      // Empty -> PathTableRep + the shared path table's fd (read-only)
-  // Reserved (issue 15, being written): 29 PATH_LIST, 30 PATH_FLUSH.
   // Multicast joins and service registrations (docs/client-protocol.md
   // "Multicast joins and services"; docs/sa.md), owned by the connection.
   kMcastJoin = 31,      // McastJoinReq -> McastJoinRep
   kMcastLeave = 32,     // McastLeaveReq -> Empty
   kServiceSet = 33,     // ServiceReq -> ServiceRep (the SA's echo)
   kServiceDelete = 34,  // ServiceReq -> Empty
+  kPathList = 29,       // PathListReq -> UTF-8 JSON text, one page
+  kPathFlush = 30,      // PathFlushReq -> PathFlushRep (root or CAP_NET_ADMIN)
 };
 const char* op_name(uint16_t op);
 
@@ -437,6 +438,27 @@ struct ServiceReq {
 struct ServiceRep {
   std::array<uint8_t, 176> record{};
   template <class V> void visit(V& v) { v(record); }
+};
+// PATH_LIST: the path cache's entries (port 0: every port's) in (port,
+// DGID, P_Key, key) order, from index `start` on, as JSON; the reply says
+// where the next page starts (docs/client-protocol.md "Path records").
+struct PathListReq {
+  uint8_t port = 0;
+  uint32_t start = 0;
+  template <class V> void visit(V& v) { v(port); v(start); }
+};
+// PATH_FLUSH: drops the port's entries (port 0: every port's), only those
+// for `dgid` with kPathFlushDgid.
+inline constexpr uint32_t kPathFlushDgid = 1;
+struct PathFlushReq {
+  uint8_t port = 0;
+  uint32_t flags = 0;
+  std::array<uint8_t, 16> dgid{};
+  template <class V> void visit(V& v) { v(port); v(flags); v(dgid); }
+};
+struct PathFlushRep {
+  uint32_t dropped = 0;  // entries dropped
+  template <class V> void visit(V& v) { v(dropped); }
 };
 
 // ---- codec ----------------------------------------------------------------

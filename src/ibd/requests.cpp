@@ -140,6 +140,8 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kMcastLeave:
     case Op::kServiceSet:
     case Op::kServiceDelete: return run(op_sa_member(c, m, done));
+    case Op::kPathList: return done(op_path_list(c, m));
+    case Op::kPathFlush: return done(op_path_flush(c, m));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }
@@ -798,6 +800,42 @@ Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
   }
   done(Reply{});
   return ok();
+}
+
+// PATH_LIST: one page of the path cache as JSON, bounded by the message
+// (docs/client-protocol.md "Path records"). Open to every client, as
+// PATH_QUERY.
+Result<Server::Reply> Server::op_path_list(Client& c, proto::Message& m) {
+  (void)c;
+  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathListReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  // The reply's header and status word come on top of the text.
+  const std::string text = sa_->list_json(req.port, req.start, proto::kMaxMessage - proto::kHeaderSize - 64);
+  Reply r;
+  r.payload.resize(text.size());
+  std::memcpy(r.payload.data(), text.data(), text.size());
+  return r;
+}
+
+// PATH_FLUSH: management, as the user-MAD service (root or CAP_NET_ADMIN,
+// peer.hpp): a flush costs every client of the host SA queries.
+Result<Server::Reply> Server::op_path_flush(Client& c, proto::Message& m) {
+  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathFlushReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  if (!c.net_admin) return err(EPERM, "PATH_FLUSH: root or CAP_NET_ADMIN only");
+  if (req.flags & ~proto::kPathFlushDgid) return err(EINVAL, "unknown PATH_FLUSH flags {:#x}", req.flags);
+  std::optional<sa::Gid> dgid;
+  if (req.flags & proto::kPathFlushDgid) {
+    dgid.emplace();
+    std::memcpy(dgid->data(), req.dgid.data(), dgid->size());
+  }
+  proto::PathFlushRep rep;
+  rep.dropped = static_cast<uint32_t>(sa_->flush(req.port, dgid));
+  log::get("ibd")->info("client {}: PATH_FLUSH port {}{}: {} entries dropped", c.id, req.port,
+                        dgid ? " (one DGID)" : "", rep.dropped);
+  return Reply{body(rep), {}};
 }
 
 }  // namespace openib::ibd

@@ -7,8 +7,11 @@
 #include <filesystem>
 
 #include "common/log.hpp"
+#include "mad/mad.hpp"
 #include "sa/cache_file.hpp"
 #include "sa/inform_info.hpp"
+#include "sa/path_query.hpp"
+#include "sa/sm_records.hpp"
 
 namespace openib::ibd {
 
@@ -212,6 +215,7 @@ void SaService::refresh(uint8_t port) {
   if (auto st = state_.find(port); st != state_.end() && st->second != hca::kPortActive) return;
   if (sa::SaClient* c = client(port)) c->sm_changed();
   subscribe(port);
+  learn_sm(port);
   cache_.revalidate_stale(kRevalidateBatch);
   joins_.rejoin(port);
   services_.reregister(port);
@@ -312,6 +316,50 @@ void SaService::client_gone(uint32_t owner) {
   services_.owner_gone(owner);
 }
 
+// The SM's port GUID, for the cache file's tag: SubnAdmGet(NodeRecord)
+// for PortInfo's MasterSMLID (IBA 15.2.5.2; NodeInfo's PortGUID is that
+// of the port with the LID, IBA 14.2.5.3).
+void SaService::learn_sm(uint8_t port) {
+  hca_.query_port_async(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
+    if (alive.expired() || !a || a->sm_lid == 0) return;
+    sa::SaClient* c = client(port);
+    if (!c || !c->attached()) return;
+    sa::NodeRecord q;
+    q.lid = a->sm_lid;
+    mad::ByteVec rec(sa::kNodeRecordBytes);
+    sa::encode_node_record(rec, q);
+    sa::SaRequest req;
+    req.method = mad::method::kGet;
+    req.attr_id = sa::attr::kNodeRecord;
+    req.comp_mask = sa::nr_mask::kLid;
+    c->query(req, rec, [this, port, alive](Result<mad::ByteVec> r) {
+      if (alive.expired()) return;
+      auto recs = r ? sa::sa_answer_records(*r, sa::attr::kNodeRecord) : r.take_error();
+      auto node = recs && !recs->empty() ? sa::decode_node_record(recs->front())
+                                         : Result<sa::NodeRecord>(err(ENOENT, "no NodeRecord for the SM's LID"));
+      if (!recs || !node) {
+        ++sm_lookups_failed_;
+        return log::get("ibd")->info("sa: port {}: the SM's port GUID not learned: {}", port,
+                                     (recs ? node.error() : recs.error()).str());
+      }
+      sm_known(port, node->node_info.port_guid);
+    });
+  });
+}
+
+void SaService::sm_known(uint8_t port, uint64_t guid) {
+  sm_guid_[port] = guid;
+  auto f = file_sm_guid_.find(port);
+  if (f == file_sm_guid_.end()) return;
+  const uint64_t from_file = f->second;
+  file_sm_guid_.erase(f);  // compared once: later paths are this SM's
+  if (from_file == 0 || from_file == guid) return;
+  ++other_sm_;
+  log::get("ibd")->info("sa: port {}: the cache file came from SM {:016x}, the SM is {:016x}: its paths dropped",
+                        port, from_file, guid);
+  cache_.invalidate(sa::Invalidation::kNormal, port);
+}
+
 // ---- the cache file (sa/cache_file.hpp) ------------------------------------
 
 namespace {
@@ -343,6 +391,11 @@ void SaService::load(uint8_t port) {
       if (e.key.port() == port) mine.push_back(std::move(e));
     const size_t n = cache_.restore(mine);
     loaded_ += n;
+    // Until the SM is known, the file's paths are its SM's (the tag saved).
+    if (!sm_guid_.contains(port)) {
+      file_sm_guid_[port] = f->tag.sm_port_guid;
+      sm_guid_[port] = f->tag.sm_port_guid;
+    }
     log::get("ibd")->info("sa: port {}: {} of {} saved paths restored from {} (stale until revalidated)", port, n,
                           f->paths.size(), path);
   });
@@ -357,7 +410,7 @@ void SaService::save_port(uint8_t port) {
   auto prefix = subnet_prefix_.find(port);
   if (prefix == subnet_prefix_.end()) return;  // never loaded: the tag is not known
   sa::CacheFile f;
-  f.tag = sa::CacheFileTag{prefix->second, 0};
+  f.tag = sa::CacheFileTag{prefix->second, sm_guid_.contains(port) ? sm_guid_.at(port) : 0};
   f.saved_unix_ms = unix_ms();
   for (auto& e : cache_.snapshot())
     if (e.key.port() == port) f.paths.push_back(std::move(e));
@@ -485,6 +538,10 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
                          {"path_cache_invalidations_heavy", k.heavy},
                          {"path_cache_gid_out", k.gid_out},
                          {"path_cache_gid_in", k.gid_in},
+                         {"path_cache_flushed", k.flushed},
+                         {"path_cache_other_sm", other_sm_},
+                         {"sa_sm_lookup_errors", sm_lookups_failed_},
+                         {"path_cache_evicted", k.evicted},
                          {"path_cache_restored", loaded_},
                          {"path_cache_load_errors", load_errors_},
                          {"path_cache_saves", saves_},

@@ -35,6 +35,11 @@
 // rename), every 30 s when they changed and when ibd stops; at start the
 // file is loaded, checked against the port's subnet prefix, and its
 // entries restored stale, so they answer at once and are revalidated.
+// The file is tagged with the SM's port GUID too (learned by a NodeRecord
+// query for the SM's LID once the port is Active): a file from another SM
+// is loaded (at start the SM is not known yet), and once the SM is known
+// and is another one, the port's entries are dropped (normal), counted
+// in path_cache_other_sm: another SM may have given other LIDs.
 //
 // The shared path table (path_table_shm.hpp; issue 15 part 4): with
 // publish_table(), the cache's positive entries of PATH_QUERY's form are
@@ -52,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -131,6 +137,13 @@ class SaService {
   // Each trap 66 / 67 Report (multicast group created / deleted) with its MGID.
   using McastTrapFn = std::function<void(uint16_t trap, const sa::Gid& mgid)>;
   void set_mcast_trap_handler(McastTrapFn f) { on_mcast_trap_ = std::move(f); }
+  // PATH_LIST (path_list.cpp): one page of the cache's entries as JSON
+  // text of at most `max_bytes` (but one entry), from index `start` of
+  // the sorted list; port 0: every port's.
+  std::string list_json(uint8_t port, uint32_t start, size_t max_bytes) const;
+  // PATH_FLUSH: drops the port's entries (0: every port's), or only
+  // `dgid`'s; returns how many (PathCache::flush).
+  size_t flush(uint8_t port, const std::optional<sa::Gid>& dgid);
 
   // Flat name -> value pairs for INFO's counters (sa.*, path_cache.*).
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;
@@ -155,6 +168,8 @@ class SaService {
   void save_port(uint8_t port);
   void arm_save();
   void refresh(uint8_t port);
+  void learn_sm(uint8_t port);
+  void sm_known(uint8_t port, uint64_t guid);
   void on_report(const mad::Notice& n);
   void arm_sweep();
   void note_port(uint8_t port, const hca::PortAttr& a);  // the table's default P_Key
@@ -183,6 +198,9 @@ class SaService {
   std::map<uint8_t, std::unique_ptr<boost::asio::steady_timer>> refresh_;
   std::map<uint8_t, uint64_t> subnet_prefix_;  // per port, as last read (the file's tag)
   std::map<uint8_t, std::string> saved_sig_;   // per port: what the last save wrote
+  std::map<uint8_t, uint64_t> sm_guid_;        // per port: the SM's port GUID (the file's tag)
+  std::map<uint8_t, uint64_t> file_sm_guid_;   // per port: the loaded file's, until the SM is known
+  uint64_t other_sm_ = 0, sm_lookups_failed_ = 0;
   uint64_t loaded_ = 0, load_errors_ = 0, saves_ = 0, save_errors_ = 0;
   uint64_t subscribed_ = 0, subscribe_errors_ = 0, gid_reports_ = 0;
   uint64_t mcast_created_reports_ = 0, mcast_deleted_reports_ = 0;

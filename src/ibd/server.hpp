@@ -152,6 +152,8 @@ class Server {
   // A cached path changed (SaService's path-change handler).
   void on_path_change(uint8_t port, uint16_t pkey, const sa::Gid& dgid);
   Result<void> op_sa_member(Client& c, proto::Message& m, Respond& done);
+  Result<Reply> op_path_list(Client& c, proto::Message& m);
+  Result<Reply> op_path_flush(Client& c, proto::Message& m);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the
   // client's table, also when the client left meanwhile (its teardown then

@@ -10,7 +10,9 @@ bool on_port(const PathKey& k, std::uint8_t port) { return port == 0 || k.port()
 }  // namespace
 
 PathCache::PathCache(PathQuerier& querier, const Clock& clock, PathCacheConfig cfg)
-    : querier_(querier), clock_(clock), cfg_(cfg) {}
+    : querier_(querier), clock_(clock), cfg_(cfg) {
+  if (cfg_.max_entries == 0) cfg_.max_entries = 1;
+}
 
 PathCache::~PathCache() {
   alive_.reset();
@@ -35,6 +37,13 @@ PathCache::Map::iterator PathCache::erase(Map::iterator it) {
 
 bool PathCache::expired(const Entry& e, Clock::time_point now) const {
   return now - e.fetched >= (e.record ? cfg_.max_age : cfg_.negative_ttl);
+}
+
+// Before `key` is added: at the cap, one entry goes.
+void PathCache::make_room(const PathKey& key) {
+  if (entries_.size() < cfg_.max_entries || entries_.contains(key)) return;
+  erase(entries_.begin());  // through erase(): the observer hears of it
+  ++counters_.evicted;
 }
 
 void PathCache::lookup(const PathKey& key, LookupFn done) {
@@ -111,6 +120,7 @@ void PathCache::on_answer(const PathKey& key, std::uint64_t id, PathAnswer answe
     if (eit != entries_.end() && eit->second.record && eit->second.record != now)
       change.emplace(*eit->second.record, now);
     const bool was_positive = eit != entries_.end() && eit->second.record;
+    make_room(key);
     const Entry& e = entries_[key] = Entry{now, clock_.now(), false};
     observe(key, &e, was_positive);
   }
@@ -161,6 +171,20 @@ bool PathCache::on_gid_trap(std::uint16_t trap_number, const Gid& gid) {
   return true;
 }
 
+std::size_t PathCache::flush(std::uint8_t port, const std::optional<Gid>& dgid) {
+  ++counters_.flushed;
+  auto for_gid = [&dgid](const PathKey& k, const Entry* e) {
+    return !dgid || k.dgid() == *dgid || (e && e->record && e->record->dgid == *dgid);
+  };
+  std::size_t n = 0;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const bool drop = on_port(it->first, port) && for_gid(it->first, &it->second);
+    it = drop ? (++n, erase(it)) : std::next(it);
+  }
+  mark_pending_obsolete([&](const PathKey& k) { return on_port(k, port) && for_gid(k, nullptr); });
+  return n;
+}
+
 std::size_t PathCache::revalidate_stale(std::size_t max) {
   std::vector<PathKey> keys;
   for (const auto& [key, e] : entries_) {
@@ -189,12 +213,13 @@ std::size_t PathCache::sweep() {
   return n;
 }
 
-std::vector<CachedPath> PathCache::snapshot() const {
+std::vector<CachedPath> PathCache::snapshot(bool with_negative) const {
   const auto now = clock_.now();
   std::vector<CachedPath> out;
   for (const auto& [key, e] : entries_) {
-    if (!e.record || expired(e, now)) continue;
-    out.push_back({key, *e.record, std::chrono::duration_cast<std::chrono::milliseconds>(now - e.fetched), e.stale});
+    if ((!e.record && !with_negative) || expired(e, now)) continue;
+    const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.fetched);
+    out.push_back({key, e.record.value_or(key.query()), age, e.stale, !e.record});
   }
   return out;
 }
@@ -203,7 +228,8 @@ std::size_t PathCache::restore(const std::vector<CachedPath>& paths) {
   const auto now = clock_.now();
   std::size_t n = 0;
   for (const auto& p : paths) {
-    if (p.age >= cfg_.max_age || p.age.count() < 0 || entries_.contains(p.key)) continue;
+    if (p.negative || p.age >= cfg_.max_age || p.age.count() < 0 || entries_.contains(p.key)) continue;
+    make_room(p.key);
     auto it = entries_.emplace(p.key, Entry{p.record, now - p.age, true}).first;
     observe(it->first, &it->second);
     ++n;

@@ -23,6 +23,11 @@
 //  - the entry observer (set_entry_observer) hears of every positive entry
 //    as it comes, changes, turns stale, or goes (dropped, aged out, or
 //    replaced by "no path"): ibd mirrors them into the shared path table.
+//  - flush() drops a port's (or every port's) entries, or one DGID's, at an
+//    operator's request (`ibdctl paths flush`), counted as "flushed";
+//  - at most max_entries entries: a new key at the cap evicts one entry
+//    first (whichever the hash table lists first, not the oldest: O(1)),
+//    counted as "evicted".
 //
 // No I/O and no timers: time comes from the Clock, and expiry is checked
 // when an entry is used (sweep() frees expired entries in bulk).
@@ -46,22 +51,25 @@ enum class Invalidation : std::uint8_t { kLight, kNormal, kHeavy };
 struct PathCacheConfig {
   std::chrono::milliseconds max_age = std::chrono::minutes(30);
   std::chrono::milliseconds negative_ttl = std::chrono::seconds(2);
+  std::size_t max_entries = 262144;  // positive and negative; at least 1
 };
 
 struct PathCacheCounters {
   std::uint64_t hits = 0, stale_hits = 0, negative_hits = 0, misses = 0, coalesced = 0;
   std::uint64_t queries = 0, query_errors = 0, revalidations = 0, requeried = 0, changes = 0;
-  std::uint64_t aged_out = 0, restored = 0;
+  std::uint64_t aged_out = 0, restored = 0, evicted = 0;
   // invalidations by cause
-  std::uint64_t light = 0, normal = 0, heavy = 0, gid_out = 0, gid_in = 0;
+  std::uint64_t light = 0, normal = 0, heavy = 0, gid_out = 0, gid_in = 0, flushed = 0;
 };
 
-// A positive entry as snapshot() lists it and restore() takes it back.
+// An entry as snapshot() lists it and restore() takes it back (a negative
+// one only for listing: `record` is then the key's query).
 struct CachedPath {
   PathKey key;
   PathRecord record;
   std::chrono::milliseconds age{0};
   bool stale = false;
+  bool negative = false;
 };
 
 class PathCache {
@@ -94,6 +102,10 @@ class PathCache {
   void invalidate(Invalidation level, std::uint8_t port);
   // A GID trap (64 or 65; others are ignored and return false).
   bool on_gid_trap(std::uint16_t trap_number, const Gid& gid);
+  // Drops `port`'s entries (port 0: every port's), only those for `dgid`
+  // when given (as the key asks it or as the record answers it); returns
+  // how many.
+  std::size_t flush(std::uint8_t port, const std::optional<Gid>& dgid = std::nullopt);
 
   // Starts up to `max` revalidations of stale entries not already being
   // asked; returns how many it started.
@@ -102,10 +114,11 @@ class PathCache {
   std::size_t sweep();
 
   // The positive entries still within the age ceiling (for the file and
-  // for listing), and the way back in: restored entries are stale (served,
-  // and revalidated) with the age they had; older than max_age are skipped;
+  // for listing; the unexpired negative ones too with `with_negative`),
+  // and the way back in: restored entries are stale (served, and
+  // revalidated) with the age they had; older than max_age are skipped;
   // a key already cached is kept as it is.
-  std::vector<CachedPath> snapshot() const;
+  std::vector<CachedPath> snapshot(bool with_negative = false) const;
   std::size_t restore(const std::vector<CachedPath>& paths);
 
   std::size_t size() const { return entries_.size(); }
@@ -126,6 +139,7 @@ class PathCache {
   using Map = std::unordered_map<PathKey, Entry, PathKeyHash>;
 
   bool expired(const Entry& e, Clock::time_point now) const;
+  void make_room(const PathKey& key);
   void start_query(const PathKey& key, std::vector<LookupFn> waiters);
   void on_answer(const PathKey& key, std::uint64_t id, PathAnswer answer);
   template <class Pred>

@@ -18,19 +18,23 @@ Result<Mad> make_path_query(const PathKey& key, std::uint64_t tid, std::uint64_t
   return make_sa_request(req, rec);
 }
 
-Result<std::vector<PathRecord>> parse_path_records(ConstBytes answer) {
+Result<std::vector<ConstBytes>> sa_answer_records(ConstBytes answer, std::uint16_t attr_id) {
   OPENIB_TRY_ASSIGN(mad::MadHeader h, mad::decode_header(answer));
-  if (h.mgmt_class != mad::mgmt_class::kSubnAdm || !mad::is_response(h.method) || h.attr_id != attr::kPathRecord)
-    return err(EPROTO, "not a PathRecord answer: class {:#x} method {:#x} attribute {:#x}", h.mgmt_class, h.method,
-               h.attr_id);
+  if (h.mgmt_class != mad::mgmt_class::kSubnAdm || !mad::is_response(h.method) || h.attr_id != attr_id)
+    return err(EPROTO, "not an answer of attribute {:#x}: class {:#x} method {:#x} attribute {:#x}", attr_id,
+               h.mgmt_class, h.method, h.attr_id);
   if (h.status & mad::status::kBusy) return err(EBUSY, "SA busy (MAD status {:#06x})", h.status);
   if (h.status & mad::status::kRedirect) return err(EREMCHG, "SA redirects (MAD status {:#06x})", h.status);
   if (h.status & 0x001C) return err(EPROTO, "SA refused the request (MAD status {:#06x})", h.status);
   const std::uint8_t code = sa_status_code(h.status);
-  std::vector<PathRecord> out;
-  if (code == status::kNoRecords) return out;
+  if (code == status::kNoRecords) return std::vector<ConstBytes>{};
   if (code != 0) return err(EREMOTEIO, "SA answered {} (MAD status {:#06x})", sa_status_name(code), h.status);
-  OPENIB_TRY_ASSIGN(std::vector<ConstBytes> recs, sa_records(answer));
+  return sa_records(answer);
+}
+
+Result<std::vector<PathRecord>> parse_path_records(ConstBytes answer) {
+  OPENIB_TRY_ASSIGN(std::vector<ConstBytes> recs, sa_answer_records(answer, attr::kPathRecord));
+  std::vector<PathRecord> out;
   for (ConstBytes r : recs) {
     OPENIB_TRY_ASSIGN(PathRecord p, decode_path_record(r));
     out.push_back(p);

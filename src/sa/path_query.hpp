@@ -16,6 +16,10 @@ namespace openib::sa {
 // SubnAdmGet(PathRecord) with the key's ComponentMask and selected fields.
 Result<Mad> make_path_query(const PathKey& key, std::uint64_t tid, std::uint64_t sm_key = 0);
 
+// The records (sa_records()) of an SA answer of attribute `attr_id`, after
+// its status: as parse_path_records() below, for any record type.
+Result<std::vector<ConstBytes>> sa_answer_records(ConstBytes answer, std::uint16_t attr_id);
+
 // The records of an SA answer to a PathRecord Get or GetTable, after its
 // status: MAD status Busy (IBA 13.4.7) is EBUSY (retry later); Redirect is
 // EREMCHG (ClassPortInfo says where; the caller follows it); a bad

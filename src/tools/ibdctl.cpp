@@ -1,6 +1,8 @@
 // ibdctl: asks ibd for its INFO (docs/client-protocol.md "INFO") and prints
 // it as tables, or as raw JSON with --json (docs/operations.md "ibdctl");
 // `ibdctl path GID` asks ibd's path cache for a PathRecord (PATH_QUERY);
+// `ibdctl paths` lists the cache (PATH_LIST), `ibdctl paths flush [GID]`
+// empties it (PATH_FLUSH).
 // `ibdctl mcast join`, `ibdctl service set` are in ibdctl_sa.cpp.
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -150,6 +152,64 @@ int path_query(int fd, const std::string& gid, uint8_t port, uint16_t pkey, bool
   return 0;
 }
 
+// PATH_LIST, page after page, into one JSON object {"total", "paths"}.
+Result<json> path_list(int fd, uint8_t port) {
+  json all = {{"paths", json::array()}};
+  proto::PathListReq req;
+  req.port = port;
+  for (uint32_t seq = 2;; ++seq) {
+    OPENIB_TRY_ASSIGN(auto text, call(fd, proto::Op::kPathList, seq, proto::encode(req)));
+    json page = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions*/ false);
+    if (page.is_discarded() || !page.contains("paths")) return err(EPROTO, "PATH_LIST reply is not its JSON");
+    for (auto& p : page["paths"]) all["paths"].push_back(std::move(p));
+    all["total"] = page["total"];
+    if (!page["next"].is_number_unsigned() || page["next"].get<uint32_t>() <= req.start) break;
+    req.start = page["next"].get<uint32_t>();
+  }
+  return all;
+}
+
+// `paths` (a table or --json) and `paths flush [GID]`.
+int paths_command(int fd, const std::string& sub, const std::string& gid, uint8_t port, bool port_given,
+                  bool as_json) {
+  if (sub == "flush") {
+    proto::PathFlushReq req;
+    req.port = port_given ? port : 0;
+    if (!gid.empty()) {
+      if (::inet_pton(AF_INET6, gid.c_str(), req.dgid.data()) != 1) {
+        std::fprintf(stderr, "ibdctl: '%s' is not a GID (IPv6 notation, e.g. fe80::2:c903:0:1)\n", gid.c_str());
+        return 2;
+      }
+      req.flags = proto::kPathFlushDgid;
+    }
+    auto r = call(fd, proto::Op::kPathFlush, 2, proto::encode(req));
+    auto rep = r ? proto::decode<proto::PathFlushRep>(*r) : Result<proto::PathFlushRep>(r.take_error());
+    if (!rep) {
+      std::fprintf(stderr, "ibdctl: %s\n", rep.error().str().c_str());
+      return 1;
+    }
+    if (as_json) std::printf("%s\n", json{{"dropped", rep->dropped}}.dump().c_str());
+    else std::printf("%u entries dropped\n", rep->dropped);
+    return 0;
+  }
+  if (!sub.empty() || !gid.empty()) {
+    std::fprintf(stderr, "ibdctl: 'paths' takes nothing, or 'flush [GID]'\n");
+    return 2;
+  }
+  auto all = path_list(fd, port_given ? port : 0);
+  if (!all) {
+    std::fprintf(stderr, "ibdctl: %s\n", all.error().str().c_str());
+    return 1;
+  }
+  if (as_json) {
+    std::printf("%s\n", all->dump().c_str());
+    return 0;
+  }
+  for (auto& p : (*all)["paths"]) p["age_s"] = p.value("age_ms", 0) / 1000;
+  table((*all)["paths"], {"port", "dgid", "pkey", "dlid", "sl", "mtu", "rate", "state", "age_s"});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -172,15 +232,20 @@ int main(int argc, char** argv) {
   std::string gid;
   unsigned port = 1, pkey = 0;
   bool fresh = false;
-  app.add_option("what", what, "devices | ports | clients | objects | counters | path GID")
-      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path"}))
+  app.add_option("what", what, "devices | ports | clients | objects | counters | path GID | paths [flush [GID]]")
+      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path", "paths"}))
       ->capture_default_str();
-  app.add_option("gid", gid, "path: the destination GID (IPv6 notation)");
-  app.add_option("--port", port, "path: the local port")->capture_default_str()->check(CLI::Range(1, 255));
+  std::string paths_sub, paths_gid;
+  app.add_option("gid", gid, "path: the destination GID (IPv6 notation); paths: 'flush'");
+  app.add_option("flush_gid", paths_gid, "paths flush: only this destination GID's entries");
+  auto* port_opt = app.add_option("--port", port, "path: the local port; paths: only this port's entries")
+                       ->capture_default_str()
+                       ->check(CLI::Range(1, 255));
   app.add_option("--pkey", pkey, "path: the P_Key (0: the port's P_Key at index 0)")->check(CLI::Range(0, 0xffff));
   app.add_flag("--fresh", fresh, "path: ask the SA, not the cache");
   CLI11_PARSE(app, argc, argv);
-  if ((what == "path") != !gid.empty()) {
+  if (what == "paths") std::swap(paths_sub, gid);
+  if ((what == "path") != !gid.empty() || (what != "paths" && !paths_gid.empty())) {
     std::fprintf(stderr, "ibdctl: a GID goes with 'path', and only with it\n");
     return 2;
   }
@@ -195,6 +260,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ibdctl: %s\n", r.error().str().c_str());
     return 1;
   }
+  if (what == "paths")
+    return paths_command(fd->get(), paths_sub, paths_gid, static_cast<uint8_t>(port), port_opt->count() > 0, as_json);
   if (what == "path")
     return path_query(fd->get(), gid, static_cast<uint8_t>(port), static_cast<uint16_t>(pkey), fresh, as_json);
   proto::InfoReq info;

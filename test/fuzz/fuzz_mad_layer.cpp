@@ -9,47 +9,22 @@
 #include <cstring>
 #include <vector>
 
+#include "fake_mad_port.hpp"
 #include "mad/layer.hpp"
 
 namespace {
 
 using namespace openib;
 
-class FakeTransport final : public mad::MadTransport {
- public:
-  uint8_t port() const override { return 1; }
-  void set_receiver(Receiver r) override { rx = std::move(r); }
-  Result<void> send(uint8_t qp, const mad::MadAddress&, std::span<const std::byte> m) override {
-    if (qp > 1 || m.size() != mad::kMadBytes) __builtin_trap();  // the layer must never do this
-    if (++sent % 7 == 0) return err(EAGAIN, "fake: no send buffer");
-    return ok();
-  }
-  bool on_cq_event(uint32_t) override { return false; }
-  const mad::MadPortCounters& counters() const override { return c; }
-  Receiver rx;
-  uint64_t sent = 0;
-  mad::MadPortCounters c;
-};
-
-struct Input {
-  const uint8_t* p;
-  size_t n;
-  uint8_t byte() {
-    if (!n) return 0;
-    --n;
-    return *p++;
-  }
-  void take(std::byte* out, size_t k) {
-    for (size_t i = 0; i < k; ++i) out[i] = std::byte(byte());
-  }
-};
+using mad::fuzz::FakeMadPort;
+using mad::fuzz::Input;
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   boost::asio::io_context io;
-  auto t = std::make_unique<FakeTransport>();
-  FakeTransport* fake = t.get();
+  auto t = std::make_unique<FakeMadPort>(7);
+  FakeMadPort* fake = t.get();
   mad::MadLayer layer(io, std::move(t));
   size_t delivered = 0;
   auto h = [&](const mad::Delivery& d) {

@@ -123,6 +123,33 @@ TEST_CASE("a ServiceRecord for another GID is EPERM for user nobody", "[hostile]
   REQUIRE(ibd.alive());
 }
 
+// PATH_FLUSH drops every client's cached paths: root or CAP_NET_ADMIN
+// only, as the user-MAD service; PATH_LIST is anyone's, as PATH_QUERY.
+TEST_CASE("PATH_FLUSH is EPERM for user nobody, allowed for root; PATH_LIST is anyone's", "[hostile][privilege]") {
+  TempDir dir;
+  Ibd ibd(dir.path(), "a", IbdOptions{});
+  const std::string sock = ibd.socket();
+  const auto flush = proto::encode(proto::PathFlushReq{});
+  const auto list = proto::encode(proto::PathListReq{});
+  auto nobody = run_as_nobody([&] {
+    Conn c(sock);
+    return std::vector<int>{c.hello(3000ms), c.call(Op::kPathFlush, flush, {}, 3000ms),
+                            c.call(Op::kPathList, list, {}, 3000ms)};
+  });
+  REQUIRE(nobody.size() == 3);
+  CHECK(nobody[0] == 0);
+  CHECK(nobody[1] == EPERM);
+  CHECK(nobody[2] == 0);
+  Conn root(sock);
+  REQUIRE(root.hello(3000ms) == 0);
+  CHECK(root.call(Op::kPathFlush, flush, {}, 3000ms) == 0);
+  proto::PathFlushReq bad;
+  bad.flags = 0x80;
+  CHECK(root.call(Op::kPathFlush, proto::encode(bad), {}, 3000ms) == EINVAL);
+  CHECK(root.call(Op::kPathList, proto::Bytes(3), {}, 3000ms) == EPROTO);  // a short body
+  REQUIRE(ibd.alive());
+}
+
 // ibd closes the fds of a request it refuses (or that it no longer needs).
 // A TCP socket with SO_LINGER and unsent data blocks its last close for the
 // linger time: on ibd's loop that would stall every client. The test gives

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A 32-host fat tree (scripts/fattree.sh 2 16 2: 2 leaves, 2 spines) in the
 # sandbox (scripts/sandbox.sh) with Debian's OpenSM: every port Active,
-# every path in the SA, and RC traffic between hosts on different leaves.
+# every path in the SA, ibd's paths equal saquery's, and RC traffic
+# between hosts on different leaves.
 # Larger trees are a benchmark (bench/sandbox-scale.sh).
 #   fattree.sh BUILD_DIR
 set -euo pipefail
@@ -29,6 +30,19 @@ ok "iblinkinfo: 96 switch ports and 32 CA ports Active/LinkUp"
 n=$(sb run Hca32 saquery -p 2>/dev/null | grep -c "PathRecord dump" || true)
 ((n == 36 * 36)) || fail "saquery -p: $n PathRecords, expected 1296"
 ok "saquery -p: 1296 PathRecords"
+
+# ibd's SA client (issue 15): every host resolves a path through its ibd
+# (`ibdctl path`), each host once as the source and once as the
+# destination: Hca i to Hca i+16 (the other leaf, through a spine) and
+# Hca i to Hca i+1 (mostly the same leaf); DLID, SLID, SL, MTU, rate and
+# lifetime equal saquery's for the pair (lib.sh same_path).
+declare -A gids
+for i in $(seq 32); do gids[Hca$i]=$(gid_of Hca$i); done
+for i in $(seq 32); do
+  same_path Hca$i Hca$(((i + 15) % 32 + 1))
+  same_path Hca$i Hca$((i % 32 + 1))
+done
+ok "64 paths through ibd (every host twice as source and twice as destination, across and within leaves) equal saquery's"
 
 # RC between Hca1 (Leaf1) and Hca32 (Leaf2): through a spine.
 addr1=$(awk '$1 == "Hca1" {sub("addr=", "", $3); print $3}' <<<"$hosts")

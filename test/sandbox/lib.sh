@@ -51,3 +51,45 @@ rc_pingpong() {
   pp_pid=''
   grep -q "$4 iters" <<<"$out" || fail "rc-pingpong: $out"
 }
+
+# ---- a host's port and ibd's paths (docs/sa.md "In ibd") -------------------
+# field HOST KEY [PORT]: a line of `ibstat simhca0 PORT`.
+field() { sb run "$1" ibstat simhca0 "${3:-1}" | awk -F': ' -v k="$2" '$1 ~ k {print $2}'; }
+lid_of() { field "$1" "Base lid"; }
+ibdctl_counters() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" counters; }
+counter() { ibdctl_counters "$1" | awk -v k="$2" '$1 == k {print $2}'; }
+# The port GID fe80::GUID of a host, as ibstat gives its Port GUID.
+gid_of() {
+  local g
+  g=$(field "$1" "Port GUID")
+  g=${g#0x}
+  printf 'fe80::%x:%x:%x:%x' $((16#${g:0:4})) $((16#${g:4:4})) $((16#${g:8:4})) $((16#${g:12:4}))
+}
+# path HOST GID [ibdctl path options]: ibd's answer as "key value" lines.
+path() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" path "${@:2}" 2>&1; }
+val() { awk -v k="$1" '$1 == k {print $2}'; }
+# sq SAQUERY_OUTPUT FIELD: a field of `saquery -p`'s dump.
+sq() { awk -F'[.]+' -v k="$2" '$1 ~ "^[ \t]*" k "$" {print $2}' <<<"$1"; }
+# same_path A B [ibdctl path options]: ibd's path from host A to host B
+# (in $gids) has the DLID, SLID, SL, MTU, rate and packet lifetime that
+# `saquery -p --sgid-to-dgid` prints on A; fails the test otherwise.
+# saquery is tried up to 3 times (over a lossy fabric it may time out).
+same_path() {
+  local a=$1 b=$2 mine theirs=''
+  mine=$(path "$a" "${gids[$b]}" "${@:3}") || fail "ibdctl path $a -> $b: $mine"
+  for _ in 1 2 3; do
+    theirs=$(sb run "$a" saquery -p --sgid-to-dgid "${gids[$a]}-${gids[$b]}" 2>&1) && break
+  done
+  grep -q "PathRecord dump" <<<"$theirs" || fail "saquery -p $a -> $b: $theirs"
+  [[ $(val dlid <<<"$mine") == "$(sq "$theirs" dlid)" && $(val slid <<<"$mine") == "$(sq "$theirs" slid)" ]] ||
+    fail "$a -> $b: ibd's path and saquery's differ in LIDs:
+$mine
+$theirs"
+  [[ $(val sl <<<"$mine") == $(($(sq "$theirs" sl))) &&
+     $(val mtu <<<"$mine") == $((128 << ($(sq "$theirs" mtu) & 63))) &&
+     $(val rate <<<"$mine") == $(($(sq "$theirs" rate) & 63)) &&
+     $(val packet_life_time <<<"$mine") == $(($(sq "$theirs" pkt_life) & 63)) ]] ||
+    fail "$a -> $b: ibd's path and saquery's differ in SL, MTU, rate or lifetime:
+$mine
+$theirs"
+}

@@ -22,8 +22,6 @@ pings_back() {
   done
   return 1
 }
-field() { sb run "$1" ibstat simhca0 "${3:-1}" | awk -F': ' -v k="$2" '$1 ~ k {print $2}'; }
-lid_of() { field "$1" "Base lid"; }
 
 sb up "$topo" --sm Hca1 || fail "sandbox up"
 
@@ -85,8 +83,6 @@ out=$(sb run Hca4 saquery -p) || fail "saquery -p: $out"
 out=$(sb run Hca4 saquery -m) || fail "saquery -m: $out"
 grep -q "MCMemberRecord" <<<"$out" || fail "saquery -m: $out"
 # ibd's MAD layers did the RMPP: OpenSM's answers segmented on Hca1, reassembled on Hca4.
-ibdctl_counters() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" counters; }
-counter() { ibdctl_counters "$1" | awk -v k="$2" '$1 == k {print $2}'; }
 (($(counter Hca1 mad_port1_rmpp_sent) >= 3)) || fail "Hca1's MAD layer sent $(counter Hca1 mad_port1_rmpp_sent) RMPP messages"
 (($(counter Hca4 mad_port1_rmpp_received) >= 3)) || fail "Hca4's MAD layer reassembled $(counter Hca4 mad_port1_rmpp_received)"
 ok "saquery -N (6 NodeRecords), -p, -m: multi-MAD RMPP responses ($(counter Hca4 mad_port1_rmpp_received) reassembled on Hca4)"
@@ -125,15 +121,6 @@ rc_pingpong Hca1 Hca4 "$OPENIB_SANDBOX_NET.10" 200
 ok "RC pingpong Hca4 -> Hca1 across Switch2 and Switch1: 200 x 4 KiB"
 
 # --- ibd's SA client and path cache (docs/sa.md "In ibd") -----------------
-# The port GID fe80::GUID of a host, as ibstat gives its Port GUID.
-gid_of() {
-  local g
-  g=$(field "$1" "Port GUID")
-  g=${g#0x}
-  printf 'fe80::%x:%x:%x:%x' $((16#${g:0:4})) $((16#${g:4:4})) $((16#${g:8:4})) $((16#${g:12:4}))
-}
-path() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" path "${@:2}" 2>&1; }
-val() { awk -v k="$1" '$1 == k {print $2}'; }
 out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path Hca2 -> Hca3: $out"
 [[ $(val dlid <<<"$out") == "${lid[Hca3]}" && $(val slid <<<"$out") == "${lid[Hca2]}" ]] ||
   fail "path Hca2 -> Hca3 is not LID ${lid[Hca2]} -> ${lid[Hca3]}: $out"
@@ -146,31 +133,51 @@ out=$(path Hca2 "$(gid_of Hca3)") || fail "ibdctl path, second lookup: $out"
 ((q0 >= 1 && $(counter Hca2 sa_class_port_info) >= 1)) || fail "Hca2's SA client: $q0 queries, $(counter Hca2 sa_class_port_info) ClassPortInfo"
 ok "ibd's path cache: Hca2 -> Hca3 is LID ${lid[Hca2]} -> ${lid[Hca3]} from OpenSM's SA, then from the cache"
 # Every host to every other: what ibd's SA client got is what saquery
-# prints for the same SGID-DGID pair (DLID, SLID, SL, MTU, rate, lifetime).
-sq() { awk -F'[.]+' -v k="$2" '$1 ~ "^[ \t]*" k "$" {print $2}' <<<"$1"; }
+# prints for the same SGID-DGID pair (lib.sh same_path).
 declare -A gids
 for h in Hca1 Hca2 Hca3 Hca4; do gids[$h]=$(gid_of $h); done
 pairs=0
 for a in Hca1 Hca2 Hca3 Hca4; do
   for b in Hca1 Hca2 Hca3 Hca4; do
     [[ $a == "$b" ]] && continue
-    mine=$(path $a "${gids[$b]}") || fail "ibdctl path $a -> $b: $mine"
-    theirs=$(sb run $a saquery -p --sgid-to-dgid "${gids[$a]}-${gids[$b]}") || fail "saquery -p $a -> $b: $theirs"
-    [[ $(val dlid <<<"$mine") == "$(sq "$theirs" dlid)" && $(val slid <<<"$mine") == "$(sq "$theirs" slid)" ]] ||
-      fail "$a -> $b: ibd's path and saquery's differ in LIDs:
-$mine
-$theirs"
-    [[ $(val sl <<<"$mine") == $(($(sq "$theirs" sl))) &&
-       $(val mtu <<<"$mine") == $((128 << ($(sq "$theirs" mtu) & 63))) &&
-       $(val rate <<<"$mine") == $(($(sq "$theirs" rate) & 63)) &&
-       $(val packet_life_time <<<"$mine") == $(($(sq "$theirs" pkt_life) & 63)) ]] ||
-      fail "$a -> $b: ibd's path and saquery's differ in SL, MTU, rate or lifetime:
-$mine
-$theirs"
+    same_path $a $b
     pairs=$((pairs + 1))
   done
 done
 ok "ibd's paths between all $pairs pairs of hosts equal saquery's (DLID, SLID, SL, MTU, rate, lifetime)"
+# --- ibdctl paths: the cache listed, and flushed (PATH_LIST, PATH_FLUSH) ---
+ctl() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" "${@:2}" 2>&1; }
+out=$(ctl Hca1 paths) || fail "ibdctl paths on Hca1: $out"
+for b in Hca2 Hca3 Hca4; do
+  # A row: PORT DGID PKEY DLID SL MTU RATE STATE AGE_S
+  awk -v g="${gids[$b]}" -v l="${lid[$b]}" '$1 == 1 && $2 == g && $3 == "0xffff" && $4 == l && $8 == "fresh"' <<<"$out" |
+    grep -q . || fail "ibdctl paths on Hca1 lacks the path to $b (${gids[$b]}, LID ${lid[$b]}):
+$out"
+done
+json=$(ctl Hca1 paths --json) || fail "ibdctl paths --json: $json"
+listed=$(python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["total"] == len(j["paths"]), j
+print(" ".join(sorted("%s=%d" % (p["dgid"], p["dlid"]) for p in j["paths"] if p["state"] == "fresh")))' <<<"$json") ||
+  fail "ibdctl paths --json does not parse as its JSON: $json"
+want=$(for b in Hca2 Hca3 Hca4; do echo "${gids[$b]}=${lid[$b]}"; done | sort | xargs)
+[[ $listed == "$want" ]] || fail "ibdctl paths --json lists '$listed', expected '$want'"
+m0=$(counter Hca1 path_cache_misses)
+out=$(ctl Hca1 paths flush "${gids[Hca3]}") || fail "ibdctl paths flush ${gids[Hca3]}: $out"
+[[ $out == "1 entries dropped" ]] || fail "flush of Hca3's GID: $out"
+! ctl Hca1 paths | grep -q "${gids[Hca3]}" || fail "Hca3's path still listed after its flush"
+out=$(path Hca1 "${gids[Hca2]}") || fail "ibdctl path Hca1 -> Hca2: $out"
+[[ $(val source <<<"$out") == cache ]] || fail "the flush of Hca3's GID dropped Hca2's path too: $out"
+out=$(path Hca1 "${gids[Hca3]}") || fail "ibdctl path Hca1 -> Hca3 after the flush: $out"
+[[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "${lid[Hca3]}" ]] || fail "path to Hca3 after its flush: $out"
+(($(counter Hca1 path_cache_misses) == m0 + 1 && $(counter Hca1 path_cache_flushed) == 1)) ||
+  fail "misses $m0 -> $(counter Hca1 path_cache_misses), flushed $(counter Hca1 path_cache_flushed) after one flush and one lookup"
+out=$(ctl Hca1 paths flush --port 1) || fail "ibdctl paths flush: $out"
+[[ $out == "3 entries dropped" ]] || fail "flush of all: $out"
+total=$(ctl Hca1 paths --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["total"])')
+[[ $total == 0 ]] || fail "$total paths listed after a flush of all"
+ok "ibdctl paths lists Hca1's paths (table, --json); flush of one DGID makes its next lookup a miss, flush of all empties the cache"
 # A GID nobody has: "no path" from the SA, then from the negative entry.
 nobody=fe80::dead:beef:0:1
 if out=$(path Hca2 $nobody); then fail "a path to $nobody: $out"; fi
@@ -214,6 +221,10 @@ ok "Hca4's cable pulled: trap 65 dropped Hca2's path to it; back: trap 64 droppe
 sb sm Hca1 stop
 sb restart Hca2 || fail "restarting Hca2's ibd"
 [[ -s $OPENIB_SANDBOX/Hca2/path-cache-port1.bin ]] || fail "Hca2's ibd saved no path cache in $OPENIB_SANDBOX/Hca2"
+# The file's tag (docs/sa.md "Cache file"): bytes 24..31, the SM's port
+# GUID, learned by a NodeRecord query for the SM's LID: Hca1's.
+tag=$(od -An -tx1 -j24 -N8 "$OPENIB_SANDBOX/Hca2/path-cache-port1.bin" | tr -d ' \n')
+[[ 0x$tag == "$(field Hca1 "Port GUID")" ]] || fail "Hca2's cache file is tagged with SM port GUID 0x$tag, the SM is Hca1 ($(field Hca1 "Port GUID"))"
 waitfor 10 Hca2 path_cache_restored 2 || fail "Hca2 restored $(counter Hca2 path_cache_restored) paths, expected at least 2"
 for h in Hca3 Hca4; do
   out=$(path Hca2 "${gids[$h]}") || fail "ibdctl path Hca2 -> $h after the restart, no SM: $out"
@@ -225,7 +236,8 @@ sb sm Hca1 start || fail "OpenSM on Hca1 again"
 for _ in $(seq 150); do [[ $(field Hca2 State) == Active ]] && break; sleep 0.2; done
 [[ $(field Hca2 State) == Active ]] || fail "Hca2 is $(field Hca2 State) after its ibd restarted"
 waitfor 30 Hca2 path_cache_revalidations 1 || fail "the restored paths were not revalidated"
-ok "Hca2's ibd restarted with OpenSM stopped: $(counter Hca2 path_cache_restored) paths restored from its file and served; revalidated once OpenSM was back"
+[[ $(counter Hca2 path_cache_other_sm) == 0 ]] || fail "Hca2 took OpenSM on Hca1 for another SM than its file's"
+ok "Hca2's ibd restarted with OpenSM stopped: $(counter Hca2 path_cache_restored) paths restored from its file (tagged with SM 0x$tag) and served; revalidated once OpenSM was back"
 
 # --- a cable pulled: trap 128, OpenSM resweeps ----------------------------
 sweeps() { grep -c -- "-> SUBNET UP" "$OPENIB_SANDBOX/opensm.log" || true; }
@@ -274,5 +286,21 @@ ok "the SM change made Hca2's paths stale: served from the cache and revalidated
 out=$(path Hca2 --fresh "$(gid_of Hca1)") || fail "ibdctl path --fresh under the new SM: $out"
 [[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "${lid[Hca1]}" ]] || fail "path Hca2 -> Hca1 under the new SM: $out"
 ok "ibd's SA client asks the new SM on Hca3"
+
+# --- a cache file from another SM: its paths go once the SM is known ------
+# Hca2's file is now tagged with Hca3's SM; with OpenSM back on Hca1
+# instead, the restored paths are dropped, not served until revalidated.
+tag_of() { od -An -tx1 -j24 -N8 "$OPENIB_SANDBOX/Hca2/path-cache-port1.bin" | tr -d ' \n'; }
+sb sm Hca3 stop
+sb restart Hca2 || fail "restarting Hca2's ibd"
+[[ 0x$(tag_of) == "$(field Hca3 "Port GUID")" ]] || fail "Hca2's file is tagged 0x$(tag_of), the SM was Hca3"
+waitfor 10 Hca2 path_cache_restored 1 || fail "Hca2 restored no paths"
+sb sm Hca1 start || fail "OpenSM on Hca1 again"
+waitfor 30 Hca2 path_cache_other_sm 1 || fail "Hca2 did not see that its file came from another SM"
+for _ in $(seq 150); do [[ $(field Hca2 State) == Active ]] && break; sleep 0.2; done
+out=$(path Hca2 "${gids[Hca4]}") || fail "ibdctl path Hca2 -> Hca4 under Hca1's SM: $out"
+[[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "$(lid_of Hca4)" ]] ||
+  fail "path Hca2 -> Hca4 after the file from another SM: $out"
+ok "a cache file tagged with Hca3's SM, loaded while Hca1's SM runs: its paths dropped (path_cache_other_sm), asked anew"
 echo "PASS: net.2sw2path4hca through OpenSM and infiniband-diags"
 exit 0

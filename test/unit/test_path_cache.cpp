@@ -3,6 +3,7 @@
 // every event the cache honours.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 
@@ -375,4 +376,81 @@ TEST_CASE_METHOD(Fixture, "an SA answering inside query_path() works like a late
   CHECK(dlid_of(g2) == 7);
   CHECK(sync.n == 1);
   CHECK(c.pending() == 0);
+}
+
+TEST_CASE_METHOD(Fixture, "flush drops one DGID's entries on a port, or all; the next lookup asks the SA",
+                 "[sa][cache]") {
+  auto fill = [&](std::uint64_t guid, std::uint8_t port) {
+    Got x;
+    cache.lookup(key_to(guid, port), into(x));
+    if (!sa.asked.empty()) sa.answer(std::optional(path_to(guid, static_cast<std::uint16_t>(guid * 10))));
+  };
+  fill(2, 1);
+  fill(2, 2);
+  fill(3, 1);
+  Got neg;
+  cache.lookup(key_to(4), into(neg));
+  sa.answer(std::optional<PathRecord>{});
+  REQUIRE(cache.size() == 4);
+  CHECK(cache.snapshot().size() == 3);
+  const auto listed = cache.snapshot(/*with_negative*/ true);
+  CHECK(listed.size() == 4);
+  CHECK(std::count_if(listed.begin(), listed.end(), [](const CachedPath& p) { return p.negative; }) == 1);
+
+  CHECK(cache.flush(1, guid_gid(2)) == 1);  // port 1's entry for GID 2 only
+  CHECK_FALSE(cache.peek(key_to(2, 1)));
+  CHECK(cache.peek(key_to(2, 2)));
+  CHECK(cache.peek(key_to(3, 1)));
+  Got g;
+  cache.lookup(key_to(2, 1), into(g));
+  CHECK_FALSE(g.called);
+  REQUIRE(sa.asked.size() == 1);
+  sa.answer(std::optional(path_to(2, 22)));
+  CHECK(dlid_of(g) == 22);
+
+  CHECK(cache.flush(0, guid_gid(2)) == 2);  // every port
+  CHECK(cache.flush(0, guid_gid(9)) == 0);
+  CHECK(cache.flush(0) == 2);  // GID 3 and the negative entry for GID 4
+  CHECK(cache.size() == 0);
+  CHECK(cache.counters().flushed == 4);
+}
+
+TEST_CASE_METHOD(Fixture, "an answer out across a flush of its DGID is asked again", "[sa][cache]") {
+  Got g;
+  cache.lookup(key_to(2), into(g));
+  cache.flush(0, guid_gid(2));
+  sa.answer(std::optional(path_to(2, 20)));
+  CHECK_FALSE(g.called);
+  REQUIRE(sa.asked.size() == 1);
+  sa.answer(std::optional(path_to(2, 21)));
+  CHECK(dlid_of(g) == 21);
+}
+
+TEST_CASE("at max_entries a new answer evicts one entry: the cache never grows past the cap", "[sa][cache]") {
+  FakeSa sa;
+  FakeClock clock;
+  PathCacheConfig cfg;
+  cfg.max_entries = 3;
+  PathCache cache(sa, clock, cfg);
+  for (std::uint64_t guid = 2; guid < 12; ++guid) {
+    Got g;
+    cache.lookup(key_to(guid), into(g));
+    sa.answer(std::optional(path_to(guid, static_cast<std::uint16_t>(guid))));
+    CHECK(dlid_of(g) == guid);  // the caller gets its answer at the cap too
+    CHECK(cache.size() <= 3);
+    CHECK(cache.peek(key_to(guid)));  // the newest is kept
+  }
+  CHECK(cache.size() == 3);
+  CHECK(cache.counters().evicted == 7);
+  // A key already cached is replaced in place, not counted.
+  cache.invalidate(Invalidation::kLight, 1);
+  CHECK(cache.revalidate_stale(10) == 3);
+  while (!sa.asked.empty()) sa.answer(std::optional(path_to(11, 99)));
+  CHECK(cache.counters().evicted == 7);
+  // restore() at the cap keeps the cap.
+  std::vector<CachedPath> saved;
+  for (std::uint64_t guid = 20; guid < 25; ++guid) saved.push_back({key_to(guid), path_to(guid, 5), 1min, false});
+  cache.restore(saved);
+  CHECK(cache.size() == 3);
+  CHECK(cache.counters().evicted == 12);
 }

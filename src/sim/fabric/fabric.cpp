@@ -140,6 +140,9 @@ Result<void> Fabric::build(const FabricOptions& opts) {
       uo.local = mine.local;
       uo.peer = mine.peer;
       uo.faults = opts.faults;
+      // Each cable its own pattern: one seed on every cable would drop the
+      // same packet numbers everywhere (docs/ibfabric.md).
+      uo.faults.seed = opts.faults.seed + li;
       uo.polled = true;  // read by the loop, watched through udp_ep_ (no thread)
       // UDP_GRO with one receive ring for all cables (the loop reads them
       // one at a time); 512 KiB per cable if each had its own, so polling
@@ -374,9 +377,10 @@ std::string Fabric::counters(std::string_view only) const {
   if (!only.empty() && !any) return fmt::format("error: no switch \"{}\" in this fabric\n", only);
   for (const auto& l : udp_) {
     const LinkStats ls = l->stats();
-    out += fmt::format("cable {} tx {} rx {} bad_crc {} malformed {} foreign {} tx_errors {}\n", l->name(),
-                       ls.tx_packets, ls.rx_packets, ls.rx_dropped_bad_crc, ls.rx_dropped_malformed,
-                       ls.rx_dropped_foreign, ls.tx_errors);
+    // injected_drops: --faults drop (docs/cables.md "Fault injection").
+    out += fmt::format("cable {} tx {} rx {} bad_crc {} malformed {} foreign {} tx_errors {} injected_drops {}\n",
+                       l->name(), ls.tx_packets, ls.rx_packets, ls.rx_dropped_bad_crc, ls.rx_dropped_malformed,
+                       ls.rx_dropped_foreign, ls.tx_errors, ls.injected_drops);
   }
   std::uint64_t inbox_dropped = 0;
   {
