@@ -77,7 +77,9 @@ sq() { awk -F'[.]+' -v k="$2" '$1 ~ "^[ \t]*" k "$" {print $2}' <<<"$1"; }
 same_path() {
   local a=$1 b=$2 mine theirs=''
   mine=$(path "$a" "${gids[$b]}" "${@:3}") || fail "ibdctl path $a -> $b: $mine"
-  for _ in 1 2 3; do
+  # saquery is the reference, not under test: a few tries (more where the
+  # cables drop packets on purpose: SAQUERY_TRIES).
+  for _ in $(seq "${SAQUERY_TRIES:-3}"); do
     theirs=$(sb run "$a" saquery -p --sgid-to-dgid "${gids[$a]}-${gids[$b]}" 2>&1) && break
   done
   grep -q "PathRecord dump" <<<"$theirs" || fail "saquery -p $a -> $b: $theirs"

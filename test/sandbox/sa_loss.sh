@@ -16,6 +16,10 @@ source "$here/lib.sh"
 sandbox_test sbl 198.18.21 sa-loss-test
 export OPENIB_SANDBOX_FAULTS=drop=0.05,seed=${SA_LOSS_SEED:-15}
 hosts=(Hca1 Hca2 Hca3 Hca4)
+# saquery's GetTable answer is an RMPP transfer from OpenSM that the loss
+# can defeat within saquery's own timeout: the reference gets more tries
+# than ibd's lookups, which must each complete at the first ask.
+export SAQUERY_TRIES=8
 
 sb up "$topo" --sm Hca1 || fail "sandbox up with $OPENIB_SANDBOX_FAULTS"
 for h in "${hosts[@]}"; do
