@@ -706,6 +706,13 @@ TEST_CASE("subscribe() sends SubnAdmSet(InformInfo) for the trap; an error statu
   REQUIRE(got.size() == 2);
   REQUIRE(!got[1]);
   CHECK(got[1].error().code == EREMOTEIO);
+  // on false: the same InformInfo with Subscribe 0 (ibd's shutdown() sends it).
+  REQUIRE(f.sa->queries.size() == 2);
+  auto off = decode_inform_info(ConstBytes(f.sa->queries[1]).subspan(kSaDataOff, kInformInfoBytes));
+  REQUIRE(off);
+  CHECK(off->trap_number == 64);
+  CHECK_FALSE(off->subscribe);
+  CHECK(off->qpn == 1);
 }
 
 namespace {
