@@ -268,8 +268,8 @@ void SaClient::ask_class_port_info() {
     }
     ++counters_.class_port_info;
     timeout_ms_ = timeout_from_resp_time(cpi->resp_time_value, cfg_.min_timeout_ms, cfg_.max_timeout_ms);
-    if (cpi->redirect_lid != 0 || st == mad::status::kRedirect) (void)take_redirect(*cpi, sm_lid_);
-    else if (redirect_) drop_redirect("the SA's ClassPortInfo names none now");
+    if (cpi->redirect_lid == 0 && st != mad::status::kRedirect) drop_redirect("the SA's ClassPortInfo names none now");
+    else if (!take_redirect(*cpi, sm_lid_)) drop_redirect("the SA's ClassPortInfo names one not followed");
     logger()->debug("SA RespTimeValue {}: query timeout {} ms", cpi->resp_time_value, timeout_ms_);
     cpi_ = *cpi;
   });

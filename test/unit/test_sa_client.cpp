@@ -298,6 +298,20 @@ TEST_CASE("a redirecting ClassPortInfo sends the queries after it to the redirec
   CHECK(f.client->counters().redirects == 1);
 }
 
+TEST_CASE("another SM LID drops the redirect: the query goes to the new SM", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->cpi = redirecting();
+  f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
+  f.attach();
+  REQUIRE(f.client->redirect());
+  f.sm = SmAddress{0x22, kSmSl};  // MasterSMLID changed, no sm_changed() (yet)
+  CHECK(f.ask_wait().ok());
+  REQUIRE(f.sa->dests.size() == 1);
+  CHECK(f.sa->dests[0].lid == 0x22);
+  CHECK(f.sa->dests[0].qpn == 1);
+  CHECK_FALSE(f.client->redirect());
+}
+
 TEST_CASE("a GetTable answer from the redirect QP is ACKed there, with its Q_Key", "[sa][sa-client]") {
   Fixture f;
   f.sa->cpi = redirecting();
