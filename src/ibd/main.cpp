@@ -1,7 +1,8 @@
 // ibd: the root daemon (docs/operations.md). Start-up ladder: options, log
 // level, device lock, device (a named one, or an embedded simhca child),
 // HCA bring-up, static port setup, client socket, readiness. Shutdown on
-// SIGTERM/SIGINT. A device that goes away is fenced and brought up again
+// SIGTERM/SIGINT (bounded: the SA's answers to unsubscribing, at most 1 s;
+// a second signal stops at once). A device that goes away is fenced and brought up again
 // (docs/operations.md §5); ibd exits 1 only when it does not come back.
 #include <signal.h>
 #include <sys/resource.h>
@@ -181,7 +182,10 @@ int run(const Options& o) {
     if (code != 0) server.notify_device_fatal();
     sa_service->save();  // the path cache, for the next start (docs/sa.md)
     server.stop();
-    io.stop();
+    // The SA is told to forget the ports' trap subscriptions (docs/sa.md
+    // "In ibd"): the loop runs on until it answered, at most 1 s; a second
+    // SIGTERM/SIGINT stops at once.
+    sa_service->shutdown(std::chrono::seconds(1), [&] { io.stop(); });
   };
 
   // Device recovery (docs/operations.md §5): Running -> Dead -> Restarting
@@ -300,7 +304,12 @@ int run(const Options& o) {
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& e, int sig) {
         if (e) return;
+        if (stopping) {
+          logger->info("{} again: stopping now", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+          return io.stop();
+        }
         shutdown(0, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        signals.async_wait(on_signal);
       };
   signals.async_wait(on_signal);
   // The embedded device dies with its process: SIGCHLD means the device is gone.

@@ -2,6 +2,7 @@
 #include "ibd/sa_service.hpp"
 
 #include <boost/asio/post.hpp>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -33,6 +34,7 @@ SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uin
       regs_timer_(io),
       sweep_timer_(io),
       save_timer_(io),
+      stop_timer_(io),
       state_dir_(std::move(state_dir)) {
   querier_.self = this;
   cache_.set_change_callback([this](const sa::PathKey& k, const sa::PathRecord&, const std::optional<sa::PathRecord>&) {
@@ -447,22 +449,61 @@ void SaService::arm_save() {
 
 // Traps 64 and 65 (GID in/out of service), 66 and 67 (multicast group
 // created/deleted) for this port's SA client.
+namespace {
+constexpr std::array<uint16_t, 4> kTraps{sa::gid_trap::kGidInService, sa::gid_trap::kGidOutOfService,
+                                         sa::gid_trap::kMcGroupCreated, sa::gid_trap::kMcGroupDeleted};
+}  // namespace
+
 void SaService::subscribe(uint8_t port) {
   sa::SaClient* c = client(port);
-  if (!c || !c->attached()) return;
-  for (uint16_t trap : {sa::gid_trap::kGidInService, sa::gid_trap::kGidOutOfService, sa::gid_trap::kMcGroupCreated,
-                        sa::gid_trap::kMcGroupDeleted}) {
+  if (!c || !c->attached() || stopping_) return;
+  for (uint16_t trap : kTraps) {
     c->subscribe(trap, true, [this, port, trap, alive = std::weak_ptr<bool>(alive_)](Result<void> r) {
-      if (alive.expired()) return;
-      if (r) {
-        ++subscribed_;
-        log::get("ibd")->info("sa: port {}: subscribed to trap {}", port, trap);
-      } else {
-        ++subscribe_errors_;
-        log::get("ibd")->info("sa: port {}: subscribing to trap {}: {}", port, trap, r.error().str());
-      }
+      if (!alive.expired()) subscribed(port, trap, true, r);
     });
   }
+}
+
+void SaService::subscribed(uint8_t port, uint16_t trap, bool on, const Result<void>& r) {
+  const char* what = on ? "subscrib" : "unsubscrib";
+  if (!r) {
+    ++subscribe_errors_;
+    return log::get("ibd")->info("sa: port {}: {}ing {} trap {}: {}", port, what, on ? "to" : "from", trap,
+                                 r.error().str());
+  }
+  ++(on ? subscribed_ : unsubscribed_);
+  log::get("ibd")->info("sa: port {}: {}ed {} trap {}", port, what, on ? "to" : "from", trap);
+}
+
+void SaService::shutdown(std::chrono::milliseconds bound, std::function<void()> done) {
+  stopping_ = true;
+  stopped_ = std::move(done);
+  auto finish = [this] {
+    if (!stopped_) return;
+    stop_timer_.cancel();
+    auto d = std::move(stopped_);
+    stopped_ = nullptr;
+    asio::post(io_, std::move(d));  // never inside the caller's call
+  };
+  unsubscribes_left_ = 1;  // this function's own: answers inside the loop below do not finish early
+  for (auto& [port, c] : clients_) {
+    if (!c->attached()) continue;
+    for (uint16_t trap : kTraps) {
+      ++unsubscribes_left_;
+      c->subscribe(trap, false, [this, port, trap, finish, alive = std::weak_ptr<bool>(alive_)](Result<void> r) {
+        if (alive.expired()) return;
+        subscribed(port, trap, false, r);
+        if (--unsubscribes_left_ == 0) finish();
+      });
+    }
+  }
+  if (--unsubscribes_left_ == 0) return finish();
+  stop_timer_.expires_after(bound);
+  stop_timer_.async_wait([this, finish, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& e) {
+    if (e || alive.expired()) return;
+    log::get("ibd")->info("sa: {} trap unsubscriptions unanswered; stopping anyway", unsubscribes_left_);
+    finish();
+  });
 }
 
 void SaService::on_report(const mad::Notice& n) {
@@ -488,7 +529,8 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
       {"sa_queries", &C::queries}, {"sa_answers", &C::answers},
       {"sa_timeouts", &C::timeouts}, {"sa_busy", &C::busy},
       {"sa_errors", &C::errors}, {"sa_class_port_info", &C::class_port_info},
-      {"sa_redirects", &C::redirects}, {"sa_reports", &C::reports}};
+      {"sa_redirects", &C::redirects}, {"sa_redirect_fallbacks", &C::redirect_fallbacks},
+      {"sa_reports", &C::reports}};
   std::vector<std::pair<std::string, uint64_t>> out;
   for (const auto& [name, field] : kClient) {
     uint64_t sum = 0;
@@ -521,6 +563,7 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
   out.insert(out.end(), {{"sa_gid_reports", gid_reports_},
                          {"sa_subscriptions", subscribed_},
                          {"sa_subscribe_errors", subscribe_errors_},
+                         {"sa_unsubscriptions", unsubscribed_},
                          {"path_cache_entries", cache_.size()},
                          {"path_cache_hits", k.hits},
                          {"path_cache_stale_hits", k.stale_hits},

@@ -17,6 +17,7 @@
 // feed the cache (trap 65 drops the GID's entries, 64 its negative ones).
 // Traps 66 and 67 (multicast group created, deleted) are subscribed too,
 // counted and handed to an observer (set_mcast_trap_handler: IPoIB later).
+// shutdown() unsubscribes them all when ibd stops.
 //
 // Multicast joins and service registrations (docs/sa.md "Multicast joins",
 // "Service registrations"): clients' MCAST_JOIN / SERVICE_SET through
@@ -53,6 +54,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -91,6 +93,11 @@ class SaService {
   // Writes each port's cache file now if its entries changed since the
   // last save (also every 30 s; ibd calls it when it stops).
   void save();
+  // ibd stops: each attached port's trap subscriptions are undone
+  // (InformInfo Set with Subscribe 0, IBA 13.4.8.3) and none is made
+  // after; `done` runs once, from the loop, when every port's SA has
+  // answered (or the query failed), or after `bound`, whichever is first.
+  void shutdown(std::chrono::milliseconds bound, std::function<void()> done);
 
   // PATH_QUERY: the path from the port's GID 0 to req.dgid within req.pkey
   // (0: the port's P_Key at index 0). EHOSTUNREACH when the SA has no path;
@@ -164,6 +171,7 @@ class SaService {
   sa::SaClient* client(uint8_t port);
   void arm_regs_tick();
   void subscribe(uint8_t port);
+  void subscribed(uint8_t port, uint16_t trap, bool on, const Result<void>& r);  // counted, logged
   void load(uint8_t port);
   void save_port(uint8_t port);
   void arm_save();
@@ -192,6 +200,7 @@ class SaService {
   boost::asio::steady_timer regs_timer_;  // lease renewals (ServiceRegs::tick)
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
   boost::asio::steady_timer save_timer_;
+  boost::asio::steady_timer stop_timer_;  // shutdown()'s bound
   std::string state_dir_;
   std::map<uint8_t, uint16_t> lid_;               // per port, from LID_CHANGE
   std::map<uint8_t, uint8_t> state_;              // per port, from PORT_STATE_CHANGE
@@ -202,7 +211,10 @@ class SaService {
   std::map<uint8_t, uint64_t> file_sm_guid_;   // per port: the loaded file's, until the SM is known
   uint64_t other_sm_ = 0, sm_lookups_failed_ = 0;
   uint64_t loaded_ = 0, load_errors_ = 0, saves_ = 0, save_errors_ = 0;
-  uint64_t subscribed_ = 0, subscribe_errors_ = 0, gid_reports_ = 0;
+  uint64_t subscribed_ = 0, subscribe_errors_ = 0, unsubscribed_ = 0, gid_reports_ = 0;
+  bool stopping_ = false;               // shutdown(): no more subscriptions
+  size_t unsubscribes_left_ = 0;        // shutdown()'s answers still awaited
+  std::function<void()> stopped_;       // shutdown()'s `done`, until called
   uint64_t mcast_created_reports_ = 0, mcast_deleted_reports_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -377,13 +377,18 @@ void MadLayer::on_rmpp(const ReceivedMad& r, const RmppHeader& h) {
     Inbound in;
     in.agent = agent;
     in.from = r.from;
+    in.ack_to = r.from;
+    // The receive does not tell the sender's Q_Key (QP1 receives say the
+    // GSI's): ACKs to a response go with the Q_Key its request went with
+    // (a redirected GSI QP's, IBA 13.5.3.3).
+    if (auto p = pending_.find(tid); response && p != pending_.end()) in.ack_to.qkey = p->second.to.qkey;
     in.reasm = std::make_unique<RmppReassembler>(rmpp_class_header_bytes(get8(mad, 1)));
     in.timer = std::make_unique<asio::steady_timer>(io_);
     it = inbound_.emplace(key, std::move(in)).first;
     if (response) drop_pending(tid);  // the response has begun: no more resends of the request
   }
   auto step = it->second.reasm->feed(mad);
-  for (const Mad& m : step.to_send) (void)post(1, r.from, m);
+  for (const Mad& m : step.to_send) (void)post(1, it->second.ack_to, m);
   if (step.message) {
     ++counters_.rmpp_received;
     const uint32_t a = it->second.agent;

@@ -134,6 +134,7 @@ class MadLayer {
     uint32_t agent = 0;
     std::unique_ptr<RmppReassembler> reasm;
     MadAddress from;
+    MadAddress ack_to;  // from, with the Q_Key of the request it answers (a redirected GSI QP's)
     std::unique_ptr<boost::asio::steady_timer> timer;  // gives up on a silent sender
   };
   using TransferKey = std::tuple<uint64_t /*TID*/, uint16_t /*LID*/, uint32_t /*QPN*/>;

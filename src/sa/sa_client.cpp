@@ -1,5 +1,6 @@
 // The SA client of one port (IBA 15.4; timeouts and retries IBA 13.4.6.4,
-// BUSY IBA 13.4.7, ClassPortInfo IBA 13.4.8.1). docs/sa.md "SA client".
+// BUSY IBA 13.4.7, ClassPortInfo IBA 13.4.8.1, redirection IBA 13.5.3.3).
+// docs/sa.md "SA client".
 #include "sa/sa_client.hpp"
 
 #include <algorithm>
@@ -65,6 +66,7 @@ Result<void> SaClient::attach(mad::MadLayer& layer) {
   agent_ = *agent;
   timeout_ms_ = cfg_.timeout_ms;  // until this layer's SA has said its RespTimeValue
   cpi_.reset();
+  redirect_.reset();
   ask_class_port_info();
   return ok();
 }
@@ -106,6 +108,7 @@ void SaClient::query(const SaRequest& req, ConstBytes record, AnswerFn done) {
 }
 
 void SaClient::sm_changed() {
+  if (redirect_) drop_redirect("the SM may have changed");
   if (layer_ && !cpi_asking_) ask_class_port_info();
 }
 
@@ -140,15 +143,28 @@ void SaClient::send(std::uint32_t tid) {
       return finish(tid, err(code, "SA query: where the SM is: {}", sm.error().message));
     }
     if (sm->lid == 0) return finish(tid, err(ENETUNREACH, "SA query: no SM known (MasterSMLID 0)"));
-    SaRequest req = it->second.req;
+    Pending& p = it->second;
+    SaRequest req = p.req;
     req.tid = tid;  // the layer puts the agent's key in bits 63:32
-    auto m = make_sa_request(req, it->second.record);
+    auto m = make_sa_request(req, p.record);
     if (!m) return finish(tid, m.take_error());
+    if (redirect_ && redirect_->sm_lid != sm->lid) drop_redirect("the SM's LID changed");
+    sm_lid_ = p.sm_lid = sm->lid;
     mad::MadAddress to;
     to.qpn = 1;  // the SA is the SM port's GSI (IBA 15.4)
     to.qkey = mad::kGsiQkey;
     to.lid = sm->lid;
     to.sl = sm->sl;
+    p.sent_to.reset();
+    // IBA 13.5.3.3: while redirected, the class's requests go to the
+    // redirect QP; ClassPortInfo is asked of the SM (it says where).
+    if (redirect_ && !p.sm_only && p.req.attr_id != mad::attr::kClassPortInfo) {
+      p.sent_to = redirect_;
+      to.qpn = redirect_->qpn;
+      to.qkey = redirect_->qkey;
+      to.lid = redirect_->lid;
+      to.sl = redirect_->sl;
+    }
     if (auto s = layer_->send(agent_, to, *m, timeout_ms_, cfg_.retries); !s) finish(tid, s.take_error());
   });
 }
@@ -169,13 +185,18 @@ void SaClient::on_delivery(const mad::Delivery& d) {
   }
   Pending& p = it->second;
   if (d.status == ETIMEDOUT) {
+    if (p.sent_to && !p.fell_back) return send_timed_out(tid);
     ++counters_.timeouts;
     return finish(tid, err(ETIMEDOUT, "SA query {:#06x}: no answer in {} tries of {} ms", p.req.attr_id,
                            cfg_.retries + 1, timeout_ms_));
   }
   if (d.status) return finish(tid, err(static_cast<int>(d.status), "SA query {:#06x} not completed", p.req.attr_id));
-  if (data.size() < kSaDataOff || mad::mad_class(data) != mad::mgmt_class::kSubnAdm ||
-      !mad::is_response(mad::mad_method(data)) || mad::mad_attr_id(data) != p.req.attr_id) {
+  const bool sa_response = data.size() >= kSaDataOff && mad::mad_class(data) == mad::mgmt_class::kSubnAdm &&
+                           mad::is_response(mad::mad_method(data));
+  // IBA 13.4.7: a redirect answer carries a ClassPortInfo (its attribute
+  // the query's or ClassPortInfo's): the query is sent where it says.
+  if (sa_response && (mad::mad_status(data) & mad::status::kRedirect) && redirect_answer(tid, data)) return;
+  if (!sa_response || mad::mad_attr_id(data) != p.req.attr_id) {
     ++counters_.errors;
     return finish(tid, err(EPROTO, "SA query {:#06x}: answered by a {}-byte MAD of class {:#04x}, method {:#04x}, "
                                    "attribute {:#06x}",
@@ -200,11 +221,9 @@ void SaClient::on_delivery(const mad::Delivery& d) {
     });
     return;
   }
-  if (st & mad::status::kRedirect) {
-    ++counters_.redirects;
-    logger()->warn("SA query {:#06x}: the SA redirects (MAD status {:#06x}); redirection is not followed",
-                   p.req.attr_id, st);
-  } else if (answered(st)) {
+  if ((st & mad::status::kRedirect) && p.req.attr_id != mad::attr::kClassPortInfo) {
+    ++counters_.errors;  // redirect_answer() could not follow it (logged there)
+  } else if (answered(st) || st == mad::status::kRedirect) {
     ++counters_.answers;
   } else {
     ++counters_.errors;
@@ -236,9 +255,9 @@ void SaClient::ask_class_port_info() {
     }
     if (gen != attach_gen_) return;  // a later attach asks its own
     const ConstBytes a(*r);
-    if (mad::mad_status(a) != mad::status::kOk) {
-      logger()->info("SA ClassPortInfo refused (MAD status {:#06x}); timeout stays {} ms", mad::mad_status(a),
-                     timeout_ms_);
+    const std::uint16_t st = mad::mad_status(a);
+    if (st != mad::status::kOk && st != mad::status::kRedirect) {
+      logger()->info("SA ClassPortInfo refused (MAD status {:#06x}); timeout stays {} ms", st, timeout_ms_);
       return;
     }
     auto cpi = mad::decode_class_port_info(a.subspan(kSaDataOff));
@@ -249,14 +268,71 @@ void SaClient::ask_class_port_info() {
     }
     ++counters_.class_port_info;
     timeout_ms_ = timeout_from_resp_time(cpi->resp_time_value, cfg_.min_timeout_ms, cfg_.max_timeout_ms);
-    if (cpi->redirect_lid != 0) {
-      ++counters_.redirects;
-      logger()->warn("SA ClassPortInfo redirects to LID {} QP {:#x}: not followed", cpi->redirect_lid,
-                     cpi->redirect_qp);
-    }
+    if (cpi->redirect_lid == 0 && st != mad::status::kRedirect) drop_redirect("the SA's ClassPortInfo names none now");
+    else if (!take_redirect(*cpi, sm_lid_)) drop_redirect("the SA's ClassPortInfo names one not followed");
     logger()->debug("SA RespTimeValue {}: query timeout {} ms", cpi->resp_time_value, timeout_ms_);
     cpi_ = *cpi;
   });
+}
+
+bool SaClient::take_redirect(const mad::ClassPortInfo& cpi, std::uint16_t sm_lid) {
+  if (cpi.redirect_lid == 0 || cpi.redirect_qp == 0) {
+    ++counters_.errors;
+    logger()->warn("SA redirect to LID {} QP {:#x} not followed (GID-only redirects and QP0 are not supported)",
+                   cpi.redirect_lid, cpi.redirect_qp);
+    return false;
+  }
+  const SaRedirect r{cpi.redirect_lid, cpi.redirect_sl, cpi.redirect_qp, cpi.redirect_qkey, cpi.redirect_pkey,
+                     sm_lid};
+  if (redirect_ != r) {
+    ++counters_.redirects;
+    logger()->info("SA redirects to LID {} SL {} QP {:#x} Q_Key {:#x} P_Key {:#06x}", r.lid, r.sl, r.qpn, r.qkey,
+                   r.pkey);
+  }
+  redirect_ = r;
+  return true;
+}
+
+void SaClient::drop_redirect(const char* why) {
+  if (!redirect_) return;
+  logger()->info("SA redirect to LID {} QP {:#x} dropped: {}", redirect_->lid, redirect_->qpn, why);
+  redirect_.reset();
+}
+
+// An answer with MAD status "redirect" to pending query `tid`: true if the
+// query was sent again to the target its ClassPortInfo names. A
+// ClassPortInfo query's own redirect answer is its answer (taken there).
+bool SaClient::redirect_answer(std::uint32_t tid, ConstBytes data) {
+  Pending& p = pending_.at(tid);
+  if (p.req.attr_id == mad::attr::kClassPortInfo) return false;
+  auto cpi = data.size() >= kSaDataOff + mad::kClassPortInfoBytes
+                 ? mad::decode_class_port_info(data.subspan(kSaDataOff))
+                 : Result<mad::ClassPortInfo>(err(EPROTO, "no ClassPortInfo"));
+  if (!cpi || p.redirects_left == 0) {
+    logger()->warn("SA query {:#06x}: a redirect answer not followed: {}", p.req.attr_id,
+                   cpi ? "redirected too often" : cpi.error().str());
+    return false;
+  }
+  if (!take_redirect(*cpi, p.sm_lid)) return false;
+  --p.redirects_left;
+  p.sm_only = false;
+  send(tid);
+  return true;
+}
+
+// A query sent to the redirect target had no answer after every retry:
+// the target is dropped, the query asked once more of the SM's QP1, and
+// ClassPortInfo asked again (the SM says where its SA is now).
+void SaClient::send_timed_out(std::uint32_t tid) {
+  Pending& p = pending_.at(tid);
+  if (redirect_ && p.sent_to == redirect_) {
+    ++counters_.redirect_fallbacks;
+    drop_redirect("no answer there: back to the SM");
+  }
+  p.fell_back = true;
+  p.sm_only = true;
+  send(tid);
+  if (layer_ && !cpi_asking_) ask_class_port_info();
 }
 
 void SaClient::on_report(const mad::Delivery& d) {

@@ -8,9 +8,15 @@
 //    x 2 (the SA's response time, and as much again for the packets' way
 //    there and back), rounded up to whole ms, within
 //    [Config::min_timeout_ms, Config::max_timeout_ms]. Until it has
-//    answered (and if it never does), the configured timeout is used. A
-//    redirect (RedirectLID != 0) is not followed: logged and counted
-//    (docs/sa.md).
+//    answered (and if it never does), the configured timeout is used.
+//  - redirection (IBA 13.5.3.3): a ClassPortInfo with RedirectLID != 0, or
+//    an answer with MAD status "redirect" (IBA 13.4.7) carrying one, sends
+//    every later query (but ClassPortInfo, always the SM's) to RedirectLID,
+//    RedirectSL, RedirectQP with RedirectQ_Key; the redirected answer is
+//    re-sent there. A target that stays silent (ETIMEDOUT) is dropped: the
+//    query goes once more to the SM's QP1, and ClassPortInfo is asked
+//    again. sm_changed() and a new SM LID drop the redirect. Not followed:
+//    GID-only redirects (RedirectLID 0), RedirectQP 0 (docs/sa.md).
 //  - each query is sent with the timeout and Config::retries resends (the
 //    MAD layer's, IBA 13.4.6.4); ETIMEDOUT after the last one.
 //  - an answer with MAD status BUSY is asked again (same TID) after
@@ -53,6 +59,20 @@ struct SmAddress {
   std::uint8_t sl = 0;
 };
 
+// Where queries go while the SA redirects (IBA 13.4.8.1 ClassPortInfo
+// RedirectLID, RedirectSL, RedirectQP, RedirectQ_Key, RedirectP_Key).
+// The P_Key is kept, not used: MADs go with the port's P_Key at index 0
+// (simhca ports have one, PartitionCap 1; libibmad does not map it either).
+struct SaRedirect {
+  std::uint16_t lid = 0;
+  std::uint8_t sl = 0;
+  std::uint32_t qpn = 0;
+  std::uint32_t qkey = 0;
+  std::uint16_t pkey = 0;
+  std::uint16_t sm_lid = 0;  // the SM that redirected: another SM drops the redirect
+  bool operator==(const SaRedirect&) const = default;
+};
+
 struct SaClientConfig {
   std::uint32_t timeout_ms = 1000;     // until ClassPortInfo has answered
   std::uint32_t min_timeout_ms = 100;  // floor of the RespTimeValue-derived timeout
@@ -69,7 +89,8 @@ struct SaClientCounters {
   std::uint64_t busy = 0;            // BUSY answers (each one)
   std::uint64_t errors = 0;          // other error statuses and malformed answers
   std::uint64_t class_port_info = 0; // ClassPortInfo answers taken
-  std::uint64_t redirects = 0;       // ClassPortInfo or answers that redirect (not followed)
+  std::uint64_t redirects = 0;       // redirects followed (a new target taken)
+  std::uint64_t redirect_fallbacks = 0;  // a silent target dropped: back to the SM
   std::uint64_t reports = 0;         // Reports received and answered
 };
 
@@ -115,8 +136,8 @@ class SaClient final : public PathQuerier {
   // Reports to this port's QP1. The SA's answer echoes the InformInfo; an
   // error status is EREMOTEIO.
   void subscribe(std::uint16_t trap, bool on, std::function<void(Result<void>)> done);
-  // The SM may be another one now (SM_CHANGE, ClientReregister): its
-  // ClassPortInfo is asked again. (While none has answered, e.g. ibd
+  // The SM may be another one now (SM_CHANGE, ClientReregister): the
+  // redirect is dropped and its ClassPortInfo asked again. (While none has answered, e.g. ibd
   // started before the SM, each query also asks it, one at a time.)
   void sm_changed();
 
@@ -124,6 +145,8 @@ class SaClient final : public PathQuerier {
   std::uint32_t timeout_ms() const { return timeout_ms_; }
   const std::optional<mad::ClassPortInfo>& class_port_info() const { return cpi_; }
   const SaClientCounters& counters() const { return counters_; }
+  // Where queries go instead of the SM's QP1 (nullopt: no redirect).
+  const std::optional<SaRedirect>& redirect() const { return redirect_; }
 
  private:
   struct Pending {
@@ -133,6 +156,11 @@ class SaClient final : public PathQuerier {
     std::uint32_t busy_left = 0;
     std::uint32_t busy_wait_ms = 0;
     std::unique_ptr<boost::asio::steady_timer> busy_timer;
+    std::optional<SaRedirect> sent_to;  // the redirect target of the last send
+    bool sm_only = false;               // fell back from a silent target: the SM's QP1 only
+    std::uint32_t redirects_left = 2;   // redirect answers followed for this query
+    bool fell_back = false;             // once only
+    std::uint16_t sm_lid = 0;           // the SM's LID at the last send
   };
 
   void send(std::uint32_t tid);
@@ -140,6 +168,12 @@ class SaClient final : public PathQuerier {
   void finish(std::uint32_t tid, Result<mad::ByteVec> r);
   void fail_all(int code, const char* why);  // every pending query, erased first
   void ask_class_port_info();
+  // Follows a redirect ClassPortInfo from the SM at `sm_lid`: false if it
+  // cannot be followed (RedirectLID 0 or RedirectQP 0).
+  bool take_redirect(const mad::ClassPortInfo& cpi, std::uint16_t sm_lid);
+  void drop_redirect(const char* why);
+  bool redirect_answer(std::uint32_t tid, ConstBytes data);  // MAD status "redirect"
+  void send_timed_out(std::uint32_t tid);
   bool cpi_asking_ = false;  // a ClassPortInfo query is in flight
   void on_report(const mad::Delivery& d);
   ReportFn on_report_;
@@ -154,6 +188,8 @@ class SaClient final : public PathQuerier {
   std::map<std::uint32_t, Pending> pending_;
   std::uint32_t timeout_ms_ = 0;
   std::optional<mad::ClassPortInfo> cpi_;
+  std::optional<SaRedirect> redirect_;
+  std::uint16_t sm_lid_ = 0;  // the SM's LID at the latest send
   SaClientCounters counters_;
   std::shared_ptr<char> alive_ = std::make_shared<char>();
 };

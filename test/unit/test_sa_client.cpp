@@ -70,36 +70,47 @@ class FakeSaPort final : public mad::MadTransport {
     std::memcpy(req.data(), m.data(), req.size());
     if (auto h = mad::decode_rmpp_header(req); h && (h->flags & mad::rmpp_flag::kActive)) {
       ++acks;  // the client's side of an RMPP answer (ACK, or STOP/ABORT)
+      ack_dests.push_back(to);
       if (table)
-        for (const mad::Mad& seg : table->on_mad(req).to_send) deliver(seg);
+        for (const mad::Mad& seg : table->on_mad(req).to_send) deliver(seg, table_from);
       return ok();
     }
     if (mad::mad_attr_id(req) == mad::attr::kClassPortInfo) {
-      mad::Mad a = response_to(req, 0);
+      ++cpi_asks;
+      cpi_dests.push_back(to);
+      mad::Mad a = response_to(req, cpi_status);
       mad::encode_class_port_info(MutBytes(a).subspan(kSaDataOff), cpi);
-      deliver(a);
+      deliver(a, to);
       return ok();
     }
     queries.push_back(req);
     dests.push_back(to);
     qps.push_back(qp);
     if (on_query)
-      if (auto a = on_query(req)) deliver(*a);
+      if (auto a = on_query(req)) deliver(*a, to);
     return ok();
   }
   bool on_cq_event(std::uint32_t) override { return false; }
   const mad::MadPortCounters& counters() const override { return counters_; }
 
-  // A MAD from the SA, handled from the loop.
-  void deliver(const mad::Mad& m) {
-    boost::asio::post(io_, [this, m] {
+  // A MAD from the SA (or from where a query went), handled from the loop.
+  // The receive says the GSI Q_Key whoever sent it (as MadPort does).
+  void deliver(const mad::Mad& m, mad::MadAddress from = sm_address()) {
+    boost::asio::post(io_, [this, m, from] {
       mad::ReceivedMad r;
       r.qp = 1;
-      r.from.lid = kSmLid;
-      r.from.qpn = 1;
+      r.from.lid = from.lid;
+      r.from.qpn = from.qpn;
+      r.from.qkey = mad::kGsiQkey;
       r.mad = m;
       rx_(r);
     });
+  }
+  static mad::MadAddress sm_address() {
+    mad::MadAddress a;
+    a.lid = kSmLid;
+    a.qpn = 1;
+    return a;
   }
 
   // A GetTableResp to `req` with `n` PathRecords (DLID 0x100 + i).
@@ -117,10 +128,15 @@ class FakeSaPort final : public mad::MadTransport {
     REQUIRE(segs);
     segments = segs->size();
     table = std::make_unique<mad::RmppSender>(std::move(*segs));
-    for (const mad::Mad& seg : table->start().to_send) deliver(seg);
+    table_from = dests.back();
+    for (const mad::Mad& seg : table->start().to_send) deliver(seg, table_from);
   }
 
   mad::ClassPortInfo cpi;
+  std::uint16_t cpi_status = 0;  // the MAD status of its ClassPortInfo answers
+  std::size_t cpi_asks = 0;
+  std::vector<mad::MadAddress> cpi_dests, ack_dests;
+  mad::MadAddress table_from;
   std::function<std::optional<mad::Mad>(const mad::Mad&)> on_query;
   std::unique_ptr<mad::RmppSender> table;  // the RMPP answer being sent
   std::size_t segments = 0, acks = 0;
@@ -168,6 +184,21 @@ struct Fixture {
     REQUIRE(answers.size() == n + 1);
     return answers.back();
   }
+  // Attaches, then a GetTable(PathRecord) that the fake SA answers with
+  // `n` records in RMPP segments; the outcome (nullopt: none in time).
+  std::optional<Result<mad::ByteVec>> get_table(std::size_t n) {
+    sa->on_query = [this, n](const mad::Mad& req) -> std::optional<mad::Mad> {
+      sa->send_table(req, n);
+      return std::nullopt;
+    };
+    attach();
+    std::optional<Result<mad::ByteVec>> got;
+    const mad::ByteVec rec(kPathRecordBytes);
+    client->query(SaRequest{.method = mad::method::kGetTable, .attr_id = attr::kPathRecord}, rec,
+                  [&](Result<mad::ByteVec> r) { got = std::move(r); });
+    run_until([&] { return got.has_value(); });
+    return got;
+  }
   // Runs the loop until `done` or 5 s passed (a guard against a hang).
   template <typename F>
   void run_until(F done) {
@@ -212,17 +243,181 @@ TEST_CASE("ClassPortInfo's RespTimeValue sets the query timeout", "[sa][sa-clien
   }
 }
 
-TEST_CASE("a redirecting ClassPortInfo is counted, not followed", "[sa][sa-client]") {
+// ---- redirection (IBA 13.4.8.1, 13.5.3.3) ---------------------------------
+
+namespace {
+constexpr std::uint16_t kTargetLid = 0x99;
+constexpr std::uint32_t kTargetQp = 0x1234, kTargetQkey = 0x5678;
+
+mad::ClassPortInfo redirecting() {
+  mad::ClassPortInfo c;
+  c.redirect_lid = kTargetLid;
+  c.redirect_sl = 7;
+  c.redirect_qp = kTargetQp;
+  c.redirect_qkey = kTargetQkey;
+  c.redirect_pkey = 0xffff;
+  return c;
+}
+bool at_target(const mad::MadAddress& a) {
+  return a.lid == kTargetLid && a.qpn == kTargetQp && a.qkey == kTargetQkey && a.sl == 7;
+}
+bool at_sm(const mad::MadAddress& a) { return a.lid == kSmLid && a.qpn == 1 && a.qkey == mad::kGsiQkey; }
+}  // namespace
+
+TEST_CASE("a redirecting ClassPortInfo sends the queries after it to the redirect QP", "[sa][sa-client]") {
   Fixture f;
-  f.sa->cpi.redirect_lid = 0x99;
-  f.sa->cpi.redirect_qp = 0x1234;
+  f.sa->cpi = redirecting();
+  SECTION("RedirectLID in a plain answer") {}
+  SECTION("an answer with MAD status redirect") { f.sa->cpi_status = mad::status::kRedirect; }
   f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
   f.attach();
   CHECK(f.client->counters().redirects == 1);
+  REQUIRE(f.client->redirect());
+  CHECK(f.client->redirect()->lid == kTargetLid);
+  CHECK(f.client->redirect()->pkey == 0xffff);
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE(a.ok());
+  REQUIRE(a.value());
+  CHECK(a.value()->dlid == 0x77);
+  REQUIRE(f.sa->dests.size() == 1);
+  CHECK(at_target(f.sa->dests[0]));
+  CHECK(f.sa->qps[0] == 1);  // from this port's QP1
+  CHECK(f.sa->cpi_dests.size() == 1);
+  CHECK(at_sm(f.sa->cpi_dests[0]));  // ClassPortInfo is the SM's to answer
+
+  // sm_changed(): the redirect goes at once; ClassPortInfo asked again (of
+  // the SM), which now names none: queries go to the SM.
+  f.sa->cpi = {};
+  f.sa->cpi_status = 0;
+  f.client->sm_changed();
+  CHECK_FALSE(f.client->redirect());
+  f.run_until([&] { return f.client->counters().class_port_info == 2; });
+  CHECK(f.ask_wait().ok());
+  REQUIRE(f.sa->dests.size() == 2);
+  CHECK(at_sm(f.sa->dests[1]));
+  CHECK(f.client->counters().redirects == 1);
+}
+
+TEST_CASE("another SM LID drops the redirect: the query goes to the new SM", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->cpi = redirecting();
+  f.sa->on_query = [](const mad::Mad& req) { return path_answer(req); };
+  f.attach();
+  REQUIRE(f.client->redirect());
+  f.sm = SmAddress{0x22, kSmSl};  // MasterSMLID changed, no sm_changed() (yet)
   CHECK(f.ask_wait().ok());
   REQUIRE(f.sa->dests.size() == 1);
-  CHECK(f.sa->dests[0].lid == kSmLid);  // still the SM
+  CHECK(f.sa->dests[0].lid == 0x22);
   CHECK(f.sa->dests[0].qpn == 1);
+  CHECK_FALSE(f.client->redirect());
+}
+
+TEST_CASE("a GetTable answer from the redirect QP is ACKed there, with its Q_Key", "[sa][sa-client]") {
+  Fixture f;
+  f.sa->cpi = redirecting();
+  const auto got = f.get_table(5);
+  REQUIRE(got);
+  REQUIRE(got->ok());
+  auto paths = parse_path_records(got->value());
+  REQUIRE(paths.ok());
+  CHECK(paths->size() == 5);
+  REQUIRE(f.sa->ack_dests.size() >= 2);
+  for (const auto& d : f.sa->ack_dests) {  // the receive's SL, not the redirect's
+    CHECK(d.lid == kTargetLid);
+    CHECK(d.qpn == kTargetQp);
+    CHECK(d.qkey == kTargetQkey);
+  }
+}
+
+TEST_CASE("an answer with MAD status redirect is asked again where its ClassPortInfo says", "[sa][sa-client]") {
+  Fixture f;
+  f.attach();
+  CHECK_FALSE(f.client->redirect());
+  f.sa->on_query = [&](const mad::Mad& req) -> std::optional<mad::Mad> {
+    if (at_target(f.sa->dests.back())) return path_answer(req);
+    mad::Mad r = response_to(req, mad::status::kRedirect);
+    mad::encode_class_port_info(MutBytes(r).subspan(kSaDataOff), redirecting());
+    return r;
+  };
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE(a.ok());
+  REQUIRE(a.value());
+  CHECK(a.value()->dlid == 0x77);
+  REQUIRE(f.sa->queries.size() == 2);
+  CHECK(at_sm(f.sa->dests[0]));
+  CHECK(at_target(f.sa->dests[1]));
+  CHECK(f.tid_low(1) == f.tid_low(0));
+  CHECK(f.client->counters().redirects == 1);
+  // The redirect holds for the next query: straight to the target.
+  CHECK(f.ask_wait().ok());
+  REQUIRE(f.sa->queries.size() == 3);
+  CHECK(at_target(f.sa->dests[2]));
+
+  SECTION("a redirect that cannot be followed (RedirectLID 0) is the caller's: EREMCHG") {
+    f.sa->on_query = [](const mad::Mad& req) -> std::optional<mad::Mad> {
+      mad::Mad r = response_to(req, mad::status::kRedirect);
+      mad::encode_class_port_info(MutBytes(r).subspan(kSaDataOff), mad::ClassPortInfo{});
+      return r;
+    };
+    const auto errors = f.client->counters().errors;
+    const PathAnswer& b = f.ask_wait();
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.error().code == EREMCHG);
+    CHECK(f.client->counters().errors > errors);
+  }
+  SECTION("an SA that redirects each time: followed twice, then the caller's") {
+    f.sa->on_query = [&](const mad::Mad& req) -> std::optional<mad::Mad> {
+      mad::Mad r = response_to(req, mad::status::kRedirect);
+      mad::encode_class_port_info(MutBytes(r).subspan(kSaDataOff), redirecting());
+      return r;
+    };
+    const PathAnswer& b = f.ask_wait();
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.error().code == EREMCHG);
+    CHECK(f.sa->queries.size() == 3 + 3);
+  }
+}
+
+TEST_CASE("a silent redirect target: the query goes to the SM, ClassPortInfo is asked again", "[sa][sa-client]") {
+  SaClientConfig cfg = Fixture::config();
+  cfg.min_timeout_ms = cfg.max_timeout_ms = 10;
+  Fixture f(cfg);
+  f.sa->cpi = redirecting();
+  f.sa->on_query = [&](const mad::Mad& req) -> std::optional<mad::Mad> {
+    if (at_target(f.sa->dests.back())) return std::nullopt;  // the target is gone
+    return path_answer(req);
+  };
+  f.attach();
+  REQUIRE(f.client->redirect());
+  f.sa->cpi = {};  // the SM answers its own SA queries again
+  const PathAnswer& a = f.ask_wait();
+  REQUIRE(a.ok());
+  REQUIRE(a.value());
+  CHECK(a.value()->dlid == 0x77);
+  REQUIRE(f.sa->queries.size() == cfg.retries + 2);
+  for (std::size_t i = 0; i <= cfg.retries; ++i) CHECK(at_target(f.sa->dests[i]));
+  CHECK(at_sm(f.sa->dests.back()));
+  CHECK(f.client->counters().redirect_fallbacks == 1);
+  CHECK(f.client->counters().timeouts == 0);
+  f.run_until([&] { return f.client->counters().class_port_info == 2; });
+  CHECK(f.sa->cpi_asks == 2);
+  CHECK_FALSE(f.client->redirect());
+  CHECK(f.ask_wait().ok());
+  CHECK(at_sm(f.sa->dests.back()));
+
+  SECTION("silent at the SM too: ETIMEDOUT after one fallback") {
+    f.sa->cpi = redirecting();
+    f.client->sm_changed();
+    f.run_until([&] { return f.client->counters().class_port_info == 3; });
+    REQUIRE(f.client->redirect());
+    f.sa->on_query = [](const mad::Mad&) -> std::optional<mad::Mad> { return std::nullopt; };
+    const std::size_t before = f.sa->queries.size();
+    const PathAnswer& b = f.ask_wait();
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.error().code == ETIMEDOUT);
+    CHECK(f.sa->queries.size() == before + 2 * (cfg.retries + 1));
+    CHECK(f.client->counters().redirect_fallbacks == 2);
+  }
 }
 
 TEST_CASE("a PathRecord query is a SubnAdmGet to the SM's LID and SL on QP1, its answer the record",
@@ -257,16 +452,7 @@ TEST_CASE("a PathRecord query is a SubnAdmGet to the SM's LID and SL on QP1, its
 
 TEST_CASE("a GetTable answer in RMPP segments reaches the caller reassembled", "[sa][sa-client]") {
   Fixture f;
-  f.sa->on_query = [&](const mad::Mad& req) -> std::optional<mad::Mad> {
-    f.sa->send_table(req, 5);
-    return std::nullopt;
-  };
-  f.attach();
-  std::optional<Result<mad::ByteVec>> got;
-  const mad::ByteVec rec(kPathRecordBytes);
-  f.client->query(SaRequest{.method = mad::method::kGetTable, .attr_id = attr::kPathRecord}, rec,
-                  [&](Result<mad::ByteVec> r) { got = std::move(r); });
-  f.run_until([&] { return got.has_value(); });
+  const auto got = f.get_table(5);
   REQUIRE(got);
   REQUIRE(got->ok());
   CHECK(f.sa->segments == 2);
@@ -534,6 +720,13 @@ TEST_CASE("subscribe() sends SubnAdmSet(InformInfo) for the trap; an error statu
   REQUIRE(got.size() == 2);
   REQUIRE(!got[1]);
   CHECK(got[1].error().code == EREMOTEIO);
+  // on false: the same InformInfo with Subscribe 0 (ibd's shutdown() sends it).
+  REQUIRE(f.sa->queries.size() == 2);
+  auto off = decode_inform_info(ConstBytes(f.sa->queries[1]).subspan(kSaDataOff, kInformInfoBytes));
+  REQUIRE(off);
+  CHECK(off->trap_number == 64);
+  CHECK_FALSE(off->subscribe);
+  CHECK(off->qpn == 1);
 }
 
 namespace {
