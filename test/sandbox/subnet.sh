@@ -302,5 +302,17 @@ out=$(path Hca2 "${gids[Hca4]}") || fail "ibdctl path Hca2 -> Hca4 under Hca1's 
 [[ $(val source <<<"$out") == sa && $(val dlid <<<"$out") == "$(lid_of Hca4)" ]] ||
   fail "path Hca2 -> Hca4 after the file from another SM: $out"
 ok "a cache file tagged with Hca3's SM, loaded while Hca1's SM runs: its paths dropped (path_cache_other_sm), asked anew"
+
+# --- unsubscribing at stop: ibd tells the SA it wants no more Reports ----
+# SIGTERM (sandbox.sh restart stops the ibd first): traps 64..67 are
+# unsubscribed (InformInfo Set, Subscribe 0) and answered by OpenSM
+# before ibd exits; the next ibd subscribes again.
+unsubs() { grep -c "sa: port 1: unsubscribed from trap" "$OPENIB_SANDBOX/Hca4/ibd.log" || true; }
+before=$(unsubs)
+sb restart Hca4 || fail "restarting Hca4's ibd"
+(($(unsubs) - before == 4)) || fail "Hca4's ibd unsubscribed from $(($(unsubs) - before)) traps as it stopped, not 4:
+$(grep "sa: port 1: " "$OPENIB_SANDBOX/Hca4/ibd.log" | tail -12)"
+waitfor 30 Hca4 sa_subscriptions 4 || fail "Hca4's new ibd did not subscribe to traps 64..67"
+ok "a stopping ibd unsubscribed from traps 64..67 and its successor subscribed again"
 echo "PASS: net.2sw2path4hca through OpenSM and infiniband-diags"
 exit 0
