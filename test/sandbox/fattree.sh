@@ -27,7 +27,8 @@ n=$(grep -c "Active/ *LinkUp" <<<"$links" || true)
 ok "iblinkinfo: 96 switch ports and 32 CA ports Active/LinkUp"
 
 # The SA knows every path: 36 LIDs (32 CAs, 4 switches) squared.
-n=$(sb run Hca32 saquery -p 2>/dev/null | grep -c "PathRecord dump" || true)
+dump=$(sb run Hca32 saquery -p 2>/dev/null || true)
+n=$(grep -c "PathRecord dump" <<<"$dump" || true)
 ((n == 36 * 36)) || fail "saquery -p: $n PathRecords, expected 1296"
 ok "saquery -p: 1296 PathRecords"
 
@@ -43,6 +44,33 @@ for i in $(seq 32); do
   same_path Hca$i Hca$((i % 32 + 1))
 done
 ok "64 paths through ibd (every host twice as source and twice as destination, across and within leaves) equal saquery's"
+
+# Then every ordered pair (992): each host's ibd asked for a path to every
+# other host, compared with the record for the same SLID/DLID in the one
+# `saquery -p` table above (a GetTable of 1296 records: RMPP through
+# ibd's MAD layer).
+declare -A sa_path
+while read -r slid dlid sl mtu rate life; do
+  sa_path[$((slid)):$((dlid))]="$((sl)) $((128 << (mtu & 63))) $((rate & 63)) $((life & 63))"
+done < <(awk -F'[.]+' '
+  function out() { if (n) print r["slid"], r["dlid"], r["sl"], r["mtu"], r["rate"], r["pkt_life"] }
+  /PathRecord dump/ { out(); n = 1; split("", r); next }
+  { k = $1; gsub(/^[ \t]+/, "", k); r[k] = $2 }
+  END { out() }' <<<"$dump")
+((${#sa_path[@]} == 36 * 36)) || fail "read ${#sa_path[@]} PathRecords from saquery -p, expected 1296"
+pairs=0
+for i in $(seq 32); do
+  for j in $(seq 32); do
+    ((i == j)) && continue
+    out=$(path Hca$i "${gids[Hca$j]}") || fail "ibdctl path Hca$i -> Hca$j: $out"
+    read -r key mine < <(awk '{v[$1] = $2} END {printf "%d:%d %d %d %d %d\n", v["slid"], v["dlid"], v["sl"], v["mtu"], v["rate"], v["packet_life_time"]}' <<<"$out")
+    [[ ${sa_path[$key]-none} == "$mine" ]] ||
+      fail "Hca$i -> Hca$j: ibd's path $key (SL MTU rate lifetime: $mine), saquery's: ${sa_path[$key]-none}"
+    pairs=$((pairs + 1))
+  done
+done
+((pairs == 992)) || fail "$pairs pairs compared"
+ok "all 992 ordered host pairs: ibd's path equals the record of saquery's 1296-record table for its SLID/DLID"
 
 # RC between Hca1 (Leaf1) and Hca32 (Leaf2): through a spine.
 addr1=$(awk '$1 == "Hca1" {sub("addr=", "", $3); print $3}' <<<"$hosts")
