@@ -123,6 +123,20 @@ until_sa Hca4 -S "ServiceName\.*openib-mcast-test" present || fail "the service 
 (($(counter Hca3 mcast_rejoins) > rejoins0)) || fail "Hca3 counted no rejoin"
 ok "OpenSM restarted: Hca3's join and Hca2's ServiceRecord are back in saquery"
 
+# --- OpenSM moved to Hca4: a new SM, its database empty --------------------
+# SM_CHANGE / ClientReregister on every port: the joins, the registration
+# and the trap subscriptions are redone with the new SM (IBA 14.4.11).
+rejoins0=$(counter Hca3 mcast_rejoins)
+subs0=$(counter Hca3 sa_subscriptions)
+sb sm Hca1 stop
+sb sm Hca4 start || fail "OpenSM on Hca4"
+until_sa Hca2 -m "$(member_re "$gid3")" present || fail "Hca3's join not redone with the SM on Hca4: $(records Hca2 -m)"
+until_sa Hca2 -S "ServiceName\.*openib-mcast-test" present || fail "the service not registered with the SM on Hca4: $(records Hca2 -S)"
+until_sa Hca2 IIR "($gid3|$(full "$gid3"))" present || fail "no InformInfoRecord of Hca3 at the SM on Hca4: $(records Hca2 IIR)"
+(($(counter Hca3 mcast_rejoins) > rejoins0)) || fail "Hca3 counted no rejoin after the SM moved"
+(($(counter Hca3 sa_subscriptions) >= subs0 + 4)) || fail "Hca3 subscribed $(($(counter Hca3 sa_subscriptions) - subs0)) traps again, not 4"
+ok "OpenSM moved to Hca4: Hca3's join, Hca2's ServiceRecord and Hca3's trap subscriptions (saquery IIR) are redone"
+
 # --- the holders killed: ibd leaves and deletes for them --------------------
 deleted0=$(counter Hca2 sa_mcast_deleted_reports)
 release s2 KILL
