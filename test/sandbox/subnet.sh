@@ -314,5 +314,19 @@ sb restart Hca4 || fail "restarting Hca4's ibd"
 $(grep "sa: port 1: " "$OPENIB_SANDBOX/Hca4/ibd.log" | tail -12)"
 waitfor 30 Hca4 sa_subscriptions 4 || fail "Hca4's new ibd did not subscribe to traps 64..67"
 ok "a stopping ibd unsubscribed from traps 64..67 and its successor subscribed again"
+
+# --- the library: PathResolver, the shared table end to end ---------------
+# openib-path on Hca2 looks Hca3 up three times: the first through ibd (its
+# cache or the SA), the next two in the table ibd published (no message).
+out=$(sb run Hca2 "$build/examples/openib-path" "$(gid_of Hca3)" --count 3 2>&1) || fail "openib-path: $out"
+mapfile -t rows <<<"$out"
+for r in 1 2; do
+  [[ ${rows[$r]} == "source table dlid $(lid_of Hca3) "* ]] || fail "openib-path lookup $((r + 1)) is not a table hit to Hca3's LID:
+$out"
+done
+grep -q "^table mapped, hits 2, " <<<"$out" || fail "openib-path's counters: $out"
+out=$(sb run Hca2 "$build/examples/openib-path" "$(gid_of Hca3)" --async 2>&1) || fail "openib-path --async: $out"
+[[ $out == "source table dlid $(lid_of Hca3) "* ]] || fail "openib-path --async: $out"
+ok "libopenib's PathResolver on Hca2: ibd then the shared table twice (no message), sync and async: $(head -1 <<<"$out")"
 echo "PASS: net.2sw2path4hca through OpenSM and infiniband-diags"
 exit 0
