@@ -109,6 +109,12 @@ echo "-- saquery -N from Hca4 (NodeRecords, a multi-MAD RMPP answer from OpenSM'
 sb run Hca4 saquery -N | grep -E "NodeDescription|lid\b" | head -12
 echo "-- perfquery of Hca4 port 1 from Hca2:"
 sb run Hca2 perfquery "$lid4" 1 | grep -E "^Port(Xmit|Rcv)(Data|Pkts)"
+guid4=$(sb run Hca4 ibstat simhca0 1 | awk -F': 0x' '/Port GUID/ {print $2}')
+gid4=$(printf 'fe80::%x:%x:%x:%x' $((16#${guid4:0:4})) $((16#${guid4:4:4})) $((16#${guid4:8:4})) $((16#${guid4:12:4})))
+echo "-- a path Hca2 -> Hca4 ($gid4) through ibd's SA client and path cache (ibdctl path):"
+sb run Hca2 build/src/tools/ibdctl path "$gid4" | grep -E "^(dlid|slid|sl|mtu|rate|source) "
+echo "-- the same through libopenib's PathResolver (openib-path): read from ibd's shared table, no message to ibd:"
+sb run Hca2 build/examples/openib-path "$gid4" --count 2
 port=$(sb run Hca1 ibtracert 1 "$lid4" | awk '/"Switch2"/ {gsub(/[][]/, "", $1); print $1; exit}')
 echo "-- pulling the cable the route takes, Switch1[$port]: trap 128, OpenSM resweeps, the route moves"
 sb fabric link down Switch1 "$port"
