@@ -8,6 +8,8 @@
 #   sandbox.sh run HOST COMMAND...      e.g. run Hca2 ibnetdiscover
 #   sandbox.sh sm HOST start|stop       (re)start or stop OpenSM on HOST
 #   sandbox.sh restart HOST             SIGTERM to HOST's ibd, then start it again
+#                                       ($OPENIB_SANDBOX_WHILE_DOWN, if set, runs
+#                                       in between: e.g. to edit its state dir)
 #   sandbox.sh fabric COMMAND...        ibfabric's control: link down Switch1 3, show, counters
 #   sandbox.sh hosts                    the hosts, their namespaces and sockets
 #   sandbox.sh plan TOPOLOGY            the hosts, namespaces and addresses `up` would give (no root)
@@ -237,6 +239,9 @@ restart_ibd() {
     read -r sw port <<<"$l"
     "$build/src/sim/fabric/ibfabric" ctl "$dir/fabric.ctl" link down "$sw" "$port" >/dev/null
   done
+  if [[ -n ${OPENIB_SANDBOX_WHILE_DOWN:-} ]]; then
+    bash -c "$OPENIB_SANDBOX_WHILE_DOWN" || die "OPENIB_SANDBOX_WHILE_DOWN failed while $name was down"
+  fi
   local lines
   lines=$(wc -l <"$dir/$name/ibd.log")
   start_ibd "$name"

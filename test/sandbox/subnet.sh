@@ -328,5 +328,46 @@ grep -q "^table mapped, hits 2, " <<<"$out" || fail "openib-path's counters: $ou
 out=$(sb run Hca2 "$build/examples/openib-path" "$(gid_of Hca3)" --async 2>&1) || fail "openib-path --async: $out"
 [[ $out == "source table dlid $(lid_of Hca3) "* ]] || fail "openib-path --async: $out"
 ok "libopenib's PathResolver on Hca2: ibd then the shared table twice (no message), sync and async: $(head -1 <<<"$out")"
+
+# --- a path that revalidates to another record: replaced, clients told ----
+# Hca2's cache file gets a wrong DLID for Hca4 while its ibd is down (the
+# CRC redone: a file that checks); with OpenSM stopped the restarted ibd
+# serves it (stale). A client watching (openib-path --watch) gets
+# PATH_CHANGED once OpenSM is back and the revalidation answers the real
+# DLID, which then replaces the wrong one everywhere.
+gid4=$(gid_of Hca4)
+lid4=$(lid_of Hca4)
+out=$(path Hca2 "$gid4") || fail "ibdctl path Hca2 -> Hca4: $out"
+cat >"$OPENIB_SANDBOX/wrong-dlid.py" <<'PY'
+import ipaddress, struct, sys, zlib
+f, gid, dlid = sys.argv[1], ipaddress.IPv6Address(sys.argv[2]).packed, int(sys.argv[3])
+b = bytearray(open(f, 'rb').read())
+n, hits = struct.unpack_from('>I', b, 40)[0], 0
+for i in range(n):
+    rec = 48 + 152 * i + 88  # the answer PathRecord (cache_file_format.hpp)
+    if b[rec + 8:rec + 24] == gid:
+        struct.pack_into('>H', b, rec + 40, dlid)  # DLID, IBA 15.2.5.16 bit 320
+        hits += 1
+struct.pack_into('>I', b, len(b) - 4, zlib.crc32(bytes(b[:-4])))
+open(f, 'wb').write(b)
+sys.exit(0 if hits else 1)
+PY
+sb sm Hca1 stop
+OPENIB_SANDBOX_WHILE_DOWN="python3 $OPENIB_SANDBOX/wrong-dlid.py $OPENIB_SANDBOX/Hca2/path-cache-port1.bin $gid4 99" \
+  sb restart Hca2 || fail "restarting Hca2's ibd with a wrong DLID for Hca4 in its file"
+bash "$sandbox" run Hca2 "$build/examples/openib-path" "$gid4" --watch 60 >"$OPENIB_SANDBOX/watch.log" 2>&1 &
+pp_pid=$!
+for _ in $(seq 100); do [[ -s $OPENIB_SANDBOX/watch.log ]] && break; sleep 0.1; done
+grep -q "^source table dlid 99 .* stale$" "$OPENIB_SANDBOX/watch.log" ||
+  fail "Hca2 did not serve its file's (wrong, stale) path: $(cat "$OPENIB_SANDBOX/watch.log")"
+sb sm Hca1 start || fail "OpenSM on Hca1 again"
+wait "$pp_pid" || fail "openib-path --watch: $(cat "$OPENIB_SANDBOX/watch.log")"
+pp_pid=''
+grep -q "^path-changed port 1 pkey 0xffff dgid $gid4$" "$OPENIB_SANDBOX/watch.log" &&
+  grep -q "^source after-change dlid $lid4 " "$OPENIB_SANDBOX/watch.log" ||
+  fail "no PATH_CHANGED, or the path after it is not Hca4's LID $lid4: $(cat "$OPENIB_SANDBOX/watch.log")"
+out=$(path Hca2 "$gid4") || fail "ibdctl path Hca2 -> Hca4 after the change: $out"
+[[ $(val dlid <<<"$out") == "$lid4" ]] || fail "ibd kept the wrong path after revalidation: $out"
+ok "a cached path revalidated to another record (DLID 99 -> $lid4): replaced in ibd and the table, PATH_CHANGED to the watching client"
 echo "PASS: net.2sw2path4hca through OpenSM and infiniband-diags"
 exit 0
