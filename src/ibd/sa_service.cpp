@@ -486,8 +486,9 @@ void SaService::shutdown(std::chrono::milliseconds bound, std::function<void()> 
     asio::post(io_, std::move(d));  // never inside the caller's call
   };
   unsubscribes_left_ = 1;  // this function's own: answers inside the loop below do not finish early
-  for (auto& [port, c] : clients_) {
+  for (auto& [p, c] : clients_) {
     if (!c->attached()) continue;
+    const uint8_t port = p;  // a structured binding is not capturable (clang, C++20)
     for (uint16_t trap : kTraps) {
       ++unsubscribes_left_;
       c->subscribe(trap, false, [this, port, trap, finish, alive = std::weak_ptr<bool>(alive_)](Result<void> r) {
