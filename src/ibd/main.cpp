@@ -184,7 +184,9 @@ int run(const Options& o) {
     server.stop();
     // The SA is told to forget the ports' trap subscriptions (docs/sa.md
     // "In ibd"): the loop runs on until it answered, at most 1 s; a second
-    // SIGTERM/SIGINT stops at once.
+    // SIGTERM/SIGINT stops at once. Not when the device is gone (code != 0):
+    // nothing goes out through it, and the loop stops at once as before.
+    if (code != 0) return io.stop();
     sa_service->shutdown(std::chrono::seconds(1), [&] { io.stop(); });
   };
 
