@@ -351,30 +351,3 @@ TEST_CASE("PATH_TABLE: a client can neither change nor resize the table; one tha
   CHECK(p->dlid == 0x77);
   CHECK(counter(info(*w.ibd), "path_table_entries") == 1);
 }
-
-// Not a test (hidden; no assertion on time): the cost of a table hit
-// against a PATH_QUERY round trip to ibd (a miss ibd answers at once with
-// ENETUNREACH), measured in the same run. build/test/ibd/test_ibd_paths '[.path-bench]'
-TEST_CASE("path lookup costs: table hit vs PATH_QUERY", "[.path-bench]") {
-  WarmIbd w;
-  ContextOptions co;
-  co.socket = w.ibd->socket();
-  auto ctx = must(Context::open(co), "Context::open");
-  auto res = must(PathResolver::open(*ctx), "PathResolver::open");
-  PathQuery hit;
-  hit.dgid = remote_gid();
-  PathQuery miss = hit;
-  miss.pkey = 0x8001;
-  using clock = std::chrono::steady_clock;
-  auto per = [](clock::duration d, int n) { return std::chrono::duration<double, std::nano>(d).count() / n; };
-  const int kHits = 2000000, kMisses = 20000;
-  uint64_t sum = 0;
-  auto t0 = clock::now();
-  for (int i = 0; i < kHits; ++i) sum += res->lookup(hit)->dlid;
-  const double hit_ns = per(clock::now() - t0, kHits);
-  t0 = clock::now();
-  for (int i = 0; i < kMisses; ++i) sum += res->resolve(miss).ok();
-  const double query_ns = per(clock::now() - t0, kMisses);
-  std::printf("table hit (lookup, decoded): %.1f ns; PATH_QUERY round trip: %.0f ns; ratio %.4f (%llu)\n", hit_ns,
-              query_ns, hit_ns / query_ns, static_cast<unsigned long long>(sum));
-}
