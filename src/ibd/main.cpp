@@ -164,11 +164,18 @@ int run(const Options& o) {
   if (auto r = sa_service->publish_table(o.path_table_slots); !r)  // docs/sa.md "Shared table"
     logger->warn("no shared path table (clients ask ibd for every path): {}", r.error().str());
   server.set_sa(sa_service.get());
+  // IPoIB on a TAP interface (docs/ipoib.md).
+  std::unique_ptr<IpoibService> ipoib;
+  if (!o.ipoib.empty()) {
+    ipoib = std::make_unique<IpoibService>(io, *hca, *sa_service, IpoibConfig{o.ipoib, o.ipoib_pkey, o.ipoib_port});
+    server.set_ipoib(ipoib.get());
+  }
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());
     return 1;
   }
   sa_service->start();
+  if (ipoib) ipoib->start();
 
   bool stopping = false;
   asio::steady_timer restart_timer(io);
@@ -182,6 +189,7 @@ int run(const Options& o) {
     if (code != 0) server.notify_device_fatal();
     sa_service->save();  // the path cache, for the next start (docs/sa.md)
     server.stop();
+    if (ipoib) ipoib->stop();
     // The SA is told to forget the ports' trap subscriptions (docs/sa.md
     // "In ibd"): the loop runs on until it answered, at most 1 s; a second
     // SIGTERM/SIGINT stops at once. Not when the device is gone (code != 0):

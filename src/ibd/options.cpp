@@ -120,6 +120,10 @@ ParseOutcome parse_options(int argc, char** argv) {
         return n == 0 || (n >= 64 && n <= (1ul << 24) && (n & (n - 1)) == 0) ? "" : "0, or a power of two from 64 to 2^24";
       })
       ->capture_default_str();
+  app.add_option("--ipoib", o.ipoib, "IPoIB: create this TAP interface (docs/ipoib.md); empty: no IPoIB");
+  app.add_option("--ipoib-pkey", o.ipoib_pkey, "IPoIB: the P_Key (must be the port's P_Key at index 0)")
+      ->capture_default_str();
+  app.add_option("--ipoib-port", o.ipoib_port, "IPoIB: the HCA port")->capture_default_str();
   add_limit_options(app, o.limits);
   app.add_option("--log", o.log, "log level: trace, debug, info, warn, error, off")->capture_default_str();
   try {

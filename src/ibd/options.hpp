@@ -26,6 +26,10 @@ struct Options {
   std::string state_dir;
   // The shared path table (docs/sa.md "Shared table"): slots, 0 for none.
   uint32_t path_table_slots = 65536;
+  // IPoIB over a TAP interface (docs/ipoib.md): its name (empty: off), P_Key, port.
+  std::string ipoib;
+  uint16_t ipoib_pkey = 0xFFFF;
+  uint8_t ipoib_port = 1;
   std::string simhca;        // empty: found next to ibd (simhca_path())
   std::string cable, pcap, faults;  // passed to the embedded simhca
   std::vector<std::string> simhca_args;  // more arguments for it (--guid, --node-desc, ...)

@@ -39,11 +39,13 @@ SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uin
   querier_.self = this;
   cache_.set_change_callback([this](const sa::PathKey& k, const sa::PathRecord&, const std::optional<sa::PathRecord>&) {
     if (on_path_change_) on_path_change_(k.port(), k.query().pkey, k.dgid());
+    for (auto& o : path_observers_) o(k.port(), k.query().pkey, k.dgid());
   });
   requester_.self = this;
-  joins_.set_change_handler([](uint8_t port, const sa::McMemberRecord& r) {
+  joins_.set_change_handler([this](uint8_t port, const sa::McMemberRecord& r) {
     log::get("ibd")->info("sa: port {}: group {:016x}:{:016x} now has MLID {:#x}", port, sa::gid_prefix(r.mgid),
                           sa::gid_guid(r.mgid), r.mlid);
+    if (on_mcast_change_) on_mcast_change_(port, r);
   });
   for (uint8_t p = 1; p <= num_ports_; ++p) {
     // Where the SA is, asked anew for each query: PortInfo's MasterSMLID

@@ -144,6 +144,11 @@ class SaService {
   // Each trap 66 / 67 Report (multicast group created / deleted) with its MGID.
   using McastTrapFn = std::function<void(uint16_t trap, const sa::Gid& mgid)>;
   void set_mcast_trap_handler(McastTrapFn f) { on_mcast_trap_ = std::move(f); }
+  // A rejoin answered another MLID for a group (the SM restarted): who
+  // sends to it or is attached to it must use the new one (IPoIB).
+  void set_mcast_change_handler(sa::McastJoins::ChangeFn f) { on_mcast_change_ = std::move(f); }
+  // More path-change observers besides the server's (IPoIB's neighbours).
+  void add_path_change_observer(PathChangeFn fn) { path_observers_.push_back(std::move(fn)); }
   // PATH_LIST (path_list.cpp): one page of the cache's entries as JSON
   // text of at most `max_bytes` (but one entry), from index `start` of
   // the sorted list; port 0: every port's.
@@ -197,6 +202,8 @@ class SaService {
   sa::McastJoins joins_;
   sa::ServiceRegs services_;
   McastTrapFn on_mcast_trap_;
+  sa::McastJoins::ChangeFn on_mcast_change_;
+  std::vector<PathChangeFn> path_observers_;
   boost::asio::steady_timer regs_timer_;  // lease renewals (ServiceRegs::tick)
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
   boost::asio::steady_timer save_timer_;

@@ -563,6 +563,7 @@ void Server::on_event(const hca::EventEntry& e) {
   switch (e.type) {
     case prm::kEvCqCompletion: {
       if (umad_ && umad_->on_cq_event(get32(e.data, 0))) return;
+      if (ipoib_ && ipoib_->on_cq_event(get32(e.data, 0))) return;
       auto it = cq_owner_.find(get32(e.data, 0));
       if (it == cq_owner_.end()) return;
       Client* c = client(it->second.client);
@@ -589,6 +590,7 @@ void Server::on_event(const hca::EventEntry& e) {
       // docs/sa.md "In ibd": a port going down loses its paths; one coming
       // up keeps them stale (a warm start's restored ones too) and revalidates.
       if (sa_) sa_->port_state(port, new_state);
+      if (ipoib_) ipoib_->port_state(port, new_state);
       if (new_state == hca::kPortActive) to_all(kIbvPortActive, proto::ObjKind::kPort, port);
       else if (old_state == hca::kPortActive) to_all(kIbvPortErr, proto::ObjKind::kPort, port);
       return;
@@ -680,6 +682,7 @@ void Server::device_lost() {
   }
   // User-MAD sessions and agents outlive the device (docs/umad.md "Device loss").
   if (umad_) umad_->device_lost();
+  if (ipoib_) ipoib_->device_lost();
   for (auto& [id, c] : departing_) objects += c->objects.size();
   departing_.clear();
   cq_owner_.clear();
@@ -701,6 +704,7 @@ void Server::device_back() {
   device_gone_ = false;
   last_activity_ = std::chrono::steady_clock::now();
   if (umad_) umad_->device_back();
+  if (ipoib_) ipoib_->device_back();
   for (auto& [id, c] : clients_)
     if (!c->busy) watch(id);
   if (!stopped_) {

@@ -19,6 +19,7 @@
 #include "ibd/client.hpp"
 #include "ibd/device_status.hpp"
 #include "ibd/quota.hpp"
+#include "ibd/ipoib_service.hpp"
 #include "ibd/sa_service.hpp"
 #include "ibd/umad_service.hpp"
 
@@ -80,6 +81,7 @@ class Server {
   uint64_t device_generation() const { return generation_; }
   // The user-MAD service (UMAD_* requests, its CQ events); may stay unset.
   void set_umad(UmadService* u) { umad_ = u; }
+  void set_ipoib(IpoibService* i) { ipoib_ = i; }
   // The SA client and path cache (PATH_QUERY, port events); may stay unset.
   void set_sa(SaService* s);
 
@@ -206,6 +208,7 @@ class Server {
   std::function<void()> on_device_gone_;
   UmadService* umad_ = nullptr;
   SaService* sa_ = nullptr;
+  IpoibService* ipoib_ = nullptr;
   bool device_gone_ = false;
   DeviceState device_state_ = DeviceState::kRunning;
   uint64_t generation_ = 1;  // +1 each time the device comes back

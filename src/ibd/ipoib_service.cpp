@@ -1,0 +1,562 @@
+#include "ibd/ipoib_service.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <nlohmann/json.hpp>
+
+#include "common/log.hpp"
+#include "ipoib_tap/ats.hpp"
+#include "ipoib_tap/kernel_groups.hpp"
+#include "sa/mcmember_record.hpp"
+#include "sa/path_record.hpp"
+#include "sa/sa_mad.hpp"
+
+namespace openib::ibd {
+namespace {
+
+auto logger() { return log::get("ipoib"); }
+
+constexpr uint32_t kIpoibQkey = 0x0b1b;  // the Q_Key Linux's ipoib creates the broadcast group with
+constexpr size_t kMaxFrame = 65536 + 14;  // the TAP's MTU may be raised by hand: such frames are dropped by size
+constexpr int kReadsPerTurn = 64;
+constexpr size_t kSlotMargin = 8;  // free send slots kept for the packets a resolution releases
+
+std::string gid_text(const ipoib::Gid& g) {
+  std::string s;
+  for (size_t i = 0; i < 16; i += 2) s += fmt::format("{}{:02x}{:02x}", i ? ":" : "", g[i], g[i + 1]);
+  return s;
+}
+std::string mac_text(const ipoib::Mac& m) {
+  return fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+// IBA MTU code (1 = 256 .. 5 = 4096) in bytes.
+uint32_t mtu_bytes(uint8_t code) { return code >= 1 && code <= 5 ? 128u << code : 2048; }
+
+}  // namespace
+
+IpoibService::IpoibService(boost::asio::io_context& io, hca::Hca& hca, SaService& sa, IpoibConfig cfg)
+    : io_(io), hca_(hca), sa_(sa), cfg_(std::move(cfg)), frame_(kMaxFrame), retry_(io) {
+  cfg_.pkey |= 0x8000;  // the broadcast group's P_Key has the full-member bit (RFC 4391 §4)
+  sa_.set_mcast_change_handler([this](uint8_t port, const sa::McMemberRecord& r) { mcast_changed(port, r); });
+  sa_.add_path_change_observer([this](uint8_t port, uint16_t, const sa::Gid& dgid) {
+    if (port == cfg_.port) path_changed(dgid);
+  });
+}
+
+IpoibService::~IpoibService() {
+  alive_.reset();
+  retry_.cancel();
+}
+
+void IpoibService::start() { bring_up(); }
+
+void IpoibService::stop() {
+  // TEARDOWN_HCA reclaims the QP and AHs; the kernel removes the TAP with its fd.
+  ++epoch_;
+  state_ = State::kDown;
+  retry_.cancel();
+  if (tap_) (void)tap_->set_carrier(false);
+  addrs_.reset();
+  qp_.reset();
+}
+
+void IpoibService::bring_up() {
+  if (state_ != State::kDown) return;
+  state_ = State::kBringingUp;
+  const uint64_t ep = ++epoch_;
+  ++bring_ups_;
+  hca_.query_port_async(cfg_.port, [this, ep, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
+    if (alive.expired() || ep != epoch_) return;
+    if (!a) return go_down("QUERY_PORT failed", false);
+    if (a->state != hca::kPortActive) {  // the PORT_STATE_CHANGE to Active starts it again
+      state_ = State::kDown;
+      return;
+    }
+    if ((a->pkey0 & 0x7FFF) != (cfg_.pkey & 0x7FFF)) {
+      logger()->error("{}: P_Key {:#06x} is not the port's P_Key at index 0 ({:#06x}); only index 0 is used",
+                      cfg_.name, cfg_.pkey, a->pkey0);
+      state_ = State::kDown;
+      return;
+    }
+    port_ = *a;
+    proto::McastJoinReq j;
+    j.port = cfg_.port;
+    j.join_state = sa::join_state::kFullMember;
+    j.pkey = cfg_.pkey;
+    j.mgid = ipoib::broadcast_mgid(cfg_.pkey);
+    sa_.mcast_join(kIpoibOwner, j, [this, ep, pa = *a, alive](Result<proto::McastJoinRep> r) {
+      if (alive.expired()) return;
+      Result<sa::McMemberRecord> rec = r ? sa::decode_mcmember_record(std::as_bytes(std::span(r->record)))
+                                         : Result<sa::McMemberRecord>(r.take_error());
+      joined_broadcast(ep, pa, std::move(rec), false);
+    });
+  });
+}
+
+// RFC 4391 §5: the broadcast group must exist before the interface works;
+// when the SA does not have it, the join is made again with the creation
+// components (as Linux's ipoib does: Q_Key 0x0b1b, the port's MTU).
+void IpoibService::joined_broadcast(uint64_t ep, const hca::PortAttr& pa, Result<sa::McMemberRecord> r, bool created) {
+  const ipoib::Gid mgid = ipoib::broadcast_mgid(cfg_.pkey);
+  if (ep != epoch_) {
+    if (r) (void)sa_.mcast_leave(kIpoibOwner, {cfg_.port, mgid});
+    return;
+  }
+  if (!r && !created && r.error().code == EREMOTEIO) {
+    logger()->info("{}: no broadcast group yet ({}); creating it", cfg_.name, r.error().str());
+    proto::McastJoinReq j;
+    j.port = cfg_.port;
+    j.join_state = sa::join_state::kFullMember;
+    j.pkey = cfg_.pkey;
+    j.mgid = mgid;
+    j.flags = proto::kMcastCreate;
+    j.qkey = kIpoibQkey;
+    j.mtu = pa.active_mtu;
+    sa_.mcast_join(kIpoibOwner, j, [this, ep, pa, alive = std::weak_ptr<bool>(alive_)](Result<proto::McastJoinRep> r2) {
+      if (alive.expired()) return;
+      Result<sa::McMemberRecord> rec = r2 ? sa::decode_mcmember_record(std::as_bytes(std::span(r2->record)))
+                                          : Result<sa::McMemberRecord>(r2.take_error());
+      joined_broadcast(ep, pa, std::move(rec), true);
+    });
+    return;
+  }
+  if (!r) {
+    logger()->warn("{}: joining the broadcast group: {}", cfg_.name, r.error().str());
+    return go_down("broadcast join failed", false);
+  }
+  bcast_ = *r;
+  ipoib::UdPortConfig pc;
+  pc.port = cfg_.port;
+  pc.qkey = bcast_.qkey;
+  pc.max_payload = std::max<uint32_t>(mtu_bytes(bcast_.mtu), 4096);
+  ipoib::UdPort::open_async(hca_, pc, [this, ep, alive = std::weak_ptr<bool>(alive_)](
+                                          Result<std::unique_ptr<ipoib::UdPort>> p) mutable {
+    if (alive.expired()) return;
+    if (!p) {
+      if (ep == epoch_) go_down("opening the UD QP failed", false);
+      return;
+    }
+    port_opened(ep, std::move(*p));
+  });
+}
+
+void IpoibService::port_opened(uint64_t ep, std::unique_ptr<ipoib::UdPort> p) {
+  if (ep != epoch_) return ipoib::UdPort::close_async(std::move(p), [] {});
+  qp_ = std::move(p);
+  qp_->set_receiver([this](const ipoib::UdReceived& r) {
+    if (!bridge_) return;
+    ipoib::Bridge::RxInfo info;
+    info.src_qpn = r.src_qpn;
+    info.slid = r.slid;
+    if (r.grh) {
+      info.sgid = r.sgid;
+      info.dgid = r.dgid;
+    }
+    bridge_->from_ib(info, r.payload);
+  });
+  qp_->set_slots_freed([this] { arm_tap_read(); });
+  const ipoib::Gid mgid = ipoib::broadcast_mgid(cfg_.pkey);
+  group_ready(ep, mgid, bcast_, true, [this, ep](bool ok) {
+    if (ep != epoch_) return;
+    if (!ok) return go_down("attaching to the broadcast group failed", false);
+    ipoib::LinkParams lp;
+    lp.port_gid = sa::make_gid(port_.gid_prefix, port_.port_guid);
+    lp.qpn = qp_->qpn();
+    lp.pkey = cfg_.pkey;
+    lp.qkey = bcast_.qkey;
+    lp.ib_mtu = mtu_bytes(bcast_.mtu);
+    if (!bridge_) bridge_ = std::make_unique<ipoib::Bridge>(static_cast<ipoib::BridgeIo&>(*this), lp);
+    else bridge_->set_link(lp);
+    if (!tap_) {
+      auto t = ipoib::TapDevice::open(cfg_.name, bridge_->own_mac(), bridge_->mtu());
+      if (!t) {
+        logger()->error("{}: creating the TAP interface: {}", cfg_.name, t.error().str());
+        return go_down("no TAP interface", false);
+      }
+      tap_.emplace(std::move(*t));
+      tap_sd_ = std::make_unique<boost::asio::posix::stream_descriptor>(io_, ::dup(tap_->fd()));
+      addrs_ = std::make_unique<ipoib::AddrWatch>(
+          io_, tap_->ifindex(), [this](bool added, const ipoib::IpAddr& a) { address_event(added, a); });
+      if (auto r = addrs_->start(); !r) logger()->warn("{}: watching addresses: {}", cfg_.name, r.error().str());
+    } else {
+      (void)tap_->set_mtu(bridge_->mtu());
+    }
+    state_ = State::kUp;
+    bridge_->set_carrier(true);
+    if (auto r = tap_->set_carrier(true); !r) logger()->warn("{}: carrier on: {}", cfg_.name, r.error().str());
+    logger()->info("{}: up: QPN {:#x}, broadcast MLID {:#x}, Q_Key {:#x}, MTU {}, MAC {}", cfg_.name, qp_->qpn(),
+                   bcast_.mlid, bcast_.qkey, bridge_->mtu(), mac_text(bridge_->own_mac()));
+    sync_kernel_groups();
+    arm_tap_read();
+  });
+}
+
+// docs/ipoib.md "Multicast": the groups the kernel holds on the interface
+// now; the ones it joins later are learnt from its IGMP/MLD reports.
+void IpoibService::sync_kernel_groups() {
+  for (uint32_t g : ipoib::parse_proc_igmp(ipoib::read_proc_file("/proc/net/igmp"), tap_->name()))
+    bridge_->member_join(ipoib::ipv4_mgid(g, cfg_.pkey));
+  for (const auto& g : ipoib::parse_proc_igmp6(ipoib::read_proc_file("/proc/net/igmp6"), tap_->ifindex()))
+    bridge_->member_join(ipoib::ipv6_mgid(g, cfg_.pkey));
+}
+
+hca::AddressVector IpoibService::group_av(const sa::McMemberRecord& rec) const {
+  hca::AddressVector av;  // IBA 8.3: multicast packets carry a GRH with the MGID
+  av.dlid = rec.mlid;
+  av.sl = rec.sl;
+  av.port = cfg_.port;
+  av.grh = true;
+  av.dgid = rec.mgid;
+  av.hop_limit = rec.hop_limit;
+  av.flow_label = rec.flow_label;
+  av.traffic_class = rec.tclass;
+  return av;
+}
+
+void IpoibService::destroy_ah(uint32_t ahn) {
+  hca_.destroy_async(hca::prm::kDestroyAh, ahn, [](Result<void>) {});
+}
+
+// A group's address handle, and for a full member the QP attached
+// (ATTACH_MCG, docs/simhca.md §6.11).
+void IpoibService::group_ready(uint64_t ep, const ipoib::Gid& mgid, const sa::McMemberRecord& rec, bool full,
+                               std::function<void(bool)> done) {
+  if (!qp_) return done(false);
+  hca_.create_ah_async(qp_->pdn(), group_av(rec), [this, ep, mgid, rec, full, done = std::move(done),
+                                                    alive = std::weak_ptr<bool>(alive_)](Result<uint32_t> ahn) mutable {
+    if (alive.expired()) return;
+    if (ep != epoch_ || !ahn) {
+      if (ahn) destroy_ah(*ahn);
+      return done(false);
+    }
+    Group& g = groups_[mgid];
+    if (g.have_ah) destroy_ah(g.ahn);
+    g.ahn = *ahn;
+    g.have_ah = true;
+    g.mlid = rec.mlid;
+    g.full = g.full || full;
+    if (!full || g.attached) return done(true);
+    hca_.attach_mcast_async(qp_->qpn(), mgid, rec.mlid, [this, ep, mgid, done = std::move(done), alive](Result<void> r) {
+      if (alive.expired()) return;
+      if (ep != epoch_) return done(false);
+      if (!r) {
+        logger()->warn("{}: ATTACH_MCG {}: {}", cfg_.name, gid_text(mgid), r.error().str());
+        return done(false);
+      }
+      groups_[mgid].attached = true;
+      done(true);
+    });
+  });
+}
+
+// The SA answered a rejoin with another MLID (a restarted SM): the QP is
+// attached again under it and the group's address handle made again.
+void IpoibService::mcast_changed(uint8_t port, const sa::McMemberRecord& rec) {
+  if (port != cfg_.port || state_ != State::kUp || !qp_) return;
+  auto it = groups_.find(rec.mgid);
+  if (it == groups_.end()) return;
+  const bool full = it->second.full;
+  if (it->second.attached) {
+    hca_.detach_mcast_async(qp_->qpn(), rec.mgid, it->second.mlid, [](Result<void>) {});
+    it->second.attached = false;
+  }
+  if (rec.mgid == ipoib::broadcast_mgid(cfg_.pkey)) bcast_ = rec;
+  group_ready(epoch_, rec.mgid, rec, full, [this, mgid = rec.mgid](bool ok) {
+    if (!ok) logger()->warn("{}: group {} after its MLID changed: not usable", cfg_.name, gid_text(mgid));
+  });
+}
+
+void IpoibService::go_down(const char* why, bool device_gone) {
+  const bool was_up = state_ == State::kUp;
+  ++epoch_;
+  state_ = State::kDown;
+  if (tap_) (void)tap_->set_carrier(false);
+  if (bridge_) bridge_->set_carrier(false);
+  // The SA forgets a port's memberships when it goes; ours are left so the
+  // next bring-up joins afresh (a cached answer would name a group the SA
+  // no longer sends to us).
+  for (auto& [mgid, g] : groups_) {
+    (void)sa_.mcast_leave(kIpoibOwner, {cfg_.port, mgid});
+    if (!device_gone && g.have_ah) destroy_ah(g.ahn);
+  }
+  groups_.clear();
+  if (!device_gone)
+    for (auto& [gid, n] : neighbours_) destroy_ah(n.ahn);
+  neighbours_.clear();
+  if (qp_) {
+    if (device_gone) qp_.reset();  // its objects went with the device
+    else ipoib::UdPort::close_async(std::move(qp_), [] {});
+  }
+  if (was_up || !device_gone) logger()->info("{}: down ({})", cfg_.name, why);
+  if (device_gone) return;  // device_back() brings it up again
+  // A failure while the port is Active: try again later.
+  retry_.expires_after(std::chrono::seconds(5));
+  retry_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& e) {
+    if (!e && !alive.expired()) bring_up();
+  });
+}
+
+bool IpoibService::on_cq_event(uint32_t cqn) { return qp_ && qp_->on_cq_event(cqn); }
+
+void IpoibService::port_state(uint8_t port, uint8_t state) {
+  if (port != cfg_.port) return;
+  if (state == hca::kPortActive) {
+    retry_.cancel();
+    return bring_up();
+  }
+  if (state_ != State::kDown) go_down("the port left Active", false);
+  retry_.cancel();  // the next Active brings it up
+}
+
+void IpoibService::device_lost() {
+  go_down("device lost", true);
+  retry_.cancel();
+}
+
+void IpoibService::device_back() { bring_up(); }
+
+// ---- BridgeIo -------------------------------------------------------------
+
+void IpoibService::send_ud(const ipoib::UdDest& to, std::span<const uint8_t> packet) {
+  if (!qp_) {
+    ++send_errors_;
+    return;
+  }
+  uint32_t ahn = 0;
+  if (to.multicast) {
+    auto it = groups_.find(to.gid);
+    if (it == groups_.end() || !it->second.have_ah) {
+      ++send_errors_;
+      return;
+    }
+    ahn = it->second.ahn;
+  } else {
+    auto it = neighbours_.find(to.gid);
+    if (it == neighbours_.end()) {
+      ++send_errors_;
+      return;
+    }
+    ahn = it->second.ahn;
+  }
+  if (auto r = qp_->send(ahn, to.multicast ? ipoib::kMulticastQpn : to.qpn, bcast_.qkey, packet); !r) ++send_errors_;
+}
+
+void IpoibService::write_tap(std::span<const uint8_t> frame) {
+  if (!tap_) return;
+  if (::write(tap_->fd(), frame.data(), frame.size()) != static_cast<ssize_t>(frame.size())) ++tap_write_errors_;
+}
+
+// A unicast neighbour: its PathRecord through the SA service's cache, an
+// address handle from it (IBA 15.2.5.16: DLID, SL; a GRH only off-subnet).
+void IpoibService::resolve_path(const ipoib::Gid& gid) {
+  proto::PathQueryReq q;
+  q.port = cfg_.port;
+  q.pkey = cfg_.pkey;
+  q.dgid = gid;
+  const uint64_t ep = epoch_;
+  sa_.path_query(q, [this, ep, gid, alive = std::weak_ptr<bool>(alive_)](Result<proto::PathRep> r) {
+    if (alive.expired() || ep != epoch_ || !bridge_) return;
+    auto pr = r ? sa::decode_path_record(std::as_bytes(std::span(r->record))) : Result<sa::PathRecord>(r.take_error());
+    if (!pr || !qp_) {
+      if (!pr) logger()->debug("{}: path to {}: {}", cfg_.name, gid_text(gid), pr.error().str());
+      return bridge_->path_resolved(gid, false);
+    }
+    hca::AddressVector av;
+    av.dlid = pr->dlid;
+    av.sl = pr->sl;
+    av.port = cfg_.port;
+    if (pr->hop_limit > 1) {
+      av.grh = true;
+      av.dgid = gid;
+      av.hop_limit = pr->hop_limit;
+      av.flow_label = pr->flow_label;
+      av.traffic_class = pr->tclass;
+    }
+    const uint16_t dlid = pr->dlid;
+    hca_.create_ah_async(qp_->pdn(), av, [this, ep, gid, dlid, alive](Result<uint32_t> ahn) {
+      if (alive.expired()) return;
+      if (ep != epoch_ || !bridge_) {
+        if (ahn && ep == epoch_) destroy_ah(*ahn);
+        return;
+      }
+      if (!ahn) return bridge_->path_resolved(gid, false);
+      auto [it, fresh] = neighbours_.try_emplace(gid);
+      if (!fresh) destroy_ah(it->second.ahn);
+      it->second = {*ahn, dlid};
+      bridge_->path_resolved(gid, true);
+    });
+  });
+}
+
+void IpoibService::path_changed(const ipoib::Gid& gid) {
+  auto it = neighbours_.find(gid);
+  if (it == neighbours_.end()) return;
+  destroy_ah(it->second.ahn);
+  neighbours_.erase(it);
+  if (bridge_) bridge_->path_lost(gid);
+}
+
+void IpoibService::join(const ipoib::Gid& mgid, bool send_only) {
+  proto::McastJoinReq j;
+  j.port = cfg_.port;
+  j.join_state = send_only ? sa::join_state::kSendOnlyNonMember : sa::join_state::kFullMember;
+  j.pkey = cfg_.pkey;
+  j.mgid = mgid;
+  // IPv4/IPv6 groups are created like the broadcast group (RFC 4391 §4:
+  // its Q_Key, MTU, SL, TClass, FlowLabel, P_Key).
+  j.flags = proto::kMcastCreate;
+  j.qkey = bcast_.qkey;
+  j.mtu = bcast_.mtu;
+  j.sl = bcast_.sl;
+  j.tclass = bcast_.tclass;
+  j.flow_label = bcast_.flow_label;
+  const uint64_t ep = epoch_;
+  sa_.mcast_join(kIpoibOwner, j, [this, ep, mgid, send_only, alive = std::weak_ptr<bool>(alive_)](
+                                     Result<proto::McastJoinRep> r) {
+    if (alive.expired()) return;
+    if (ep != epoch_ || !bridge_) {
+      if (r) (void)sa_.mcast_leave(kIpoibOwner, {cfg_.port, mgid});
+      return;
+    }
+    auto rec = r ? sa::decode_mcmember_record(std::as_bytes(std::span(r->record)))
+                 : Result<sa::McMemberRecord>(r.take_error());
+    if (!rec) {
+      logger()->debug("{}: join {}: {}", cfg_.name, gid_text(mgid), rec.error().str());
+      return bridge_->joined(mgid, false);
+    }
+    group_ready(ep, mgid, *rec, !send_only, [this, mgid](bool ok) {
+      if (bridge_) bridge_->joined(mgid, ok);
+    });
+  });
+}
+
+void IpoibService::leave(const ipoib::Gid& mgid) {
+  auto it = groups_.find(mgid);
+  if (it != groups_.end()) {
+    if (it->second.attached && qp_) hca_.detach_mcast_async(qp_->qpn(), mgid, it->second.mlid, [](Result<void>) {});
+    if (it->second.have_ah) destroy_ah(it->second.ahn);
+    groups_.erase(it);
+  }
+  (void)sa_.mcast_leave(kIpoibOwner, {cfg_.port, mgid});
+}
+
+// ---- the TAP side ---------------------------------------------------------
+
+void IpoibService::arm_tap_read() {
+  if (!tap_sd_ || tap_waiting_ || state_ != State::kUp) return;
+  tap_waiting_ = true;
+  tap_sd_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                      [this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& e) {
+                        if (alive.expired()) return;
+                        tap_waiting_ = false;
+                        if (!e) read_tap();
+                      });
+}
+
+// Frames are read while send slots are free; when none is, the kernel's
+// queue holds them until completions free some (set_slots_freed).
+void IpoibService::read_tap() {
+  for (int i = 0; i < kReadsPerTurn; ++i) {
+    if (state_ != State::kUp || !qp_ || !bridge_ || qp_->slots_free() <= kSlotMargin) return;
+    const ssize_t n = ::read(tap_->fd(), frame_.data(), frame_.size());
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EINTR) ++tap_read_errors_;
+      break;
+    }
+    bridge_->from_tap(std::span<const uint8_t>(frame_.data(), static_cast<size_t>(n)));
+  }
+  arm_tap_read();
+}
+
+// ATS (docs/ipoib.md "ATS registration"): each address of the interface
+// has its ServiceRecord while it exists; ServiceRegs renews and re-registers.
+void IpoibService::address_event(bool added, const ipoib::IpAddr& a) {
+  proto::ServiceReq req;
+  req.port = cfg_.port;
+  const sa::ServiceRecord rec = ipoib::ats_record(sa::make_gid(port_.gid_prefix, port_.port_guid), cfg_.pkey, a);
+  sa::encode_service_record(std::as_writable_bytes(std::span(req.record)), rec);
+  logger()->info("{}: address {} {}: ATS record {}", cfg_.name, a.to_string(), added ? "added" : "removed",
+                 added ? "registered" : "deleted");
+  if (!added) {
+    if (auto r = sa_.service_delete(kIpoibOwner, req); !r) ++ats_errors_;
+    return;
+  }
+  sa_.service_set(kIpoibOwner, req, [this, alive = std::weak_ptr<bool>(alive_)](Result<proto::ServiceRep> r) {
+    if (alive.expired()) return;
+    if (r) ++ats_registered_;
+    else ++ats_errors_;
+  });
+}
+
+// ---- ibdctl / INFO ----------------------------------------------------------
+
+std::vector<std::pair<std::string, uint64_t>> IpoibService::counter_list() const {
+  std::vector<std::pair<std::string, uint64_t>> v = {
+      {"ipoib.bring_ups", bring_ups_},       {"ipoib.send_errors", send_errors_},
+      {"ipoib.tap_write_errors", tap_write_errors_}, {"ipoib.tap_read_errors", tap_read_errors_},
+      {"ipoib.ats_registered", ats_registered_},     {"ipoib.ats_errors", ats_errors_},
+  };
+  if (bridge_) {
+    const auto& c = bridge_->counters();
+    for (auto [k, x] : std::initializer_list<std::pair<const char*, uint64_t>>{
+             {"tap_rx", c.tap_rx}, {"tap_tx", c.tap_tx}, {"ib_rx", c.ib_rx}, {"ib_tx", c.ib_tx},
+             {"arp_out", c.arp_out}, {"arp_in", c.arp_in}, {"nd_out", c.nd_out}, {"nd_in", c.nd_in},
+             {"drop_malformed_frame", c.drop_malformed_frame}, {"drop_ethertype", c.drop_ethertype},
+             {"drop_too_big", c.drop_too_big}, {"drop_unknown_mac", c.drop_unknown_mac},
+             {"drop_malformed_packet", c.drop_malformed_packet}, {"drop_own", c.drop_own},
+             {"drop_no_path", c.drop_no_path}, {"drop_no_group", c.drop_no_group},
+             {"drop_queue_full", c.drop_queue_full}, {"drop_down", c.drop_down}})
+      v.emplace_back(std::string("ipoib.") + k, x);
+  }
+  if (qp_) {
+    const auto& q = qp_->counters();
+    v.emplace_back("ipoib.qp_sent", q.sent);
+    v.emplace_back("ipoib.qp_received", q.received);
+    v.emplace_back("ipoib.qp_send_errors", q.send_errors);
+    v.emplace_back("ipoib.qp_recv_errors", q.recv_errors);
+    v.emplace_back("ipoib.qp_no_send_slot", q.no_send_slot);
+  }
+  return v;
+}
+
+std::string IpoibService::json() const {
+  using nlohmann::json;
+  json j;
+  j["name"] = cfg_.name;
+  j["port"] = cfg_.port;
+  j["state"] = state_ == State::kUp ? "up" : state_ == State::kBringingUp ? "bringing up" : "down";
+  j["pkey"] = fmt::format("{:#06x}", cfg_.pkey);
+  if (tap_) j["ifindex"] = tap_->ifindex();
+  if (qp_) j["qpn"] = fmt::format("{:#x}", qp_->qpn());
+  if (state_ == State::kUp) {
+    j["gid"] = gid_text(sa::make_gid(port_.gid_prefix, port_.port_guid));
+    j["broadcast_mlid"] = fmt::format("{:#x}", bcast_.mlid);
+    j["qkey"] = fmt::format("{:#x}", bcast_.qkey);
+  }
+  if (bridge_) {
+    j["mac"] = mac_text(bridge_->own_mac());
+    j["mtu"] = bridge_->mtu();
+    json ns = json::array();
+    for (const auto& n : bridge_->neighbours()) {
+      json e{{"mac", mac_text(n.mac)}, {"qpn", fmt::format("{:#x}", n.addr.qpn)}, {"gid", gid_text(n.addr.gid)},
+             {"path", n.state}, {"pending", n.pending}, {"ips", n.ips}};
+      if (auto it = neighbours_.find(n.addr.gid); it != neighbours_.end()) e["dlid"] = it->second.dlid;
+      ns.push_back(std::move(e));
+    }
+    j["neighbours"] = std::move(ns);
+    json gs = json::array();
+    for (const auto& g : bridge_->groups()) {
+      json e{{"mgid", gid_text(g.mgid)}, {"full_member", g.full_member}, {"state", g.state}};
+      if (auto it = groups_.find(g.mgid); it != groups_.end()) e["mlid"] = fmt::format("{:#x}", it->second.mlid);
+      gs.push_back(std::move(e));
+    }
+    j["groups"] = std::move(gs);
+  }
+  json c = json::object();
+  for (const auto& [k, v] : counter_list()) c[k.substr(6)] = v;
+  j["counters"] = std::move(c);
+  return j.dump();
+}
+
+}  // namespace openib::ibd
