@@ -97,7 +97,8 @@ echo
 echo "== 4. a subnet: ibfabric switches, a host per network namespace, Debian's OpenSM and infiniband-diags"
 topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
 sb() { bash scripts/sandbox.sh "$@"; }
-sb up "$topo" --sm Hca1
+# Every host's ibd also runs IPoIB on a TAP interface ib0 (docs/ipoib.md).
+OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0" sb up "$topo" --sm Hca1
 echo "-- ibstat on Hca3 (LID and SM LID given by OpenSM):"
 sb run Hca3 ibstat simhca0 1 | grep -E "State|lid"
 echo "-- ibnetdiscover from Hca2:"
@@ -115,6 +116,17 @@ echo "-- a path Hca2 -> Hca4 ($gid4) through ibd's SA client and path cache (ibd
 sb run Hca2 build/src/tools/ibdctl path "$gid4" | grep -E "^(dlid|slid|sl|mtu|rate|source) "
 echo "-- the same through libopenib's PathResolver (openib-path): read from ibd's shared table, no message to ibd:"
 sb run Hca2 build/examples/openib-path "$gid4" --count 2
+echo "-- IPoIB: ib0 in Hca2's and Hca4's namespaces, 198.19.9.2 and .4, ping across the fabric (ping, ip neigh: the kernel's own)"
+for h in 2 4; do
+  for _ in $(seq 150); do [[ $(sb run Hca$h cat /sys/class/net/ib0/carrier 2>/dev/null) == 1 ]] && break; sleep 0.2; done
+  sb run Hca$h ip addr add 198.19.9.$h/24 dev ib0
+  sb run Hca$h ip link set ib0 up
+done
+sb run Hca2 ip -br link show ib0
+sb run Hca2 ping -c 3 -W 2 198.19.9.4
+sb run Hca2 ip neigh show dev ib0
+echo "-- ibdctl ipoib on Hca2 (the neighbour's 20-byte address behind its MAC, the groups joined):"
+sb run Hca2 build/src/tools/ibdctl ipoib | sed -n '/^neighbours/,/^counters/p' | grep -v '^counters'
 port=$(sb run Hca1 ibtracert 1 "$lid4" | awk '/"Switch2"/ {gsub(/[][]/, "", $1); print $1; exit}')
 echo "-- pulling the cable the route takes, Switch1[$port]: trap 128, OpenSM resweeps, the route moves"
 sb fabric link down Switch1 "$port"

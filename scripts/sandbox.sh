@@ -25,6 +25,9 @@
 # inside 198.18.0.0/15.
 # OPENIB_SANDBOX_FAULTS (e.g. drop=0.05,seed=7) is passed to ibfabric as
 # --faults: packets lost, duplicated, reordered or corrupted on every cable.
+# OPENIB_SANDBOX_PCAP_DIR: ibfabric's --pcap-dir (a capture per cable).
+# OPENIB_SANDBOX_IBD_ARGS: more arguments for every host's ibd, split on
+# blanks (e.g. "--ipoib ib0": each host gets an IPoIB interface ib0).
 # Must run as root. Everything started here is stopped by `down`, also
 # after a failed `up`.
 set -euo pipefail
@@ -345,7 +348,8 @@ up() {
   # OPENIB_SANDBOX_FAULTS: ibfabric's --faults on every cable end it
   # sends from (docs/cables.md "Fault injection"), e.g. drop=0.05.
   "$ibfabric" --addr "$bridge_addr" "${node_addr[@]}" --control "$dir/fabric.ctl" --log info \
-    ${OPENIB_SANDBOX_FAULTS:+--faults "$OPENIB_SANDBOX_FAULTS"} "$topo" >"$dir/ibfabric.log" 2>&1 &
+    ${OPENIB_SANDBOX_FAULTS:+--faults "$OPENIB_SANDBOX_FAULTS"} \
+    ${OPENIB_SANDBOX_PCAP_DIR:+--pcap-dir "$OPENIB_SANDBOX_PCAP_DIR"} "$topo" >"$dir/ibfabric.log" 2>&1 &
   echo $! >"$dir/ibfabric.pid"
   ip link set "$bridge" alias "openib-sandbox:up=$$:ibfabric=$!"
   for _ in $(seq 100); do [[ -S $dir/fabric.ctl ]] && break; sleep 0.1; done
@@ -377,6 +381,8 @@ up() {
     done
     extra+=("--simhca-arg=--node-desc" "--simhca-arg=$name")
     [[ ${ports[$name]:-1} -ge 2 ]] && extra+=("--simhca-arg=--ports" "--simhca-arg=2")
+    # shellcheck disable=SC2206
+    extra+=(${OPENIB_SANDBOX_IBD_ARGS:-})
     mkdir -p "$dir/$name"
     printf '%s\0' "${extra[@]}" >"$dir/$name/ibd.args"
     start_ibd "$name"

@@ -41,6 +41,7 @@ const char* op_name(uint16_t op) {
     case Op::kServiceSet: return "SERVICE_SET";
     case Op::kServiceDelete: return "SERVICE_DELETE";
     case Op::kPathList: return "PATH_LIST";
+    case Op::kIpoibInfo: return "IPOIB_INFO";
     case Op::kPathFlush: return "PATH_FLUSH";
   }
   return "UNKNOWN";

@@ -80,6 +80,8 @@ enum class Op : uint16_t {
   kServiceDelete = 34,  // ServiceReq -> Empty
   kPathList = 29,       // PathListReq -> UTF-8 JSON text, one page
   kPathFlush = 30,      // PathFlushReq -> PathFlushRep (root or CAP_NET_ADMIN)
+  // IPoIB (docs/ipoib.md): the interface, its neighbours, groups, counters.
+  kIpoibInfo = 35,      // Empty -> UTF-8 JSON text
 };
 const char* op_name(uint16_t op);
 

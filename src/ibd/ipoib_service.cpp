@@ -520,7 +520,7 @@ std::vector<std::pair<std::string, uint64_t>> IpoibService::counter_list() const
   return v;
 }
 
-std::string IpoibService::json() const {
+std::string IpoibService::json(size_t max_bytes) const {
   using nlohmann::json;
   json j;
   j["name"] = cfg_.name;
@@ -556,7 +556,13 @@ std::string IpoibService::json() const {
   json c = json::object();
   for (const auto& [k, v] : counter_list()) c[k.substr(6)] = v;
   j["counters"] = std::move(c);
-  return j.dump();
+  std::string text = j.dump();
+  while (text.size() > max_bytes && j.contains("neighbours") && !j["neighbours"].empty()) {
+    j["neighbours"].erase(j["neighbours"].size() - 1);
+    j["truncated"] = true;
+    text = j.dump();
+  }
+  return text;
 }
 
 }  // namespace openib::ibd

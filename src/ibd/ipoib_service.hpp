@@ -80,7 +80,8 @@ class IpoibService final : private ipoib::BridgeIo {
 
   // For INFO and `ibdctl ipoib`: the interface, neighbours, groups and
   // counters as JSON text.
-  std::string json() const;
+  // At most max_bytes: neighbours past that are left out ("truncated").
+  std::string json(size_t max_bytes = SIZE_MAX) const;
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;
 
  private:

@@ -142,6 +142,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kServiceDelete: return run(op_sa_member(c, m, done));
     case Op::kPathList: return done(op_path_list(c, m));
     case Op::kPathFlush: return done(op_path_flush(c, m));
+    case Op::kIpoibInfo: return done(op_ipoib_info(c, m));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }
@@ -836,6 +837,20 @@ Result<Server::Reply> Server::op_path_flush(Client& c, proto::Message& m) {
   log::get("ibd")->info("client {}: PATH_FLUSH port {}{}: {} entries dropped", c.id, req.port,
                         dgid ? " (one DGID)" : "", rep.dropped);
   return Reply{body(rep), {}};
+}
+
+// IPOIB_INFO: the IPoIB interface as JSON (docs/ipoib.md "ibdctl ipoib"),
+// open to every client as INFO is; bounded by the message.
+Result<Server::Reply> Server::op_ipoib_info(Client& c, proto::Message& m) {
+  (void)c;
+  if (!ipoib_) return err(EOPNOTSUPP, "this ibd runs no IPoIB interface (--ipoib)");
+  if (!m.body.empty()) return err(EINVAL, "IPOIB_INFO takes no body");
+  OPENIB_TRY(expect_fds(m, 0));
+  const std::string text = ipoib_->json(proto::kMaxMessage - proto::kHeaderSize - 64);
+  Reply r;
+  r.payload.resize(text.size());
+  std::memcpy(r.payload.data(), text.data(), text.size());
+  return r;
 }
 
 }  // namespace openib::ibd

@@ -155,6 +155,7 @@ class Server {
   void on_path_change(uint8_t port, uint16_t pkey, const sa::Gid& dgid);
   Result<void> op_sa_member(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_path_list(Client& c, proto::Message& m);
+  Result<Reply> op_ipoib_info(Client& c, proto::Message& m);
   Result<Reply> op_path_flush(Client& c, proto::Message& m);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the

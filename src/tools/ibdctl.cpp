@@ -210,6 +210,43 @@ int paths_command(int fd, const std::string& sub, const std::string& gid, uint8_
   return 0;
 }
 
+// `ipoib`: the interface, its neighbours and groups, its counters.
+int ipoib_command(int fd, bool as_json) {
+  auto text = call(fd, proto::Op::kIpoibInfo, 2, {});
+  if (!text) {
+    std::fprintf(stderr, "ibdctl: %s\n", text.error().str().c_str());
+    return 1;
+  }
+  const std::string s(reinterpret_cast<const char*>(text->data()), text->size());
+  if (as_json) {
+    std::printf("%s\n", s.c_str());
+    return 0;
+  }
+  json j = json::parse(s, nullptr, /*allow_exceptions*/ false);
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "ibdctl: IPOIB_INFO reply is not JSON\n");
+    return 1;
+  }
+  json head = json::object();
+  for (const char* k : {"name", "state", "ifindex", "mac", "mtu", "port", "pkey", "qpn", "qkey", "gid", "broadcast_mlid"})
+    if (j.contains(k)) head[k] = j[k];
+  key_values(head);
+  std::printf("\nneighbours:\n");
+  json rows = json::array();
+  for (auto n : j.value("neighbours", json::array())) {
+    std::string ips;
+    for (const auto& ip : n.value("ips", json::array())) ips += (ips.empty() ? "" : ",") + ip.get<std::string>();
+    n["ip"] = ips.empty() ? "-" : ips;
+    rows.push_back(std::move(n));
+  }
+  table(rows, {"ip", "mac", "qpn", "gid", "path", "dlid", "pending"});
+  std::printf("\ngroups:\n");
+  table(j.value("groups", json::array()), {"mgid", "mlid", "full_member", "state"});
+  std::printf("\ncounters:\n");
+  key_values(j.value("counters", json::object()));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -232,8 +269,8 @@ int main(int argc, char** argv) {
   std::string gid;
   unsigned port = 1, pkey = 0;
   bool fresh = false;
-  app.add_option("what", what, "devices | ports | clients | objects | counters | path GID | paths [flush [GID]]")
-      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path", "paths"}))
+  app.add_option("what", what, "devices | ports | clients | objects | counters | path GID | paths [flush [GID]] | ipoib")
+      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path", "paths", "ipoib"}))
       ->capture_default_str();
   std::string paths_sub, paths_gid;
   app.add_option("gid", gid, "path: the destination GID (IPv6 notation); paths: 'flush'");
@@ -262,6 +299,7 @@ int main(int argc, char** argv) {
   }
   if (what == "paths")
     return paths_command(fd->get(), paths_sub, paths_gid, static_cast<uint8_t>(port), port_opt->count() > 0, as_json);
+  if (what == "ipoib") return ipoib_command(fd->get(), as_json);
   if (what == "path")
     return path_query(fd->get(), gid, static_cast<uint8_t>(port), static_cast<uint16_t>(pkey), fresh, as_json);
   proto::InfoReq info;

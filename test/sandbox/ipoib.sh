@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Issue 16: IPoIB over TAP (docs/ipoib.md) on the sandbox (net.2sw2path4hca,
+# Debian's OpenSM): every host's ibd runs with --ipoib ib0; the kernel's
+# own tools (ping, ip neigh, iperf3, a UDP multicast socket) run over it in
+# the hosts' namespaces; tshark decodes the cables' captures; a cable is
+# pulled and OpenSM restarted; ATS ServiceRecords follow the addresses;
+# garbage frames are dropped and counted.
+#   ipoib.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
+# shellcheck source=lib.sh
+source "$here/lib.sh"
+sandbox_test sbi 198.18.22 ipoib-test
+export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0"
+export OPENIB_SANDBOX_PCAP_DIR=$OPENIB_SANDBOX.pcap
+mkdir -p "$OPENIB_SANDBOX_PCAP_DIR"
+iperf_pid=''
+cleanup_ipoib() {
+  [[ -n $iperf_pid ]] && kill "$iperf_pid" 2>/dev/null
+  sandbox_cleanup
+  rm -rf "$OPENIB_SANDBOX_PCAP_DIR"
+}
+trap cleanup_ipoib EXIT
+hosts=(Hca1 Hca2 Hca3 Hca4)
+declare -A ip4
+for i in 1 2 3 4; do ip4[Hca$i]=198.19.22.$((10 + i)); done
+ipoib_json() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" ipoib --json; }
+carrier() { sb run "$1" cat /sys/class/net/ib0/carrier 2>/dev/null || echo none; }
+# until_ok TRIES CMD...: CMD until it succeeds, 0.2 s apart.
+until_ok() {
+  local n=$1
+  shift
+  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  return 1
+}
+has_carrier() { [[ $(carrier "$1") == 1 ]]; }
+no_carrier() { [[ $(carrier "$1") == 0 ]]; }
+ping4() { sb run "$1" ping -c 1 -W 1 "${@:3}" "$2"; }
+
+sb up "$topo" --sm Hca1 || fail "sandbox up"
+
+# --- every host: ib0 exists and gets its carrier once the broadcast group is joined
+for h in "${hosts[@]}"; do
+  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier: $(carrier "$h")
+$(grep ipoib "$OPENIB_SANDBOX/$h/ibd.log" | tail -5)"
+  sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
+  sb run "$h" ip link set ib0 up
+done
+mtu=$(sb run Hca1 cat /sys/class/net/ib0/mtu)
+[[ $mtu == 2044 ]] || fail "ib0's MTU is $mtu, not 2044 (the broadcast group's 2048 - 4)"
+ok "ib0 on every host: carrier on, MTU $mtu"
+
+# --- IPv4 between every pair, across both switches; ip neigh shows them ---
+for a in "${hosts[@]}"; do
+  for b in "${hosts[@]}"; do
+    [[ $a == "$b" ]] && continue
+    until_ok 25 ping4 "$a" "${ip4[$b]}" || fail "ping $a -> $b (${ip4[$b]}): $(ping4 "$a" "${ip4[$b]}" 2>&1 | tail -2)
+$(ipoib_json "$a")"
+  done
+  n=$(sb run "$a" ip neigh show dev ib0 | grep -c 'lladdr .* REACHABLE\|lladdr .* STALE\|lladdr .* DELAY')
+  ((n >= 3)) || fail "$a: ip neigh shows $n peers: $(sb run "$a" ip neigh show dev ib0)"
+done
+ok "IPv4 ping between all 12 ordered pairs; ip neigh shows the 3 peers on each host"
+
+# --- IPv6 link-local between every pair ------------------------------------
+declare -A ll
+for h in "${hosts[@]}"; do
+  for _ in $(seq 50); do
+    ll[$h]=$(sb run "$h" ip -6 -o addr show dev ib0 scope link | awk '!/tentative/ {sub(/\/.*/, "", $4); print $4}')
+    [[ -n ${ll[$h]} ]] && break
+    sleep 0.2
+  done
+  [[ -n ${ll[$h]} ]] || fail "$h: no IPv6 link-local address past DAD: $(sb run "$h" ip -6 addr show dev ib0)"
+done
+ping6() { sb run "$1" ping -6 -c 1 -W 1 "$2%ib0"; }
+for a in "${hosts[@]}"; do
+  for b in "${hosts[@]}"; do
+    [[ $a == "$b" ]] && continue
+    until_ok 25 ping6 "$a" "${ll[$b]}" || fail "ping -6 $a -> $b (${ll[$b]}): $(ping6 "$a" "${ll[$b]}" 2>&1 | tail -2)"
+  done
+done
+ok "IPv6 link-local ping between all 12 ordered pairs"
+
+# --- sizes up to the MTU; DF above it: the kernel's "message too long" -----
+ping4 Hca1 "${ip4[Hca3]}" -M do -s $((mtu - 28)) >/dev/null || fail "a $mtu-byte packet with DF did not pass"
+if out=$(ping4 Hca1 "${ip4[Hca3]}" -M do -s $((mtu - 27)) 2>&1); then fail "a $((mtu + 1))-byte packet with DF passed: $out"; fi
+grep -qi "too long\|mtu" <<<"$out" || fail "no frag-needed error for $((mtu + 1)) bytes with DF: $out"
+ping4 Hca1 "${ip4[Hca3]}" -s 6000 >/dev/null || fail "a 6000-byte ping (fragmented by the kernel) did not pass"
+ok "$mtu bytes with DF pass; $((mtu + 1)) with DF: '$(grep -oi 'message too long.*' <<<"$out" | head -1)'; 6000 bytes fragmented pass"
+
+# --- iperf3 TCP and UDP -----------------------------------------------------
+sb run Hca3 iperf3 -s -1 -B "${ip4[Hca3]}" >"$OPENIB_SANDBOX/iperf-s.log" 2>&1 &
+iperf_pid=$!
+until_ok 50 sb run Hca3 ss -Hltn "sport = :5201" || fail "iperf3 server does not listen"
+out=$(sb run Hca1 timeout 30 iperf3 -c "${ip4[Hca3]}" -t 2 -J) || fail "iperf3 TCP: $out"
+tcp=$(python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' <<<"$out")
+((tcp > 0)) || fail "iperf3 TCP moved nothing"
+wait "$iperf_pid" || true
+sb run Hca3 iperf3 -s -1 -B "${ip4[Hca3]}" >"$OPENIB_SANDBOX/iperf-s.log" 2>&1 &
+iperf_pid=$!
+until_ok 50 sb run Hca3 ss -Hlun "sport = :5201" || until_ok 50 sb run Hca3 ss -Hltn "sport = :5201" || fail "iperf3 server does not listen again"
+out=$(sb run Hca1 timeout 30 iperf3 -c "${ip4[Hca3]}" -u -b 50M -l 1400 -t 2 -J) || fail "iperf3 UDP: $out"
+read -r udp lost <<<"$(python3 -c 'import json,sys; s=json.load(sys.stdin)["end"]["sum"]; print(round(s["bits_per_second"]/1e6), s["lost_percent"])' <<<"$out")"
+wait "$iperf_pid" || true
+iperf_pid=''
+ok "iperf3 Hca1 -> Hca3: TCP $tcp Mbit/s; UDP $udp Mbit/s offered 50, $lost % lost"
+
+# --- UDP multicast: a group joined by two of the four hosts ---------------
+group=239.1.2.3
+recv_py='import socket,struct,sys
+s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)
+s.bind(("",5555))
+s.setsockopt(socket.IPPROTO_IP,socket.IP_ADD_MEMBERSHIP,struct.pack("4s4s",socket.inet_aton(sys.argv[1]),socket.inet_aton(sys.argv[2])))
+s.settimeout(4)
+n=0
+try:
+  while True:
+    s.recv(2000); n+=1
+except socket.timeout: pass
+print(n)'
+send_py='import socket,sys,time
+s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP,socket.IP_MULTICAST_IF,socket.inet_aton(sys.argv[2]))
+for i in range(100):
+  s.sendto(b"x"*200,(sys.argv[1],5555)); time.sleep(0.005)'
+rx_before=$(ipoib_json Hca4 | python3 -c 'import json,sys; print(json.load(sys.stdin)["counters"]["ib_rx"])')
+sb run Hca2 python3 -c "$recv_py" "$group" "${ip4[Hca2]}" >"$OPENIB_SANDBOX/m2.out" &
+m2=$!
+sb run Hca3 python3 -c "$recv_py" "$group" "${ip4[Hca3]}" >"$OPENIB_SANDBOX/m3.out" &
+m3=$!
+sleep 1  # the receivers' IGMP reports reach their ibds, which join
+sb run Hca1 python3 -c "$send_py" "$group" "${ip4[Hca1]}"
+wait "$m2" "$m3"
+rx_after=$(ipoib_json Hca4 | python3 -c 'import json,sys; print(json.load(sys.stdin)["counters"]["ib_rx"])')
+n2=$(cat "$OPENIB_SANDBOX/m2.out") n3=$(cat "$OPENIB_SANDBOX/m3.out")
+((n2 >= 90 && n3 >= 90)) || fail "multicast receivers got $n2 and $n3 of 100 datagrams"
+((rx_after - rx_before < 50)) || fail "Hca4 (no member of $group) received $((rx_after - rx_before)) IPoIB packets meanwhile"
+ok "UDP multicast $group: members Hca2 and Hca3 got $n2 and $n3 of 100; Hca4 (no member) $((rx_after - rx_before)) IPoIB packets in all"
+
+# --- a cable pulled: carrier off, traffic stops; back: it comes back -------
+read -r sw swport <<<"$(awk '/"Hca2"/ {f=1; next} f && /^\[1\]/ {match($0, /"[^"]*"\[[0-9]+\]/); m=substr($0, RSTART, RLENGTH); gsub(/"/, "", m); sub(/\[/, " ", m); sub(/\]/, "", m); print m; exit}' "$topo")"
+sb fabric link down "$sw" "$swport" >/dev/null
+until_ok 100 no_carrier Hca2 || fail "Hca2's ib0 kept its carrier with its cable pulled"
+if ping4 Hca1 "${ip4[Hca2]}" >/dev/null 2>&1; then fail "ping reached Hca2 with its cable pulled"; fi
+sb fabric link up "$sw" "$swport" >/dev/null
+until_ok 150 has_carrier Hca2 || fail "Hca2's ib0 has no carrier after the cable came back"
+until_ok 50 ping4 Hca1 "${ip4[Hca2]}" || fail "no ping to Hca2 after its cable came back"
+ok "Hca2's cable ($sw port $swport) pulled: carrier off, ping fails; plugged back: carrier on, ping works"
+
+# --- OpenSM restarted: groups joined again, ping works ---------------------
+sb sm Hca1 stop
+sb sm Hca1 start || fail "OpenSM on Hca1 again"
+until_ok 150 ping4 Hca4 "${ip4[Hca2]}" || fail "no ping Hca4 -> Hca2 after OpenSM restarted"
+sb run Hca4 ip neigh flush dev ib0
+until_ok 75 ping4 Hca4 "${ip4[Hca3]}" || fail "no ARP + ping Hca4 -> Hca3 after OpenSM restarted (broadcast group not rejoined?)"
+ok "OpenSM restarted: broadcast group rejoined, ARP and ping work again"
+
+# --- ATS: an address added appears in saquery -S; removed, it goes ---------
+records() { sb run "$1" saquery --smkey 1 "$2" 2>/dev/null | awk '/dump:$/ {if (r) print r; r=""; next} {gsub(/[ \t]+/, " "); r = r $0} END {if (r) print r}'; }
+ats_has() { records Hca4 -S | grep -i "DAPL Address Translation Service" | grep -qi "$1"; }
+t0=$EPOCHREALTIME
+sb run Hca2 ip addr add 198.19.23.2/24 dev ib0
+until_ok 50 ats_has "$(printf 'c6.*13.*17.*02\|c6131702')" || fail "no ATS record for 198.19.23.2 in saquery -S: $(records Hca4 -S)"
+ok "ATS record for 198.19.23.2 in saquery -S after $(python3 -c "print(round($EPOCHREALTIME - $t0, 2))") s"
+sb run Hca2 ip addr del 198.19.23.2/24 dev ib0
+for _ in $(seq 50); do ats_has 'c6.*13.*17.*02\|c6131702' || break; sleep 0.2; done
+if ats_has 'c6.*13.*17.*02\|c6131702'; then fail "the ATS record of 198.19.23.2 stayed after the address went"; fi
+ok "the address removed: its ATS record is gone from saquery -S"
+
+# --- garbage frames into the TAP: dropped and counted, nothing breaks -----
+garbage_py='import socket,os,random
+s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)
+s.bind(("ib0",0))
+random.seed(7)
+me=open("/sys/class/net/ib0/address").read().strip().replace(":","")
+src=bytes.fromhex(me)
+for i in range(300):
+  kind=i%4
+  if kind==0: f=b"\xff"*6+src+b"\x88\xb5"+os.urandom(random.randint(0,200))          # unknown EtherType
+  elif kind==1: f=b"\xff"*6+src+b"\x08\x06"+os.urandom(random.randint(0,27))         # truncated ARP
+  elif kind==2: f=b"\xff"*6+src+b"\x86\xdd"+os.urandom(random.randint(0,60))         # bad IPv6
+  else: f=os.urandom(random.randint(14,2100))
+  try: s.send(f)
+  except OSError: pass'
+read -r mal0 et0 <<<"$(ipoib_json Hca3 | python3 -c 'import json,sys; c=json.load(sys.stdin)["counters"]; print(c["drop_malformed_frame"], c["drop_ethertype"])')"
+sb run Hca3 python3 -c "$garbage_py"
+sleep 0.5
+read -r mal1 et1 <<<"$(ipoib_json Hca3 | python3 -c 'import json,sys; c=json.load(sys.stdin)["counters"]; print(c["drop_malformed_frame"], c["drop_ethertype"])')"
+((et1 - et0 >= 75)) || fail "unknown EtherTypes dropped: $((et1 - et0)) of at least 75"
+((mal1 - mal0 >= 50)) || fail "malformed frames dropped: $((mal1 - mal0))"
+kill -0 "$(cat "$OPENIB_SANDBOX/Hca3/ibd.pid")" || fail "Hca3's ibd died on garbage frames"
+for b in Hca1 Hca2 Hca4; do until_ok 25 ping4 Hca3 "${ip4[$b]}" || fail "ping Hca3 -> $b after the garbage"; done
+ok "300 garbage frames on Hca3's ib0: $((et1 - et0)) unknown EtherTypes, $((mal1 - mal0)) malformed dropped; ping still works"
+
+# --- tshark: the cables' captures decode with no malformed frame -----------
+sb down >/dev/null 2>&1 || true  # closes the captures
+n=0 arp=0
+for f in "$OPENIB_SANDBOX_PCAP_DIR"/*.pcap; do
+  out=$(tshark -r "$f" -Y 'ipoib' -T fields -e frame.number 2>/dev/null | wc -l)
+  n=$((n + out))
+  arp=$((arp + $(tshark -r "$f" -Y 'arp.hw.type == 32' -T fields -e frame.number 2>/dev/null | wc -l)))
+  bad=$(tshark -r "$f" -Y '_ws.malformed || _ws.expert.severity == error' -T fields -e frame.number 2>/dev/null | wc -l)
+  ((bad == 0)) || fail "$f: $bad malformed frames: $(tshark -r "$f" -Y '_ws.malformed' 2>/dev/null | head -3)"
+done
+((n > 0)) || fail "tshark decoded no IPoIB packet in the captures"
+((arp > 0)) || fail "tshark decoded no ARP with hardware type 32"
+ok "tshark: $n IPoIB packets in the cables' captures, $arp ARP with hardware type 32, none malformed"
