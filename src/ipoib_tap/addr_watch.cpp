@@ -83,8 +83,7 @@ void AddrWatch::on_readable() {
       if (errno == ENOBUFS) {  // events lost: the kernel's view again
         ++counters_.overruns;
         log::get("ipoib")->warn("ifindex {}: rtnetlink overrun, dumping the addresses again", ifindex_);
-        held_.clear();  // the new dump covers them
-        if (auto r = request_dump(); !r) log::get("ipoib")->error("ifindex {}: {}", ifindex_, r.error().str());
+        want_dump();
         continue;
       }
       log::get("ipoib")->error("ifindex {}: netlink recv: {}", ifindex_, std::strerror(errno));
@@ -99,14 +98,21 @@ void AddrWatch::on_readable() {
 
 void AddrWatch::on_message(const nlmsghdr* nlh) {
   bool of_dump = seq_ != 0 && nlh->nlmsg_seq == seq_ && nlh->nlmsg_pid == portid_;
-  if (nlh->nlmsg_type == NLMSG_DONE || nlh->nlmsg_type == NLMSG_ERROR) {
-    if (!of_dump) return;  // the end of an abandoned dump
-    if (nlh->nlmsg_type == NLMSG_ERROR) {
-      const auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
-      log::get("ipoib")->warn("ifindex {}: address dump failed: {}", ifindex_, std::strerror(-e->error));
-      dump_intr_ = true;  // try again
-    }
-    end_dump();
+  if (nlh->nlmsg_type == NLMSG_DONE) {
+    if (of_dump) end_dump();
+    return;
+  }
+  if (nlh->nlmsg_type == NLMSG_ERROR) {
+    if (!of_dump || nlh->nlmsg_len < mnl_nlmsg_size(sizeof(nlmsgerr))) return;
+    int e = -static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh))->error;
+    // ENOBUFS: the dump's first part found the buffer full; the kernel
+    // goes on with it as we read (netlink_recvmsg), its DONE will come.
+    if (e == ENOBUFS || e == 0) return;
+    ++counters_.dump_errors;
+    log::get("ipoib")->error("ifindex {}: address dump refused: {}", ifindex_, std::strerror(e));
+    seq_ = 0;
+    redump_ = false;
+    release_held();
     return;
   }
   if (nlh->nlmsg_type != RTM_NEWADDR && nlh->nlmsg_type != RTM_DELADDR) return;
@@ -152,11 +158,12 @@ void AddrWatch::on_message(const nlmsghdr* nlh) {
 // The dump's set against the known one: removals first, then additions;
 // then the events held during the dump, in their order.
 void AddrWatch::end_dump() {
-  if (dump_intr_) {
-    if (auto r = request_dump(); !r) log::get("ipoib")->error("ifindex {}: {}", ifindex_, r.error().str());
+  seq_ = 0;
+  if (dump_intr_ || redump_) {  // stale: another one
+    redump_ = false;
+    start_dump();
     return;
   }
-  seq_ = 0;
   synced_ = true;
   std::vector<IpAddr> gone;
   for (const auto& a : known_)
@@ -164,9 +171,32 @@ void AddrWatch::end_dump() {
   for (const auto& a : gone) apply(false, a);
   for (const auto& a : std::set<IpAddr>(std::move(dumped_))) apply(true, a);
   dumped_.clear();
+  release_held();
+}
+
+void AddrWatch::release_held() {
   auto held = std::move(held_);
   held_.clear();
   for (const auto& e : held) apply(e.added, e.addr);
+}
+
+// One dump at a time (a second request would be refused, EBUSY): during
+// a dump, the next one waits for its end.
+void AddrWatch::want_dump() {
+  held_.clear();  // the next dump covers them
+  if (seq_ != 0) {
+    redump_ = true;
+    return;
+  }
+  start_dump();
+}
+
+void AddrWatch::start_dump() {
+  if (auto r = request_dump(); !r) {
+    ++counters_.dump_errors;
+    log::get("ipoib")->error("ifindex {}: {}", ifindex_, r.error().str());
+    seq_ = 0;
+  }
 }
 
 void AddrWatch::apply(bool added, const IpAddr& a) {

@@ -8,9 +8,11 @@
 //    (an address already known, e.g. an IPv6 address leaving its tentative
 //    state, is not reported again).
 //  - An overrun of the socket (ENOBUFS: the kernel dropped events) or an
-//    interrupted dump (NLM_F_DUMP_INTR) starts a new dump; when it ends,
-//    the differences from the known set are reported. Events arriving
-//    during a dump wait until it ends and are applied after it, in order.
+//    interrupted dump (NLM_F_DUMP_INTR) starts a new dump (after the one
+//    under way, if any: the kernel runs one dump per socket); when it
+//    ends, the differences from the known set are reported. Events
+//    arriving during a dump wait until it ends and are applied after it,
+//    in order.
 //
 // The netlink socket (libmnl) sits in the io_context as a
 // posix::stream_descriptor; single-threaded, the callback runs on the
@@ -38,6 +40,7 @@ struct AddrWatchCounters {
   std::uint64_t dumps = 0;      // dumps requested (the first one included)
   std::uint64_t overruns = 0;   // ENOBUFS from the socket
   std::uint64_t malformed = 0;  // messages without a usable address
+  std::uint64_t dump_errors = 0;  // dump requests the kernel refused
 };
 
 class AddrWatch {
@@ -70,6 +73,9 @@ class AddrWatch {
   void on_readable();
   void on_message(const nlmsghdr* nlh);
   void end_dump();
+  void release_held();
+  void want_dump();
+  void start_dump();
   void apply(bool added, const IpAddr& a);
 
   boost::asio::posix::stream_descriptor sd_;
@@ -80,6 +86,7 @@ class AddrWatch {
   std::uint32_t seq_ = 0;       // of the dump under way (0: none)
   std::uint32_t next_seq_ = 1;
   bool dump_intr_ = false;
+  bool redump_ = false;         // another dump wanted when this one ends
   bool synced_ = false;
   std::set<IpAddr> known_;
   std::set<IpAddr> dumped_;     // collected by the dump under way
