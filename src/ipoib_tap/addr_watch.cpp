@@ -129,11 +129,13 @@ void AddrWatch::on_message(const nlmsghdr* nlh) {
   // peer's on a point-to-point link); IPv6 sends IFA_ADDRESS alone.
   const nlattr* local = nullptr;
   const nlattr* address = nullptr;
+  std::uint32_t flags = ifa->ifa_flags;
   const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
   for (auto* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(ifaddrmsg)));
        mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const char*>(a))); a = mnl_attr_next(a)) {
     if (mnl_attr_get_type(a) == IFA_LOCAL) local = a;
     if (mnl_attr_get_type(a) == IFA_ADDRESS) address = a;
+    if (mnl_attr_get_type(a) == IFA_FLAGS && mnl_attr_get_payload_len(a) == 4) flags = mnl_attr_get_u32(a);
   }
   const nlattr* use = local ? local : address;
   std::size_t want = ifa->ifa_family == AF_INET ? 4 : ifa->ifa_family == AF_INET6 ? 16 : 0;
@@ -145,7 +147,9 @@ void AddrWatch::on_message(const nlmsghdr* nlh) {
   ip.family = ifa->ifa_family;
   ip.prefix_len = ifa->ifa_prefixlen;
   std::memcpy(ip.bytes.data(), mnl_attr_get_payload(use), want);
-  bool added = nlh->nlmsg_type == RTM_NEWADDR;
+  // An IPv6 address whose duplicate address detection failed stays
+  // listed but is another node's: not ours to announce (RFC 4862 §5.4.5).
+  bool added = nlh->nlmsg_type == RTM_NEWADDR && !(flags & IFA_F_DADFAILED);
   if (of_dump) {
     if (added) dumped_.insert(ip);
   } else if (seq_ != 0) {

@@ -6,7 +6,8 @@
 //    the interface's addresses (RTM_GETADDR); each is reported as added.
 //  - RTM_NEWADDR / RTM_DELADDR of the interface are reported as they come
 //    (an address already known, e.g. an IPv6 address leaving its tentative
-//    state, is not reported again).
+//    state, is not reported again). One whose duplicate address detection
+//    failed (IFA_F_DADFAILED) counts as removed.
 //  - An overrun of the socket (ENOBUFS: the kernel dropped events) or an
 //    interrupted dump (NLM_F_DUMP_INTR) starts a new dump (after the one
 //    under way, if any: the kernel runs one dump per socket); when it
