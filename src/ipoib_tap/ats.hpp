@@ -5,7 +5,7 @@
 //
 //  - ServiceID 0x10000CE100415453, ServiceName "DAPL Address Translation
 //    Service": WinOF's IBAL header, github lucasz93/WinOFED
-//    inc/iba/ib_al.h:100-111 (ATS_SERVICE_ID, ATS_NAME), and OpenIB's
+//    inc/iba/ib_al.h:108-109 (ATS_SERVICE_ID, ATS_NAME), and OpenIB's
 //    kernel ATS client, github dduval/kernel-rhel4 @6a9f0c72
 //    drivers/infiniband/core/at_priv.h:130-131.
 //  - The address in ServiceData8[0..15] as a 16-byte IPv6 address; an
@@ -20,7 +20,7 @@
 //  - ServiceGID the port's GID, ServiceP_Key the interface's P_Key,
 //    ServiceLease infinite (0xFFFFFFFF), ServiceKey zero: WinOF's IPoIB
 //    registration, lucasz93/WinOFED ulp/ipoib_ndis5/kernel/
-//    ipoib_driver.c:2398-2458; at.c:93-110 (build_ats_req).
+//    ipoib_driver.c:2399-2458; at.c:93-110 (build_ats_req).
 //  - Several addresses on one port: the SA keys a ServiceRecord by
 //    (ServiceID, ServiceGID, ServiceP_Key), so each address needs its own
 //    ServiceID. OpenIB reserves 0x10000CE1_00_415453 to
