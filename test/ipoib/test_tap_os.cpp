@@ -308,3 +308,69 @@ TEST_CASE("Frames pass both ways: the kernel's ARP request is read, an ARP reply
   (void)::write(tap.fd(), junk.data(), junk.size());
   CHECK(sh("ip -o link show dev ibt4").out.find("LOWER_UP") != std::string::npos);
 }
+
+namespace {
+
+// RFC 4443 §2.3: the ICMPv6 checksum over the pseudo-header (RFC 8200
+// §8.1) and the message.
+std::uint16_t icmpv6_checksum(const std::uint8_t* src, const std::uint8_t* dst, const std::vector<std::uint8_t>& msg) {
+  std::uint32_t sum = 0;
+  auto add = [&](const std::uint8_t* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; i += 2) sum += (p[i] << 8) + (i + 1 < n ? p[i + 1] : 0);
+  };
+  add(src, 16);
+  add(dst, 16);
+  sum += static_cast<std::uint32_t>(msg.size());
+  sum += 58;  // next header: ICMPv6
+  add(msg.data(), msg.size());
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<std::uint16_t>(~sum);
+}
+
+}  // namespace
+
+TEST_CASE("An IPv6 address whose duplicate address detection fails is reported removed", "[ipoib][addr]") {
+  const Mac mine{2, 0, 0, 0, 0, 5}, theirs{2, 0, 0, 0, 0, 0x55};
+  auto tap = open_tap("ibt5", mine, 2044);
+  must("ip link set ibt5 up");
+  REQUIRE(tap.set_carrier(true).ok());
+  boost::asio::io_context io;
+  Reports rep;
+  AddrWatch watch(io, tap.ifindex(), rep.cb());
+  REQUIRE(watch.start().ok());
+  REQUIRE(run_until(io, [&] { return watch.synced(); }));
+
+  must("ip -6 addr add 2001:db8::42/64 dev ibt5");  // with DAD
+  CHECK(run_until(io, [&] { return rep.has("2001:db8::42/64"); }));
+  IpAddr target = *IpAddr::parse("2001:db8::42");
+  // The kernel's DAD probe (RFC 4862 §5.4.2): a neighbour solicitation for it.
+  auto ns = read_frame(tap.fd(), [&](const auto& f) {
+    return f.size() >= 78 && f[12] == 0x86 && f[13] == 0xdd && f[20] == 58 && f[54] == 135 &&
+           std::equal(target.bytes.begin(), target.bytes.end(), f.begin() + 62);
+  });
+  REQUIRE(!ns.empty());
+
+  // Another node has it (RFC 4861 §4.4): a neighbour advertisement to
+  // all nodes, Override set, with its link-layer address.
+  const std::uint8_t all_nodes[16] = {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  std::vector<std::uint8_t> na = {136, 0, 0, 0, 0x20, 0, 0, 0};
+  na.insert(na.end(), target.bytes.begin(), target.bytes.end());
+  na.push_back(2);  // target link-layer address option, 8 bytes
+  na.push_back(1);
+  na.insert(na.end(), theirs.begin(), theirs.end());
+  std::uint16_t c = icmpv6_checksum(target.bytes.data(), all_nodes, na);
+  na[2] = static_cast<std::uint8_t>(c >> 8);
+  na[3] = static_cast<std::uint8_t>(c);
+  std::vector<std::uint8_t> frame = {0x33, 0x33, 0, 0, 0, 1};
+  frame.insert(frame.end(), theirs.begin(), theirs.end());
+  for (std::uint8_t b : {0x86, 0xdd, 0x60, 0, 0, 0, 0, static_cast<int>(na.size()), 58, 255}) frame.push_back(b);
+  frame.insert(frame.end(), target.bytes.begin(), target.bytes.end());
+  frame.insert(frame.end(), all_nodes, all_nodes + 16);
+  frame.insert(frame.end(), na.begin(), na.end());
+  REQUIRE(::write(tap.fd(), frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()));
+
+  CHECK(run_until(io, [&] { return !rep.has("2001:db8::42/64"); }));
+  CHECK(rep.logged("-2001:db8::42/64"));
+  CHECK(sh("ip -6 addr show dev ibt5").out.find("dadfailed") != std::string::npos);  // still listed
+  CHECK(rep.now == texts(watch.addresses()));
+}
