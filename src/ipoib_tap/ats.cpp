@@ -38,4 +38,30 @@ Result<IpAddr> ats_address(const sa::ServiceRecord& r) {
   return a;
 }
 
+
+Result<AtsSlots::Taken> AtsSlots::take(const IpAddr& a) {
+  Key k{a.family, a.bytes};
+  if (auto it = held_.find(k); it != held_.end()) {
+    ++it->second.count;
+    return Taken{it->second.slot, false};
+  }
+  auto free = std::find(used_.begin(), used_.end(), false);
+  if (free == used_.end()) return err(ENOSPC, "no ATS slot left for {} ({} addresses hold them)", a.to_string(), kAtsSlots);
+  *free = true;
+  auto slot = static_cast<std::uint8_t>(free - used_.begin());
+  held_.emplace(k, Held{slot, 1});
+  return Taken{slot, true};
+}
+
+Result<AtsSlots::Given> AtsSlots::give_back(const IpAddr& a) {
+  auto it = held_.find(Key{a.family, a.bytes});
+  if (it == held_.end()) return err(ENOENT, "{} holds no ATS slot", a.to_string());
+  Given g{it->second.slot, --it->second.count == 0};
+  if (g.last) {
+    used_[g.slot] = false;
+    held_.erase(it);
+  }
+  return g;
+}
+
 }  // namespace openib::ipoib

@@ -33,7 +33,10 @@
 // the records are found by name and address whatever the slot.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
+#include <utility>
 
 #include "ipoib_tap/ip_addr.hpp"
 #include "sa/service_record.hpp"
@@ -58,5 +61,34 @@ sa::ServiceRecord ats_record(const sa::Gid& port_gid, std::uint16_t pkey, const 
 // for another service). IPv4 when ServiceData8[0..11] are zero and the
 // last 4 are not (DAPL's convention; ::a.b.c.d is not told apart).
 Result<IpAddr> ats_address(const sa::ServiceRecord& r);
+
+// Which slot each address's record has: the lowest free one. The record
+// is the address's, not the prefix's: an address listed with two prefix
+// lengths (IPv4 allows it) has one record, deleted when both are gone.
+class AtsSlots {
+ public:
+  struct Taken {
+    std::uint8_t slot;
+    bool fresh;  // the address had no record: register it
+  };
+  struct Given {
+    std::uint8_t slot;
+    bool last;  // no listing of the address is left: delete its record
+  };
+  // ENOSPC when all kAtsSlots slots are held.
+  Result<Taken> take(const IpAddr& a);
+  // ENOENT if the address holds no slot.
+  Result<Given> give_back(const IpAddr& a);
+  std::size_t size() const { return held_.size(); }
+
+ private:
+  using Key = std::pair<int, std::array<std::uint8_t, 16>>;
+  struct Held {
+    std::uint8_t slot;
+    unsigned count;
+  };
+  std::map<Key, Held> held_;
+  std::array<bool, kAtsSlots> used_{};
+};
 
 }  // namespace openib::ipoib

@@ -91,3 +91,51 @@ TEST_CASE("IpAddr prints and parses addresses with their prefix length", "[ats]"
   unknown.family = 99;
   CHECK(unknown.to_string() == "family99?/0");
 }
+
+TEST_CASE("ATS slots: the lowest free one per address; one record per address whatever its prefixes", "[ats]") {
+  AtsSlots slots;
+  auto a = slots.take(ip("198.18.0.1/24"));
+  REQUIRE(a.ok());
+  CHECK(a->slot == 0);
+  CHECK(a->fresh);
+  auto b = slots.take(ip("fe80::1/64"));
+  REQUIRE(b.ok());
+  CHECK(b->slot == 1);
+  // The same address with another prefix: the same record.
+  auto a2 = slots.take(ip("198.18.0.1/16"));
+  REQUIRE(a2.ok());
+  CHECK(a2->slot == 0);
+  CHECK_FALSE(a2->fresh);
+  auto g = slots.give_back(ip("198.18.0.1/24"));
+  REQUIRE(g.ok());
+  CHECK_FALSE(g->last);
+  g = slots.give_back(ip("198.18.0.1/16"));
+  REQUIRE(g.ok());
+  CHECK(g->last);
+  CHECK(g->slot == 0);
+  // Slot 0 is free again and goes to the next address.
+  auto c = slots.take(ip("198.18.0.2/24"));
+  REQUIRE(c.ok());
+  CHECK(c->slot == 0);
+  auto none = slots.give_back(ip("198.18.0.9/24"));
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().code == ENOENT);
+}
+
+TEST_CASE("ATS slots run out after 256 addresses with a clear error", "[ats]") {
+  AtsSlots slots;
+  for (unsigned i = 0; i < kAtsSlots; ++i) {
+    IpAddr a;
+    a.family = AF_INET6;
+    a.bytes = {0x20, 0x01, 0x0d, 0xb8};
+    a.bytes[15] = static_cast<std::uint8_t>(i);
+    a.bytes[14] = static_cast<std::uint8_t>(i >> 8);
+    auto t = slots.take(a);
+    REQUIRE(t.ok());
+    CHECK(t->slot == i);
+  }
+  auto full = slots.take(ip("198.18.0.1"));
+  REQUIRE_FALSE(full.ok());
+  CHECK(full.error().code == ENOSPC);
+  CHECK(slots.size() == kAtsSlots);
+}
