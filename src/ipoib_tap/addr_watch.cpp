@@ -98,6 +98,8 @@ void AddrWatch::on_readable() {
 
 void AddrWatch::on_message(const nlmsghdr* nlh) {
   bool of_dump = seq_ != 0 && nlh->nlmsg_seq == seq_ && nlh->nlmsg_pid == portid_;
+  // The kernel marks any part of an inconsistent dump, NLMSG_DONE too.
+  if (of_dump && (nlh->nlmsg_flags & NLM_F_DUMP_INTR)) dump_intr_ = true;
   if (nlh->nlmsg_type == NLMSG_DONE) {
     if (of_dump) end_dump();
     return;
@@ -116,14 +118,12 @@ void AddrWatch::on_message(const nlmsghdr* nlh) {
     return;
   }
   if (nlh->nlmsg_type != RTM_NEWADDR && nlh->nlmsg_type != RTM_DELADDR) return;
-  if (nlh->nlmsg_seq != 0 && nlh->nlmsg_pid == portid_ && !of_dump) return;  // an abandoned dump
   if (nlh->nlmsg_len < mnl_nlmsg_size(sizeof(ifaddrmsg))) {
     ++counters_.malformed;
     return;
   }
   const auto* ifa = static_cast<const ifaddrmsg*>(mnl_nlmsg_get_payload(nlh));
   if (static_cast<int>(ifa->ifa_index) != ifindex_) return;
-  if (of_dump && (nlh->nlmsg_flags & NLM_F_DUMP_INTR)) dump_intr_ = true;
   if (!of_dump) ++counters_.events;
   // IPv4: IFA_LOCAL is the interface's own address (IFA_ADDRESS the
   // peer's on a point-to-point link); IPv6 sends IFA_ADDRESS alone.

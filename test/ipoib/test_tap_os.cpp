@@ -19,6 +19,7 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -41,7 +42,9 @@ constexpr auto kPatience = std::chrono::seconds(10);  // a bound, not a measure
 // namespace whose /sys shows it.
 void private_namespaces() {
   static bool done = [] {
-    REQUIRE(::unshare(CLONE_NEWNET | CLONE_NEWNS) == 0);
+    int r = ::unshare(CLONE_NEWNET | CLONE_NEWNS);
+    INFO("unshare(CLONE_NEWNET | CLONE_NEWNS) needs root: " << std::strerror(errno));
+    REQUIRE(r == 0);
     REQUIRE(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0);
     REQUIRE(::umount2("/sys", MNT_DETACH) == 0);
     REQUIRE(::mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0);
