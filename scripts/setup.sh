@@ -11,6 +11,7 @@ PKGS=(
   qemu-system-x86 busybox-static cpio kmod
   tshark
   opensm ibsim-utils infiniband-diags libibumad-dev libibmad-dev
+  libmnl-dev iperf3
 )
 
 missing=()

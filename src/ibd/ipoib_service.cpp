@@ -471,13 +471,30 @@ void IpoibService::read_tap() {
 
 // ATS (docs/ipoib.md "ATS registration"): each address of the interface
 // has its ServiceRecord while it exists; ServiceRegs renews and re-registers.
+// Each address has a slot of its own (the ServiceID's byte 4: the SA keys
+// records by ServiceID, GID and P_Key, src/ipoib_tap/ats.hpp).
 void IpoibService::address_event(bool added, const ipoib::IpAddr& a) {
+  uint8_t slot = 0;
+  if (added) {
+    auto t = ats_slots_.take(a);
+    if (!t) {
+      ++ats_errors_;
+      return logger()->warn("{}: address {}: no ATS record ({})", cfg_.name, a.to_string(), t.error().str());
+    }
+    if (!t->fresh) return;  // the same address listed again (another prefix length)
+    slot = t->slot;
+  } else {
+    auto g = ats_slots_.give_back(a);
+    if (!g || !g->last) return;
+    slot = g->slot;
+  }
   proto::ServiceReq req;
   req.port = cfg_.port;
-  const sa::ServiceRecord rec = ipoib::ats_record(sa::make_gid(port_.gid_prefix, port_.port_guid), cfg_.pkey, a);
+  const sa::ServiceRecord rec =
+      ipoib::ats_record(sa::make_gid(port_.gid_prefix, port_.port_guid), cfg_.pkey, a, slot);
   sa::encode_service_record(std::as_writable_bytes(std::span(req.record)), rec);
-  logger()->info("{}: address {} {}: ATS record {}", cfg_.name, a.to_string(), added ? "added" : "removed",
-                 added ? "registered" : "deleted");
+  logger()->info("{}: address {} {}: ATS record {:#x} {}", cfg_.name, a.to_string(), added ? "added" : "removed",
+                 rec.service_id, added ? "registered" : "deleted");
   if (!added) {
     if (auto r = sa_.service_delete(kIpoibOwner, req); !r) ++ats_errors_;
     return;

@@ -43,6 +43,7 @@
 #include "hca/hca.hpp"
 #include "ibd/sa_service.hpp"
 #include "ipoib_tap/addr_watch.hpp"
+#include "ipoib_tap/ats.hpp"
 #include "ipoib_tap/bridge.hpp"
 #include "ipoib_tap/tap_device.hpp"
 #include "ipoib_tap/ud_port.hpp"
@@ -134,6 +135,7 @@ class IpoibService final : private ipoib::BridgeIo {
   bool tap_waiting_ = false;  // an async_wait on the TAP fd is out
   std::unique_ptr<ipoib::Bridge> bridge_;
   std::unique_ptr<ipoib::AddrWatch> addrs_;
+  ipoib::AtsSlots ats_slots_;
   std::map<ipoib::Gid, Group> groups_;
   std::map<ipoib::Gid, Neighbour> neighbours_;
   std::vector<uint8_t> frame_;  // one TAP read

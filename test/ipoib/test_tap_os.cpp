@@ -1,0 +1,379 @@
+// The IPoIB bridge's OS side against the real kernel (src/ipoib_tap;
+// docs/ipoib.md "The TAP interface", "ATS registration"), with no ibd:
+// a TAP interface, its MAC, MTU and carrier as `ip link` and sysfs show
+// them, its addresses followed through rtnetlink, and frames both ways.
+// The process moves itself into a network and mount namespace of its
+// own first (unshare, a fresh sysfs), so nothing outside sees the
+// interfaces and nothing is left behind: the namespace ends with the
+// process, however it ends. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/fd.hpp"
+#include "ipoib_tap/addr_watch.hpp"
+#include "ipoib_tap/tap_device.hpp"
+
+using namespace openib;
+using namespace openib::ipoib;
+using Mac = std::array<std::uint8_t, 6>;
+
+namespace {
+
+constexpr auto kPatience = std::chrono::seconds(10);  // a bound, not a measure
+
+// Once per process: a network namespace (with only `lo`) and a mount
+// namespace whose /sys shows it.
+void private_namespaces() {
+  static bool done = [] {
+    int r = ::unshare(CLONE_NEWNET | CLONE_NEWNS);
+    INFO("unshare(CLONE_NEWNET | CLONE_NEWNS) needs root: " << std::strerror(errno));
+    REQUIRE(r == 0);
+    REQUIRE(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0);
+    REQUIRE(::umount2("/sys", MNT_DETACH) == 0);
+    REQUIRE(::mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0);
+    return true;
+  }();
+  (void)done;
+}
+
+struct Shell {
+  int status;
+  std::string out;
+};
+// A command of iproute2 (stderr into the output).
+Shell sh(const std::string& cmd) {
+  Shell r{-1, {}};
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p);
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
+  r.status = ::pclose(p);
+  return r;
+}
+void must(const std::string& cmd) {
+  auto r = sh(cmd);
+  INFO(cmd << ": " << r.out);
+  REQUIRE(r.status == 0);
+}
+
+std::string sysfs(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+TapDevice open_tap(const std::string& name, const Mac& mac, std::uint32_t mtu) {
+  private_namespaces();
+  auto t = TapDevice::open(name, mac, mtu);
+  INFO((t.ok() ? std::string() : t.error().str()));
+  REQUIRE(t.ok());
+  return std::move(*t);
+}
+
+// Runs `io` until `done()` or kPatience has passed; answers done().
+template <typename Pred>
+bool run_until(boost::asio::io_context& io, Pred done) {
+  auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+// The watch's reports replayed into a set, to compare with addresses().
+struct Reports {
+  std::set<std::string> now;
+  std::vector<std::string> log;
+  AddrWatch::Callback cb() {
+    return [this](bool added, const IpAddr& a) {
+      log.push_back((added ? "+" : "-") + a.to_string());
+      if (added) now.insert(a.to_string()); else now.erase(a.to_string());
+    };
+  }
+  bool has(const std::string& a) const { return now.count(a) > 0; }
+  bool logged(const std::string& entry) const {
+    for (const auto& l : log)
+      if (l == entry) return true;
+    return false;
+  }
+};
+std::set<std::string> texts(const std::set<IpAddr>& s) {
+  std::set<std::string> out;
+  for (const auto& a : s) out.insert(a.to_string());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("A TAP interface shows its MAC and MTU, starts down, and its carrier follows set_carrier", "[ipoib][tap]") {
+  {
+    auto tap = open_tap("ibt0", {0x02, 0x00, 0x00, 0x00, 0x00, 0x07}, 2044);
+    CHECK(tap.name() == "ibt0");
+    CHECK(tap.ifindex() == static_cast<int>(::if_nametoindex("ibt0")));
+    auto link = sh("ip -o link show dev ibt0");
+    REQUIRE(link.status == 0);
+    CHECK(link.out.find("mtu 2044") != std::string::npos);
+    CHECK(link.out.find("link/ether 02:00:00:00:00:07") != std::string::npos);
+    CHECK(link.out.find(",UP") == std::string::npos);  // down until the user says up
+    CHECK(link.out.find("<UP") == std::string::npos);
+
+    must("ip link set ibt0 up");
+    REQUIRE(tap.set_carrier(false).ok());
+    CHECK(sysfs("/sys/class/net/ibt0/carrier") == "0");
+    CHECK(sh("ip -o link show dev ibt0").out.find("NO-CARRIER") != std::string::npos);
+    REQUIRE(tap.set_carrier(true).ok());
+    CHECK(sysfs("/sys/class/net/ibt0/carrier") == "1");
+    CHECK(sysfs("/sys/class/net/ibt0/operstate") == "up");
+
+    REQUIRE(tap.set_mtu(1500).ok());
+    CHECK(sysfs("/sys/class/net/ibt0/mtu") == "1500");
+    auto big = tap.set_mtu(70000);
+    REQUIRE_FALSE(big.ok());
+    CHECK(big.error().code == EINVAL);
+    CHECK(sysfs("/sys/class/net/ibt0/mtu") == "1500");
+
+    // Moved, the interface stays; destroyed, it goes.
+    TapDevice moved = std::move(tap);
+    CHECK(sh("ip link show dev ibt0").status == 0);
+  }
+  CHECK(sh("ip link show dev ibt0").status != 0);
+}
+
+TEST_CASE("Bad TAP parameters are refused with a clear error", "[ipoib][tap]") {
+  private_namespaces();
+  auto long_name = TapDevice::open("ibt-name-too-long", {2, 0, 0, 0, 0, 1}, 2044);
+  REQUIRE_FALSE(long_name.ok());
+  CHECK(long_name.error().code == EINVAL);
+  auto multicast_mac = TapDevice::open("ibt1", {0x01, 0, 0, 0, 0, 1}, 2044);
+  REQUIRE_FALSE(multicast_mac.ok());
+  CHECK(multicast_mac.error().message.find("SIOCSIFHWADDR") != std::string::npos);
+  CHECK(sh("ip link show dev ibt1").status != 0);  // the half-made interface went with the fd
+  auto tiny_mtu = TapDevice::open("ibt1", {2, 0, 0, 0, 0, 1}, 20);
+  REQUIRE_FALSE(tiny_mtu.ok());
+  CHECK(tiny_mtu.error().code == EINVAL);
+}
+
+TEST_CASE("AddrWatch reports the interface's addresses: those present first, then each added or removed", "[ipoib][addr]") {
+  auto tap = open_tap("ibt2", {2, 0, 0, 0, 0, 2}, 2044);
+  must("ip link set ibt2 up");
+  REQUIRE(tap.set_carrier(true).ok());
+  must("ip addr add 198.18.7.1/24 dev ibt2");
+
+  boost::asio::io_context io;
+  Reports rep;
+  AddrWatch watch(io, tap.ifindex(), rep.cb());
+  REQUIRE(watch.start().ok());
+  REQUIRE(run_until(io, [&] { return watch.synced(); }));
+  CHECK(rep.has("198.18.7.1/24"));
+  CHECK(rep.logged("+198.18.7.1/24"));
+
+  must("ip addr add 198.18.7.2/24 dev ibt2");
+  must("ip -6 addr add 2001:db8::7/64 dev ibt2 nodad");
+  CHECK(run_until(io, [&] { return rep.has("198.18.7.2/24") && rep.has("2001:db8::7/64"); }));
+
+  // Another interface's address is none of this watch's business.
+  must("ip addr add 198.18.9.9/32 dev lo");
+  must("ip addr del 198.18.7.2/24 dev ibt2");
+  must("ip -6 addr del 2001:db8::7/64 dev ibt2");
+  CHECK(run_until(io, [&] { return !rep.has("198.18.7.2/24") && !rep.has("2001:db8::7/64"); }));
+  CHECK(rep.logged("-198.18.7.2/24"));
+  CHECK(rep.logged("-2001:db8::7/64"));
+  CHECK_FALSE(rep.logged("+198.18.9.9/32"));
+  CHECK(rep.has("198.18.7.1/24"));
+  CHECK(rep.now == texts(watch.addresses()));
+  CHECK(watch.counters().overruns == 0);
+  must("ip addr del 198.18.9.9/32 dev lo");
+}
+
+TEST_CASE("AddrWatch misses nothing when the socket overruns: it dumps again and reports the difference", "[ipoib][addr]") {
+  auto tap = open_tap("ibt3", {2, 0, 0, 0, 0, 3}, 2044);
+  must("ip link set ibt3 up");
+  boost::asio::io_context io;
+  Reports rep;
+  AddrWatch watch(io, tap.ifindex(), rep.cb());
+  REQUIRE(watch.start(1).ok());  // the kernel's smallest receive buffer
+  REQUIRE(run_until(io, [&] { return watch.synced(); }));
+
+  // 100 events while nobody reads: far more than the buffer holds.
+  std::string batch;
+  for (int i = 1; i <= 100; ++i) batch += "addr add 198.18.10." + std::to_string(i) + "/32 dev ibt3\n";
+  must("printf '" + batch + "' | ip -batch -");
+  auto all_there = [&] {
+    for (int i = 1; i <= 100; ++i)
+      if (!rep.has("198.18.10." + std::to_string(i) + "/32")) return false;
+    return true;
+  };
+  CHECK(run_until(io, all_there));
+  CHECK(watch.counters().overruns >= 1);
+  CHECK(watch.counters().dumps >= 2);
+
+  std::string del;
+  for (int i = 1; i <= 100; ++i) del += "addr del 198.18.10." + std::to_string(i) + "/32 dev ibt3\n";
+  must("printf '" + del + "' | ip -batch -");
+  auto none_there = [&] {
+    for (int i = 1; i <= 100; ++i)
+      if (rep.has("198.18.10." + std::to_string(i) + "/32")) return false;
+    return true;
+  };
+  CHECK(run_until(io, none_there));
+  CHECK(rep.now == texts(watch.addresses()));
+}
+
+namespace {
+
+// Reads frames from the TAP until `match` accepts one (or kPatience).
+template <typename Match>
+std::vector<std::uint8_t> read_frame(int fd, Match match) {
+  auto deadline = std::chrono::steady_clock::now() + kPatience;
+  std::vector<std::uint8_t> f(65536);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = ::read(fd, f.data(), f.size());
+    if (n <= 0) continue;
+    std::vector<std::uint8_t> frame(f.begin(), f.begin() + n);
+    if (match(frame)) return frame;
+  }
+  return {};
+}
+bool is_arp_request_for(const std::vector<std::uint8_t>& f, const std::array<std::uint8_t, 4>& ip) {
+  return f.size() >= 42 && f[12] == 0x08 && f[13] == 0x06 && f[20] == 0 && f[21] == 1 &&
+         std::equal(ip.begin(), ip.end(), f.begin() + 38);
+}
+
+}  // namespace
+
+TEST_CASE("Frames pass both ways: the kernel's ARP request is read, an ARP reply written teaches it the neighbour", "[ipoib][tap]") {
+  const Mac mine{2, 0, 0, 0, 0, 4}, theirs{2, 0, 0, 0, 0, 0x99};
+  const std::array<std::uint8_t, 4> my_ip{198, 18, 8, 1}, their_ip{198, 18, 8, 2};
+  auto tap = open_tap("ibt4", mine, 2044);
+  must("ip link set ibt4 up");
+  REQUIRE(tap.set_carrier(true).ok());
+  must("ip addr add 198.18.8.1/24 dev ibt4");
+
+  // A datagram to the neighbour: the kernel asks who has 198.18.8.2.
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0));
+  REQUIRE(s);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  std::memcpy(&to.sin_addr, their_ip.data(), 4);
+  const char payload[] = "over the tap";
+  REQUIRE(::sendto(s.get(), payload, sizeof payload, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) ==
+          static_cast<ssize_t>(sizeof payload));
+  auto req = read_frame(tap.fd(), [&](const auto& f) { return is_arp_request_for(f, their_ip); });
+  REQUIRE(!req.empty());
+  CHECK(std::equal(mine.begin(), mine.end(), req.begin() + 6));    // Ethernet source: our MAC
+  CHECK(std::all_of(req.begin(), req.begin() + 6, [](auto b) { return b == 0xff; }));  // broadcast
+  CHECK(std::equal(my_ip.begin(), my_ip.end(), req.begin() + 28));  // sender IP
+
+  // The neighbour answers (RFC 826: htype 1, ptype 0x0800, hlen 6, plen 4, op 2).
+  std::vector<std::uint8_t> reply;
+  reply.insert(reply.end(), mine.begin(), mine.end());
+  reply.insert(reply.end(), theirs.begin(), theirs.end());
+  for (std::uint8_t b : {0x08, 0x06, 0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x02}) reply.push_back(b);
+  reply.insert(reply.end(), theirs.begin(), theirs.end());
+  reply.insert(reply.end(), their_ip.begin(), their_ip.end());
+  reply.insert(reply.end(), mine.begin(), mine.end());
+  reply.insert(reply.end(), my_ip.begin(), my_ip.end());
+  REQUIRE(::write(tap.fd(), reply.data(), reply.size()) == static_cast<ssize_t>(reply.size()));
+
+  // The datagram it held goes out to the neighbour's MAC, and `ip neigh` knows it.
+  auto udp = read_frame(tap.fd(), [&](const auto& f) {
+    return f.size() >= 42 && f[12] == 0x08 && f[13] == 0x00 && f[23] == 17 &&
+           std::equal(theirs.begin(), theirs.end(), f.begin());
+  });
+  REQUIRE(!udp.empty());
+  CHECK(std::string(udp.begin() + 42, udp.end()).find("over the tap") != std::string::npos);
+  CHECK(sh("ip neigh show 198.18.8.2 dev ibt4").out.find("lladdr 02:00:00:00:00:99") != std::string::npos);
+
+  // Garbage written into the TAP does not hurt the interface.
+  std::vector<std::uint8_t> junk(7, 0xAB);
+  (void)::write(tap.fd(), junk.data(), junk.size());
+  CHECK(sh("ip -o link show dev ibt4").out.find("LOWER_UP") != std::string::npos);
+}
+
+namespace {
+
+// RFC 4443 §2.3: the ICMPv6 checksum over the pseudo-header (RFC 8200
+// §8.1) and the message.
+std::uint16_t icmpv6_checksum(const std::uint8_t* src, const std::uint8_t* dst, const std::vector<std::uint8_t>& msg) {
+  std::uint32_t sum = 0;
+  auto add = [&](const std::uint8_t* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; i += 2) sum += (p[i] << 8) + (i + 1 < n ? p[i + 1] : 0);
+  };
+  add(src, 16);
+  add(dst, 16);
+  sum += static_cast<std::uint32_t>(msg.size());
+  sum += 58;  // next header: ICMPv6
+  add(msg.data(), msg.size());
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<std::uint16_t>(~sum);
+}
+
+}  // namespace
+
+TEST_CASE("An IPv6 address whose duplicate address detection fails is reported removed", "[ipoib][addr]") {
+  const Mac mine{2, 0, 0, 0, 0, 5}, theirs{2, 0, 0, 0, 0, 0x55};
+  auto tap = open_tap("ibt5", mine, 2044);
+  must("ip link set ibt5 up");
+  REQUIRE(tap.set_carrier(true).ok());
+  boost::asio::io_context io;
+  Reports rep;
+  AddrWatch watch(io, tap.ifindex(), rep.cb());
+  REQUIRE(watch.start().ok());
+  REQUIRE(run_until(io, [&] { return watch.synced(); }));
+
+  must("ip -6 addr add 2001:db8::42/64 dev ibt5");  // with DAD
+  CHECK(run_until(io, [&] { return rep.has("2001:db8::42/64"); }));
+  IpAddr target = *IpAddr::parse("2001:db8::42");
+  // The kernel's DAD probe (RFC 4862 §5.4.2): a neighbour solicitation for it.
+  auto ns = read_frame(tap.fd(), [&](const auto& f) {
+    return f.size() >= 78 && f[12] == 0x86 && f[13] == 0xdd && f[20] == 58 && f[54] == 135 &&
+           std::equal(target.bytes.begin(), target.bytes.end(), f.begin() + 62);
+  });
+  REQUIRE(!ns.empty());
+
+  // Another node has it (RFC 4861 §4.4): a neighbour advertisement to
+  // all nodes, Override set, with its link-layer address.
+  const std::uint8_t all_nodes[16] = {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  std::vector<std::uint8_t> na = {136, 0, 0, 0, 0x20, 0, 0, 0};
+  na.insert(na.end(), target.bytes.begin(), target.bytes.end());
+  na.push_back(2);  // target link-layer address option, 8 bytes
+  na.push_back(1);
+  na.insert(na.end(), theirs.begin(), theirs.end());
+  std::uint16_t c = icmpv6_checksum(target.bytes.data(), all_nodes, na);
+  na[2] = static_cast<std::uint8_t>(c >> 8);
+  na[3] = static_cast<std::uint8_t>(c);
+  std::vector<std::uint8_t> frame = {0x33, 0x33, 0, 0, 0, 1};
+  frame.insert(frame.end(), theirs.begin(), theirs.end());
+  for (std::uint8_t b : {0x86, 0xdd, 0x60, 0, 0, 0, 0, static_cast<int>(na.size()), 58, 255}) frame.push_back(b);
+  frame.insert(frame.end(), target.bytes.begin(), target.bytes.end());
+  frame.insert(frame.end(), all_nodes, all_nodes + 16);
+  frame.insert(frame.end(), na.begin(), na.end());
+  REQUIRE(::write(tap.fd(), frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()));
+
+  CHECK(run_until(io, [&] { return !rep.has("2001:db8::42/64"); }));
+  CHECK(rep.logged("-2001:db8::42/64"));
+  CHECK(sh("ip -6 addr show dev ibt5").out.find("dadfailed") != std::string::npos);  // still listed
+  CHECK(rep.now == texts(watch.addresses()));
+}
