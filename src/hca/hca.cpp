@@ -413,6 +413,14 @@ void Hca::create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> 
                        [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
 }
 
+void Hca::attach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid, Done<void> done) {
+  destroy_like(kAttachMcg, encode_mcg({qpn, mgid, mlid}), std::move(done));
+}
+
+void Hca::detach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid, Done<void> done) {
+  destroy_like(kDetachMcg, encode_mcg({qpn, mgid, mlid}), std::move(done));
+}
+
 void Hca::destroy_async(uint16_t opcode, uint32_t number, Done<void> done) {
   destroy_like(opcode, encode_u32(number), std::move(done));
 }
@@ -761,6 +769,16 @@ Result<MkeyContext> Hca::query_mkey(uint32_t lkey) {
 
 Result<uint32_t> Hca::create_ah(uint32_t pdn, const AddressVector& av) {
   return command_u32(kCreateAh, encode_create_ah(pdn, av));
+}
+
+Result<void> Hca::attach_mcast(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid) {
+  OPENIB_TRY(command(kAttachMcg, encode_mcg({qpn, mgid, mlid}), 0));
+  return ok();
+}
+
+Result<void> Hca::detach_mcast(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid) {
+  OPENIB_TRY(command(kDetachMcg, encode_mcg({qpn, mgid, mlid}), 0));
+  return ok();
 }
 
 Result<void> Hca::destroy_ah(uint32_t ahn) {

@@ -190,6 +190,11 @@ class Hca {
   void query_qp_async(uint32_t qpn, Done<QpInfo> done);
   void create_mkey_async(const MkeyParams& p, Done<Mkey> done);
   void create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done);
+  // §6.11 ATTACH_MCG / DETACH_MCG (IBA 11.3.1): UD QP `qpn` receives the
+  // packets sent to the group (MGID, MLID) on its port, or stops receiving
+  // them. Joining the group at the SA is the caller's business.
+  void attach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid, Done<void> done);
+  void detach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid, Done<void> done);
   // Any command with a u32 input and no output: DESTROY_*, DEALLOC_*.
   void destroy_async(uint16_t opcode, uint32_t number, Done<void> done);
   // create_cq()/create_qp() with the driver's own memory (ibd's QP0/QP1):
@@ -264,6 +269,10 @@ class Hca {
   Result<Mkey> create_mkey(const MkeyParams& p);
   Result<void> destroy_mkey(uint32_t lkey);
   Result<MkeyContext> query_mkey(uint32_t lkey);
+
+  // §6.11, as attach_mcast_async()/detach_mcast_async().
+  Result<void> attach_mcast(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid);
+  Result<void> detach_mcast(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid);
 
   Result<uint32_t> create_ah(uint32_t pdn, const AddressVector& av);
   Result<void> destroy_ah(uint32_t ahn);

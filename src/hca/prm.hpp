@@ -86,7 +86,7 @@ enum Opcode : uint16_t {
   kCreateSrq = 0x0500, kDestroySrq = 0x0501, kQuerySrq = 0x0502, kArmSrq = 0x0503,
   kAllocPd = 0x0600, kDeallocPd = 0x0601, kCreateMkey = 0x0700, kDestroyMkey = 0x0701,
   kQueryMkey = 0x0702, kCreateAh = 0x0800, kDestroyAh = 0x0801, kQueryAh = 0x0802,
-  kAllocUar = 0x0900, kDeallocUar = 0x0901,
+  kAllocUar = 0x0900, kDeallocUar = 0x0901, kAttachMcg = 0x0a00, kDetachMcg = 0x0a01,
 };
 
 // §9.1, §9.4

@@ -295,6 +295,22 @@ Bytes encode_u32(uint32_t v) {
   return b;
 }
 
+Bytes encode_mcg(const McgMember& m) {
+  Bytes b(24);
+  put32(b, 0, m.qpn);
+  put16(b, 6, m.mlid);
+  for (size_t i = 0; i < m.mgid.size(); ++i) put8(b, 8 + i, m.mgid[i]);
+  return b;
+}
+
+McgMember decode_mcg(std::span<const std::byte> in) {
+  McgMember m;
+  m.qpn = get32(in, 0);
+  m.mlid = get16(in, 6);
+  for (size_t i = 0; i < m.mgid.size(); ++i) m.mgid[i] = get8(in, 8 + i);
+  return m;
+}
+
 Bytes encode_u32x2(uint32_t a, uint32_t b2) {
   Bytes b(8);
   put32(b, 0, a);

@@ -149,6 +149,16 @@ struct MkeyContext {
 };
 MkeyContext decode_mkey_context(std::span<const std::byte> out);
 
+// §6.11 ATTACH_MCG / DETACH_MCG input (24 bytes): the QP and the group
+// (IBA 11.3.1.1, 11.3.1.2: Attach/Detach QP to/from multicast group).
+struct McgMember {
+  uint32_t qpn = 0;
+  std::array<uint8_t, 16> mgid{};
+  uint16_t mlid = 0;
+};
+Bytes encode_mcg(const McgMember& m);
+McgMember decode_mcg(std::span<const std::byte> in);
+
 // One big-endian 32-bit number (the input of most destroy/query commands).
 Bytes encode_u32(uint32_t v);
 Bytes encode_u32x2(uint32_t a, uint32_t b);

@@ -225,6 +225,25 @@ TEST_CASE("simhca: QPs, SRQs, memory keys and address handles", "[simhca][comman
   CHECK(aq->second.flow_label == 0x12345);
   CHECK(aq->second.dgid[15] == 9);
 
+  // §6.11 multicast groups, through the driver's calls: UD QPs only,
+  // attach idempotent, a detach of a non-member ENOENT; the async calls too.
+  const std::array<uint8_t, 16> mgid{0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
+  CHECK((f.hca->caps().cap_flags & (1u << 7)) != 0);  // §6.1 UD multicast
+  CHECK(f.hca->attach_mcast(rc->qpn, mgid, 0xc001).error().code == EINVAL);
+  CHECK(f.hca->attach_mcast(ud->qpn, mgid, 0x0001).error().code == EINVAL);
+  CHECK(f.hca->detach_mcast(ud->qpn, mgid, 0xc001).error().code == ENOENT);
+  REQUIRE(f.hca->attach_mcast(ud->qpn, mgid, 0xc001).ok());
+  REQUIRE(f.hca->attach_mcast(ud->qpn, mgid, 0xc001).ok());
+  std::optional<Result<void>> detached, again;
+  f.hca->detach_mcast_async(ud->qpn, mgid, 0xc001, [&](Result<void> r) { detached = std::move(r); });
+  f.hca->detach_mcast_async(ud->qpn, mgid, 0xc001, [&](Result<void> r) { again = std::move(r); });
+  REQUIRE(f.hca->drain(5000));
+  REQUIRE(detached);
+  CHECK(detached->ok());
+  REQUIRE(again);
+  CHECK(again->error().code == ENOENT);
+  REQUIRE(f.hca->attach_mcast(ud->qpn, mgid, 0xc001).ok());  // DESTROY_QP below detaches it
+
   // Busy: the PD has a QP, SRQ, MKEY and AH; the CQ has QPs; the SRQ a QP.
   CHECK(f.hca->dealloc_pd(*pd).error().code == EBUSY);
   CHECK(f.hca->destroy_cq(*cq).error().code == EBUSY);

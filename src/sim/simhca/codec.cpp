@@ -56,6 +56,8 @@ const char* opcode_name(uint16_t op) {
     case kOpQueryAh: return "QUERY_AH";
     case kOpAllocUar: return "ALLOC_UAR";
     case kOpDeallocUar: return "DEALLOC_UAR";
+    case kOpAttachMcg: return "ATTACH_MCG";
+    case kOpDetachMcg: return "DETACH_MCG";
     default: return "unknown";
   }
 }
@@ -77,6 +79,7 @@ constexpr Layout kLayouts[] = {
     {kOpDeallocPd, 4, 0},    {kOpCreateMkey, 32, 8},     {kOpDestroyMkey, 4, 0},
     {kOpQueryMkey, 4, 40},   {kOpCreateAh, 40, 4},       {kOpDestroyAh, 4, 0},
     {kOpQueryAh, 4, 40},     {kOpAllocUar, 0, 4},        {kOpDeallocUar, 4, 0},
+    {kOpAttachMcg, 24, 0},   {kOpDetachMcg, 24, 0},
 };
 const Layout* layout(uint16_t op) {
   for (const Layout& l : kLayouts)
@@ -313,6 +316,17 @@ Result<CreateAh> decode_create_ah(ByteView in) {
   c.pdn = get32(in, 0x00);
   c.av = decode_av(in.subspan(0x08, kAvSize));
   return c;
+}
+
+// §6.11
+Result<McgMember> decode_mcg(ByteView in) {
+  OPENIB_TRY(need(in, 24, "ATTACH_MCG/DETACH_MCG"));
+  McgMember m;
+  m.qpn = get32(in, 0x00);
+  m.reserved = get16(in, 0x04);
+  m.mlid = get16(in, 0x06);
+  for (size_t i = 0; i < m.mgid.size(); ++i) m.mgid[i] = get8(in, 0x08 + i);
+  return m;
 }
 
 // §6.3

@@ -128,6 +128,15 @@ struct CreateAh {
 };
 Result<CreateAh> decode_create_ah(ByteView in);
 
+// §6.11 ATTACH_MCG / DETACH_MCG input (24 bytes).
+struct McgMember {
+  uint32_t qpn = 0;
+  uint16_t reserved = 0;  // 0x04 (must be 0: the command checks)
+  uint16_t mlid = 0;
+  std::array<uint8_t, 16> mgid{};
+};
+Result<McgMember> decode_mcg(ByteView in);
+
 // §6.3
 struct SetPort {
   uint8_t port = 0, select = 0, state = 0, lmc = 0;

@@ -69,6 +69,8 @@ Outcome Hca::dispatch(uint16_t op, ByteView in, Bytes& out) {
     case kOpQueryAh: return cmd_query_ah(in, out);
     case kOpAllocUar: return cmd_alloc_uar(out);
     case kOpDeallocUar: return cmd_dealloc_uar(in);
+    case kOpAttachMcg: return cmd_mcg(in, true);
+    case kOpDetachMcg: return cmd_mcg(in, false);
     default: return {kBadOpcode, 0};
   }
 }
@@ -429,6 +431,9 @@ Outcome Hca::check_av(const Av& av, bool connected) const {
   if (av.flags & 0xfe) return {kBadParam, 23};
   if (av.grh() && (av.flow_label >= (1u << 20) || av.sgid_index >= port_at(av.port).info.gid_table_len))
     return {kBadParam, 24};
+  // §6.8: a multicast DLID goes with a GRH whose DGID is a multicast GID
+  // (IBA 8.3.1, 4.1.1: the receivers match the group by its MGID).
+  if (is_multicast_lid(av.dlid) && (!av.grh() || av.dgid[0] != 0xff)) return {kBadParam, 25};
   return {};
 }
 
@@ -555,6 +560,7 @@ Outcome Hca::cmd_destroy_qp(ByteView in) {
   --tables_.cqs.get(qp->cfg.send_cqn)->users;
   --tables_.cqs.get(qp->cfg.recv_cqn)->users;
   if (qp->cfg.use_srq()) --tables_.srqs.get(qp->cfg.srqn)->users;
+  if (qp->mcast_groups) tables_.mcgs.detach_all(qpn);  // §6.11
   uar_unlink_qp(qpn, *qp);
   uar_ref(qp->cfg.uar, -1);
   tables_.qps.free(qpn);

@@ -305,6 +305,9 @@ class Device {
         "bad VL {}",
         d.smps_answered, d.smps_to_driver, d.smps_dropped, d.mkey_violations, d.gmps_answered,
         d.gmps_to_driver, d.mads_dropped, d.loopback_packets, d.tx_port_down, d.rx_bad_vl);
+    log_->info(  // §6.11, §12.8
+        "simhca: multicast: copies delivered {}, looped back {}, dropped without GRH {}, for no group {}",
+        d.mcast_delivered, d.mcast_loopback, d.rx_mcast_no_grh, d.rx_mcast_no_group);
   }
 
   DeviceConfig cfg_;

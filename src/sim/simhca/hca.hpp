@@ -81,6 +81,11 @@ struct DataStats {
   uint64_t rx_bad_vl = 0;          // QP0 not on VL15, or VL15 not to QP0 (IBA 7.6.5)
   uint64_t smps_answered = 0, smps_to_driver = 0, smps_dropped = 0, mkey_violations = 0;
   uint64_t gmps_answered = 0, gmps_to_driver = 0, mads_dropped = 0;
+  // §6.11, §12.8: UD multicast
+  uint64_t mcast_delivered = 0;     // copies received by attached QPs (a packet may make several)
+  uint64_t mcast_loopback = 0;      // packets copied to the sending port's other members (§12.7)
+  uint64_t rx_mcast_no_grh = 0;     // multicast DLID without a GRH
+  uint64_t rx_mcast_no_group = 0;   // no QP of the port attached to the DGID
 };
 
 // The composition root: it owns the units (the transport's in
@@ -195,8 +200,9 @@ class Hca final : private WireOps, private CommandExecutor {
   // `fill` gave up.
   // payload_at: where the packet's payload starts (Link::send_with).
   // seg: `fill` writes a segment (Link::send_segment) of `len` bytes.
+  // multicast: counted as a multicast packet (§15).
   bool transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
-                size_t payload_at = 0, const sim::Segment* seg = nullptr);
+                size_t payload_at = 0, const sim::Segment* seg = nullptr, bool multicast = false);
   bool transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local);
   bool for_own_port(uint8_t port, uint16_t dlid) const override;
   void deliver_loopback();
@@ -225,8 +231,14 @@ class Hca final : private WireOps, private CommandExecutor {
                      std::span<const std::byte> mad = {});
   void reply_gmp(uint8_t port, const sim::wire::ParsedPacket& req, std::span<const std::byte> mad, bool local);
   bool smi_is_local(uint8_t port, std::span<const std::byte> mad, uint16_t dlid) const;
-  void count_tx(uint8_t port, size_t bytes);
-  void count_rx(uint8_t port, size_t bytes);
+  void count_tx(uint8_t port, size_t bytes, bool multicast);
+  void count_rx(uint8_t port, size_t bytes, bool multicast);
+
+  // UD multicast (multicast.cpp), §6.11, §12.7, §12.8
+  void receive_multicast(uint8_t port, const sim::wire::ParsedPacket& p, bool local);
+  // A QP of `port` other than `sender` attached to `mgid`: the sending
+  // port's copy is needed (§12.7 loopback).
+  bool other_local_members(uint8_t port, const Mgid& mgid, uint32_t sender) const;
 
   // commands (commands.cpp), §6
   Outcome dispatch(uint16_t opcode, ByteView in, Bytes& out);
@@ -259,6 +271,7 @@ class Hca final : private WireOps, private CommandExecutor {
   Outcome cmd_query_ah(ByteView in, Bytes& out);
   Outcome cmd_alloc_uar(Bytes& out);
   Outcome cmd_dealloc_uar(ByteView in);
+  Outcome cmd_mcg(ByteView in, bool attach);  // ATTACH_MCG / DETACH_MCG (multicast.cpp)
   Outcome zero_ring(uint64_t iova, uint64_t bytes, uint64_t align);
   Outcome check_av(const Av& av, bool connected) const;
   void reset_tables();

@@ -111,7 +111,7 @@ bool Hca::for_own_port(uint8_t port, uint16_t dlid) const {
 // Active. A packet for the port itself never reaches the wire: it is
 // queued and received by this device on its next turn (run_due).
 bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
-                   size_t payload_at, const sim::Segment* seg) {
+                   size_t payload_at, const sim::Segment* seg, bool multicast) {
   Port& pt = port_at(port);
   const uint8_t st = pt.info.state;
   if (port > opts_.caps.num_ports || (management ? st < kPsInit : st != kPsActive) ||
@@ -137,9 +137,9 @@ bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool manage
     return false;
   }
   if (!seg) {
-    count_tx(port, len);
+    count_tx(port, len, multicast);
   } else {
-    for (size_t i = 0; i < seg->count; ++i) count_tx(port, seg->packet_bytes(i));
+    for (size_t i = 0; i < seg->count; ++i) count_tx(port, seg->packet_bytes(i), false);
   }
   return true;
 }
@@ -154,18 +154,19 @@ bool Hca::transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bo
       management, local);
 }
 
-void Hca::count_tx(uint8_t port, size_t bytes) {
+// IBA 16.1.4.1 PortCountersExtended: unicast and multicast packets apart.
+void Hca::count_tx(uint8_t port, size_t bytes, bool multicast) {
   auto& c = port_at(port).pma;
   c.xmit_bytes += data_octets(bytes);
   ++c.xmit_pkts;
-  ++c.unicast_xmit_pkts;
+  ++(multicast ? c.multicast_xmit_pkts : c.unicast_xmit_pkts);
 }
 
-void Hca::count_rx(uint8_t port, size_t bytes) {
+void Hca::count_rx(uint8_t port, size_t bytes, bool multicast) {
   auto& c = port_at(port).pma;
   c.rcv_bytes += data_octets(bytes);
   ++c.rcv_pkts;
-  ++c.unicast_rcv_pkts;
+  ++(multicast ? c.multicast_rcv_pkts : c.unicast_rcv_pkts);
 }
 
 void Hca::deliver_loopback() {
@@ -223,7 +224,7 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
   }
   const w::ParsedPacket& p = *given;
   ++dstats_.rx_packets;
-  if (!local) count_rx(port, wire_bytes);
+  if (!local) count_rx(port, wire_bytes, is_multicast_lid(p.hdr.lrh.dlid));
   const uint32_t dest = p.hdr.bth.dest_qp;
   if (dest == 0) return receive_smp(port, p, local);  // sma.cpp
   if (p.hdr.lrh.vl == 15) {  // IBA 7.6.5: VL15 carries SMPs only
@@ -239,9 +240,10 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
     ++dstats_.rx_port_down;
     return;
   }
+  if (is_multicast_lid(p.hdr.lrh.dlid)) return receive_multicast(port, p, local);  // multicast.cpp
   const uint16_t lmc_mask = static_cast<uint16_t>(~((1u << pt.info.lmc) - 1));
   if (p.hdr.lrh.dlid >= 0xc000 || (p.hdr.lrh.dlid & lmc_mask) != (pt.info.lid & lmc_mask)) {
-    ++dstats_.rx_bad_dlid;  // IBA 7.11.1: not ours (multicast is not supported)
+    ++dstats_.rx_bad_dlid;  // IBA 7.11.1: not ours (the permissive LID is QP0's)
     ++pt.pma.rcv_switch_relay_errors;
     return;
   }
@@ -444,8 +446,16 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
       w::pad_packet(*frame, out);  // the CRCs are the link's (Link::send_with)
     return true;
   };
-  if (!transmit(port, seg ? sg.bytes() : frame->size, fill, smi || gsi, local,
-                pl->size() ? frame->payload_offset() : 0, seg ? &sg : nullptr)) {
+  // §12.7 multicast: onto the wire for the other ports of the group (the
+  // switches never send it back out of this port), and a copy into this
+  // port for its other attached QPs, not the sender (multicast.cpp).
+  const bool mcast = !seg && h.grh && is_multicast_lid(av.dlid);
+  const bool sent = transmit(port, seg ? sg.bytes() : frame->size, fill, smi || gsi, local,
+                             pl->size() ? frame->payload_offset() : 0, seg ? &sg : nullptr, mcast);
+  if (mcast && readable && h.deth && other_local_members(port, av.dgid, h.deth->src_qp) &&
+      transmit(port, frame->size, fill, smi || gsi, true))
+    ++dstats_.mcast_loopback;
+  if (!sent) {
     if (readable) ++dstats_.tx_dropped;
     return readable;
   }

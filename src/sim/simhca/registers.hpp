@@ -156,6 +156,8 @@ enum Opcode : uint16_t {
   kOpQueryAh = 0x0802,
   kOpAllocUar = 0x0900,
   kOpDeallocUar = 0x0901,
+  kOpAttachMcg = 0x0a00,
+  kOpDetachMcg = 0x0a01,
 };
 const char* opcode_name(uint16_t op);
 
@@ -191,7 +193,7 @@ struct Caps {
   uint16_t max_sge = 16, max_inline = 512;
   uint8_t num_ports = 1, max_rd_atomic = 16, max_dest_rd_atomic = 16, num_msix = kNumMsix;
   uint32_t max_mkey_pages = 1024, max_mailbox = 16384;
-  uint32_t cap_flags = 0x7f;  // RC UC UD SRQ atomics DATA_PATH port events (§6.1)
+  uint32_t cap_flags = 0xff;  // RC UC UD SRQ atomics DATA_PATH port events, UD multicast (§6.1)
   uint64_t node_guid = 0x123400fffe000001ull;
   uint32_t max_msg_size = 1u << 31;
   uint8_t local_ca_ack_delay = 15;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/simhca/codec.hpp"
+#include "sim/simhca/mcast_groups.hpp"
 #include "sim/simhca/resources.hpp"
 
 namespace openib::simhca {
@@ -27,6 +28,7 @@ struct ResourceTables {
   // SQE, ERR). The data path's tick and due time visit only these, so a
   // command costs the device the same with 10,000 idle QPs as with none.
   SparseBitSet live_qps;
+  McastGroups mcgs;  // §6.11: UD QPs attached to multicast groups
 
   // Empty tables of the sizes `c` gives (§6.1), as after a reset (§11.5).
   void reset(const Caps& c) {
@@ -40,6 +42,7 @@ struct ResourceTables {
     ahs.reset(c.max_ah);
     qps.reset(c.max_qp, 2u * c.num_ports);  // QPN 0 .. 2n-1: each port's SMI and GSI (§6.10)
     live_qps.reset(c.max_qp);
+    mcgs.reset();
   }
   // §6.2 TEARDOWN_HCA: the objects the driver still holds (UAR 0 aside).
   uint32_t live_objects() const {

@@ -272,6 +272,7 @@ struct Qp {
   QpCreate cfg;
   QpAttrs attrs;  // attrs.state is the QP state
   uint32_t uar_prev = kNoQp, uar_next = kNoQp;  // the QPs of cfg.uar (§12.5)
+  uint32_t mcast_groups = 0;  // §6.11: the groups it is attached to
   QpRuntime rt;   // §12
 };
 
