@@ -167,6 +167,9 @@ class Bridge {
   void from_ib(const RxInfo& info, std::span<const std::uint8_t> packet);
 
   void path_resolved(const Gid& gid, bool ok);
+  // The LID of the resolved path to `gid` (optional: lets from_ib name
+  // the sender of a packet without GRH when QPNs repeat across hosts).
+  void path_lid(const Gid& gid, std::uint16_t lid);
   // A path changed or went away (path cache revalidation, trap 65): the
   // neighbours on it resolve again on their next send.
   void path_lost(const Gid& gid);
