@@ -40,9 +40,12 @@ constexpr std::uint16_t kIpv4Signature = 0x401B;
 constexpr std::uint16_t kIpv6Signature = 0x601B;
 }  // namespace
 
-// The broadcast group is the IPv4 mapping of 255.255.255.255 (§4.1).
+// §4.1: the IPv4 signature and all 32 low bits set (not the 28-bit
+// mapping of 255.255.255.255, which would give 0fff:ffff).
 Gid broadcast_mgid(std::uint16_t pkey, std::uint8_t scope) {
-  return ipv4_mgid(0xFFFFFFFF, pkey, scope);
+  Gid g = mgid_prefix(scope, kIpv4Signature, pkey);
+  std::fill(g.begin() + 12, g.end(), 0xFF);
+  return g;
 }
 
 // §4: the low 28 bits of the IPv4 group in the last 4 bytes.
