@@ -53,6 +53,7 @@ struct Bridge::Impl {
   Gid bcast;
   std::map<Gid, Group> groups;
   bool carrier = true;
+  bool standard_joined = false;  // all-hosts, all-nodes
 
   std::uint32_t mtu() const { return link.ib_mtu > kEncapBytes ? link.ib_mtu - kEncapBytes : 0; }
 
@@ -94,11 +95,12 @@ struct Bridge::Impl {
       if (ok) {
         n.state = PathState::ready;
         to_send.emplace_back(a, std::move(n.pending));
-      } else if (n.state == PathState::resolving) {
+        n.pending.clear();
+      } else if (n.state == PathState::resolving || !n.pending.empty()) {
         n.state = PathState::failed;
         cnt.drop_no_path += n.pending.size();
+        n.pending.clear();
       }
-      n.pending.clear();
     }
     for (auto& [a, q] : to_send)
       for (auto& p : q) send(UdDest{false, a.gid, a.qpn}, p);
@@ -149,7 +151,11 @@ struct Bridge::Impl {
     io.leave(mgid);
   }
 
+  // Not from the constructor: the glue may answer a join from inside the
+  // call, before it holds the Bridge.
   void join_standard_groups() {
+    if (standard_joined) return;
+    standard_joined = true;
     member_join(ipv4_mgid(kAllHosts, link.pkey));
     member_join(ipv6_mgid(kAllNodes, link.pkey));
   }
@@ -174,6 +180,7 @@ struct Bridge::Impl {
 void Bridge::Impl::from_tap(wire::Bytes frame) {
   ++cnt.tap_rx;
   if (!carrier) return void(++cnt.drop_down);
+  join_standard_groups();
   if (frame.size() < wire::kEthHeader) return void(++cnt.drop_malformed_frame);
   Mac dst{};
   std::copy_n(frame.begin(), 6, dst.begin());
@@ -297,9 +304,7 @@ void Bridge::Impl::from_ib(const RxInfo& info, wire::Bytes packet) {
 }
 
 // ---- Bridge -------------------------------------------------------------
-Bridge::Bridge(BridgeIo& io, const LinkParams& link) : impl_(new Impl(io, counters_, link)), io_(io) {
-  impl_->join_standard_groups();
-}
+Bridge::Bridge(BridgeIo& io, const LinkParams& link) : impl_(new Impl(io, counters_, link)), io_(io) {}
 
 Bridge::~Bridge() { delete impl_; }
 
@@ -311,13 +316,17 @@ void Bridge::set_link(const LinkParams& link) {
   b.link = link;
   b.nt.set_own(own_addr(link));
   b.bcast = broadcast_mgid(link.pkey);
-  for (auto& [a, n] : b.nt.all())
-    if (n.state != PathState::resolving) n.state = PathState::none;
+  // Resolving ones too: the glue may have dropped the request; their
+  // packets wait for the next send's request or the old answer.
+  for (auto& [a, n] : b.nt.all()) n.state = PathState::none;
 }
 
 void Bridge::set_carrier(bool up) {
   Impl& b = *impl_;
-  if (up == b.carrier) return;
+  if (up == b.carrier) {
+    if (up) b.join_standard_groups();
+    return;
+  }
   b.carrier = up;
   if (!up) {
     // Pending packets go; paths are resolved again; send-only groups are
@@ -348,6 +357,7 @@ void Bridge::set_carrier(bool up) {
     it->second.state = Group::State::joining;
     io_.join(m, false);
   }
+  b.standard_joined = false;  // joined again below if they were forgotten
   b.join_standard_groups();
 }
 

@@ -150,7 +150,10 @@ class Bridge {
   // again on the next send); MACs stay.
   void set_link(const LinkParams& link);
   // Carrier off: pending packets dropped (drop_down), sends dropped until
-  // on again; neighbour paths forgotten.
+  // on again; neighbour paths forgotten; send-only groups forgotten.
+  // Carrier on (also when it already was; the bridge starts with it on):
+  // member groups joined again, and 224.0.0.1 / ff02::1 joined as a
+  // member the first time (else at the first frame from the TAP).
   void set_carrier(bool up);
 
   // One Ethernet frame the kernel sent on the TAP.

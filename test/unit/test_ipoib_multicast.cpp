@@ -31,6 +31,7 @@ Bytes mld(const Bytes& dst, const Bytes& msg) {
 struct Fixture {
   FakeIo io;
   Bridge bridge{io, link_params()};
+  Fixture() { bridge.set_carrier(true); }
   Bytes own_mac() const { return bytes(bridge.own_mac()); }
   void tap(const Bytes& dst_mac, const char* type, const Bytes& body) {
     bridge.from_tap(cat({dst_mac, own_mac(), hx(type), body}));
@@ -39,7 +40,12 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("the interface is a member of all-hosts and all-nodes from the start", "[ipoib]") {
+TEST_CASE("the interface is a member of all-hosts and all-nodes once up", "[ipoib]") {
+  FakeIo io;
+  Bridge bridge{io, link_params()};
+  CHECK(io.joins.empty());  // not from the constructor
+  bridge.from_tap(hx("ffff"));  // the first frame, even a bad one
+  CHECK(io.joins == std::vector<std::pair<Gid, bool>>{{kAllHosts, false}, {kAllNodes, false}});
   Fixture f;
   CHECK(f.io.joins == std::vector<std::pair<Gid, bool>>{{kAllHosts, false}, {kAllNodes, false}});
   const auto g = f.bridge.groups();
