@@ -6,7 +6,8 @@
 // op & 7: 0 from_tap, 1 from_tap to a known neighbour's / the own MAC,
 // 2 from_ib (the first 7 bytes: QPN(3) SLID(2) GRH flags(1) sgid pick(1)),
 // 3 answer the oldest path request, 4 answer the oldest join, 5 carrier,
-// 6 set_link with another MTU, 7 path_lost / member_leave.
+// 6 set_link with another MTU, 7 path_lost / member_leave. Bit 4 of
+// ops 0-2 sets the ICMPv6 checksum of an IPv6 payload.
 // Invariants: no packet sent is larger than mtu + 4 or shorter than 4, or
 // carries an EtherType other than IPv4/ARP/IPv6; no frame written is
 // shorter than 14 or comes from a group MAC; multicast sends go to an
@@ -63,6 +64,18 @@ struct Io : BridgeIo {
   void leave(const Gid&) override {}
 };
 
+// With op bit 4, an IPv6 ICMPv6 payload at `at` gets a right checksum, so
+// that ND messages get past the check into the option translation.
+void fix_checksum(std::vector<std::uint8_t>& b, std::size_t at) {
+  if (b.size() < at + 44 || b[at + 6] != 58) return;
+  const std::size_t end = std::min(b.size(), at + 40 + (std::size_t{b[at + 4]} << 8 | b[at + 5]));
+  if (end < at + 44) return;
+  std::span<std::uint8_t> p(b.data() + at, end - at);
+  const std::uint16_t c = icmpv6_checksum(p);
+  p[42] = static_cast<std::uint8_t>(c >> 8);
+  p[43] = static_cast<std::uint8_t>(c);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -84,13 +97,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     io.ok = !(op & 0x80);
     const std::uint8_t sel = b.empty() ? 0 : b[0];
     switch (op & 7) {
-      case 0: bridge.from_tap(b); break;
+      case 0:
+        if (op & 0x10) fix_checksum(b, 14);
+        bridge.from_tap(b);
+        break;
       case 1: {
         // Aim at a MAC the bridge knows, so that unicast gets further.
         auto ns = bridge.neighbours();
         const Mac m = ns.empty() || (op & 8) ? bridge.own_mac() : ns[sel % ns.size()].mac;
         if (b.size() < 14) b.resize(14);
         std::copy(m.begin(), m.end(), b.begin());
+        if (op & 0x10) fix_checksum(b, 14);
         bridge.from_tap(b);
         break;
       }
@@ -102,6 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         auto ns = bridge.neighbours();
         if (b[5] & 1) rx.sgid = ns.empty() || (b[5] & 4) ? link.port_gid : ns[b[6] % ns.size()].addr.gid;
         if (b[5] & 2) rx.dgid = (b[5] & 8) ? broadcast_mgid(link.pkey) : link.port_gid;
+        if (op & 0x10) fix_checksum(b, 7 + kEncapBytes);
         bridge.from_ib(rx, std::span(b).subspan(7));
         break;
       }
