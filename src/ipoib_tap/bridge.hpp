@@ -150,7 +150,10 @@ class Bridge {
   // again on the next send); MACs stay.
   void set_link(const LinkParams& link);
   // Carrier off: pending packets dropped (drop_down), sends dropped until
-  // on again; neighbour paths forgotten.
+  // on again; neighbour paths forgotten; send-only groups forgotten.
+  // Carrier on (also when it already was; the bridge starts with it on):
+  // member groups joined again, and 224.0.0.1 / ff02::1 joined as a
+  // member the first time (else at the first frame from the TAP).
   void set_carrier(bool up);
 
   // One Ethernet frame the kernel sent on the TAP.
@@ -167,6 +170,9 @@ class Bridge {
   void from_ib(const RxInfo& info, std::span<const std::uint8_t> packet);
 
   void path_resolved(const Gid& gid, bool ok);
+  // The LID of the resolved path to `gid` (optional: lets from_ib name
+  // the sender of a packet without GRH when QPNs repeat across hosts).
+  void path_lid(const Gid& gid, std::uint16_t lid);
   // A path changed or went away (path cache revalidation, trap 65): the
   // neighbours on it resolve again on their next send.
   void path_lost(const Gid& gid);
