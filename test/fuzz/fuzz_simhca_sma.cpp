@@ -3,8 +3,10 @@
 // receive buffers, takes packets cut from the input: raw datagrams, and
 // fuzzed MADs wrapped in well-formed packets (valid CRCs) for QP0 on VL15
 // (permissive or own DLID, either port) or QP1 with the GSI Q_Key, so the
-// SMA/PMA engine and the port state machine see them. Loopback turns are
-// run in between. Nothing may crash, hang, or touch memory outside the
+// SMA/PMA engine and the port state machine see them; and fuzzed UD
+// packets to a multicast group (with or without a GRH, its DGID the group
+// or fuzzed) that two UD QPs of port 1 are attached to (§6.11, §12.8).
+// Loopback turns are run in between. Nothing may crash, hang, or touch memory outside the
 // fake host's buffer.
 #include <cstddef>
 #include <cstdint>
@@ -43,8 +45,8 @@ uint32_t run(Hca& hca, uint16_t op, Bytes in) {
 }
 
 // A special QP with 64 posted receive buffers of 512 bytes (§6.10, §12.2).
-void special_qp(Hca& hca, FakeHost& host, uint8_t type, uint8_t port, uint32_t pd, uint32_t cq, uint32_t key,
-                uint64_t area) {
+uint32_t special_qp(Hca& hca, FakeHost& host, uint8_t type, uint8_t port, uint32_t pd, uint32_t cq, uint32_t key,
+                    uint64_t area) {
   const uint64_t sq = area, rq = area + 4096, dbr = area + 8192, bufs = area + 12288;
   Bytes c(64);
   put8(c, 0, type);
@@ -60,7 +62,7 @@ void special_qp(Hca& hca, FakeHost& host, uint8_t type, uint8_t port, uint32_t p
   put8(c, 0x32, 6);
   put8(c, 0x33, 5);
   const uint32_t qpn = run(hca, kOpCreateQp, c);
-  if (qpn == 0xffffffff) return;
+  if (qpn == 0xffffffff) return qpn;
   auto modify = [&](uint32_t mask, uint8_t state, uint32_t qkey) {
     Bytes m(80);
     put32(m, 0, qpn);
@@ -69,7 +71,16 @@ void special_qp(Hca& hca, FakeHost& host, uint8_t type, uint8_t port, uint32_t p
     put32(m, 0x18, qkey);
     (void)run(hca, kOpModifyQp, m);
   };
-  modify(attr::kState | attr::kPkeyIndex | attr::kQkey, kInit, type == kQpGsi ? kGsiQkey : 0);
+  auto init = [&] {  // a UD QP names its port (§8.2); SMI/GSI have theirs
+    Bytes m(80);
+    put32(m, 0, qpn);
+    put32(m, 4, attr::kState | attr::kPkeyIndex | attr::kQkey | (type == kQpUd ? attr::kPort : 0));
+    put8(m, 0x10, kInit);
+    put8(m, 0x12, type == kQpUd ? 1 : 0);
+    put32(m, 0x18, type == kQpGsi ? kGsiQkey : 0);
+    (void)run(hca, kOpModifyQp, m);
+  };
+  init();
   modify(attr::kState, kRtr, 0);
   modify(attr::kState | attr::kSqPsn, kRts, 0);
   for (uint32_t i = 0; i < 64; ++i) {  // §12.2 receive WQEs, one 512-byte buffer each
@@ -81,6 +92,7 @@ void special_qp(Hca& hca, FakeHost& host, uint8_t type, uint8_t port, uint32_t p
     put64(wqe, 24, bufs + 512 * (i % 8));
   }
   put32(std::span<std::byte>(host.mem).subspan(dbr - FakeHost::kBase, 8), 0, 64);
+  return qpn;
 }
 
 }  // namespace
@@ -130,6 +142,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   special_qp(hca, host, kQpSmi, 1, pd, cqn, key, FakeHost::kBase + 16384);
   special_qp(hca, host, kQpGsi, 1, pd, cqn, key, FakeHost::kBase + 16384 + 20480);
   special_qp(hca, host, kQpSmi, 2, pd, cqn, key, FakeHost::kBase + 16384 + 2 * 20480);
+  // Two UD QPs (Q_Key 0) attached to one group (§6.11).
+  const std::array<uint8_t, 16> mgid{0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
+  for (uint32_t i = 0; i < 2; ++i) {
+    const uint32_t ud = special_qp(hca, host, kQpUd, 0, pd, cqn, key, FakeHost::kBase + 16384 + (3 + i) * 20480);
+    Bytes a(24);
+    put32(a, 0, ud);
+    put16(a, 6, 0xc001);
+    for (size_t k = 0; k < 16; ++k) put8(a, 8 + k, mgid[k]);
+    (void)run(hca, kOpAttachMcg, a);
+  }
   Bytes sp(24);  // port 1 Active with LID 1; port 2 stays in Init for the SM
   put8(sp, 0, 1);
   put8(sp, 1, kSelState | kSelLid);
@@ -140,7 +162,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto now = Hca::Clock::time_point{};
   // Chunks: [kind][len][bytes...]. kind bits 1:0: 0 raw datagram, 1 SMP
   // for QP0 (bit 2: own LID instead of the permissive one), 2 GMP for QP1,
-  // 3 run the device; bit 3: port 2.
+  // 3 run the device; bit 3: port 2. A GMP with bit 2 set is instead a UD
+  // SEND to the multicast group (bit 6: no GRH; bit 7: a fuzzed DGID).
   size_t at = 0;
   while (at + 2 <= in.size()) {
     const uint8_t kind = std::to_integer<uint8_t>(in[at]);
@@ -167,6 +190,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.bth.pkey = 0xffff;
         h.bth.dest_qp = smp ? 0 : 1;
         h.deth = w::Deth{smp ? 0u : kGsiQkey, smp ? 0u : 1u};
+        if (!smp && (kind & 4)) {  // §12.8 multicast
+          h.lrh.dlid = 0xc001;
+          h.bth.dest_qp = 0xffffff;
+          h.deth = w::Deth{body.size() % 3 ? 0u : 0x1234u, 9};
+          if (!(kind & 0x40)) {
+            w::Grh g;
+            g.dgid = mgid;
+            if (kind & 0x80) std::copy_n(mad.begin(), 16, reinterpret_cast<std::byte*>(g.dgid.data()));
+            h.grh = g;
+            h.lrh.lnh = w::Lnh::kIbaGlobal;
+          }
+          if (auto pkt = w::build_packet(h, body)) hca.receive_packet(port, *pkt, now);
+          break;
+        }
         if (auto pkt = w::build_packet(h, mad)) hca.receive_packet(port, *pkt, now);
         break;
       }

@@ -1,10 +1,14 @@
 // simhca's UD multicast in process (docs/simhca.md §6.11, §12.7, §12.8):
 // ATTACH_MCG / DETACH_MCG and their errors, delivery to every attached QP
 // of a port, the sending port's own copy without the sender, and the
-// drops of multicast packets without a GRH or a group.
+// drops of multicast packets without a GRH or a group; and three hosts
+// behind a switch whose multicast forwarding table is programmed.
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "mad/sma_attrs.hpp"
+#include "sim/fabric/switch.hpp"
+#include "sim/fabric/topology.hpp"
 #include "transport_harness.hpp"
 
 using namespace openib;
@@ -264,4 +268,88 @@ TEST_CASE("multicast: a packet without a GRH, or for no group of the port, is dr
   w.b.hca.receive_packet(*good, w.now);
   rx = settle(w);
   CHECK(rx.count(b1) == 1);
+}
+
+namespace {
+
+// A host's cable end into a switch port: what the host sends waits in
+// `wire` until the test's loop hands it to the switch.
+class SwitchPortLink final : public sim::Link {
+ public:
+  SwitchPortLink(unsigned port, std::vector<std::pair<unsigned, Bytes>>& wire) : port_(port), wire_(wire) {}
+  Result<void> send(std::span<const std::byte> p) override {
+    wire_.emplace_back(port_, Bytes(p.begin(), p.end()));
+    return ok();
+  }
+  void set_receiver(Receiver) override {}
+  sim::LinkStats stats() const override { return {}; }
+
+ private:
+  unsigned port_;
+  std::vector<std::pair<unsigned, Bytes>>& wire_;
+};
+
+}  // namespace
+
+TEST_CASE("multicast through a switch: its MFT reaches both other hosts, not the sender's port again",
+          "[multicast][fabric]") {
+  auto topo = sim::fabric::parse_topology(R"(Switch 3 "S" # "s" enhanced port 0 lid 20
+[1] "H1"[1]
+[2] "H2"[1]
+[3] "H3"[1]
+
+Ca 1 "H1"
+Ca 1 "H2"
+Ca 1 "H3"
+)");
+  REQUIRE(topo.ok());
+  sim::fabric::Switch sw(topo->nodes[0]);
+  Node h1{1}, h2{2}, h3{3};
+  Node* host[] = {nullptr, &h1, &h2, &h3};
+  std::vector<std::pair<unsigned, Bytes>> to_switch, to_host;
+  sw.set_emit([&](unsigned port, std::span<const std::byte> p, unsigned) {
+    to_host.emplace_back(port, Bytes(p.begin(), p.end()));
+  });
+  std::vector<std::unique_ptr<SwitchPortLink>> links;
+  for (unsigned p = 1; p <= 3; ++p) {
+    sw.set_link(p, true);
+    mad::PortInfo pi = sw.port_info(static_cast<uint8_t>(p));
+    pi.port_state = static_cast<uint8_t>(mad::PortState::kActive);
+    REQUIRE(sw.set_port_info(static_cast<uint8_t>(p), pi) == mad::status::kOk);
+    links.push_back(std::make_unique<SwitchPortLink>(p, to_switch));
+    host[p]->hca.attach_link(1, links.back().get());
+  }
+  // What OpenSM programs for a group whose members are behind ports 1..3.
+  mad::MftBlock b{};
+  b[kMlid - 0xc000] = (1u << 1) | (1u << 2) | (1u << 3);
+  REQUIRE(sw.set_mft_block(0, 0, b) == mad::status::kOk);
+
+  UdQp s(h1), m1(h1), m2(h2), m3(h3), other(h2);
+  attach(h1, m1.q.qpn);
+  attach(h2, m2.q.qpn);
+  attach(h3, m3.q.qpn);
+  s.send(group_ah(h1), 0x77);
+  std::map<const Node*, std::vector<Cqe>> rx;
+  Hca::Clock::time_point now{};
+  for (int turn = 0; turn < 50; ++turn) {
+    now += std::chrono::microseconds(10);
+    for (unsigned p = 1; p <= 3; ++p) host[p]->hca.run_due(now);
+    for (auto& [port, pkt] : std::exchange(to_switch, {})) sw.receive(port, pkt);
+    for (auto& [port, pkt] : std::exchange(to_host, {})) host[port]->hca.receive_packet(pkt, now);
+    for (unsigned p = 1; p <= 3; ++p)
+      for (const Cqe& c : host[p]->poll(host[p]->cq))
+        if (c.opcode == kWcRecv) rx[host[p]].push_back(c);
+  }
+  REQUIRE(rx[&h1].size() == 1);  // m1, by h1's own copy; the switch sent nothing back to port 1
+  CHECK(rx[&h1][0].qpn == m1.q.qpn);
+  REQUIRE(rx[&h2].size() == 1);
+  CHECK(rx[&h2][0].qpn == m2.q.qpn);
+  REQUIRE(rx[&h3].size() == 1);
+  CHECK(rx[&h3][0].qpn == m3.q.qpn);
+  CHECK(rx[&h3][0].src_qp == s.q.qpn);
+  CHECK(sw.port_counters(1).multicast_rcv_pkts == 1);
+  CHECK(sw.port_counters(1).multicast_xmit_pkts == 0);
+  CHECK(sw.port_counters(2).multicast_xmit_pkts == 1);
+  CHECK(sw.port_counters(3).multicast_xmit_pkts == 1);
+  for (unsigned p = 1; p <= 3; ++p) host[p]->hca.attach_link(1, nullptr);
 }

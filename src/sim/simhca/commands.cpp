@@ -432,7 +432,7 @@ Outcome Hca::check_av(const Av& av, bool connected) const {
   if (av.grh() && (av.flow_label >= (1u << 20) || av.sgid_index >= port_at(av.port).info.gid_table_len))
     return {kBadParam, 24};
   // §6.8: a multicast DLID goes with a GRH whose DGID is a multicast GID
-  // (IBA 8.3.1, 4.1.1: the receivers match the group by its MGID).
+  // (IBA 4.1.1; the receivers match the group by its MGID, §12.8).
   if (is_multicast_lid(av.dlid) && (!av.grh() || av.dgid[0] != 0xff)) return {kBadParam, 25};
   return {};
 }

@@ -54,7 +54,7 @@ bool Hca::other_local_members(uint8_t port, const Mgid& mgid, uint32_t sender) c
 // Active (receive_on_port checked).
 void Hca::receive_multicast(uint8_t port, const w::ParsedPacket& p, bool local) {
   Port& pt = port_at(port);
-  if (!p.hdr.grh) {  // IBA 8.3.1: a multicast packet carries a GRH; its DGID names the group
+  if (!p.hdr.grh) {  // IBA 8.3, 10.5.2: a multicast packet carries a GRH; its DGID names the group
     ++dstats_.rx_mcast_no_grh;
     return;
   }

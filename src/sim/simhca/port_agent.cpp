@@ -154,7 +154,7 @@ bool Hca::transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bo
       management, local);
 }
 
-// IBA 16.1.4.1 PortCountersExtended: unicast and multicast packets apart.
+// IBA 16.1.4.11 PortCountersExtended: unicast and multicast packets apart (§15).
 void Hca::count_tx(uint8_t port, size_t bytes, bool multicast) {
   auto& c = port_at(port).pma;
   c.xmit_bytes += data_octets(bytes);
