@@ -9,7 +9,7 @@ PKGS=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libsystemd-dev zlib1g-dev
   clang libclang-rt-14-dev
   qemu-system-x86 busybox-static cpio kmod
-  tshark
+  tshark iputils-ping
   opensm ibsim-utils infiniband-diags libibumad-dev libibmad-dev
   libmnl-dev iperf3
 )

@@ -197,8 +197,9 @@ void IpoibService::port_opened(uint64_t ep, std::unique_ptr<ipoib::UdPort> p) {
 void IpoibService::sync_kernel_groups() {
   for (uint32_t g : ipoib::parse_proc_igmp(ipoib::read_proc_file("/proc/net/igmp"), tap_->name()))
     bridge_->member_join(ipoib::ipv4_mgid(g, cfg_.pkey));
+  // Interface- and node-local groups (scope 0, 1: ff01::1) never leave the host.
   for (const auto& g : ipoib::parse_proc_igmp6(ipoib::read_proc_file("/proc/net/igmp6"), tap_->ifindex()))
-    bridge_->member_join(ipoib::ipv6_mgid(g, cfg_.pkey));
+    if ((g[1] & 0x0F) >= 2) bridge_->member_join(ipoib::ipv6_mgid(g, cfg_.pkey));
 }
 
 hca::AddressVector IpoibService::group_av(const sa::McMemberRecord& rec) const {
@@ -385,6 +386,7 @@ void IpoibService::resolve_path(const ipoib::Gid& gid) {
       if (!fresh) destroy_ah(it->second.ahn);
       it->second = {*ahn, dlid};
       bridge_->path_resolved(gid, true);
+      if (bridge_) bridge_->path_lid(gid, dlid);  // unicast arrives without GRH: its SLID names the sender
     });
   });
 }

@@ -66,15 +66,17 @@ void UdPort::step(std::unique_ptr<UdPort> p, OpenDone done, int rung) {
         step(std::move(p), std::move(d), kCq);
       });
     }
-    case kCq:
-      // Room for every receive and every send completion at once.
-      return h.create_cq_async(uint8_t(p->cfg_.log_slots + 1),
-                               [p = std::move(p), d = std::move(done)](Result<hca::Cq> cq) mutable {
+    case kCq: {
+      // Room for every receive and every send completion at once (read
+      // before `p` moves into the continuation).
+      const auto log_cq = uint8_t(p->cfg_.log_slots + 1);
+      return h.create_cq_async(log_cq, [p = std::move(p), d = std::move(done)](Result<hca::Cq> cq) mutable {
                                  if (!cq) return fail(std::move(p), std::move(d), cq.take_error());
                                  p->cq_ = std::move(*cq);
                                  p->have_cq_ = true;
                                  step(std::move(p), std::move(d), kQp);
                                });
+    }
     case kQp: {
       hca::QpInit in;
       in.type = hca::QpType::kUd;
