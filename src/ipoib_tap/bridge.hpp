@@ -72,7 +72,10 @@ struct LinkParams {
 // multicast address (`scope`: the 4-bit scope nibble; 2 link-local).
 Gid broadcast_mgid(std::uint16_t pkey, std::uint8_t scope = 2);
 Gid ipv4_mgid(std::uint32_t group_host_order, std::uint16_t pkey, std::uint8_t scope = 2);
-Gid ipv6_mgid(const std::array<std::uint8_t, 16>& group, std::uint16_t pkey);
+// IPv6 groups take the broadcast group's scope (2), not their own: what
+// Linux's ipv6_ib_mc_map (include/net/if_inet6.h) does, so a group of
+// wider scope (ff05::...) maps to the MGID a Linux host joins.
+Gid ipv6_mgid(const std::array<std::uint8_t, 16>& group, std::uint16_t pkey, std::uint8_t scope = 2);
 // The MAC the bridge gives a 20-byte address (before collision handling).
 Mac derive_mac(const HwAddr& a);
 

@@ -63,8 +63,8 @@ Gid ipv4_mgid(std::uint32_t group_host_order, std::uint16_t pkey, std::uint8_t s
 // scope nibble (Linux instead copies the broadcast group's scope: the two
 // agree for link-local groups, ff02::/16, the only ones Linux hosts on
 // one subnet usually use; docs/ipoib.md "Translation rules").
-Gid ipv6_mgid(const std::array<std::uint8_t, 16>& group, std::uint16_t pkey) {
-  Gid g = mgid_prefix(group[1] & 0x0F, kIpv6Signature, pkey);
+Gid ipv6_mgid(const std::array<std::uint8_t, 16>& group, std::uint16_t pkey, std::uint8_t scope) {
+  Gid g = mgid_prefix(scope, kIpv6Signature, pkey);
   std::copy(group.begin() + 6, group.end(), g.begin() + 6);
   return g;
 }

@@ -31,14 +31,14 @@ TEST_CASE("broadcast and IPv4 multicast MGIDs (RFC 4391 4, 4.1)", "[ipoib]") {
   CHECK(bytes(ipv4_mgid(0xEF010203, 0x8001)) == hx("ff12 401b 8001 0000 0000 0000 0f01 0203"));
 }
 
-TEST_CASE("IPv6 multicast MGIDs: low 80 bits, the group's scope (RFC 4391 4)", "[ipoib]") {
+TEST_CASE("IPv6 multicast MGIDs: low 80 bits, the broadcast group's scope (RFC 4391 4, as Linux maps them)", "[ipoib]") {
   std::array<std::uint8_t, 16> g{};
   const Bytes sn = hx("ff02 0000 0000 0000 0000 0001 ff00 0002");  // solicited-node
   std::copy(sn.begin(), sn.end(), g.begin());
   CHECK(bytes(ipv6_mgid(g, 0xFFFF)) == hx("ff12 601b ffff 0000 0000 0001 ff00 0002"));
   const Bytes site = hx("ff05 0000 0000 0000 0000 0000 0001 0003");
   std::copy(site.begin(), site.end(), g.begin());
-  CHECK(bytes(ipv6_mgid(g, 0x8001)) == hx("ff15 601b 8001 0000 0000 0000 0001 0003"));
+  CHECK(bytes(ipv6_mgid(g, 0x8001)) == hx("ff12 601b 8001 0000 0000 0000 0001 0003"));
 }
 
 TEST_CASE("derived MACs: locally administered unicast, stable, one per address", "[ipoib]") {

@@ -140,7 +140,7 @@ TEST_CASE("MLDv2 and MLDv1: join on report, leave on done", "[ipoib]") {
   // MLDv1 report for ff05::1:3 (site scope).
   const Bytes site = hx("ff050000000000000000000000010003");
   f.tap(hx("333300010003"), "86dd", mld(site, cat({hx("8300 0000 0000 0000"), site})));
-  CHECK(f.io.joins.back() == std::pair{gid_of("ff15 601b ffff 0000 0000 0000 0001 0003"), false});
+  CHECK(f.io.joins.back() == std::pair{gid_of("ff12 601b ffff 0000 0000 0000 0001 0003"), false});
 }
 
 TEST_CASE("received multicast gets the group's MAC; our own echo is dropped", "[ipoib]") {
