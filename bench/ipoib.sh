@@ -41,9 +41,10 @@ trap cleanup_bench EXIT
 
 sb up "$topo" --sm Hca1 >/dev/null || fail "sandbox up"
 for h in 1 3; do
-  for _ in $(seq 150); do [[ $(sb run Hca$h cat /sys/class/net/ib0/carrier 2>/dev/null) == 1 ]] && break; sleep 0.2; done
+  for _ in $(seq 150); do sb run Hca$h ip link show ib0 >/dev/null 2>&1 && break; sleep 0.2; done
   sb run Hca$h ip addr add 198.19.24.$((10 + h))/24 dev ib0
   sb run Hca$h ip link set ib0 up
+  for _ in $(seq 150); do [[ $(sb run Hca$h cat /sys/class/net/ib0/carrier 2>/dev/null) == 1 ]] && break; sleep 0.2; done
 done
 ip netns add sbp-va
 ip netns add sbp-vb

@@ -118,9 +118,10 @@ echo "-- the same through libopenib's PathResolver (openib-path): read from ibd'
 sb run Hca2 build/examples/openib-path "$gid4" --count 2
 echo "-- IPoIB: ib0 in Hca2's and Hca4's namespaces, 198.19.9.2 and .4, ping across the fabric (ping, ip neigh: the kernel's own)"
 for h in 2 4; do
-  for _ in $(seq 150); do [[ $(sb run Hca$h cat /sys/class/net/ib0/carrier 2>/dev/null) == 1 ]] && break; sleep 0.2; done
+  for _ in $(seq 150); do sb run Hca$h ip link show ib0 >/dev/null 2>&1 && break; sleep 0.2; done
   sb run Hca$h ip addr add 198.19.9.$h/24 dev ib0
   sb run Hca$h ip link set ib0 up
+  for _ in $(seq 150); do [[ $(sb run Hca$h cat /sys/class/net/ib0/carrier 2>/dev/null) == 1 ]] && break; sleep 0.2; done
 done
 sb run Hca2 ip -br link show ib0
 sb run Hca2 ping -c 3 -W 2 198.19.9.4

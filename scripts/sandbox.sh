@@ -334,7 +334,10 @@ up() {
     echo "link set $bridge up"
     for ((i = 0; i < n; i++)); do
       echo "netns add $prefix-$i"
-      echo "link add ${prefix}h$i type veth peer name eth0 netns $prefix-$i"
+      # MTU 9000: an IBA packet (up to 4 KiB payload and its headers) is
+      # one UDP datagram, never IP fragments (a UDP GSO batch of them
+      # would be refused: EMSGSIZE).
+      echo "link add ${prefix}h$i mtu 9000 type veth peer name eth0 mtu 9000 netns $prefix-$i"
       echo "link set ${prefix}h$i master $bridge up"
     done
   } >"$dir/ip.batch"

@@ -41,12 +41,15 @@ ping4() { sb run "$1" ping -c 1 -W 1 "${@:3}" "$2"; }
 
 sb up "$topo" --sm Hca1 || fail "sandbox up"
 
-# --- every host: ib0 exists and gets its carrier once the broadcast group is joined
+# --- every host: ib0 exists (created down, as Linux's ib0), and once it is
+# up it has its carrier: the broadcast group is joined
+has_ib0() { sb run "$1" ip link show ib0; }
 for h in "${hosts[@]}"; do
-  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier: $(carrier "$h")
-$(grep ipoib "$OPENIB_SANDBOX/$h/ibd.log" | tail -5)"
+  until_ok 150 has_ib0 "$h" || fail "$h: no ib0: $(grep ipoib "$OPENIB_SANDBOX/$h/ibd.log" | tail -5)"
   sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
   sb run "$h" ip link set ib0 up
+  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier: $(carrier "$h")
+$(grep ipoib "$OPENIB_SANDBOX/$h/ibd.log" | tail -5)"
 done
 mtu=$(sb run Hca1 cat /sys/class/net/ib0/mtu)
 [[ $mtu == 2044 ]] || fail "ib0's MTU is $mtu, not 2044 (the broadcast group's 2048 - 4)"
