@@ -144,7 +144,7 @@ n2=$(cat "$OPENIB_SANDBOX/m2.out") n3=$(cat "$OPENIB_SANDBOX/m3.out")
 ok "UDP multicast $group: members Hca2 and Hca3 got $n2 and $n3 of 100; Hca4 (no member) $((rx_after - rx_before)) IPoIB packets in all"
 
 # --- a cable pulled: carrier off, traffic stops; back: it comes back -------
-read -r sw swport <<<"$(awk '/"Hca2"/ {f=1; next} f && /^\[1\]/ {match($0, /"[^"]*"\[[0-9]+\]/); m=substr($0, RSTART, RLENGTH); gsub(/"/, "", m); sub(/\[/, " ", m); sub(/\]/, "", m); print m; exit}' "$topo")"
+read -r sw swport <<<"$(awk '/^(Hca|Ca)[ \t]/ && /"Hca2"/ {f=1; next} f && /^\[1\]/ {match($0, /"[^"]*"\[[0-9]+\]/); m=substr($0, RSTART, RLENGTH); gsub(/"/, "", m); sub(/\[/, " ", m); sub(/\]/, "", m); print m; exit}' "$topo")"
 sb fabric link down "$sw" "$swport" >/dev/null
 until_ok 100 no_carrier Hca2 || fail "Hca2's ib0 kept its carrier with its cable pulled"
 if ping4 Hca1 "${ip4[Hca2]}" >/dev/null 2>&1; then fail "ping reached Hca2 with its cable pulled"; fi
