@@ -208,7 +208,9 @@ ok "Hca2's cable ($sw port $swport) pulled: carrier off, ping fails; plugged bac
 sb down >/dev/null 2>&1 || true  # closes the captures
 n=0 arp=0
 for f in "$OPENIB_SANDBOX_PCAP_DIR"/*.pcap; do
-  out=$(tshark -r "$f" -Y 'ipoib' -T fields -e frame.number 2>/dev/null | wc -l)
+  # Wireshark's InfiniBand dissector decodes an IPoIB payload itself: its
+  # 4-byte header, then the EtherType's protocol (infiniband:ethertype:...).
+  out=$(tshark -r "$f" -Y 'frame.protocols contains "infiniband:ethertype"' -T fields -e frame.number 2>/dev/null | wc -l)
   n=$((n + out))
   arp=$((arp + $(tshark -r "$f" -Y 'arp.hw.type == 32' -T fields -e frame.number 2>/dev/null | wc -l)))
   bad=$(tshark -r "$f" -Y '_ws.malformed || _ws.expert.severity == error' -T fields -e frame.number 2>/dev/null | wc -l)
