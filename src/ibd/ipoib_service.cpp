@@ -129,7 +129,9 @@ void IpoibService::joined_broadcast(uint64_t ep, const hca::PortAttr& pa, Result
   ipoib::UdPortConfig pc;
   pc.port = cfg_.port;
   pc.qkey = bcast_.qkey;
-  pc.max_payload = std::max<uint32_t>(mtu_bytes(bcast_.mtu), 4096);
+  pc.max_payload = mtu_bytes(bcast_.mtu);  // every member sends within the group's MTU
+  pc.log_slots = 10;  // 1024 receives: a burst of a TCP window finds a WQE (measured: 256 dropped under iperf3)
+  pc.log_send_slots = 9;
   ipoib::UdPort::open_async(hca_, pc, [this, ep, alive = std::weak_ptr<bool>(alive_)](
                                           Result<std::unique_ptr<ipoib::UdPort>> p) mutable {
     if (alive.expired()) return;

@@ -1,5 +1,6 @@
 #include "ipoib_tap/ud_port.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/log.hpp"
@@ -9,8 +10,8 @@ namespace openib::ipoib {
 namespace {
 
 // Buffer layout: 2^log_slots receive slots of slot_stride() bytes (the
-// 40-byte GRH area, then the packet), then as many send slots of the same
-// stride (the packet only).
+// 40-byte GRH area, then the packet), then 2^log_send_slots send slots of
+// the same stride (the packet only).
 constexpr size_t kGrhBytes = 40;
 constexpr uint64_t kSendTag = 1ull << 63;  // wr_id: bit 63 send, low bits the slot
 
@@ -29,7 +30,9 @@ uint32_t modify_mask(hca::QpState to) {
 }  // namespace
 
 size_t UdPort::slot_stride() const { return (kGrhBytes + cfg_.max_payload + 63) & ~size_t{63}; }
-size_t UdPort::buf_bytes() const { return ((size_t{2} << cfg_.log_slots) * slot_stride() + 4095) & ~size_t{4095}; }
+size_t UdPort::buf_bytes() const {
+  return (((size_t{1} << cfg_.log_slots) + (size_t{1} << cfg_.log_send_slots)) * slot_stride() + 4095) & ~size_t{4095};
+}
 
 void UdPort::open_async(hca::Hca& hca, const UdPortConfig& cfg, OpenDone done) {
   step(std::unique_ptr<UdPort>(new UdPort(hca, cfg)), std::move(done), kPd);
@@ -69,7 +72,7 @@ void UdPort::step(std::unique_ptr<UdPort> p, OpenDone done, int rung) {
     case kCq: {
       // Room for every receive and every send completion at once (read
       // before `p` moves into the continuation).
-      const auto log_cq = uint8_t(p->cfg_.log_slots + 1);
+      const auto log_cq = uint8_t(std::max(p->cfg_.log_slots, p->cfg_.log_send_slots) + 1);
       return h.create_cq_async(log_cq, [p = std::move(p), d = std::move(done)](Result<hca::Cq> cq) mutable {
                                  if (!cq) return fail(std::move(p), std::move(d), cq.take_error());
                                  p->cq_ = std::move(*cq);
@@ -83,7 +86,8 @@ void UdPort::step(std::unique_ptr<UdPort> p, OpenDone done, int rung) {
       in.pdn = p->pdn_;
       in.send_cqn = in.recv_cqn = p->cq_.cqn;
       in.sig_all = true;
-      in.log_sq_size = in.log_rq_size = p->cfg_.log_slots;
+      in.log_sq_size = p->cfg_.log_send_slots;
+      in.log_rq_size = p->cfg_.log_slots;
       return h.create_qp_async(in, [p = std::move(p), d = std::move(done)](Result<hca::Qp> qp) mutable {
         if (!qp) return fail(std::move(p), std::move(d), qp.take_error());
         p->qp_ = std::move(*qp);
@@ -111,7 +115,7 @@ void UdPort::step(std::unique_ptr<UdPort> p, OpenDone done, int rung) {
     default: {
       for (uint32_t s = 0; s < (1u << p->cfg_.log_slots); ++s)
         if (auto r = p->post_recv(s); !r) return fail(std::move(p), std::move(done), r.take_error());
-      for (uint32_t s = 1u << p->cfg_.log_slots; s-- > 0;) p->free_send_.push_back(s);
+      for (uint32_t s = 1u << p->cfg_.log_send_slots; s-- > 0;) p->free_send_.push_back(s);
       if (auto r = h.arm_cq(p->cq_, false, p->cq_.ci); !r) return fail(std::move(p), std::move(done), r.take_error());
       return done(std::move(p));
     }
@@ -202,7 +206,7 @@ bool UdPort::on_cq_event(uint32_t cqn) {
     for (const auto& wc : wcs) {
       if (wc.wr_id & kSendTag) {
         const uint32_t slot = uint32_t(wc.wr_id);
-        if (slot < (1u << cfg_.log_slots)) free_send_.push_back(slot);
+        if (slot < (1u << cfg_.log_send_slots)) free_send_.push_back(slot);
         if (wc.status != hca::kWcSuccess) ++counters_.send_errors;
         continue;
       }

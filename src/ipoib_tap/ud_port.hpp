@@ -30,7 +30,10 @@ struct UdPortConfig {
   uint16_t pkey_index = 0;
   uint32_t qkey = 0;
   uint32_t max_payload = 4096;  // the largest IPoIB packet (header + data) a slot holds
-  uint8_t log_slots = 8;        // receive and send slots each (256)
+  uint8_t log_slots = 8;        // receive slots (256)
+  uint8_t log_send_slots = 8;   // send slots (256)
+  // The buffer is one MKEY of 4 KiB pages: at most max_mkey_pages (1024,
+  // docs/simhca.md §6.1), so (receives + sends) x stride <= 4 MiB.
 };
 
 struct UdPortCounters {
