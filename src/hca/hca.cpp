@@ -701,7 +701,14 @@ constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
 }  // namespace
 
 // §12.1 written in place into the slot (src/prm/wqe.hpp), then §12.3/§12.5.
-Result<void> Hca::post_send(Qp& qp, const SendWr& wr) {
+Result<void> Hca::post_send(Qp& qp, const SendWr& wr) { return post_send(qp, wr, true); }
+
+Result<void> Hca::ring_sq(Qp& qp) {
+  return dev_.write64_posted(VFIO_PCI_BAR2_REGION_INDEX, qp.uar * kUarPageSize + kUarSqDoorbell,
+                             dp::sq_doorbell(qp.qpn, qp.sq_pi));
+}
+
+Result<void> Hca::post_send(Qp& qp, const SendWr& wr, bool ring) {
   const size_t stride = size_t{1} << qp.log_sq_stride;
   const size_t idx = qp.sq_pi & ((1u << qp.log_sq_size) - 1);
   OPENIB_TRY(write_send_wqe(qp.sq.bytes().subspan(idx * stride, stride), wr, qp.type, {kUnbounded, kUnbounded}));
@@ -709,8 +716,7 @@ Result<void> Hca::post_send(Qp& qp, const SendWr& wr) {
   // §12.3: WQE, store barrier, record, then the doorbell with the same counter.
   std::atomic_thread_fence(std::memory_order_release);
   put32(qp.dbr.bytes(), dp::kDbrQpSq, qp.sq_pi);
-  return dev_.write64_posted(VFIO_PCI_BAR2_REGION_INDEX, qp.uar * kUarPageSize + kUarSqDoorbell,
-                      dp::sq_doorbell(qp.qpn, qp.sq_pi));
+  return ring ? ring_sq(qp) : ok();
 }
 
 // §12.2 in place, then the record of §12.3.

@@ -260,6 +260,12 @@ class Hca {
   // one) and likewise for receives.
   // §12.1, §12.3, §12.5: WQE into the ring, doorbell record, SQ_DOORBELL.
   Result<void> post_send(Qp& qp, const SendWr& wr);
+  // The same without the doorbell (`ring` false): the WQE and the record
+  // only; ring_sq() later rings once for every WQE posted so (§12.3: the
+  // device takes WQEs up to the doorbell's counter). Over vfio-user a
+  // doorbell is a message: a batch of sends pays it once.
+  Result<void> post_send(Qp& qp, const SendWr& wr, bool ring);
+  Result<void> ring_sq(Qp& qp);
   // §12.2, §12.3: WQE into the ring, then the producer counter in the record.
   Result<void> post_recv(Qp& qp, const RecvWr& wr);
   Result<void> post_srq_recv(Srq& srq, const RecvWr& wr);

@@ -461,8 +461,9 @@ void IpoibService::arm_tap_read() {
 // Frames are read while send slots are free; when none is, the kernel's
 // queue holds them until completions free some (set_slots_freed).
 void IpoibService::read_tap() {
+  if (qp_) qp_->begin_batch();
   for (int i = 0; i < kReadsPerTurn; ++i) {
-    if (state_ != State::kUp || !qp_ || !bridge_ || qp_->slots_free() <= kSlotMargin) return;
+    if (state_ != State::kUp || !qp_ || !bridge_ || qp_->slots_free() <= kSlotMargin) break;
     const ssize_t n = ::read(tap_->fd(), frame_.data(), frame_.size());
     if (n < 0) {
       if (errno != EAGAIN && errno != EINTR) ++tap_read_errors_;
@@ -470,6 +471,7 @@ void IpoibService::read_tap() {
     }
     bridge_->from_tap(std::span<const uint8_t>(frame_.data(), static_cast<size_t>(n)));
   }
+  if (qp_) qp_->end_batch();  // one doorbell for the turn's sends
   arm_tap_read();
 }
 

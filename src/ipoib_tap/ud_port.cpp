@@ -188,13 +188,21 @@ Result<void> UdPort::send(uint32_t ahn, uint32_t qpn, uint32_t qkey, std::span<c
   wr.ahn = ahn;
   wr.remote_qpn = qpn;
   wr.remote_qkey = qkey;
-  if (auto r = hca_.post_send(qp_, wr); !r) {
+  if (auto r = hca_.post_send(qp_, wr, !batching_); !r) {
     ++counters_.send_errors;
     return r.error();
   }
+  unrung_ = batching_;
   free_send_.pop_back();
   ++counters_.sent;
   return ok();
+}
+
+void UdPort::end_batch() {
+  batching_ = false;
+  if (!unrung_) return;
+  unrung_ = false;
+  if (auto r = hca_.ring_sq(qp_); !r) ++counters_.send_errors;
 }
 
 bool UdPort::on_cq_event(uint32_t cqn) {

@@ -76,6 +76,10 @@ class UdPort {
   // flight (the owner stops reading its source until slots_free()).
   Result<void> send(uint32_t ahn, uint32_t qpn, uint32_t qkey, std::span<const uint8_t> packet);
   size_t slots_free() const { return free_send_.size(); }
+  // Between begin_batch() and end_batch() sends ring no doorbell; the
+  // end rings once for all of them (Hca::ring_sq).
+  void begin_batch() { batching_ = true; }
+  void end_batch();
   // Called after completions freed send slots (the owner resumes reading).
   void set_slots_freed(std::function<void()> f) { on_freed_ = std::move(f); }
   // The CQ's completion event: polls, hands receives over, reposts, re-arms.
@@ -108,6 +112,7 @@ class UdPort {
   Receiver receiver_;
   std::function<void()> on_freed_;
   UdPortCounters counters_;
+  bool batching_ = false, unrung_ = false;
 };
 
 }  // namespace openib::ipoib
