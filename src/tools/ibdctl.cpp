@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -211,22 +212,34 @@ int paths_command(int fd, const std::string& sub, const std::string& gid, uint8_
 }
 
 // `ipoib`: the interface, its neighbours and groups, its counters.
-int ipoib_command(int fd, bool as_json) {
-  auto text = call(fd, proto::Op::kIpoibInfo, 2, {});
+// A request whose reply is JSON text (INFO, IPOIB_INFO): printed raw with
+// --json (returns nullopt and sets rc 0), else parsed; errors say so (rc 1).
+std::optional<json> json_reply(int fd, proto::Op op, const proto::Bytes& body, bool as_json, int& rc) {
+  auto text = call(fd, op, 2, body);
+  rc = 1;
   if (!text) {
     std::fprintf(stderr, "ibdctl: %s\n", text.error().str().c_str());
-    return 1;
+    return std::nullopt;
   }
   const std::string s(reinterpret_cast<const char*>(text->data()), text->size());
   if (as_json) {
     std::printf("%s\n", s.c_str());
-    return 0;
+    rc = 0;
+    return std::nullopt;
   }
   json j = json::parse(s, nullptr, /*allow_exceptions*/ false);
   if (j.is_discarded()) {
-    std::fprintf(stderr, "ibdctl: IPOIB_INFO reply is not JSON\n");
-    return 1;
+    std::fprintf(stderr, "ibdctl: %s reply is not JSON\n", proto::op_name(static_cast<uint16_t>(op)));
+    return std::nullopt;
   }
+  return j;
+}
+
+int ipoib_command(int fd, bool as_json) {
+  int rc = 0;
+  auto got = json_reply(fd, proto::Op::kIpoibInfo, {}, as_json, rc);
+  if (!got) return rc;
+  json& j = *got;
   json head = json::object();
   for (const char* k : {"name", "state", "ifindex", "mac", "mtu", "port", "pkey", "qpn", "qkey", "gid", "broadcast_mlid"})
     if (j.contains(k)) head[k] = j[k];
@@ -304,21 +317,11 @@ int main(int argc, char** argv) {
     return path_query(fd->get(), gid, static_cast<uint8_t>(port), static_cast<uint16_t>(pkey), fresh, as_json);
   proto::InfoReq info;
   info.flags = what == "objects" ? proto::kInfoObjects : 0;
-  auto text = call(fd->get(), proto::Op::kInfo, 2, proto::encode(info));
-  if (!text) {
-    std::fprintf(stderr, "ibdctl: %s\n", text.error().str().c_str());
-    return 1;
-  }
-  const std::string s(reinterpret_cast<const char*>(text->data()), text->size());
-  if (as_json) {
-    std::printf("%s\n", s.c_str());
-    return 0;
-  }
-  json j = json::parse(s, nullptr, /*allow_exceptions*/ false);
-  if (j.is_discarded()) {
-    std::fprintf(stderr, "ibdctl: INFO reply is not JSON\n");
-    return 1;
-  }
+  const auto info_body = proto::encode(info);
+  int rc = 0;
+  auto got = json_reply(fd->get(), proto::Op::kInfo, info_body, as_json, rc);
+  if (!got) return rc;
+  json& j = *got;
   if (what == "devices") {
     key_values(j["daemon"]);
     std::printf("\n");
