@@ -196,7 +196,7 @@ ok "300 garbage frames on Hca3's ib0: $((et1 - et0)) unknown EtherTypes, $((mal1
 
 # --- garbage UD packets to Hca3's IPoIB QP: dropped and counted -----------
 # openib-ud-garbage (ud_garbage.cpp) on Hca1 sends SENDs of every kind the
-# receive path must refuse, 16 at a time (Hca3's QP has 256 receives
+# receive path must refuse, 16 at a time (Hca3's QP keeps 1024 receives
 # posted). Its last line says how many it sent that must be dropped as
 # malformed and as unknown EtherTypes (the rest: random bytes under a known
 # EtherType, which may parse). UD may lose a packet, so the counters must
