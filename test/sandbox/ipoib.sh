@@ -194,6 +194,39 @@ kill -0 "$(cat "$OPENIB_SANDBOX/Hca3/ibd.pid")" || fail "Hca3's ibd died on garb
 for b in Hca1 Hca2 Hca4; do until_ok 25 ping4 Hca3 "${ip4[$b]}" || fail "ping Hca3 -> $b after the garbage"; done
 ok "300 garbage frames on Hca3's ib0: $((et1 - et0)) unknown EtherTypes, $((mal1 - mal0)) malformed dropped; ping still works"
 
+# --- garbage UD packets to Hca3's IPoIB QP: dropped and counted -----------
+# openib-ud-garbage (ud_garbage.cpp) on Hca1 sends SENDs of every kind the
+# receive path must refuse, 16 at a time (Hca3's QP keeps 1024 receives
+# posted). Its last line says how many it sent that must be dropped as
+# malformed and as unknown EtherTypes (the rest: random bytes under a known
+# EtherType, which may parse). UD may lose a packet, so the counters must
+# grow by 9/10 of those at least; without the drops counted they would not
+# grow at all (nothing else sends Hca3 malformed packets).
+ug_counts() {
+  ipoib_json Hca3 | python3 -c 'import json,sys; c=json.load(sys.stdin)["counters"]
+print(c["drop_malformed_packet"], c["drop_ethertype"], c["ib_rx"], sum(v for k, v in c.items() if k.startswith("drop_")))'
+}
+read -r ug_qpn ug_qkey <<<"$(ipoib_json Hca3 | python3 -c 'import json,sys; j=json.load(sys.stdin); print(int(j["qpn"], 16), int(j["qkey"], 16))')"
+ug_lid=$(lid_of Hca3)
+read -r ug_mp0 ug_et0 ug_rx0 ug_all0 <<<"$(ug_counts)"
+ug_out=$(sb run Hca1 timeout 120 "$build/test/sandbox/openib-ud-garbage" --lid "$ug_lid" --qpn "$ug_qpn" \
+  --qkey "$ug_qkey" --count 2000 --seed 16 2>&1) || fail "openib-ud-garbage to Hca3 (LID $ug_lid, QPN $ug_qpn, Q_Key $ug_qkey): $ug_out"
+read -r _ ug_sent _ ug_mal _ ug_et _ ug_other _ ug_src <<<"$(tail -1 <<<"$ug_out")"
+((ug_sent == 2000 && ug_mal + ug_et + ug_other == ug_sent)) || fail "openib-ud-garbage: $ug_out"
+ug_grown() {
+  read -r ug_mp1 ug_et1 ug_rx1 ug_all1 <<<"$(ug_counts)"
+  ((10 * (ug_mp1 - ug_mp0) >= 9 * ug_mal && 10 * (ug_et1 - ug_et0) >= 9 * ug_et))
+}
+ug_grown || until_ok 50 ug_grown || fail "Hca3 counted $((ug_mp1 - ug_mp0)) malformed of $ug_mal and $((ug_et1 - ug_et0)) unknown EtherTypes of $ug_et sent ($((ug_rx1 - ug_rx0)) IPoIB packets received of $ug_sent)"
+kill -0 "$(cat "$OPENIB_SANDBOX/Hca3/ibd.pid")" || fail "Hca3's ibd died on garbage UD packets"
+for b in Hca1 Hca2 Hca4; do until_ok 25 ping4 Hca3 "${ip4[$b]}" || fail "ping Hca3 -> $b after the garbage UD packets"; done
+for b in Hca1 Hca2 Hca4; do until_ok 25 ping6 Hca3 "${ll[$b]}" || fail "ping -6 Hca3 -> $b after the garbage UD packets"; done
+kill -0 "$(cat "$OPENIB_SANDBOX/Hca1/ibd.pid")" || fail "Hca1's ibd died sending garbage"
+[[ $(ipoib_json Hca1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])') == up ]] || fail "Hca1's IPoIB is not up after sending garbage: $(ipoib_json Hca1)"
+until_ok 25 ping4 Hca1 "${ip4[Hca2]}" || fail "ping Hca1 -> Hca2 after sending garbage"
+# tshark rightly finds the garbage malformed: the last section leaves it out.
+ug_not_garbage="!(infiniband.lrh.slid == $(lid_of Hca1) && infiniband.deth.srcqp == $ug_src)"
+ok "$ug_sent garbage UD packets Hca1 -> Hca3 (QPN $ug_qpn): $((ug_rx1 - ug_rx0)) received; drop_malformed_packet +$((ug_mp1 - ug_mp0)) (of $ug_mal malformed), drop_ethertype +$((ug_et1 - ug_et0)) (of $ug_et), all drops +$((ug_all1 - ug_all0)) ($ug_other random under a known EtherType); Hca3 pings every host (IPv4, IPv6), Hca1 carries on"
 # --- a cable pulled: carrier off, traffic stops; back: it comes back -------
 read -r sw swport <<<"$(awk '/^(Hca|Ca)[ \t]/ && /"Hca2"/ {f=1; next} f && /^\[1\]/ {match($0, /"[^"]*"\[[0-9]+\]/); m=substr($0, RSTART, RLENGTH); gsub(/"/, "", m); sub(/\[/, " ", m); sub(/\]/, "", m); print m; exit}' "$topo")"
 sb fabric link down "$sw" "$swport" >/dev/null
@@ -213,7 +246,7 @@ for f in "$OPENIB_SANDBOX_PCAP_DIR"/*.pcap; do
   out=$(tshark -r "$f" -Y 'frame.protocols contains "infiniband:ethertype"' -T fields -e frame.number 2>/dev/null | wc -l)
   n=$((n + out))
   arp=$((arp + $(tshark -r "$f" -Y 'arp.hw.type == 32' -T fields -e frame.number 2>/dev/null | wc -l)))
-  bad=$(tshark -r "$f" -Y '_ws.malformed || _ws.expert.severity == error' -T fields -e frame.number 2>/dev/null | wc -l)
+  bad=$(tshark -r "$f" -Y "(_ws.malformed || _ws.expert.severity == error) && $ug_not_garbage" -T fields -e frame.number 2>/dev/null | wc -l)
   ((bad == 0)) || fail "$f: $bad malformed frames: $(tshark -r "$f" -Y '_ws.malformed' 2>/dev/null | head -3)"
 done
 ((n > 0)) || fail "tshark decoded no IPoIB packet in the captures"
