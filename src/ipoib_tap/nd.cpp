@@ -90,8 +90,10 @@ Verdict option_from_ib(wire::Bytes opt, NeighbourTable& nt, std::vector<std::uin
   return Verdict::ok;
 }
 
+// lla_units: the length (in 8-byte units) of the link-layer address
+// options on the side `p` comes from: 1 on Ethernet, 3 on IPoIB.
 Verdict translate(wire::Bytes p, NeighbourTable& nt, std::vector<std::uint8_t>& out, bool* is_nd,
-                  OptionFn fn) {
+                  OptionFn fn, std::uint8_t lla_units) {
   *is_nd = false;
   if (p.size() < wire::kIpv6Header || (p[0] >> 4) != 6) return Verdict::malformed;
   const std::size_t total = wire::kIpv6Header + wire::be16(p, 4);
@@ -107,6 +109,14 @@ Verdict translate(wire::Bytes p, NeighbourTable& nt, std::vector<std::uint8_t>& 
   *is_nd = true;
   const std::size_t first_opt = wire::kIpv6Header + opts;
   if (total < first_opt || folded_sum(p, false) != 0xFFFF) return Verdict::malformed;
+  // Every option's framing and every link-layer option's length first:
+  // a message dropped as malformed teaches the neighbour table nothing.
+  for (std::size_t off = first_opt; off < total;) {
+    if (total - off < 2 || p[off + 1] == 0 || total - off < std::size_t{p[off + 1]} * 8)
+      return Verdict::malformed;
+    if ((p[off] == kOptSlla || p[off] == kOptTlla) && p[off + 1] != lla_units) return Verdict::malformed;
+    off += std::size_t{p[off + 1]} * 8;
+  }
   out.assign(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(first_opt));
   const std::uint8_t type = p[wire::kIpv6Header];
   for (std::size_t off = first_opt; off < total;) {
@@ -140,11 +150,11 @@ std::uint16_t icmpv6_checksum(wire::Bytes ipv6) {
 }
 
 Verdict nd_to_ib(wire::Bytes ipv6, NeighbourTable& nt, std::vector<std::uint8_t>& out, bool* is_nd) {
-  return translate(ipv6, nt, out, is_nd, option_to_ib);
+  return translate(ipv6, nt, out, is_nd, option_to_ib, 1);
 }
 
 Verdict nd_from_ib(wire::Bytes ipv6, NeighbourTable& nt, std::vector<std::uint8_t>& out, bool* is_nd) {
-  return translate(ipv6, nt, out, is_nd, option_from_ib);
+  return translate(ipv6, nt, out, is_nd, option_from_ib, 3);
 }
 
 }  // namespace openib::ipoib

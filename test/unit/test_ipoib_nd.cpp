@@ -100,6 +100,18 @@ TEST_CASE("ND with a bad checksum or a bad option is dropped, not repaired", "[i
   CHECK(f.io.sent.empty());
 }
 
+TEST_CASE("ND from IB with a good option before a bad one teaches the neighbour table nothing", "[ipoib]") {
+  Fixture f;
+  // TLLA of IPoIB's length, then one of Ethernet's length: malformed.
+  f.bridge.from_ib(Bridge::RxInfo{0x49, 2, std::nullopt, std::nullopt},
+                   cat({hx("86dd 0000"), ipv6_icmp(kPeerLl, kOwnLl, cat({hx("88 00 0000 60000000"), kPeerLl,
+                                                                          hx("02 03 0000"), kPeerHw,
+                                                                          hx("02 01 020000000001")}))}));
+  CHECK(f.bridge.counters().drop_malformed_packet == 1);
+  CHECK(f.io.frames.empty());
+  CHECK(f.bridge.neighbours().empty());
+}
+
 TEST_CASE("RA from IB: SLLA shrunk, the other options kept in order", "[ipoib]") {
   Fixture f;
   const Bytes mtu_opt = hx("05 01 0000 000007fc");
