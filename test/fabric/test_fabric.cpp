@@ -756,6 +756,28 @@ TEST_CASE("ibfabric: a cable between two ibfabric processes (--remote)", "[fabri
   const std::string show = f.ctl("show", &st);
   CHECK(show.find("switch \"SwA\"") != std::string::npos);
   CHECK(show.find("switch \"SwB\"") == std::string::npos);  // not run by this process
+  // Pulling the cable in this process tells the other (docs/cables.md
+  // "Link state"): SwB's port goes down there too; plugged, it trains.
+  auto show2_until = [&](const std::string& want) {
+    std::string s2;
+    for (int i = 0; i < 300; ++i) {
+      s2 = run_capture(f.bin_ + " ctl " + f.ctl_ + "2 show");
+      if (s2.find(want) != std::string::npos) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return s2;
+  };
+  CHECK(f.ctl("link down SwA 3", &st) == "ok\n");
+  std::string s2 = show2_until("port 3 Polling Down");
+  INFO(s2);
+  CHECK(s2.find("port 3 Polling Down peer \"SwA\"[3]") != std::string::npos);
+  CHECK(s2.find("(pulled at the far end)") != std::string::npos);
+  CHECK_FALSE(f.dr({1, 3}, mad::method::kGet, mad::attr::kNodeInfo).has_value());
+  CHECK(f.ctl("link up SwA 3", &st) == "ok\n");
+  s2 = show2_until("port 3 LinkUp Init");
+  CHECK(s2.find("port 3 LinkUp Init peer \"SwA\"[3]") != std::string::npos);
+  CHECK(s2.find("(pulled at the far end)") == std::string::npos);
+  CHECK(f.dr({1, 3}, mad::method::kGet, mad::attr::kNodeInfo).has_value());
   std::swap(f.pid_, f.pid2_);
   CHECK(f.terminate() == 0);
   std::swap(f.pid_, f.pid2_);
