@@ -9,7 +9,8 @@
 //     switches' SMAs, a LID-routed data packet goes A -> SwA -> SwB -> B
 //     and shows in the PMA PortCounters of the ports it crossed;
 //   - `ibfabric ctl SOCK link down SwB 1` makes SwB send trap 128 to the
-//     SM's LID, and the port goes Down;
+//     SM's LID, and the port goes Down; host B is told by link-state
+//     signals (docs/cables.md "Link state"), none counted malformed;
 //   - malformed datagrams are dropped and counted, and the fabric still works;
 //   - SIGTERM ends ibfabric with status 0.
 #include <catch2/catch.hpp>
