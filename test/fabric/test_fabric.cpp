@@ -9,7 +9,8 @@
 //     switches' SMAs, a LID-routed data packet goes A -> SwA -> SwB -> B
 //     and shows in the PMA PortCounters of the ports it crossed;
 //   - `ibfabric ctl SOCK link down SwB 1` makes SwB send trap 128 to the
-//     SM's LID, and the port goes Down;
+//     SM's LID, and the port goes Down; host B is told by link-state
+//     signals (docs/cables.md "Link state"), none counted malformed;
 //   - malformed datagrams are dropped and counted, and the fabric still works;
 //   - SIGTERM ends ibfabric with status 0.
 #include <catch2/catch.hpp>
@@ -20,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -629,6 +631,18 @@ TEST_CASE("ibfabric: directed route, SM programming, forwarding, PMA, trap 128, 
 
   SECTION("pulling a cable: trap 128 to the SM, the port goes Down, nothing crosses; then it trains again") {
     program_subnet(f);
+    // Host B is the far end of the pulled cable: it is told (docs/cables.md
+    // "Link state"), by a signal its link takes for neither a packet nor
+    // a malformed datagram.
+    std::atomic<int> light{-1}, signals{0};
+    f.b_->link().set_state_receiver([&](bool up) {
+      light = up ? 1 : 0;
+      ++signals;
+    });
+    auto wait_light = [&](int want) {
+      for (int i = 0; i < 300 && light != want; ++i) std::this_thread::sleep_for(10ms);
+      return light.load();
+    };
     int st = 0;
     const std::string r = f.ctl("link down SwB 1", &st);
     CHECK(r == "ok\n");
@@ -663,8 +677,17 @@ TEST_CASE("ibfabric: directed route, SM programming, forwarding, PMA, trap 128, 
     CHECK(show.find("port 1 Polling Down peer \"HostB\"[1] udp " + f.bindings_["HostB"].second + " -> " +
                     f.bindings_["HostB"].first + " (pulled)") != std::string::npos);
     CHECK(show.find("port 3 LinkUp Active peer \"SwB\"[3] in-process") != std::string::npos);
+    CHECK(wait_light(0) == 0);
     CHECK(f.ctl("link up SwB 1", &st) == "ok\n");
     CHECK(f.get_port_info({1, 3}, 1).port_state == static_cast<std::uint8_t>(mad::PortState::kInit));
+    CHECK(wait_light(1) == 1);
+    // "up" is repeated a few ticks (UDP may lose one); at least twice here.
+    for (int i = 0; i < 300 && signals < 3; ++i) std::this_thread::sleep_for(10ms);
+    CHECK(signals >= 3);
+    const LinkStats ls = f.b_->link().stats();
+    CHECK(ls.rx_link_signals == static_cast<std::uint64_t>(signals.load()));
+    CHECK(ls.rx_dropped_malformed == 0);
+    CHECK(ls.rx_dropped_bad_crc == 0);
 
     // The SM disables a port's physical link, then lets it train again (IBA 14.2.5.6).
     mad::PortInfo pi = f.get_port_info({1, 3}, 1);
@@ -734,6 +757,28 @@ TEST_CASE("ibfabric: a cable between two ibfabric processes (--remote)", "[fabri
   const std::string show = f.ctl("show", &st);
   CHECK(show.find("switch \"SwA\"") != std::string::npos);
   CHECK(show.find("switch \"SwB\"") == std::string::npos);  // not run by this process
+  // Pulling the cable in this process tells the other (docs/cables.md
+  // "Link state"): SwB's port goes down there too; plugged, it trains.
+  auto show2_until = [&](const std::string& want) {
+    std::string s2;
+    for (int i = 0; i < 300; ++i) {
+      s2 = run_capture(f.bin_ + " ctl " + f.ctl_ + "2 show");
+      if (s2.find(want) != std::string::npos) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return s2;
+  };
+  CHECK(f.ctl("link down SwA 3", &st) == "ok\n");
+  std::string s2 = show2_until("port 3 Polling Down");
+  INFO(s2);
+  CHECK(s2.find("port 3 Polling Down peer \"SwA\"[3]") != std::string::npos);
+  CHECK(s2.find("(pulled at the far end)") != std::string::npos);
+  CHECK_FALSE(f.dr({1, 3}, mad::method::kGet, mad::attr::kNodeInfo).has_value());
+  CHECK(f.ctl("link up SwA 3", &st) == "ok\n");
+  s2 = show2_until("port 3 LinkUp Init");
+  CHECK(s2.find("port 3 LinkUp Init peer \"SwA\"[3]") != std::string::npos);
+  CHECK(s2.find("(pulled at the far end)") == std::string::npos);
+  CHECK(f.dr({1, 3}, mad::method::kGet, mad::attr::kNodeInfo).has_value());
   std::swap(f.pid_, f.pid2_);
   CHECK(f.terminate() == 0);
   std::swap(f.pid_, f.pid2_);

@@ -11,6 +11,7 @@
 #include "mad/pma_attrs.hpp"
 #include "mad/sma_attrs.hpp"
 #include "mad/smp.hpp"
+#include "sim/cable/udp_link.hpp"
 #include "sim/wire/packet.hpp"
 
 using namespace openib;
@@ -682,6 +683,26 @@ TEST_CASE("Ports: the SMA answers on port 2 with that port's identity", "[sma][p
   CHECK(query_port(a, 1).lid == 7);
   CHECK(a.hca.pma_counters(2).rcv_pkts == 3);
   CHECK(a.hca.pma_counters(1).rcv_pkts == 0);
+  // §14.3: the far end pulls the cable (docs/cables.md "Link state"):
+  // Down, Polling, and nothing crosses, SMPs included; a repeat changes
+  // nothing; an SM's Set of PortState Down does not retrain it; plugged
+  // back, it trains (Init) and answers again.
+  const uint64_t downed = a.hca.pma_counters(2).link_downed;
+  a.hca.set_cable_light(2, false);
+  CHECK(query_port(a, 2).state == 1);
+  CHECK(query_port(a, 2).phys == 2);
+  CHECK(a.hca.pma_counters(2).link_downed == downed + 1);
+  a.hca.set_cable_light(2, false);
+  CHECK(a.hca.pma_counters(2).link_downed == downed + 1);
+  const uint64_t rcv = a.hca.pma_counters(2).rcv_pkts;
+  CHECK_FALSE(ask(dr_smp(mad::method::kGet, mad::attr::kNodeInfo, 0, 4)));
+  CHECK(a.hca.pma_counters(2).rcv_pkts == rcv);
+  CHECK(query_port(a, 1).state == 4);  // port 1 is not on that cable
+  a.hca.set_cable_light(2, true);
+  CHECK(query_port(a, 2).state == 2);
+  CHECK(query_port(a, 2).phys == 5);
+  CHECK(query_port(a, 2).lid == 0x40);  // the configuration stays
+  CHECK(ask(dr_smp(mad::method::kGet, mad::attr::kNodeInfo, 0, 5)));
   a.hca.attach_link(2, nullptr);
   b.hca.attach_link(1, nullptr);
   CHECK(query_port(a, 2).state == 1);  // unplugged: Down, Polling
@@ -706,4 +727,34 @@ TEST_CASE("simhca program: --ports 2 with a cable on port 2 only, through the dr
   CHECK(p2->port_guid == f.hca->caps().node_guid + 2);
   CHECK(p1->port_guid == f.hca->caps().node_guid + 1);
   CHECK((f.reg(0x03c) & 0xff) == 2);  // §3 CAP_SUMMARY
+}
+
+TEST_CASE("simhca program: a pulled cable's far end takes the port Down, and Init when plugged back", "[sma][program]") {
+  // docs/cables.md "Link state", §14.3: the test is the far end of port
+  // 1's UDP cable and sends the link-state signals ibfabric sends.
+  const int base = 30000 + static_cast<int>(::getpid() % 10000) * 2;
+  const std::string local = "127.0.0.1:" + std::to_string(base), peer = "127.0.0.1:" + std::to_string(base + 1);
+  sim::UdpLinkOptions lo;
+  lo.local = peer;
+  lo.peer = local;
+  auto far = sim::UdpLink::create(lo);
+  REQUIRE(far.ok());
+  HcaFixture f({"--port1", "LOCAL=" + local + ",PEER=" + peer});
+  auto state = [&] {
+    auto p = f.hca->query_port(1);
+    REQUIRE(p.ok());
+    return std::pair<int, int>(p->state, p->phys_state);
+  };
+  CHECK(state() == std::pair(2, 5));  // Init, LinkUp
+  // The signal crosses asynchronously: asked again until it has (or 5 s).
+  auto wait_for = [&](std::pair<int, int> want) {
+    for (int i = 0; i < 500 && state() != want; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return state();
+  };
+  REQUIRE((*far)->send_link_state(false).ok());
+  CHECK(wait_for({1, 2}) == std::pair(1, 2));  // Down, Polling
+  REQUIRE((*far)->send_link_state(false).ok());  // a repeat
+  REQUIRE((*far)->send_link_state(true).ok());
+  CHECK(wait_for({2, 5}) == std::pair(2, 5));  // Init, LinkUp
+  CHECK((*far)->stats().tx_link_signals == 3);
 }

@@ -36,6 +36,7 @@
 #include "sim/cable/endpoint.hpp"
 #include "sim/cable/fault_injector.hpp"
 #include "sim/cable/link.hpp"
+#include "sim/cable/link_signal.hpp"
 #include "sim/cable/rx_check.hpp"
 #include "sim/cable/udp_link.hpp"
 #include "sim/wire/packet.hpp"
@@ -1029,6 +1030,59 @@ TEST_CASE("UdpLink drops and counts malformed, bad-CRC and foreign datagrams", "
   // And the link sends to the raw peer exactly what it was given.
   REQUIRE(link->send(packet(9, 77)).ok());
   CHECK(peer.recv() == packet(9, 77));
+}
+
+TEST_CASE("UdpLink: link-state signals reach the state receiver, never counted as packets", "[cable][udp][linkstate]") {
+  // docs/cables.md "Link state": the exact bytes, and that no IBA packet
+  // can be read in them.
+  const auto down = encode_link_signal(false), up = encode_link_signal(true);
+  const Bytes want_down = {std::byte{0x4f}, std::byte{0x50}, std::byte{0x4c}, std::byte{0x49},
+                           std::byte{0x4e}, std::byte{0x4b}, std::byte{1},    std::byte{0}};
+  CHECK(Bytes(down.begin(), down.end()) == want_down);
+  CHECK(decode_link_signal(down) == std::optional<bool>(false));
+  CHECK(decode_link_signal(up) == std::optional<bool>(true));
+  CHECK(check_received(up) == RxVerdict::kMalformed);
+  CHECK_FALSE(decode_link_signal(packet(1)).has_value());
+
+  RawSocket peer, stranger;
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  auto link = must_link(o);
+  Sink sink;
+  link->set_receiver(sink.receiver());
+  std::mutex mu;
+  std::vector<bool> got;
+  link->set_state_receiver([&](bool u) {
+    std::lock_guard lk(mu);
+    got.push_back(u);
+  });
+  Bytes bad_version(down.begin(), down.end()), bad_state(up.begin(), up.end()), longer(up.begin(), up.end());
+  bad_version[6] = std::byte{2};
+  bad_state[7] = std::byte{2};
+  longer.push_back(std::byte{0});
+  peer.send_to(link->local_endpoint(), down);
+  stranger.send_to(link->local_endpoint(), up);  // not the peer: a foreign drop
+  peer.send_to(link->local_endpoint(), bad_version);
+  peer.send_to(link->local_endpoint(), bad_state);
+  peer.send_to(link->local_endpoint(), longer);
+  peer.send_to(link->local_endpoint(), packet(2));
+  peer.send_to(link->local_endpoint(), up);
+  REQUIRE(wait_until([&] {
+    auto st = link->stats();
+    return st.rx_link_signals == 2 && st.rx_packets == 4 && st.rx_dropped_foreign == 1;
+  }));
+  auto st = link->stats();
+  CHECK(st.rx_dropped_malformed == 3);  // the near misses only
+  CHECK(sink.size() == 1);
+  {
+    std::lock_guard lk(mu);
+    CHECK(got == std::vector<bool>{false, true});
+  }
+  // Sent: exactly the 8 bytes, counted apart from packets.
+  REQUIRE(link->send_link_state(false).ok());
+  CHECK(peer.recv() == want_down);
+  CHECK(link->stats().tx_link_signals == 1);
+  CHECK(link->stats().tx_packets == 0);
 }
 
 TEST_CASE("UdpLink injects faults on send", "[cable][udp][faults]") {

@@ -20,4 +20,8 @@ Result<void> Link::send_segment(const Segment&, Filler) {
   return err(ENOTSUP, "this link takes packets one by one");
 }
 
+Result<void> Link::send_link_state(bool) {
+  return err(ENOTSUP, "this cable carries no link-state signal");
+}
+
 }  // namespace openib::sim

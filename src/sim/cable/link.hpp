@@ -39,6 +39,9 @@ struct LinkStats {
   // Added with the implementations (docs/cables.md "Validation and counters"):
   uint64_t rx_dropped_foreign = 0;      // a datagram from anyone but the configured peer
   uint64_t rx_dropped_no_receiver = 0;  // well-formed, but no receiver installed yet
+  // Link-state signals (docs/cables.md "Link state"; not packets: in no
+  // other counter, never captured).
+  uint64_t tx_link_signals = 0, rx_link_signals = 0;
 };
 
 // A run of packets of one RC or UC SEND or RDMA WRITE message handed to
@@ -123,6 +126,15 @@ class Link {
   // ones are counted and dropped before it).
   virtual void set_receiver(Receiver r) = 0;
   virtual LinkStats stats() const = 0;
+  // Link state (docs/cables.md "Link state"): tells the far end that the
+  // cable was pulled (false) or plugged back (true), as a physical link's
+  // light would; ENOTSUP on a cable with no such notion (ShmLink,
+  // loopback pairs: nothing pulls them). The state receiver is called
+  // with each signal that arrives (repeats included), on the thread that
+  // calls the packet receiver.
+  using StateReceiver = std::function<void(bool up)>;
+  virtual Result<void> send_link_state(bool up);
+  virtual void set_state_receiver(StateReceiver) {}
 };
 
 // begin_batch() .. end_batch() over a scope; a null link is allowed.

@@ -18,6 +18,7 @@ struct LinkCounters {
   C rx_dropped_bad_crc{0}, rx_dropped_malformed{0};
   C rx_dropped_foreign{0}, rx_dropped_no_receiver{0};
   C tx_errors{0};
+  C tx_link_signals{0}, rx_link_signals{0};
   C injected_drops{0}, injected_dups{0}, injected_reorders{0}, injected_corruptions{0};
 
   static void bump(C& c, std::uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
@@ -40,6 +41,8 @@ struct LinkCounters {
     s.rx_dropped_foreign = ld(rx_dropped_foreign);
     s.rx_dropped_no_receiver = ld(rx_dropped_no_receiver);
     s.tx_errors = ld(tx_errors);
+    s.tx_link_signals = ld(tx_link_signals);
+    s.rx_link_signals = ld(rx_link_signals);
     s.injected_drops = ld(injected_drops);
     s.injected_dups = ld(injected_dups);
     s.injected_reorders = ld(injected_reorders);

@@ -17,6 +17,7 @@
 
 #include "common/env.hpp"
 #include "common/log.hpp"
+#include "sim/cable/link_signal.hpp"
 #include "sim/cable/rx_check.hpp"
 #include "sim/wire/packet.hpp"
 #include "sim/wire/pcap_erf.hpp"
@@ -201,6 +202,25 @@ void UdpLink::set_receiver(Receiver r) {
   auto p = std::make_shared<const Receiver>(std::move(r));
   std::lock_guard lk(rx_mu_);
   receiver_ = std::move(p);
+}
+
+void UdpLink::set_state_receiver(StateReceiver r) {
+  auto p = std::make_shared<const StateReceiver>(std::move(r));
+  std::lock_guard lk(rx_mu_);
+  state_receiver_ = std::move(p);
+}
+
+Result<void> UdpLink::send_link_state(bool up) {
+  const Endpoint to = peer();
+  if (to.len == 0) return err(ENOTCONN, "{}: no peer set", name_);
+  const auto d = encode_link_signal(up);
+  std::lock_guard lk(send_mu_);
+  OPENIB_TRY(flush_locked());  // packets queued before the signal leave first
+  const ssize_t n = ::sendto(sock_.get(), d.data(), d.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
+                             reinterpret_cast<const sockaddr*>(&to.addr), to.len);
+  if (n != static_cast<ssize_t>(d.size())) return count_tx_failure(n < 0 ? errno : EIO, to, 1);
+  LinkCounters::bump(counters_.tx_link_signals);
+  return ok();
 }
 
 void UdpLink::capture(std::span<const std::byte> packet) {
@@ -622,6 +642,16 @@ void UdpLink::receive_one(std::span<const std::byte> d, const sockaddr* from, so
     LinkCounters::bump(counters_.rx_dropped_foreign);
     log_once(warned_foreign_, "{}: dropped a {}-byte datagram from {}, not the peer", name_, d.size(),
              Endpoint::from_sockaddr(from, from_len).str());
+    return;
+  }
+  if (const auto up = decode_link_signal(d)) {  // docs/cables.md "Link state": not a packet
+    LinkCounters::bump_owned(counters_.rx_link_signals);
+    std::shared_ptr<const StateReceiver> srx;
+    {
+      std::lock_guard lk(rx_mu_);
+      srx = state_receiver_;
+    }
+    if (srx && *srx) (*srx)(*up);
     return;
   }
   capture(d);  // before validation: the capture shows what arrived

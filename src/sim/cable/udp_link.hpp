@@ -19,6 +19,8 @@
 //            (rx_dropped_foreign); the rest are captured (if a pcap tap is
 //            set), validated (rx_check.hpp: bad CRC / malformed counted and
 //            dropped) and handed to the receiver on the receive thread.
+//            A link-state signal (link_signal.hpp) from the peer goes to
+//            the state receiver instead, before capture and checks.
 //
 // Polled receive (docs/cables.md "Polled receive"): with
 // UdpLinkOptions::polled, the link's owner reads the socket itself with
@@ -131,6 +133,12 @@ class UdpLink final : public Link {
   Result<void> send_segment(const Segment& seg, Filler fill) override;
   void set_receiver(Receiver r) override;
   LinkStats stats() const override { return counters_.snapshot(); }
+  // Link state (link_signal.hpp): one signal datagram to the peer, after
+  // any packets a batch holds (so a "down" follows what was sent before
+  // the pull); not captured, not faulted. A full buffer loses it
+  // (tx_errors), as it would a packet: the sender repeats signals.
+  Result<void> send_link_state(bool up) override;
+  void set_state_receiver(StateReceiver r) override;
   // A batch queues what send() is given and sends it at end_batch() (or
   // once kTxBatch packets wait), in one sendmmsg(). Nested batches end
   // with the outermost.
@@ -232,6 +240,7 @@ class UdpLink final : public Link {
 
   std::mutex rx_mu_;
   std::shared_ptr<const Receiver> receiver_;
+  std::shared_ptr<const StateReceiver> state_receiver_;
 
   LinkCounters counters_;
   std::atomic<unsigned> warned_{0};  // rx_check.hpp's once-per-kind logging

@@ -169,6 +169,7 @@ Result<void> Fabric::build(const FabricOptions& opts) {
           }
           switches_[static_cast<size_t>(to.sw)]->receive(to.port, p, 0, rx_now_);
         });
+        link->set_state_receiver([this, to](bool up) { far_light(to, up); });
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.u64 = udp_.size();
@@ -182,6 +183,14 @@ Result<void> Fabric::build(const FabricOptions& opts) {
               return;
             }
             inbox_.push_back({to, std::vector<std::byte>(p.begin(), p.end()), 0});
+          }
+          const std::uint64_t one = 1;
+          (void)!::write(inbox_efd_.get(), &one, sizeof one);
+        });
+        link->set_state_receiver([this, to](bool up) {
+          {
+            std::lock_guard lk(inbox_mu_);
+            inbox_.push_back({to, {}, 0, up ? 1 : 0});
           }
           const std::uint64_t one = 1;
           (void)!::write(inbox_efd_.get(), &one, sizeof one);
@@ -259,6 +268,10 @@ void Fabric::deliver_inbox() {
   }
   const auto now = Switch::Clock::now();
   for (Queued& p : q) {
+    if (p.light >= 0) {
+      far_light(p.to, p.light == 1);
+      continue;
+    }
     ++stats_.inbox_packets;
     Cable* c = cable_at(p.to.sw, p.to.port);
     if (c && !c->up) {
@@ -299,6 +312,31 @@ std::size_t Fabric::pump_internal(std::size_t max) {
 
 void Fabric::tick(Switch::Clock::time_point now) {
   for (auto& s : switches_) s->tick(now);
+  for (Cable& c : cables_)
+    if (c.udp && now >= c.next_signal && (!c.up || c.up_repeats > 0)) signal(c, now);
+}
+
+// docs/cables.md "Link state": the cable's state to its far end, repeated
+// as UDP may lose any one signal: "down" every kDownEvery for as long as
+// the cable is pulled (a host that restarts meanwhile learns it too),
+// "up" at the plug and kUpRepeats ticks after.
+void Fabric::signal(Cable& c, Switch::Clock::time_point now) {
+  (void)c.udp->send_link_state(c.up);  // a loss is counted by the link
+  if (c.up) {
+    if (c.up_repeats > 0) --c.up_repeats;
+    c.next_signal = now;  // the next tick
+  } else {
+    c.next_signal = now + kDownEvery;
+  }
+}
+
+// A link-state signal from the far end of a UDP cable (another ibfabric's
+// `link down`/`link up`): the switch port goes as the far end's did.
+void Fabric::far_light(End to, bool up) {
+  Cable* c = cable_at(to.sw, to.port);
+  if (!c || c->far_up == up) return;
+  c->far_up = up;
+  switches_[static_cast<size_t>(to.sw)]->set_link(to.port, up && c->up);
 }
 
 Switch* Fabric::find_switch(std::string_view name) {
@@ -316,10 +354,15 @@ Result<void> Fabric::set_cable(std::string_view sw_name, unsigned port, bool up)
     return err(EINVAL, "\"{}\" has ports 1..{}", sw_name, switches_[static_cast<size_t>(sw)]->num_ports());
   Cable* c = cable_at(sw, port);
   if (!c) return err(ENOTCONN, "\"{}\" port {} has no cable", sw_name, port);
+  const bool was = c->up;
   c->up = up;
   // Both ends of the cable see the link go (IBA 5.6: the physical link is shared).
-  switches_[static_cast<size_t>(c->a.sw)]->set_link(c->a.port, up);
+  switches_[static_cast<size_t>(c->a.sw)]->set_link(c->a.port, up && c->far_up);
   if (c->b.sw >= 0) switches_[static_cast<size_t>(c->b.sw)]->set_link(c->b.port, up);
+  if (c->udp && was != up) {  // the far end outside is told (docs/cables.md "Link state")
+    c->up_repeats = up ? kUpRepeats + 1 : 0;
+    signal(*c, Switch::Clock::now());
+  }
   return ok();
 }
 
@@ -342,6 +385,7 @@ std::string Fabric::show() const {
         const Cable& c = cables_[static_cast<size_t>(it->second)];
         how = c.udp ? fmt::format(" udp {} -> {}", c.udp->local_endpoint().str(), c.udp->peer().str()) : " in-process";
         if (!c.up) how += " (pulled)";
+        if (!c.far_up) how += " (pulled at the far end)";
       }
       out += fmt::format("  port {} {} {} peer {}{}\n", p, phys_state_name(pi.port_phys_state),
                          port_state_name(pi.port_state), peer, how);

@@ -94,7 +94,8 @@ class Fabric {
   // last line is "ok" or "error: ...".
   std::string control(std::string_view line);
 
-  // Cable state: a pulled cable carries nothing and its switch ends are down.
+  // Cable state: a pulled cable carries nothing and its switch ends are
+  // down; a UDP cable's far end is told (docs/cables.md "Link state").
   Result<void> set_cable(std::string_view sw, unsigned port, bool up);
 
   const Topology& topology() const { return topo_; }
@@ -115,7 +116,16 @@ class Fabric {
     int link = -1;
     End a, b;          // b.sw < 0: the far end is outside (UDP)
     UdpLink* udp = nullptr;
-    bool up = true;
+    bool up = true;         // not pulled here (set_cable)
+    // UDP: the far end's last link-state signal (docs/cables.md "Link
+    // state": another ibfabric pulled it); the switch port is up only
+    // with both.
+    bool far_up = true;
+    // UDP, link-state signals to the far end (docs/ibfabric.md "Control"):
+    // while pulled, "down" every kDownEvery; after a plug, "up" kUpRepeats
+    // more times, one a tick.
+    unsigned up_repeats = 0;
+    Switch::Clock::time_point next_signal{};
     bool in_batch = false;  // udp's batch is open (Fabric::Batches)
     std::unique_ptr<wire::PcapErfWriter> pcap;
   };
@@ -139,7 +149,12 @@ class Fabric {
     End to;
     std::vector<std::byte> bytes;
     unsigned hops;
+    int light = -1;  // >= 0: not a packet but a link-state signal (0 down, 1 up)
   };
+  static constexpr unsigned kUpRepeats = 4;
+  static constexpr auto kDownEvery = std::chrono::seconds(1);
+  void far_light(End to, bool up);
+  void signal(Cable& c, Switch::Clock::time_point now);
 
   Fabric(Topology topo) : topo_(std::move(topo)) {}
   Result<void> build(const FabricOptions& opts);

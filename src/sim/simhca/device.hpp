@@ -2,6 +2,8 @@
 // what the command line gives it, and its part of the loop's pass.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -206,7 +208,8 @@ class Device {
     // it at once.
     if (link_) link_->arm_readable();
     if (link2_) link2_->arm_readable();
-    return carried_ || (shm_ && shm_->pending()) || inbox_.nonempty() || inbox2_.nonempty() || watch_->ready();
+    return carried_ || (shm_ && shm_->pending()) || inbox_.nonempty() || inbox2_.nonempty() || watch_->ready() ||
+           light_[0].load(std::memory_order_acquire) >= 0 || light_[1].load(std::memory_order_acquire) >= 0;
   }
 
   openib::simhca::DoorbellScanner* scanner() { return model_ ? &model_->scanner() : nullptr; }
@@ -262,12 +265,19 @@ class Device {
   // "Polled receive"), the loop reads the socket in its pass and the
   // packets go to the device from the link's buffer; else the link's
   // thread puts them in the inbox (OPENIB_UDP_POLLED=0, for comparisons).
+  // Link-state signals (docs/cables.md "Link state", §14.3) likewise: to
+  // the port at once when polled, else through light_ (the loop's pass).
   void set_udp_receiver(openib::sim::UdpLink& l, uint8_t port, PacketInbox& inbox) {
     if (!l.polled()) {
       l.set_receiver([&inbox](std::span<const std::byte> p) { inbox.push(p); });
+      l.set_state_receiver([this, port](bool up) {
+        light_[port - 1].store(up ? 1 : 0, std::memory_order_release);
+        waiter_.notify();
+      });
       return;
     }
     l.set_receiver([this, port](std::span<const std::byte> p) { model_->hca().receive_packet(port, p, rx_now_); });
+    l.set_state_receiver([this, port](bool up) { model_->hca().set_cable_light(port, up); });
   }
   // Polled UDP ends: what their sockets hold now, up to kUdpBatch each.
   bool poll_udp() {
@@ -277,8 +287,14 @@ class Device {
     return any;
   }
   bool deliver() {
-    if (!inbox_.nonempty() && !inbox2_.nonempty()) return false;
     Hca& hca = model_->hca();
+    bool any = false;
+    for (uint8_t i = 0; i < light_.size(); ++i)
+      if (const int up = light_[i].exchange(-1, std::memory_order_acquire); up >= 0) {
+        hca.set_cable_light(static_cast<uint8_t>(i + 1), up == 1);
+        any = true;
+      }
+    if (!inbox_.nonempty() && !inbox2_.nonempty()) return any;
     for (auto& p : inbox_.take()) hca.receive_packet(p, Hca::Clock::now());
     for (auto& p : inbox2_.take()) hca.receive_packet(2, p, Hca::Clock::now());
     return true;
@@ -318,6 +334,7 @@ class Device {
   std::unique_ptr<openib::vfio::user::VfioUserServer> server_;
   std::unique_ptr<openib::sim::wire::PcapErfWriter> pcap_;
   PacketInbox inbox_, inbox2_;
+  std::array<std::atomic<int>, 2> light_{-1, -1};  // a port's last link-state signal, not yet applied (-1: none)
   std::unique_ptr<openib::sim::UdpLink> link_, link2_;
   std::unique_ptr<openib::sim::ShmLink> shm_;
   Hca::Clock::time_point rx_now_{};

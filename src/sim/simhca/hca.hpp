@@ -126,6 +126,11 @@ class Hca final : private WireOps, private CommandExecutor {
   // outlive the Hca or be detached (nullptr) first. Packets it receives are
   // handed to receive_packet() on the device's thread.
   void attach_link(uint8_t port, sim::Link* link);
+  // §14.3: the far end of port `port`'s cable says it was pulled (false)
+  // or plugged back (true) (docs/cables.md "Link state"): the port loses
+  // its link (Polling, Down) and keeps polling until it is plugged, then
+  // trains (LinkUp, Init). Repeats change nothing. On the device's thread.
+  void set_cable_light(uint8_t port, bool up);
   // §12.8: one packet from the link of port 1 / of `port` (LRH through VCRC).
   void receive_packet(std::span<const std::byte> packet, Clock::time_point now);
   void receive_packet(uint8_t port, std::span<const std::byte> packet, Clock::time_point now);

@@ -70,6 +70,9 @@ struct Port {
   SmaPortState sma;    // §14
   sim::sma::PortCounterValues pma;  // §15 (data counters in octets)
   sim::Link* link = nullptr;  // §12.7: the cable end (nullptr: no cable)
+  bool pulled = false;        // §14.3: the far end said the cable is pulled (Hca::set_cable_light)
+  // A cable that carries light: the link can train.
+  bool can_train() const { return link && !pulled; }
 };
 
 }  // namespace openib::simhca

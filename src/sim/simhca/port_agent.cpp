@@ -42,7 +42,7 @@ void Hca::reset_ports() {
     pt.sma = SmaPortState{};
     pt.pma = sim::sma::PortCounterValues{};
     init_sma_port(n);
-    const bool up = pt.link && n <= opts_.caps.num_ports;
+    const bool up = pt.can_train() && n <= opts_.caps.num_ports;
     pt.info.phys_state = up ? kPhysLinkUp : kPhysPolling;
     pt.info.state = up ? kPsInit : kPsDown;
   }
@@ -86,6 +86,7 @@ void Hca::attach_link(uint8_t port, sim::Link* link) {
   if (port < 1 || port > kMaxPorts) return;
   Port& pt = port_at(port);
   pt.link = link;
+  pt.pulled = false;  // a new cable (or none): no word from a far end yet
   if (port > opts_.caps.num_ports) return;
   const uint8_t was = pt.info.state;
   if (link && pt.info.state == kPsDown && pt.info.phys_state != kPhysDisabled) {
@@ -96,6 +97,30 @@ void Hca::attach_link(uint8_t port, sim::Link* link) {
   } else {
     pt.info.phys_state = kPhysPolling;
     pt.info.state = kPsDown;
+  }
+  if (initialized_ && was != pt.info.state) port_event_state(port, was, pt.info.state);
+}
+
+// §14.3, docs/cables.md "Link state": the far end pulled the cable (the
+// port loses its link as when the cable is removed, IBA 7.2: Polling,
+// Down; LinkDownedCounter + 1 from Init or later) or plugged it back (it
+// trains: LinkUp, Init, unless the SM disabled it). PORT_STATE_CHANGE as
+// for attach_link(). A port in Disabled stays so.
+void Hca::set_cable_light(uint8_t port, bool up) {
+  if (port < 1 || port > kMaxPorts) return;
+  Port& pt = port_at(port);
+  if (pt.pulled == !up) return;  // a repeat
+  pt.pulled = !up;
+  if (!pt.link || port > opts_.caps.num_ports) return;
+  const uint8_t was = pt.info.state;
+  const bool disabled = pt.info.phys_state == kPhysDisabled;
+  if (!up) {
+    if (was != kPsDown) ++pt.pma.link_downed;  // IBA 16.1.3.5
+    if (!disabled) pt.info.phys_state = kPhysPolling;
+    pt.info.state = kPsDown;
+  } else if (!disabled && pt.info.state == kPsDown) {
+    pt.info.phys_state = kPhysLinkUp;
+    pt.info.state = kPsInit;
   }
   if (initialized_ && was != pt.info.state) port_event_state(port, was, pt.info.state);
 }

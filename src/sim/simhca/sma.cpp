@@ -168,7 +168,8 @@ mad::PortInfo Hca::sma_port_info(uint8_t port) const {
 }
 
 // §14.3: the link goes down (a Set of PortState Down, or PortPhysicalState
-// Polling/Disabled) and, with a cable and not disabled, trains again at once:
+// Polling/Disabled) and, with a cable (not pulled at its far end) and not
+// disabled, trains again at once:
 // the port comes back in Init (IBA 7.2, 14.2.5.6). The LID and the rest of
 // the configuration stay.
 void Hca::port_bounce(uint8_t port, bool disable) {
@@ -178,7 +179,7 @@ void Hca::port_bounce(uint8_t port, bool disable) {
   pt.info.state = kPsDown;
   pt.info.phys_state = disable ? kPhysDisabled : kPhysPolling;
   if (was != kPsDown) port_event_state(port, was, kPsDown);
-  if (!disable && pt.link) {
+  if (!disable && pt.can_train()) {
     pt.info.phys_state = kPhysLinkUp;
     pt.info.state = kPsInit;
     port_event_state(port, kPsDown, kPsInit);
