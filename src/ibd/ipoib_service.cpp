@@ -47,6 +47,9 @@ IpoibService::IpoibService(boost::asio::io_context& io, hca::Hca& hca, SaService
 IpoibService::~IpoibService() {
   alive_.reset();
   retry_.cancel();
+  // The SA service may outlive this (ibd's teardown): it must not call back.
+  sa_.set_mcast_change_handler({});
+  sa_.clear_path_change_observers();
 }
 
 void IpoibService::start() { bring_up(); }

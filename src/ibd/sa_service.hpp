@@ -149,6 +149,7 @@ class SaService {
   void set_mcast_change_handler(sa::McastJoins::ChangeFn f) { on_mcast_change_ = std::move(f); }
   // More path-change observers besides the server's (IPoIB's neighbours).
   void add_path_change_observer(PathChangeFn fn) { path_observers_.push_back(std::move(fn)); }
+  void clear_path_change_observers() { path_observers_.clear(); }
   // PATH_LIST (path_list.cpp): one page of the cache's entries as JSON
   // text of at most `max_bytes` (but one entry), from index `start` of
   // the sorted list; port 0: every port's.
