@@ -32,6 +32,10 @@ std::string mac_text(const ipoib::Mac& m) {
 }
 // IBA MTU code (1 = 256 .. 5 = 4096) in bytes.
 uint32_t mtu_bytes(uint8_t code) { return code >= 1 && code <= 5 ? 128u << code : 2048; }
+// An SA rate code (IBA 15.2.5.16) as the AV's static rate: the same
+// encoding (ibv_rate's values are IBA's); one the device does not know
+// (docs/simhca.md §7.6: 0..18) is the port's rate, 0.
+uint8_t av_rate(uint8_t sa_rate) { return sa_rate <= 18 ? sa_rate : 0; }
 
 }  // namespace
 
@@ -211,6 +215,7 @@ hca::AddressVector IpoibService::group_av(const sa::McMemberRecord& rec) const {
   hca::AddressVector av;  // IBA 8.3: multicast packets carry a GRH with the MGID
   av.dlid = rec.mlid;
   av.sl = rec.sl;
+  av.static_rate = av_rate(rec.rate);
   av.port = cfg_.port;
   av.grh = true;
   av.dgid = rec.mgid;
@@ -371,6 +376,7 @@ void IpoibService::resolve_path(const ipoib::Gid& gid) {
     hca::AddressVector av;
     av.dlid = pr->dlid;
     av.sl = pr->sl;
+    av.static_rate = av_rate(pr->rate);
     av.port = cfg_.port;
     if (pr->hop_limit > 1) {
       av.grh = true;
