@@ -1104,3 +1104,36 @@ TEST_CASE("a bad path cache file is logged and ignored; ibd serves", "[hostile][
     }
   }
 }
+
+// IPOIB_INFO (docs/ipoib.md "ibdctl ipoib"): an ibd without --ipoib says
+// so; with it, a body or an fd is refused, and the JSON answers any client.
+// (No SM here: the interface stays down and no TAP is made.)
+TEST_CASE("IPOIB_INFO: without IPoIB, with a body or an fd", "[hostile][ipoib]") {
+  TempDir dir;
+  {
+    Ibd plain(dir.path(), "a", IbdOptions{});
+    Raw r(plain.socket());
+    r.hello();
+    CHECK(r.call_bytes(static_cast<uint16_t>(Op::kIpoibInfo), {}).reply.status == EOPNOTSUPP);
+  }
+  IbdOptions opts;
+  opts.extra_args = {"--ipoib", "oibt" + std::to_string(::getpid() % 100000)};
+  Ibd ibd(dir.path(), "b", opts);
+  Raw r(ibd.socket());
+  r.hello();
+  const std::byte one[1] = {std::byte{1}};
+  CHECK(r.call_bytes(static_cast<uint16_t>(Op::kIpoibInfo), one).reply.status == EINVAL);
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  const int fds[1] = {p[0]};
+  auto o = r.call_bytes(static_cast<uint16_t>(Op::kIpoibInfo), {}, fds);
+  CHECK((o.kind == Outcome::kReplied && o.reply.status == EINVAL));
+  ::close(p[0]);
+  ::close(p[1]);
+  o = r.call_bytes(static_cast<uint16_t>(Op::kIpoibInfo), {});
+  REQUIRE(o.kind == Outcome::kReplied);
+  REQUIRE(o.reply.status == 0);
+  const std::string text(reinterpret_cast<const char*>(o.reply.payload.data()), o.reply.payload.size());
+  CHECK(text.find("\"state\":\"") != std::string::npos);
+  CHECK(text.find("\"name\":\"oibt") != std::string::npos);
+}
