@@ -97,14 +97,16 @@ ok "$mtu bytes with DF pass; $((mtu + 1)) with DF: '$(grep -oi 'message too long
 sb run Hca3 iperf3 -s -1 -B "${ip4[Hca3]}" >"$OPENIB_SANDBOX/iperf-s.log" 2>&1 &
 iperf_pid=$!
 until_ok 50 sb run Hca3 ss -Hltn "sport = :5201" || fail "iperf3 server does not listen"
-out=$(sb run Hca1 timeout 30 iperf3 -c "${ip4[Hca3]}" -t 2 -J) || fail "iperf3 TCP: $out"
+# 20 MB, not a duration: every cable is captured (the tshark section), and
+# a second at full speed is ~100 MB of capture per cable to dissect.
+out=$(sb run Hca1 timeout 60 iperf3 -c "${ip4[Hca3]}" -n 20M -J) || fail "iperf3 TCP: $out"
 tcp=$(python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' <<<"$out")
 ((tcp > 0)) || fail "iperf3 TCP moved nothing"
 wait "$iperf_pid" || true
 sb run Hca3 iperf3 -s -1 -B "${ip4[Hca3]}" >"$OPENIB_SANDBOX/iperf-s.log" 2>&1 &
 iperf_pid=$!
 until_ok 50 sb run Hca3 ss -Hlun "sport = :5201" || until_ok 50 sb run Hca3 ss -Hltn "sport = :5201" || fail "iperf3 server does not listen again"
-out=$(sb run Hca1 timeout 30 iperf3 -c "${ip4[Hca3]}" -u -b 50M -l 1400 -t 2 -J) || fail "iperf3 UDP: $out"
+out=$(sb run Hca1 timeout 30 iperf3 -c "${ip4[Hca3]}" -u -b 50M -l 1400 -t 1 -J) || fail "iperf3 UDP: $out"
 read -r udp lost <<<"$(python3 -c 'import json,sys; s=json.load(sys.stdin)["end"]["sum"]; print(round(s["bits_per_second"]/1e6), s["lost_percent"])' <<<"$out")"
 wait "$iperf_pid" || true
 iperf_pid=''
@@ -243,10 +245,12 @@ n=0 arp=0
 for f in "$OPENIB_SANDBOX_PCAP_DIR"/*.pcap; do
   # Wireshark's InfiniBand dissector decodes an IPoIB payload itself: its
   # 4-byte header, then the EtherType's protocol (infiniband:ethertype:...).
-  out=$(tshark -r "$f" -Y 'frame.protocols contains "infiniband:ethertype"' -T fields -e frame.number 2>/dev/null | wc -l)
-  n=$((n + out))
-  arp=$((arp + $(tshark -r "$f" -Y 'arp.hw.type == 32' -T fields -e frame.number 2>/dev/null | wc -l)))
-  bad=$(tshark -r "$f" -Y "(_ws.malformed || _ws.expert.severity == error) && $ug_not_garbage" -T fields -e frame.number 2>/dev/null | wc -l)
+  # One pass for both counts, one for the malformed (full dissection).
+  read -r c_ipoib c_arp <<<"$(tshark -n -r "$f" -T fields -e frame.protocols -e arp.hw.type 2>/dev/null |
+    awk -F'\t' '$1 ~ /infiniband:ethertype/ {i++} $2 == "32" {a++} END {print i + 0, a + 0}')"
+  n=$((n + c_ipoib))
+  arp=$((arp + c_arp))
+  bad=$(tshark -n -r "$f" -Y "(_ws.malformed || _ws.expert.severity == error) && $ug_not_garbage" -T fields -e frame.number 2>/dev/null | wc -l)
   ((bad == 0)) || fail "$f: $bad malformed frames: $(tshark -r "$f" -Y '_ws.malformed' 2>/dev/null | head -3)"
 done
 ((n > 0)) || fail "tshark decoded no IPoIB packet in the captures"
