@@ -226,8 +226,11 @@ for b in Hca1 Hca2 Hca4; do until_ok 25 ping6 Hca3 "${ll[$b]}" || fail "ping -6 
 kill -0 "$(cat "$OPENIB_SANDBOX/Hca1/ibd.pid")" || fail "Hca1's ibd died sending garbage"
 [[ $(ipoib_json Hca1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])') == up ]] || fail "Hca1's IPoIB is not up after sending garbage: $(ipoib_json Hca1)"
 until_ok 25 ping4 Hca1 "${ip4[Hca2]}" || fail "ping Hca1 -> Hca2 after sending garbage"
-# tshark rightly finds the garbage malformed: the last section leaves it out.
-ug_not_garbage="!(infiniband.lrh.slid == $(lid_of Hca1) && infiniband.deth.srcqp == $ug_src)"
+# tshark rightly finds the garbage malformed: the last section leaves out
+# what Hca1 sent Hca3 from any QP but its IPoIB QP (the garbage sender's;
+# ug_src is its QPN). Hca1's IPoIB packets are still checked.
+ug_ipoib1=$(ipoib_json Hca1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["qpn"])')
+ug_not_garbage="!(infiniband.lrh.slid == $(lid_of Hca1) && infiniband.lrh.dlid == $ug_lid && infiniband.deth.srcqp != $ug_ipoib1)"
 ok "$ug_sent garbage UD packets Hca1 -> Hca3 (QPN $ug_qpn): $((ug_rx1 - ug_rx0)) received; drop_malformed_packet +$((ug_mp1 - ug_mp0)) (of $ug_mal malformed), drop_ethertype +$((ug_et1 - ug_et0)) (of $ug_et), all drops +$((ug_all1 - ug_all0)) ($ug_other random under a known EtherType); Hca3 pings every host (IPv4, IPv6), Hca1 carries on"
 # --- a cable pulled: carrier off, traffic stops; back: it comes back -------
 read -r sw swport <<<"$(awk '/^(Hca|Ca)[ \t]/ && /"Hca2"/ {f=1; next} f && /^\[1\]/ {match($0, /"[^"]*"\[[0-9]+\]/); m=substr($0, RSTART, RLENGTH); gsub(/"/, "", m); sub(/\[/, " ", m); sub(/\]/, "", m); print m; exit}' "$topo")"
@@ -251,7 +254,8 @@ for f in "$OPENIB_SANDBOX_PCAP_DIR"/*.pcap; do
   n=$((n + c_ipoib))
   arp=$((arp + c_arp))
   bad=$(tshark -n -r "$f" -Y "(_ws.malformed || _ws.expert.severity == error) && $ug_not_garbage" -T fields -e frame.number 2>/dev/null | wc -l)
-  ((bad == 0)) || fail "$f: $bad malformed frames: $(tshark -r "$f" -Y '_ws.malformed' 2>/dev/null | head -3)"
+  ((bad == 0)) || fail "$f: $bad malformed frames (garbage sender QPN $ug_src, Hca1's IPoIB QPN $ug_ipoib1): $(tshark -n -r "$f" -Y "(_ws.malformed || _ws.expert.severity == error) && $ug_not_garbage" 2>/dev/null | head -3)
+frame slid dlid srcqp protocols: $(tshark -n -r "$f" -Y "(_ws.malformed || _ws.expert.severity == error) && $ug_not_garbage" -T fields -e frame.number -e infiniband.lrh.slid -e infiniband.lrh.dlid -e infiniband.deth.srcqp -e frame.protocols 2>/dev/null | head -3)"
 done
 ((n > 0)) || fail "tshark decoded no IPoIB packet in the captures"
 ((arp > 0)) || fail "tshark decoded no ARP with hardware type 32"
