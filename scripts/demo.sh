@@ -13,7 +13,8 @@
 # the clients while they run; then a whole subnet (scripts/sandbox.sh):
 # ibsim's net.2sw2path4hca with its switches in ibfabric and each host in a
 # network namespace, brought up by Debian's OpenSM and examined with
-# infiniband-diags, all unmodified, through the project's libibumad.so.3.
+# infiniband-diags, all unmodified, through the project's libibumad.so.3,
+# and IPoIB: two of its namespaces pinging each other over ib0 (docs/ipoib.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
