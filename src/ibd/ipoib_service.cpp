@@ -36,6 +36,11 @@ uint32_t mtu_bytes(uint8_t code) { return code >= 1 && code <= 5 ? 128u << code 
 // encoding (ibv_rate's values are IBA's); one the device does not know
 // (docs/simhca.md §7.6: 0..18) is the port's rate, 0.
 uint8_t av_rate(uint8_t sa_rate) { return sa_rate <= 18 ? sa_rate : 0; }
+// MCAST_JOIN's answer as the SA's record.
+Result<sa::McMemberRecord> join_record(Result<proto::McastJoinRep> r) {
+  if (!r) return r.take_error();
+  return sa::decode_mcmember_record(std::as_bytes(std::span(r->record)));
+}
 
 }  // namespace
 
@@ -94,9 +99,7 @@ void IpoibService::bring_up() {
     j.mgid = ipoib::broadcast_mgid(cfg_.pkey);
     sa_.mcast_join(kIpoibOwner, j, [this, ep, pa = *a, alive](Result<proto::McastJoinRep> r) {
       if (alive.expired()) return;
-      Result<sa::McMemberRecord> rec = r ? sa::decode_mcmember_record(std::as_bytes(std::span(r->record)))
-                                         : Result<sa::McMemberRecord>(r.take_error());
-      joined_broadcast(ep, pa, std::move(rec), false);
+      joined_broadcast(ep, pa, join_record(std::move(r)), false);
     });
   });
 }
@@ -122,9 +125,7 @@ void IpoibService::joined_broadcast(uint64_t ep, const hca::PortAttr& pa, Result
     j.mtu = pa.active_mtu;
     sa_.mcast_join(kIpoibOwner, j, [this, ep, pa, alive = std::weak_ptr<bool>(alive_)](Result<proto::McastJoinRep> r2) {
       if (alive.expired()) return;
-      Result<sa::McMemberRecord> rec = r2 ? sa::decode_mcmember_record(std::as_bytes(std::span(r2->record)))
-                                          : Result<sa::McMemberRecord>(r2.take_error());
-      joined_broadcast(ep, pa, std::move(rec), true);
+      joined_broadcast(ep, pa, join_record(std::move(r2)), true);
     });
     return;
   }
@@ -432,8 +433,7 @@ void IpoibService::join(const ipoib::Gid& mgid, bool send_only) {
       if (r) (void)sa_.mcast_leave(kIpoibOwner, {cfg_.port, mgid});
       return;
     }
-    auto rec = r ? sa::decode_mcmember_record(std::as_bytes(std::span(r->record)))
-                 : Result<sa::McMemberRecord>(r.take_error());
+    auto rec = join_record(std::move(r));
     if (!rec) {
       logger()->debug("{}: join {}: {}", cfg_.name, gid_text(mgid), rec.error().str());
       return bridge_->joined(mgid, false);

@@ -245,12 +245,4 @@ bool UdPort::on_cq_event(uint32_t cqn) {
   return true;
 }
 
-void UdPort::set_qkey_async(uint32_t qkey, hca::Completer<Result<void>> done) {
-  hca::QpAttr a;
-  a.qkey = qkey;
-  a.state = hca::QpState::kRts;
-  cfg_.qkey = qkey;
-  hca_.modify_qp_async(qp_.qpn, hca::qp_attr::kState | hca::qp_attr::kQkey, a, std::move(done));  // RTS->RTS, §8.2
-}
-
 }  // namespace openib::ipoib

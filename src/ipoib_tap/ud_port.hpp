@@ -84,8 +84,6 @@ class UdPort {
   void set_slots_freed(std::function<void()> f) { on_freed_ = std::move(f); }
   // The CQ's completion event: polls, hands receives over, reposts, re-arms.
   bool on_cq_event(uint32_t cqn);
-  // A Q_Key change (the broadcast group's, after a rejoin): MODIFY_QP in RTS.
-  void set_qkey_async(uint32_t qkey, hca::Completer<Result<void>> done);
 
   const UdPortCounters& counters() const { return counters_; }
 
