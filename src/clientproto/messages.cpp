@@ -42,6 +42,17 @@ const char* op_name(uint16_t op) {
     case Op::kServiceDelete: return "SERVICE_DELETE";
     case Op::kPathList: return "PATH_LIST";
     case Op::kIpoibInfo: return "IPOIB_INFO";
+    case Op::kCmOpen: return "CM_OPEN";
+    case Op::kCmListen: return "CM_LISTEN";
+    case Op::kCmConnect: return "CM_CONNECT";
+    case Op::kCmAccept: return "CM_ACCEPT";
+    case Op::kCmReject: return "CM_REJECT";
+    case Op::kCmDisconnect: return "CM_DISCONNECT";
+    case Op::kCmDestroy: return "CM_DESTROY";
+    case Op::kCmSidrQuery: return "CM_SIDR_QUERY";
+    case Op::kCmSidrReply: return "CM_SIDR_REPLY";
+    case Op::kCmInitQpAttr: return "CM_INIT_QP_ATTR";
+    case Op::kCmInfo: return "CM_INFO";
     case Op::kPathFlush: return "PATH_FLUSH";
   }
   return "UNKNOWN";

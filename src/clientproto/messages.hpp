@@ -82,6 +82,20 @@ enum class Op : uint16_t {
   kPathFlush = 30,      // PathFlushReq -> PathFlushRep (root or CAP_NET_ADMIN)
   // IPoIB (docs/ipoib.md): the interface, its neighbours, groups, counters.
   kIpoibInfo = 35,      // Empty -> UTF-8 JSON text
+  // The IB connection manager (docs/cm.md, docs/client-protocol.md
+  // "Connection manager"): ids owned by the connection, events on the CM
+  // socket CM_OPEN hands over (one per connection).
+  kCmOpen = 36,         // Empty -> Empty + the CM event socket (SOCK_SEQPACKET, read-only)
+  kCmListen = 37,       // CmListenReq -> HandleRep (the listening id)
+  kCmConnect = 38,      // CmConnectReq -> HandleRep (the id)
+  kCmAccept = 39,       // CmAcceptReq -> Empty
+  kCmReject = 40,       // CmRejectReq -> Empty
+  kCmDisconnect = 41,   // CmDisconnectReq -> Empty
+  kCmDestroy = 42,      // HandleReq (the id) -> Empty
+  kCmSidrQuery = 43,    // CmSidrQueryReq -> HandleRep (the id)
+  kCmSidrReply = 44,    // CmSidrReplyReq -> Empty
+  kCmInitQpAttr = 45,   // CmInitQpAttrReq -> CmInitQpAttrRep
+  kCmInfo = 46,         // Empty -> UTF-8 JSON text (ibdctl cm)
 };
 const char* op_name(uint16_t op);
 
@@ -461,6 +475,131 @@ struct PathFlushReq {
 struct PathFlushRep {
   uint32_t dropped = 0;  // entries dropped
   template <class V> void visit(V& v) { v(dropped); }
+};
+
+// ---- the connection manager (docs/cm.md) ---------------------------------
+// Private data travels as a length and the bytes; the wire carries each
+// message's fixed size (IBA 12.6), zero-padded.
+inline constexpr size_t kCmMaxPrivate = 224;
+using CmPrivate = std::array<uint8_t, kCmMaxPrivate>;
+// CmListenReq.flags: the listener takes SIDR_REQs (UD service) instead of REQs.
+inline constexpr uint8_t kCmListenSidr = 1;
+struct CmListenReq {
+  uint8_t port = 1;
+  uint8_t flags = 0;
+  uint64_t service_id = 0, service_mask = ~uint64_t{0};
+  template <class V> void visit(V& v) { v(port); v(flags); v(service_id); v(service_mask); }
+};
+// CmConnectReq/CmAcceptReq.flags: ibd leaves the QP alone; the client moves
+// it itself with CM_INIT_QP_ATTR's attributes (as ib_cm_init_qp_attr).
+inline constexpr uint8_t kCmManualQp = 1;
+struct CmConnectReq {
+  uint8_t port = 1;
+  uint8_t flags = 0;
+  uint32_t qp = 0;  // the client's QP handle (RC or UC), in RESET or INIT
+  uint64_t service_id = 0;
+  std::array<uint8_t, 64> path{};  // the primary PathRecord as on the wire (IBA 15.2.5.16)
+  uint8_t responder_resources = 0, initiator_depth = 0, retry_count = 7, rnr_retry_count = 7;
+  uint8_t max_cm_retries = 15, cm_response_timeout = 20;
+  uint8_t private_len = 0;  // at most 92 (REQ)
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) {
+    v(port); v(flags); v(qp); v(service_id); v(path); v(responder_resources); v(initiator_depth);
+    v(retry_count); v(rnr_retry_count); v(max_cm_retries); v(cm_response_timeout); v(private_len);
+    v(private_data);
+  }
+};
+struct CmAcceptReq {
+  uint32_t id = 0, qp = 0;
+  uint8_t flags = 0;
+  uint8_t responder_resources = 0, initiator_depth = 0, rnr_retry_count = 7;
+  uint8_t private_len = 0;  // at most 196 (REP)
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) {
+    v(id); v(qp); v(flags); v(responder_resources); v(initiator_depth); v(rnr_retry_count); v(private_len);
+    v(private_data);
+  }
+};
+struct CmRejectReq {
+  uint32_t id = 0;
+  uint16_t reason = 28;  // IBA 12.6.7.2: 28 consumer reject
+  uint8_t ari_len = 0;   // at most 72
+  std::array<uint8_t, 72> ari{};
+  uint8_t private_len = 0;  // at most 148 (REJ)
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) { v(id); v(reason); v(ari_len); v(ari); v(private_len); v(private_data); }
+};
+struct CmDisconnectReq {
+  uint32_t id = 0;
+  uint8_t private_len = 0;  // at most 220 (DREQ)
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) { v(id); v(private_len); v(private_data); }
+};
+struct CmSidrQueryReq {
+  uint8_t port = 1;
+  uint8_t max_cm_retries = 3, cm_response_timeout = 18;
+  uint64_t service_id = 0;
+  std::array<uint8_t, 64> path{};
+  uint8_t private_len = 0;  // at most 216 (SIDR_REQ)
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) {
+    v(port); v(max_cm_retries); v(cm_response_timeout); v(service_id); v(path); v(private_len); v(private_data);
+  }
+};
+struct CmSidrReplyReq {
+  uint32_t id = 0;
+  uint8_t status = 0;  // IBA 12.11.2: 0 valid, 2 rejected, ...
+  uint32_t qp = 0;     // the client's UD QP handle (status 0)
+  uint32_t qkey = 0;
+  uint8_t private_len = 0;  // at most 136 (SIDR_REP)
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) { v(id); v(status); v(qp); v(qkey); v(private_len); v(private_data); }
+};
+struct CmInitQpAttrReq {
+  uint32_t id = 0;
+  uint8_t state = 0;  // 1 INIT, 2 RTR, 3 RTS
+  template <class V> void visit(V& v) { v(id); v(state); }
+};
+struct CmInitQpAttrRep {
+  QpAttr attr;  // mask: the attributes the transition takes
+  template <class V> void visit(V& v) { attr.visit(v); }
+};
+// Events on the CM socket, one CmEventMsg per datagram (no header).
+enum class CmEventType : uint8_t {
+  kRequest = 1,            // a REQ for a listener: `id` is new, `listen_id` the listener
+  kReply = 2,              // the REP to a connect (its private data); established follows
+  kEstablished = 3,
+  kRejected = 4,           // `reason` (IBA 12.6.7.2), ARI, private data
+  kMraReceived = 5,        // the peer asked for more time
+  kDisconnectRequest = 6,  // the peer's DREQ (its private data); ibd answered DREP
+  kDisconnected = 7,       // our DREQ answered (or timed out: status ETIMEDOUT)
+  kTimewaitExit = 8,       // the id's QP may be reused
+  kTimeout = 9,            // REQ/REP/SIDR_REQ retries exhausted (status ETIMEDOUT)
+  kSidrRequest = 10,       // a SIDR_REQ for a SIDR listener: answer with CM_SIDR_REPLY
+  kSidrReply = 11,         // the answer to CM_SIDR_QUERY: sidr_status, QPN, Q_Key
+  kError = 12,             // ibd failed the id (status: an errno; e.g. the QP transition)
+};
+struct CmEventMsg {
+  uint8_t type = 0;
+  uint32_t id = 0, listen_id = 0;
+  int32_t status = 0;
+  uint16_t reason = 0;
+  uint8_t port = 0, sidr_status = 0;
+  uint64_t service_id = 0;
+  uint32_t remote_qpn = 0, starting_psn = 0, qkey = 0;
+  uint8_t responder_resources = 0, initiator_depth = 0, rnr_retry_count = 0, srq = 0;
+  uint16_t remote_lid = 0;
+  std::array<uint8_t, 16> remote_gid{};
+  uint8_t ari_len = 0;
+  std::array<uint8_t, 72> ari{};
+  uint8_t private_len = 0;
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) {
+    v(type); v(id); v(listen_id); v(status); v(reason); v(port); v(sidr_status); v(service_id);
+    v(remote_qpn); v(starting_psn); v(qkey); v(responder_resources); v(initiator_depth);
+    v(rnr_retry_count); v(srq); v(remote_lid); v(remote_gid); v(ari_len); v(ari); v(private_len);
+    v(private_data);
+  }
 };
 
 // ---- codec ----------------------------------------------------------------

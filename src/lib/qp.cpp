@@ -37,6 +37,8 @@ proto::QpAttr to_proto(const QpAttr& a, uint32_t mask) {
   return p;
 }
 
+}  // namespace
+
 QpAttr from_proto(const proto::QpAttr& p) {
   QpAttr a;
   a.state = QpState(p.state);
@@ -58,8 +60,6 @@ QpAttr from_proto(const proto::QpAttr& p) {
   a.av = lib::from_proto(p.av);
   return a;
 }
-
-}  // namespace
 
 Result<std::unique_ptr<Qp>> ContextImpl::create_qp(Pd& pd, const QpInit& init) {
   if (!init.send_cq || !init.recv_cq) return err(EINVAL, "create_qp: a send and a receive CQ are needed");
