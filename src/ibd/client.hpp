@@ -87,5 +87,7 @@ struct Client {
 
 inline constexpr size_t kMaxQueuedEvents = 256;
 inline constexpr size_t kMaxObjectsPerClient = 1u << 20;
+// CM ids (listeners, connections, SIDR requests) per client (docs/cm.md).
+inline constexpr size_t kMaxCmIdsPerClient = 1u << 17;
 
 }  // namespace openib::ibd

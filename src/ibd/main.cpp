@@ -170,11 +170,15 @@ int run(const Options& o) {
     ipoib = std::make_unique<IpoibService>(io, *hca, *sa_service, IpoibConfig{o.ipoib, o.ipoib_pkey, o.ipoib_port});
     server.set_ipoib(ipoib.get());
   }
+  // The connection manager on each port's MAD layer (docs/cm.md).
+  auto cm = std::make_unique<CmService>(io, *hca, *umad, hca->caps().num_ports);
+  server.set_cm(cm.get());
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());
     return 1;
   }
   sa_service->start();
+  cm->start();
   if (ipoib) ipoib->start();
 
   bool stopping = false;
@@ -347,6 +351,7 @@ int run(const Options& o) {
   restart_timer.cancel();
   server.stop();
   server_ptr.reset();  // before the HCA it uses
+  cm.reset();          // its CM agents, before the MAD layers
   umad.reset();        // QP0/QP1 and the issm files, before the HCA
   signals.cancel();
   chld.cancel();

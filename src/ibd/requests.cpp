@@ -143,6 +143,17 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kPathList: return done(op_path_list(c, m));
     case Op::kPathFlush: return done(op_path_flush(c, m));
     case Op::kIpoibInfo: return done(op_ipoib_info(c, m));
+    case Op::kCmOpen:
+    case Op::kCmListen:
+    case Op::kCmConnect:
+    case Op::kCmAccept:
+    case Op::kCmReject:
+    case Op::kCmDisconnect:
+    case Op::kCmDestroy:
+    case Op::kCmSidrQuery:
+    case Op::kCmSidrReply:
+    case Op::kCmInitQpAttr:
+    case Op::kCmInfo: return run(op_cm(c, m, done));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }
@@ -851,6 +862,133 @@ Result<Server::Reply> Server::op_ipoib_info(Client& c, proto::Message& m) {
   r.payload.resize(text.size());
   std::memcpy(r.payload.data(), text.data(), text.size());
   return r;
+}
+
+}  // namespace openib::ibd
+
+namespace openib::ibd {
+
+// CM_*: the connection manager (docs/cm.md, docs/client-protocol.md
+// "Connection manager"). Ids are the connection's own; QPs named must be
+// the client's.
+Result<void> Server::op_cm(Client& c, proto::Message& m, Respond& done) {
+  using proto::Op;
+  if (!cm_) return err(EOPNOTSUPP, "this ibd runs no connection manager");
+  OPENIB_TRY(expect_fds(m, 0));
+  auto reply_handle = [](uint32_t h) { return Reply{body(proto::HandleRep{h}), {}}; };
+  switch (static_cast<Op>(m.header.op)) {
+    case Op::kCmOpen: {
+      if (!m.body.empty()) return err(EINVAL, "CM_OPEN takes no body");
+      OPENIB_TRY_ASSIGN(UniqueFd fd, cm_->open(c.id));
+      Reply r;
+      r.fds.push_back(std::move(fd));
+      done(std::move(r));
+      return ok();
+    }
+    case Op::kCmListen: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmListenReq>(m.body));
+      if (cm_->ids_of(c.id) >= kMaxCmIdsPerClient) return err(ENOSPC, "too many CM ids for one client");
+      OPENIB_TRY_ASSIGN(uint32_t h, cm_->listen(c.id, req));
+      done(reply_handle(h));
+      return ok();
+    }
+    case Op::kCmConnect: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmConnectReq>(m.body));
+      if (cm_->ids_of(c.id) >= kMaxCmIdsPerClient) return err(ENOSPC, "too many CM ids for one client");
+      cm_->connect(c.id, req, guard<uint32_t>([done = std::move(done), reply_handle](Result<uint32_t> h) mutable {
+        if (!h) return done(h.take_error());
+        done(reply_handle(*h));
+      }));
+      return ok();
+    }
+    case Op::kCmAccept: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmAcceptReq>(m.body));
+      cm_->accept(c.id, req, guard<void>([done = std::move(done)](Result<void> r) mutable {
+        if (!r) return done(r.take_error());
+        done(Reply{});
+      }));
+      return ok();
+    }
+    case Op::kCmReject: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmRejectReq>(m.body));
+      OPENIB_TRY(cm_->reject(c.id, req));
+      done(Reply{});
+      return ok();
+    }
+    case Op::kCmDisconnect: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmDisconnectReq>(m.body));
+      OPENIB_TRY(cm_->disconnect(c.id, req));
+      done(Reply{});
+      return ok();
+    }
+    case Op::kCmDestroy: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
+      OPENIB_TRY(cm_->destroy(c.id, req.handle));
+      done(Reply{});
+      return ok();
+    }
+    case Op::kCmSidrQuery: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmSidrQueryReq>(m.body));
+      if (cm_->ids_of(c.id) >= kMaxCmIdsPerClient) return err(ENOSPC, "too many CM ids for one client");
+      OPENIB_TRY_ASSIGN(uint32_t h, cm_->sidr_query(c.id, req));
+      done(reply_handle(h));
+      return ok();
+    }
+    case Op::kCmSidrReply: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmSidrReplyReq>(m.body));
+      OPENIB_TRY(cm_->sidr_reply(c.id, req));
+      done(Reply{});
+      return ok();
+    }
+    case Op::kCmInitQpAttr: {
+      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmInitQpAttrReq>(m.body));
+      OPENIB_TRY_ASSIGN(auto rep, cm_->init_qp_attr(c.id, req));
+      done(Reply{body(rep), {}});
+      return ok();
+    }
+    case Op::kCmInfo: {
+      if (!m.body.empty()) return err(EINVAL, "CM_INFO takes no body");
+      const std::string text = cm_->json();
+      if (text.size() > proto::kMaxMessage - proto::kHeaderSize - 64) return err(EMSGSIZE, "CM state too large");
+      Reply r;
+      r.payload.resize(text.size());
+      std::memcpy(r.payload.data(), text.data(), text.size());
+      done(std::move(r));
+      return ok();
+    }
+    default: break;
+  }
+  return err(EOPNOTSUPP, "unknown CM operation {}", m.header.op);
+}
+
+void Server::set_cm(CmService* cm) {
+  cm_ = cm;
+  if (!cm_) return;
+  CmService::QpOps ops;
+  ops.lookup = [this](uint32_t id, uint32_t handle) -> Result<CmService::QpInfo> {
+    Client* c = client(id);
+    if (!c) return err(ENOTCONN, "client gone");
+    OPENIB_TRY_ASSIGN(Object * qp, find(*c, handle, Kind::kQp));
+    return CmService::QpInfo{qp->number, qp->qp_type, qp->qp_state};
+  };
+  ops.modify = [this](uint32_t id, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
+                      hca::Completer<Result<void>> done) {
+    Client* c = client(id);
+    if (!c) return done(err(ENOTCONN, "client gone"));
+    auto qp = find(*c, handle, Kind::kQp);
+    if (!qp) return done(qp.take_error());
+    const uint8_t state = (mask & hca::qp_attr::kState) ? static_cast<uint8_t>(a.state) : 0xff;
+    hca_.modify_qp_async((*qp)->number, mask, a,
+                         guard<void>([this, id, handle, state, done = std::move(done)](Result<void> r) mutable {
+                           if (r && state != 0xff) {
+                             if (Client* cl = owner(id))
+                               if (auto it = cl->objects.find(handle); it != cl->objects.end())
+                                 it->second.qp_state = state;
+                           }
+                           done(std::move(r));
+                         }));
+  };
+  cm_->set_qp_ops(std::move(ops));
 }
 
 }  // namespace openib::ibd

@@ -386,6 +386,9 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   // Its multicast joins left, its services deleted; a join it still waits
   // for is answered (ECANCELED) now, to the departing client.
   if (sa_) sa_->client_gone(id);
+  // Its CM ids: DREQ for a connection established, REJ for one being made
+  // (docs/cm.md "In ibd"); its QPs go with the rest below.
+  if (cm_) cm_->client_gone(id);
   continue_teardown(id);
 }
 
@@ -591,6 +594,7 @@ void Server::on_event(const hca::EventEntry& e) {
       // up keeps them stale (a warm start's restored ones too) and revalidates.
       if (sa_) sa_->port_state(port, new_state);
       if (ipoib_) ipoib_->port_state(port, new_state);
+      if (cm_) cm_->port_changed(port);
       if (new_state == hca::kPortActive) to_all(kIbvPortActive, proto::ObjKind::kPort, port);
       else if (old_state == hca::kPortActive) to_all(kIbvPortErr, proto::ObjKind::kPort, port);
       return;
@@ -598,6 +602,7 @@ void Server::on_event(const hca::EventEntry& e) {
     case prm::kEvLidChange: {
       logger()->info("port {}: LID {}", get8(e.data, 0), get16(e.data, 2));
       if (sa_) sa_->lid_changed(get8(e.data, 0), get16(e.data, 2));
+      if (cm_) cm_->port_changed(get8(e.data, 0));
       return to_all(kIbvLidChange, proto::ObjKind::kPort, get8(e.data, 0));
     }
     // docs/simhca.md §9.4, §14.3, §14.4: the SM's changes to the port. The
@@ -616,6 +621,7 @@ void Server::on_event(const hca::EventEntry& e) {
                      light ? (e.type == prm::kEvSmChange ? "SM change" : "client reregister")
                            : (e.type == prm::kEvPkeyChange ? "P_Key change" : "GID change"));
       if (sa_) sa_->port_event(port, light ? sa::Invalidation::kLight : sa::Invalidation::kHeavy);
+      if (cm_) cm_->port_changed(port);
       return to_all(ibv, proto::ObjKind::kPort, port);
     }
     case prm::kEvDeviceFatal:

@@ -17,6 +17,7 @@
 #include "clientproto/socket.hpp"
 #include "hca/hca.hpp"
 #include "ibd/client.hpp"
+#include "ibd/cm_service.hpp"
 #include "ibd/device_status.hpp"
 #include "ibd/quota.hpp"
 #include "ibd/ipoib_service.hpp"
@@ -82,6 +83,9 @@ class Server {
   // The user-MAD service (UMAD_* requests, its CQ events); may stay unset.
   void set_umad(UmadService* u) { umad_ = u; }
   void set_ipoib(IpoibService* i) { ipoib_ = i; }
+  // The connection manager (CM_* requests); may stay unset. Gives it the
+  // clients' QPs (lookup and modify, as MODIFY_QP).
+  void set_cm(CmService* c);
   // The SA client and path cache (PATH_QUERY, port events); may stay unset.
   void set_sa(SaService* s);
 
@@ -156,6 +160,7 @@ class Server {
   Result<void> op_sa_member(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_path_list(Client& c, proto::Message& m);
   Result<Reply> op_ipoib_info(Client& c, proto::Message& m);
+  Result<void> op_cm(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_path_flush(Client& c, proto::Message& m);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the
@@ -210,6 +215,7 @@ class Server {
   UmadService* umad_ = nullptr;
   SaService* sa_ = nullptr;
   IpoibService* ipoib_ = nullptr;
+  CmService* cm_ = nullptr;
   bool device_gone_ = false;
   DeviceState device_state_ = DeviceState::kRunning;
   uint64_t generation_ = 1;  // +1 each time the device comes back

@@ -1,0 +1,855 @@
+// ibd's connection manager service: see cm_service.hpp and docs/cm.md "In ibd".
+#include "ibd/cm_service.hpp"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/iba.hpp"
+#include "common/log.hpp"
+#include "sa/path_record.hpp"
+
+namespace openib::ibd {
+
+namespace {
+
+enum : uint8_t { kListen = 1, kConn = 2, kSidr = 3 };
+
+constexpr uint8_t kCmClass = 0x07, kCmVersion = 2;
+constexpr uint8_t kMethodGet = 0x01, kMethodSend = 0x03;
+constexpr uint16_t kAttrReq = 0x0010, kAttrRep = 0x0013, kAttrDreq = 0x0015, kAttrSidrReq = 0x0017;
+
+uint32_t random_psn() {
+  uint32_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != sizeof v) v = static_cast<uint32_t>(::time(nullptr));
+  return v & 0xffffff;
+}
+
+cm::Bytes private_span(const proto::CmPrivate& pd, uint8_t len) {
+  return {reinterpret_cast<const std::byte*>(pd.data()), std::min<size_t>(len, pd.size())};
+}
+
+Result<void> check_private(uint8_t len, size_t max, const char* what) {
+  if (len > max) return err(EINVAL, "{} carries at most {} bytes of private data, not {}", what, max, len);
+  return ok();
+}
+
+// The peer's QP1 along a path (IBA 13.5.1: GSI, Q_Key 0x80010000); a GRH
+// when the path leaves the subnet (hop limit > 1, IBA 15.2.5.16).
+mad::MadAddress peer_of(const sa::PathRecord& p) {
+  mad::MadAddress a;
+  a.qpn = 1;
+  a.qkey = iba::kGsiQkey;
+  a.lid = p.dlid;
+  a.sl = p.sl;
+  if (p.hop_limit > 1) {
+    a.grh = true;
+    a.gid = p.dgid;
+    a.hop_limit = p.hop_limit;
+    a.traffic_class = p.tclass;
+    a.flow_label = p.flow_label;
+  }
+  return a;
+}
+
+cm::CmPath cm_path_of(const sa::PathRecord& p) {
+  cm::CmPath c;
+  c.local_lid = p.slid;
+  c.remote_lid = p.dlid;
+  c.local_gid = p.sgid;
+  c.remote_gid = p.dgid;
+  c.flow_label = p.flow_label;
+  c.packet_rate = p.rate;
+  c.traffic_class = p.tclass;
+  c.hop_limit = p.hop_limit;
+  c.sl = p.sl;
+  c.subnet_local = p.hop_limit <= 1;
+  // IBA 12.6.5 Local ACK Timeout: the path's round trip plus the CA's ACK
+  // delay; the packet life time counts twice, i.e. + 1 in 2^t (ib_cm's rule).
+  c.local_ack_timeout = static_cast<uint8_t>(std::min(31, p.packet_life_time + 1));
+  return c;
+}
+
+// The INIT attributes ibd gives a connection's QP (IBA 11.2.4.2: port,
+// P_Key index 0, the remote access the CM offers, as rdma_cm's).
+std::pair<uint32_t, hca::QpAttr> init_attr(uint8_t port) {
+  hca::QpAttr a;
+  a.state = hca::QpState::kInit;
+  a.port = port;
+  a.pkey_index = 0;
+  a.access = hca::kAccessLocalWrite | hca::kAccessRemoteWrite | hca::kAccessRemoteRead | hca::kAccessRemoteAtomic;
+  return {hca::qp_attr::kState | hca::qp_attr::kPort | hca::qp_attr::kPkeyIndex | hca::qp_attr::kAccessFlags, a};
+}
+
+proto::Av to_proto_av(const hca::AddressVector& v) {
+  proto::Av a;
+  a.dlid = v.dlid;
+  a.sl = v.sl;
+  a.src_path_bits = v.src_path_bits;
+  a.static_rate = v.static_rate;
+  a.port = v.port;
+  a.grh = v.grh ? 1 : 0;
+  a.hop_limit = v.hop_limit;
+  a.flow_label = v.flow_label;
+  a.sgid_index = v.sgid_index;
+  a.traffic_class = v.traffic_class;
+  a.dgid = v.dgid;
+  return a;
+}
+
+void fill_private(proto::CmEventMsg& m, cm::Bytes pd) {
+  const size_t n = std::min(pd.size(), m.private_data.size());
+  std::memcpy(m.private_data.data(), pd.data(), n);
+  m.private_len = static_cast<uint8_t>(n);
+}
+
+}  // namespace
+
+CmService::CmService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports)
+    : io_(io), hca_(hca), umad_(umad), num_ports_(num_ports) {}
+
+CmService::~CmService() {
+  *alive_ = false;
+  for (auto& [p, port] : ports_) {
+    port.engine.reset();
+    if (port.layer && port.agent) port.layer->unregister_agent(port.agent);
+  }
+}
+
+void CmService::start() {
+  for (uint8_t p = 1; p <= num_ports_; ++p)
+    umad_.watch_layer(p, [this, p](mad::MadLayer* l) { on_layer(p, l); });
+}
+
+void CmService::on_layer(uint8_t port, mad::MadLayer* layer) {
+  Port& P = ports_[port];
+  ++P.generation;
+  if (!layer) {
+    // The device went (docs/cm.md "Device loss"): every id of the port fails.
+    auto owners = std::move(P.owners);
+    P.owners.clear();
+    P.engine.reset();
+    P.layer = nullptr;
+    P.agent = 0;
+    for (auto& [eid, o] : owners) {
+      auto s = sessions_.find(o.first);
+      if (s == sessions_.end()) continue;
+      if (auto it = s->second.ids.find(o.second); it != s->second.ids.end()) it->second.engine_id = 0;
+      proto::CmEventMsg m;
+      m.type = static_cast<uint8_t>(proto::CmEventType::kError);
+      m.id = o.second;
+      m.port = port;
+      m.status = ENODEV;
+      emit(o.first, m);
+    }
+    return;
+  }
+  P.layer = layer;
+  mad::AgentSpec spec;
+  spec.mgmt_class = kCmClass;
+  spec.class_version = kCmVersion;
+  spec.methods[0] = (uint64_t{1} << kMethodSend) | (uint64_t{1} << kMethodGet);
+  auto a = layer->register_agent(spec, [this, port](const mad::Delivery& d) {
+    if (d.status != 0) return;  // our sends await nothing; nothing comes back
+    Port& pt = ports_[port];
+    if (pt.engine) pt.engine->on_mad(d.from, d.data);
+  });
+  if (!a) {
+    log::get("cm")->error("port {}: the CM agent (class 0x07 version 2) cannot be registered: {}", port,
+                          a.error().message);
+    return;
+  }
+  P.agent = *a;
+  const uint64_t gen = P.generation;
+  hca_.query_port_async(port, [this, alive = std::weak_ptr<bool>(alive_), port, gen](Result<hca::PortAttr> r) {
+    if (alive.expired()) return;
+    if (!r) {
+      log::get("cm")->error("port {}: QUERY_PORT for the CM failed: {}", port, r.error().message);
+      return;
+    }
+    make_engine(port, gen, *r);
+  });
+}
+
+void CmService::make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a) {
+  Port& P = ports_[port];
+  if (P.generation != gen || !P.layer) return;
+  cm::PortInfo info;
+  info.ca_guid = hca_.caps().node_guid;
+  info.gid = sa::make_gid(a.gid_prefix, a.port_guid);
+  info.lid = a.lid;
+  info.ca_ack_delay = hca_.caps().local_ca_ack_delay;
+  if (P.engine) return P.engine->set_port(info);
+  cm::Env env;
+  env.send = [this, port](const mad::MadAddress& to, mad::ByteVec mad) -> Result<void> {
+    Port& pt = ports_[port];
+    if (!pt.layer || !pt.agent) return err(ENETDOWN, "port {}: no MAD layer", port);
+    return pt.layer->send(pt.agent, to, mad, 0, 0);
+  };
+  env.event = [this, port](const cm::Event& e) { on_engine_event(port, e); };
+  P.engine = std::make_unique<cm::Engine>(io_, std::move(env), info);
+  log::get("cm")->info("port {}: the connection manager is up (LID {}, CA GUID {:#018x})", port, a.lid,
+                       info.ca_guid);
+}
+
+void CmService::port_changed(uint8_t port) {
+  auto it = ports_.find(port);
+  if (it == ports_.end() || !it->second.engine) return;
+  const uint64_t gen = it->second.generation;
+  hca_.query_port_async(port, [this, alive = std::weak_ptr<bool>(alive_), port, gen](Result<hca::PortAttr> r) {
+    if (!alive.expired() && r) make_engine(port, gen, *r);
+  });
+}
+
+// ---- sessions and events ---------------------------------------------------
+
+Result<UniqueFd> CmService::open(uint32_t client) {
+  if (sessions_.count(client)) return err(EBUSY, "this connection has its CM socket already");
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
+    return err(errno, "socketpair: {}", std::strerror(errno));
+  UniqueFd ours(sv[0]), theirs(sv[1]);
+  // Room for bursts (10,000 connections' events); the queue below takes the rest.
+  int sz = 4 << 20;
+  if (::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz) != 0)
+    (void)::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+  ::shutdown(ours.get(), SHUT_RD);  // the socket is ibd's to write only: the client's writes fail
+  // The client's end blocks (get_event polls first).
+  if (int fl = ::fcntl(theirs.get(), F_GETFL); fl >= 0) (void)::fcntl(theirs.get(), F_SETFL, fl & ~O_NONBLOCK);
+  Session s;
+  s.client = client;
+  s.sock = std::make_unique<boost::asio::posix::stream_descriptor>(io_, ours.release());
+  sessions_.emplace(client, std::move(s));
+  ++counters_.opens;
+  return theirs;
+}
+
+void CmService::emit(uint32_t client, proto::CmEventMsg m) {
+  auto it = sessions_.find(client);
+  if (it == sessions_.end() || !it->second.sock) return;
+  Session& s = it->second;
+  ++counters_.events;
+  s.out.push_back(proto::encode(m));
+  if (s.out.size() > kMaxQueuedEvents) {
+    // The client reads none of its events: its CM socket is closed, so it
+    // learns (ECONNRESET) instead of missing some silently.
+    ++counters_.sessions_overrun;
+    log::get("cm")->warn("client {}: {} CM events unread; its CM socket is closed", client, s.out.size());
+    s.out.clear();
+    s.sock.reset();
+    return;
+  }
+  if (!s.write_waiting) flush(s);
+}
+
+void CmService::flush(Session& s) {
+  while (!s.out.empty() && s.sock) {
+    const auto& b = s.out.front();
+    ssize_t n = ::send(s.sock->native_handle(), b.data(), b.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      s.write_waiting = true;
+      s.sock->async_wait(boost::asio::posix::stream_descriptor::wait_write,
+                         [this, alive = std::weak_ptr<bool>(alive_), client = s.client](boost::system::error_code ec) {
+                           if (alive.expired() || ec) return;
+                           auto it = sessions_.find(client);
+                           if (it == sessions_.end()) return;
+                           it->second.write_waiting = false;
+                           flush(it->second);
+                         });
+      return;
+    }
+    if (n < 0) {  // the client closed its end: nothing more to tell it
+      s.out.clear();
+      s.sock.reset();
+      return;
+    }
+    s.out.pop_front();
+  }
+}
+
+void CmService::close_session(uint32_t client) {
+  auto it = sessions_.find(client);
+  if (it == sessions_.end()) return;
+  for (auto& [h, rec] : it->second.ids) {
+    if (!rec.engine_id) continue;
+    auto p = ports_.find(rec.port);
+    if (p == ports_.end()) continue;
+    p->second.owners.erase(rec.engine_id);
+    if (p->second.engine) p->second.engine->destroy(rec.engine_id);
+  }
+  if (it->second.sock) {
+    boost::system::error_code ec;
+    it->second.sock->cancel(ec);
+  }
+  sessions_.erase(it);
+}
+
+void CmService::client_gone(uint32_t client) { close_session(client); }
+
+size_t CmService::ids_of(uint32_t client) const {
+  auto it = sessions_.find(client);
+  return it == sessions_.end() ? 0 : it->second.ids.size();
+}
+
+Result<std::pair<CmService::Session*, CmService::IdRec*>> CmService::find(uint32_t client, uint32_t handle) {
+  auto s = sessions_.find(client);
+  if (s == sessions_.end()) return err(ENOTCONN, "CM_OPEN first");
+  auto it = s->second.ids.find(handle);
+  if (it == s->second.ids.end()) return err(ENOENT, "no CM id {}", handle);
+  return std::pair<Session*, IdRec*>{&s->second, &it->second};
+}
+
+Result<cm::Engine*> CmService::engine(uint8_t port) {
+  if (port < 1 || port > num_ports_) return err(EINVAL, "no port {}", port);
+  auto it = ports_.find(port);
+  if (it == ports_.end() || !it->second.engine) {
+    ++counters_.requests_without_engine;
+    return err(ENETDOWN, "port {}: the connection manager is not running (no MAD layer)", port);
+  }
+  return it->second.engine.get();
+}
+
+uint32_t CmService::add_id(Session& s, IdRec rec) {
+  uint32_t h = s.next_handle++;
+  while (h == 0 || s.ids.count(h)) h = s.next_handle++;
+  if (rec.engine_id) ports_[rec.port].owners[rec.engine_id] = {s.client, h};
+  s.ids.emplace(h, rec);
+  return h;
+}
+
+// ---- QP transitions --------------------------------------------------------
+
+Result<std::pair<uint32_t, hca::QpAttr>> CmService::hca_attr(uint8_t port, uint32_t engine_id, uint8_t state,
+                                                            uint32_t sq_psn) {
+  if (state == 1) return init_attr(port);
+  OPENIB_TRY_ASSIGN(cm::Engine * e, engine(port));
+  OPENIB_TRY_ASSIGN(cm::QpParams q, e->qp_params(engine_id, state));
+  using P = cm::QpParams;
+  namespace m = hca::qp_attr;
+  uint32_t mask = m::kState;
+  hca::QpAttr a;
+  a.state = static_cast<hca::QpState>(state);
+  if (q.mask & P::kPkeyIndex) mask |= m::kPkeyIndex, a.pkey_index = q.pkey_index;
+  if (q.mask & P::kAccess) {
+    mask |= m::kAccessFlags;
+    a.access = hca::kAccessLocalWrite;
+    if (q.access & P::kAccessRemoteWrite) a.access |= hca::kAccessRemoteWrite;
+    if (q.access & P::kAccessRemoteRead) a.access |= hca::kAccessRemoteRead;
+    if (q.access & P::kAccessRemoteAtomic) a.access |= hca::kAccessRemoteAtomic;
+  }
+  if (q.mask & P::kAv) {
+    mask |= m::kAv;
+    a.av.dlid = q.av.lid;
+    a.av.sl = q.av.sl;
+    a.av.src_path_bits = q.av.path_bits;
+    a.av.port = port;
+    a.av.grh = q.av.grh;
+    a.av.hop_limit = q.av.hop_limit;
+    a.av.flow_label = q.av.flow_label;
+    a.av.sgid_index = q.av.gid_index;
+    a.av.traffic_class = q.av.traffic_class;
+    a.av.dgid = q.av.gid;
+  }
+  if (q.mask & P::kPathMtu) mask |= m::kPathMtu, a.path_mtu = q.path_mtu;
+  if (q.mask & P::kDestQpn) mask |= m::kDestQpn, a.dest_qpn = q.dest_qpn;
+  if (q.mask & P::kRqPsn) mask |= m::kRqPsn, a.rq_psn = q.rq_psn;
+  if (q.mask & P::kMaxDestRdAtomic) mask |= m::kMaxDestRdAtomic, a.max_dest_rd_atomic = q.max_dest_rd_atomic;
+  if (q.mask & P::kMinRnrTimer) mask |= m::kMinRnrTimer, a.min_rnr_timer = q.min_rnr_timer;
+  if (q.mask & P::kSqPsn) mask |= m::kSqPsn, a.sq_psn = q.sq_psn;
+  if (q.mask & P::kTimeout) mask |= m::kTimeout, a.timeout = q.timeout;
+  if (q.mask & P::kRetryCnt) mask |= m::kRetryCnt, a.retry_cnt = q.retry_cnt;
+  if (q.mask & P::kRnrRetry) mask |= m::kRnrRetry, a.rnr_retry = q.rnr_retry;
+  if (q.mask & P::kMaxRdAtomic) mask |= m::kMaxQpRdAtomic, a.max_rd_atomic = q.max_rd_atomic;
+  // The passive side's own send PSN (chosen at accept, before the engine knows it).
+  if (state == 3 && sq_psn != UINT32_MAX) mask |= m::kSqPsn, a.sq_psn = sq_psn;
+  return std::pair<uint32_t, hca::QpAttr>{mask, a};
+}
+
+void CmService::move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
+                        std::vector<uint8_t> states, uint32_t sq_psn, Done done) {
+  if (states.empty()) return done(ok());
+  const uint8_t state = states.front();
+  states.erase(states.begin());
+  auto attr = hca_attr(port, engine_id, state, sq_psn);
+  if (!attr) return done(attr.take_error());
+  ++counters_.qp_transitions;
+  qp_.modify(client, qp_handle, attr->first, attr->second,
+             [this, alive = std::weak_ptr<bool>(alive_), client, qp_handle, port, engine_id,
+              states = std::move(states), sq_psn, done = std::move(done)](Result<void> r) mutable {
+               if (alive.expired()) return;
+               if (!r) {
+                 ++counters_.qp_transition_errors;
+                 return done(err(r.error().code, "QP transition: {}", r.error().message));
+               }
+               move_qp(client, qp_handle, port, engine_id, std::move(states), sq_psn, std::move(done));
+             });
+}
+
+void CmService::qp_to_error(uint32_t client, const IdRec& rec) {
+  if (rec.manual || rec.kind != kConn || !rec.qp || !qp_.modify) return;
+  hca::QpAttr a;
+  a.state = hca::QpState::kErr;
+  ++counters_.qp_transitions;
+  qp_.modify(client, rec.qp, hca::qp_attr::kState, a, [this, alive = std::weak_ptr<bool>(alive_)](Result<void> r) {
+    if (!alive.expired() && !r) ++counters_.qp_transition_errors;  // the QP may be gone already
+  });
+}
+
+// ---- requests ----------------------------------------------------------------
+
+Result<uint32_t> CmService::listen(uint32_t client, const proto::CmListenReq& r) {
+  auto s = sessions_.find(client);
+  if (s == sessions_.end()) return err(ENOTCONN, "CM_OPEN first");
+  if (r.flags & ~proto::kCmListenSidr) return err(EINVAL, "unknown CM_LISTEN flags {:#x}", r.flags);
+  OPENIB_TRY_ASSIGN(cm::Engine * e, engine(r.port));
+  OPENIB_TRY_ASSIGN(uint32_t eid, e->listen(r.service_id, r.service_mask, client));
+  IdRec rec;
+  rec.port = r.port;
+  rec.kind = kListen;
+  rec.engine_id = eid;
+  return add_id(s->second, rec);
+}
+
+void CmService::connect(uint32_t client, const proto::CmConnectReq& r, IdDone done) {
+  auto s = sessions_.find(client);
+  if (s == sessions_.end()) return done(err(ENOTCONN, "CM_OPEN first"));
+  if (r.flags & ~proto::kCmManualQp) return done(err(EINVAL, "unknown CM_CONNECT flags {:#x}", r.flags));
+  if (auto c = check_private(r.private_len, 92, "a REQ"); !c) return done(c.take_error());
+  if (auto e = engine(r.port); !e) return done(e.take_error());
+  auto path = sa::decode_path_record(std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.path.data()), 64));
+  if (!path) return done(path.take_error());
+  if (path->dlid == 0) return done(err(EINVAL, "the path has no DLID"));
+  auto qp = qp_.lookup(client, r.qp);
+  if (!qp) return done(qp.take_error());
+  if (qp->type > 1) return done(err(EINVAL, "CM_CONNECT takes an RC or UC QP (UD: SIDR)"));
+  const bool manual = r.flags & proto::kCmManualQp;
+  if (!manual && qp->state > 1) return done(err(EINVAL, "the QP must be in RESET or INIT, not state {}", qp->state));
+  // Sends the REQ once the QP is in INIT (or at once for a manual QP).
+  auto send_req = [this, client, r, path = *path, qpn = qp->qpn, type = qp->type, manual](IdDone fin) mutable {
+    auto ss = sessions_.find(client);
+    if (ss == sessions_.end()) return fin(err(ENOTCONN, "client gone"));
+    auto e = engine(r.port);
+    if (!e) return fin(e.take_error());
+    cm::ConnectParams p;
+    p.service_id = r.service_id;
+    p.peer = peer_of(path);
+    p.primary = cm_path_of(path);
+    p.pkey = path.pkey ? path.pkey : 0xffff;
+    p.path_mtu = path.mtu;
+    p.qpn = qpn;
+    p.qp_type = type;
+    p.responder_resources = r.responder_resources;
+    p.initiator_depth = r.initiator_depth;
+    p.retry_count = r.retry_count;
+    p.rnr_retry_count = r.rnr_retry_count;
+    p.max_cm_retries = r.max_cm_retries;
+    p.cm_response_timeout = r.cm_response_timeout;
+    p.private_data = private_span(r.private_data, r.private_len);
+    auto id = (*e)->connect(p, client);
+    if (!id) return fin(id.take_error());
+    IdRec rec;
+    rec.port = r.port;
+    rec.kind = kConn;
+    rec.manual = manual;
+    rec.active = true;
+    rec.engine_id = *id;
+    rec.qp = r.qp;
+    rec.responder_resources = r.responder_resources;
+    rec.initiator_depth = r.initiator_depth;
+    fin(add_id(ss->second, rec));
+  };
+  if (manual || qp->state == 1) return send_req(std::move(done));
+  move_qp(client, r.qp, r.port, 0, {1}, UINT32_MAX,
+          [send_req = std::move(send_req), done = std::move(done)](Result<void> m) mutable {
+            if (!m) return done(m.take_error());
+            send_req(std::move(done));
+          });
+}
+
+void CmService::accept(uint32_t client, const proto::CmAcceptReq& r, Done done) {
+  auto f = find(client, r.id);
+  if (!f) return done(f.take_error());
+  IdRec& rec = *f->second;
+  if (rec.kind != kConn || !rec.engine_id) return done(err(EINVAL, "CM id {} is not a connection", r.id));
+  if (r.flags & ~proto::kCmManualQp) return done(err(EINVAL, "unknown CM_ACCEPT flags {:#x}", r.flags));
+  auto e = engine(rec.port);
+  if (!e) return done(e.take_error());
+  if (rec.active) {
+    // A manual_qp connect after kReply: the client moved its QP; the RTU.
+    if (!rec.manual) return done(err(EINVAL, "ibd answers the REP of CM id {} itself", r.id));
+    if (auto c = check_private(r.private_len, 224, "an RTU"); !c) return done(c.take_error());
+    if (auto s = (*e)->send_rtu(rec.engine_id, private_span(r.private_data, r.private_len)); !s)
+      return done(s.take_error());
+    proto::CmEventMsg m;
+    m.type = static_cast<uint8_t>(proto::CmEventType::kEstablished);
+    m.id = r.id;
+    m.port = rec.port;
+    emit(client, m);
+    return done(ok());
+  }
+  if (auto c = check_private(r.private_len, 196, "a REP"); !c) return done(c.take_error());
+  auto qp = qp_.lookup(client, r.qp);
+  if (!qp) return done(qp.take_error());
+  if (qp->type > 1) return done(err(EINVAL, "CM_ACCEPT takes an RC or UC QP"));
+  const bool manual = r.flags & proto::kCmManualQp;
+  if (!manual && qp->state > 1) return done(err(EINVAL, "the QP must be in RESET or INIT, not state {}", qp->state));
+  rec.manual = manual;
+  rec.qp = r.qp;
+  rec.responder_resources = r.responder_resources;
+  rec.initiator_depth = r.initiator_depth;
+  const uint32_t psn = random_psn();
+  const uint32_t eid = rec.engine_id;
+  const uint8_t port = rec.port;
+  auto send_rep = [this, client, r, psn, eid, port, qpn = qp->qpn](Done fin) {
+    auto en = engine(port);
+    if (!en) return fin(en.take_error());
+    cm::AcceptParams p;
+    p.qpn = qpn;
+    p.starting_psn = psn;
+    p.responder_resources = r.responder_resources;
+    p.initiator_depth = r.initiator_depth;
+    p.rnr_retry_count = r.rnr_retry_count;
+    p.target_ack_delay = hca_.caps().local_ca_ack_delay;
+    p.private_data = private_span(r.private_data, r.private_len);
+    auto a = (*en)->accept(eid, p);
+    if (!a) {
+      if (auto fr = find(client, r.id); fr) qp_to_error(client, *fr->second);
+      return fin(a.take_error());
+    }
+    fin(ok());
+  };
+  if (manual) return send_rep(std::move(done));
+  std::vector<uint8_t> states;
+  if (qp->state == 0) states.push_back(1);
+  states.push_back(2);
+  states.push_back(3);
+  // RTR and RTS before the REP, as Linux's rdma_accept: the peer may send
+  // as soon as it has the REP.
+  move_qp(client, r.qp, port, eid, std::move(states), psn,
+          [send_rep = std::move(send_rep), done = std::move(done)](Result<void> m) mutable {
+            if (!m) return done(m.take_error());
+            send_rep(std::move(done));
+          });
+}
+
+Result<void> CmService::reject(uint32_t client, const proto::CmRejectReq& r) {
+  OPENIB_TRY_ASSIGN(auto f, find(client, r.id));
+  IdRec& rec = *f.second;
+  if (rec.kind != kConn || !rec.engine_id) return err(EINVAL, "CM id {} is not a connection", r.id);
+  OPENIB_TRY(check_private(r.private_len, 148, "a REJ"));
+  if (r.ari_len > r.ari.size()) return err(EINVAL, "ARI of {} bytes: at most 72", r.ari_len);
+  OPENIB_TRY_ASSIGN(cm::Engine * e, engine(rec.port));
+  OPENIB_TRY(e->reject(rec.engine_id, r.reason,
+                       cm::Bytes(reinterpret_cast<const std::byte*>(r.ari.data()), r.ari_len),
+                       private_span(r.private_data, r.private_len)));
+  qp_to_error(client, rec);
+  return ok();
+}
+
+Result<void> CmService::disconnect(uint32_t client, const proto::CmDisconnectReq& r) {
+  OPENIB_TRY_ASSIGN(auto f, find(client, r.id));
+  IdRec& rec = *f.second;
+  if (rec.kind != kConn || !rec.engine_id) return err(EINVAL, "CM id {} is not a connection", r.id);
+  OPENIB_TRY(check_private(r.private_len, 220, "a DREQ"));
+  OPENIB_TRY_ASSIGN(cm::Engine * e, engine(rec.port));
+  // As rdma_disconnect: the QP to ERROR, then the DREQ.
+  OPENIB_TRY(e->disconnect(rec.engine_id, private_span(r.private_data, r.private_len)));
+  qp_to_error(client, rec);
+  return ok();
+}
+
+Result<void> CmService::destroy(uint32_t client, uint32_t id) {
+  OPENIB_TRY_ASSIGN(auto f, find(client, id));
+  IdRec rec = *f.second;
+  f.first->ids.erase(id);
+  if (rec.engine_id) {
+    auto p = ports_.find(rec.port);
+    if (p != ports_.end()) {
+      p->second.owners.erase(rec.engine_id);
+      if (p->second.engine) p->second.engine->destroy(rec.engine_id);
+    }
+  }
+  return ok();
+}
+
+Result<uint32_t> CmService::sidr_query(uint32_t client, const proto::CmSidrQueryReq& r) {
+  auto s = sessions_.find(client);
+  if (s == sessions_.end()) return err(ENOTCONN, "CM_OPEN first");
+  OPENIB_TRY(check_private(r.private_len, 216, "a SIDR_REQ"));
+  OPENIB_TRY_ASSIGN(cm::Engine * e, engine(r.port));
+  OPENIB_TRY_ASSIGN(auto path, sa::decode_path_record(
+                                   std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.path.data()), 64)));
+  if (path.dlid == 0) return err(EINVAL, "the path has no DLID");
+  cm::SidrParams p;
+  p.service_id = r.service_id;
+  p.peer = peer_of(path);
+  p.pkey = path.pkey ? path.pkey : 0xffff;
+  p.max_cm_retries = r.max_cm_retries;
+  p.cm_response_timeout = r.cm_response_timeout;
+  p.private_data = private_span(r.private_data, r.private_len);
+  OPENIB_TRY_ASSIGN(uint32_t eid, e->sidr_request(p, client));
+  IdRec rec;
+  rec.port = r.port;
+  rec.kind = kSidr;
+  rec.active = true;
+  rec.engine_id = eid;
+  return add_id(s->second, rec);
+}
+
+Result<void> CmService::sidr_reply(uint32_t client, const proto::CmSidrReplyReq& r) {
+  OPENIB_TRY_ASSIGN(auto f, find(client, r.id));
+  IdRec& rec = *f.second;
+  if (rec.kind != kSidr || rec.active || !rec.engine_id) return err(EINVAL, "CM id {} is no SIDR request", r.id);
+  OPENIB_TRY(check_private(r.private_len, 136, "a SIDR_REP"));
+  uint32_t qpn = 0;
+  if (r.status == 0) {
+    OPENIB_TRY_ASSIGN(auto qp, qp_.lookup(client, r.qp));
+    if (qp.type != 2) return err(EINVAL, "a SIDR reply names a UD QP");
+    qpn = qp.qpn;
+  }
+  OPENIB_TRY_ASSIGN(cm::Engine * e, engine(rec.port));
+  OPENIB_TRY(e->sidr_reply(rec.engine_id, r.status, qpn, r.qkey, private_span(r.private_data, r.private_len)));
+  ports_[rec.port].owners.erase(rec.engine_id);
+  rec.engine_id = 0;  // answered: the engine forgot it
+  return ok();
+}
+
+Result<proto::CmInitQpAttrRep> CmService::init_qp_attr(uint32_t client, const proto::CmInitQpAttrReq& r) {
+  OPENIB_TRY_ASSIGN(auto f, find(client, r.id));
+  IdRec& rec = *f.second;
+  if (rec.kind != kConn || !rec.engine_id) return err(EINVAL, "CM id {} is not a connection", r.id);
+  if (r.state < 1 || r.state > 3) return err(EINVAL, "CM_INIT_QP_ATTR: state {} (1 INIT, 2 RTR, 3 RTS)", r.state);
+  OPENIB_TRY_ASSIGN(auto a, hca_attr(rec.port, rec.engine_id, r.state, UINT32_MAX));
+  proto::CmInitQpAttrRep rep;
+  auto& q = rep.attr;
+  q.mask = a.first;
+  const hca::QpAttr& h = a.second;
+  q.state = static_cast<uint8_t>(h.state);
+  q.port = h.port;
+  q.path_mtu = h.path_mtu;
+  q.pkey_index = h.pkey_index;
+  q.access = h.access;
+  q.dest_qpn = h.dest_qpn;
+  q.rq_psn = h.rq_psn;
+  q.sq_psn = h.sq_psn;
+  q.timeout = h.timeout;
+  q.retry_cnt = h.retry_cnt;
+  q.rnr_retry = h.rnr_retry;
+  q.min_rnr_timer = h.min_rnr_timer;
+  q.max_rd_atomic = h.max_rd_atomic;
+  q.max_dest_rd_atomic = h.max_dest_rd_atomic;
+  q.av = to_proto_av(h.av);
+  return rep;
+}
+
+// ---- engine events -------------------------------------------------------------
+
+void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
+  using T = proto::CmEventType;
+  Port& P = ports_[port];
+  proto::CmEventMsg m;
+  m.port = port;
+  m.service_id = e.service_id;
+  m.remote_qpn = e.remote_qpn;
+  m.starting_psn = e.starting_psn;
+  m.responder_resources = e.responder_resources;
+  m.initiator_depth = e.initiator_depth;
+  m.rnr_retry_count = e.rnr_retry_count;
+  m.srq = e.srq ? 1 : 0;
+  m.remote_lid = e.peer.lid;
+  if (e.path) m.remote_gid = e.path->local_gid;  // the REQ's sender
+  fill_private(m, e.private_data);
+
+  // A new id from a listener.
+  if (e.type == cm::EventType::kReqReceived || e.type == cm::EventType::kSidrReqReceived) {
+    auto lo = P.owners.find(e.listen_id);
+    auto s = lo == P.owners.end() ? sessions_.end() : sessions_.find(lo->second.first);
+    if (s == sessions_.end()) {  // the listener's client is gone: nobody to ask
+      boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), port, id = e.id] {
+        if (alive.expired()) return;
+        if (auto& pt = ports_[port]; pt.engine) pt.engine->destroy(id);
+      });
+      return;
+    }
+    IdRec rec;
+    rec.port = port;
+    rec.kind = e.type == cm::EventType::kReqReceived ? kConn : kSidr;
+    rec.engine_id = e.id;
+    m.id = add_id(s->second, rec);
+    m.listen_id = lo->second.second;
+    m.type = static_cast<uint8_t>(e.type == cm::EventType::kReqReceived ? T::kRequest : T::kSidrRequest);
+    m.qkey = e.qkey;
+    return emit(s->first, m);
+  }
+
+  auto o = P.owners.find(e.id);
+  if (o == P.owners.end()) return;  // destroyed by its client: no more events
+  const uint32_t client = o->second.first, handle = o->second.second;
+  m.id = handle;
+  auto sit = sessions_.find(client);
+  if (sit == sessions_.end()) return;
+  auto rit = sit->second.ids.find(handle);
+  if (rit == sit->second.ids.end()) return;
+  IdRec& rec = rit->second;
+  auto forget = [&] {
+    P.owners.erase(e.id);
+    rec.engine_id = 0;
+  };
+
+  switch (e.type) {
+    case cm::EventType::kRepReceived: {
+      m.type = static_cast<uint8_t>(T::kReply);
+      emit(client, m);
+      if (rec.manual) return;  // the client moves its QP and sends the RTU (CM_ACCEPT)
+      move_qp(client, rec.qp, port, e.id, {2, 3}, UINT32_MAX,
+              [this, port, client, handle, eid = e.id](Result<void> r) {
+                auto f = find(client, handle);
+                auto en = engine(port);
+                if (!f || !en || f->second->engine_id != eid) return;
+                proto::CmEventMsg ev;
+                ev.id = handle;
+                ev.port = port;
+                if (r) {
+                  if (auto s = (*en)->send_rtu(eid, {}); !s) {
+                    r = s.take_error();
+                  } else {
+                    ev.type = static_cast<uint8_t>(proto::CmEventType::kEstablished);
+                    return emit(client, ev);
+                  }
+                }
+                (void)(*en)->reject(eid, 28, {}, {});
+                qp_to_error(client, *f->second);
+                ev.type = static_cast<uint8_t>(proto::CmEventType::kError);
+                ev.status = r.error().code;
+                emit(client, ev);
+              });
+      return;
+    }
+    case cm::EventType::kRtuReceived:
+    case cm::EventType::kEstablished:
+      m.type = static_cast<uint8_t>(T::kEstablished);
+      return emit(client, m);
+    case cm::EventType::kRejReceived:
+      m.type = static_cast<uint8_t>(T::kRejected);
+      m.reason = e.reason;
+      m.ari_len = static_cast<uint8_t>(std::min(e.ari.size(), m.ari.size()));
+      std::memcpy(m.ari.data(), e.ari.data(), m.ari_len);
+      qp_to_error(client, rec);
+      return emit(client, m);
+    case cm::EventType::kMraReceived:
+      m.type = static_cast<uint8_t>(T::kMraReceived);
+      return emit(client, m);
+    case cm::EventType::kDreqReceived:
+      m.type = static_cast<uint8_t>(T::kDisconnectRequest);
+      qp_to_error(client, rec);
+      // ibd answers at once (as rdma_cm does); the engine is not re-entered.
+      boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), port, eid = e.id] {
+        if (alive.expired()) return;
+        if (auto& pt = ports_[port]; pt.engine) (void)pt.engine->send_drep(eid, {});
+      });
+      return emit(client, m);
+    case cm::EventType::kStale:
+      m.type = static_cast<uint8_t>(T::kDisconnectRequest);
+      m.status = ESTALE;
+      qp_to_error(client, rec);
+      return emit(client, m);
+    case cm::EventType::kDrepReceived:
+      m.type = static_cast<uint8_t>(T::kDisconnected);
+      return emit(client, m);
+    case cm::EventType::kTimewaitExit:
+      m.type = static_cast<uint8_t>(T::kTimewaitExit);
+      forget();
+      return emit(client, m);
+    case cm::EventType::kTimeout:
+      m.status = ETIMEDOUT;
+      if (e.attr_id == kAttrDreq) {
+        m.type = static_cast<uint8_t>(T::kDisconnected);
+      } else {
+        m.type = static_cast<uint8_t>(T::kTimeout);
+        if (e.attr_id == kAttrSidrReq) forget();
+        if (e.attr_id == kAttrReq || e.attr_id == kAttrRep) qp_to_error(client, rec);
+      }
+      return emit(client, m);
+    case cm::EventType::kSidrRepReceived:
+      m.type = static_cast<uint8_t>(T::kSidrReply);
+      m.sidr_status = e.sidr_status;
+      m.qkey = e.qkey;
+      forget();
+      return emit(client, m);
+    case cm::EventType::kLapReceived:
+      return;  // answered by the engine (APR: no alternate paths); nothing for the client
+    case cm::EventType::kReqReceived:
+    case cm::EventType::kSidrReqReceived:
+      return;  // handled above
+  }
+}
+
+// ---- INFO ----------------------------------------------------------------------
+
+std::string CmService::json() const {
+  nlohmann::json j;
+  j["sessions"] = sessions_.size();
+  size_t ids = 0;
+  for (const auto& [c, s] : sessions_) ids += s.ids.size();
+  j["ids"] = ids;
+  auto& ports = j["ports"];
+  ports = nlohmann::json::array();
+  for (const auto& [p, port] : ports_) {
+    nlohmann::json pj;
+    pj["port"] = p;
+    pj["running"] = port.engine != nullptr;
+    if (port.engine) pj["engine"] = nlohmann::json::parse(port.engine->json(), nullptr, false);
+    ports.push_back(pj);
+  }
+  j["memory_bytes"] = memory_bytes();
+  return j.dump();
+}
+
+std::vector<std::pair<std::string, uint64_t>> CmService::counter_list() const {
+  std::vector<std::pair<std::string, uint64_t>> v = {
+      {"cm.opens", counters_.opens},
+      {"cm.events", counters_.events},
+      {"cm.sessions_overrun", counters_.sessions_overrun},
+      {"cm.qp_transitions", counters_.qp_transitions},
+      {"cm.qp_transition_errors", counters_.qp_transition_errors},
+      {"cm.requests_without_engine", counters_.requests_without_engine},
+  };
+  for (const auto& [p, port] : ports_) {
+    if (!port.engine) continue;
+    const auto& c = port.engine->counters();
+    const std::string pre = "cm.port" + std::to_string(p) + ".";
+    uint64_t sent = 0, received = 0;
+    for (auto x : c.sent) sent += x;
+    for (auto x : c.received) received += x;
+    v.emplace_back(pre + "sent", sent);
+    v.emplace_back(pre + "received", received);
+    v.emplace_back(pre + "retries", c.retries);
+    v.emplace_back(pre + "timeouts", c.timeouts);
+    v.emplace_back(pre + "duplicates", c.duplicates);
+    v.emplace_back(pre + "stale", c.stale);
+    v.emplace_back(pre + "dropped_malformed", c.dropped_malformed);
+    v.emplace_back(pre + "dropped_unknown_id", c.dropped_unknown_id);
+  }
+  return v;
+}
+
+size_t CmService::memory_bytes() const {
+  size_t n = 0;
+  for (const auto& [p, port] : ports_) {
+    if (port.engine) n += port.engine->memory_bytes();
+    n += port.owners.size() * (sizeof(uint32_t) + sizeof(std::pair<uint32_t, uint32_t>) + 2 * sizeof(void*));
+  }
+  for (const auto& [c, s] : sessions_) {
+    n += sizeof(Session) + s.ids.size() * (sizeof(uint32_t) + sizeof(IdRec) + 2 * sizeof(void*));
+    for (const auto& b : s.out) n += b.size() + sizeof(b);
+  }
+  return n;
+}
+
+}  // namespace openib::ibd

@@ -1,0 +1,160 @@
+// ibd's connection manager service (docs/cm.md "In ibd"): the glue between
+// the CM protocol engine (src/cm/engine.hpp, one per port, on the port's
+// MAD layer as the class-0x07 agent), the clients' CM requests
+// (docs/client-protocol.md "Connection manager") and their QPs.
+//
+//  - Each client that said CM_OPEN has a session: the CM socket (ibd's end
+//    of a SOCK_SEQPACKET pair, written only by ibd, one CmEventMsg per
+//    datagram) and its ids. An id is a handle of the client's own, mapped
+//    to (port, engine id); a handle names nothing of another client.
+//  - QPs: unless a request says kCmManualQp, ibd moves the client's QP
+//    itself with the engine's attributes (ib_cm_init_qp_attr's rules):
+//    active side RESET -> INIT before the REQ, INIT -> RTR -> RTS when the
+//    REP came, then the RTU; passive side RESET -> INIT -> RTR -> RTS
+//    before the REP (as Linux's rdma_accept); to ERROR when the connection
+//    is rejected, disconnected or found stale.
+//  - Events a client does not read wait in ibd (at most kMaxQueuedEvents
+//    per session); past that the session's socket is closed (the client
+//    sees ECONNRESET on it) and counted: an event is never silently lost.
+//  - A client that goes has its ids destroyed: the engine sends DREQ for
+//    an established connection, REJ for one not yet established.
+//  - The device goes: the engines go with their MAD layers; every id of
+//    theirs gets kError (ENODEV). New engines start when the layers return.
+//
+// Single-threaded on ibd's io_context.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "clientproto/messages.hpp"
+#include "cm/engine.hpp"
+#include "common/fd.hpp"
+#include "hca/hca.hpp"
+#include "ibd/umad_service.hpp"
+#include "mad/layer.hpp"
+
+namespace openib::ibd {
+
+struct CmServiceCounters {
+  uint64_t opens = 0, events = 0, sessions_overrun = 0;
+  uint64_t qp_transitions = 0, qp_transition_errors = 0;
+  uint64_t requests_without_engine = 0;  // the port's MAD layer is not open (ENETDOWN)
+};
+
+class CmService {
+ public:
+  // The client's QPs, through the server: lookup (QPN, type, state of the
+  // client's handle) and modify (as MODIFY_QP would, its state recorded).
+  struct QpInfo {
+    uint32_t qpn = 0;
+    uint8_t type = 0;   // 0 RC, 1 UC, 2 UD
+    uint8_t state = 0;  // as last set or seen
+  };
+  struct QpOps {
+    std::function<Result<QpInfo>(uint32_t client, uint32_t handle)> lookup;
+    std::function<void(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
+                       hca::Completer<Result<void>> done)>
+        modify;
+  };
+  using Done = hca::Completer<Result<void>>;
+  using IdDone = hca::Completer<Result<uint32_t>>;
+
+  static constexpr size_t kMaxQueuedEvents = 1u << 16;
+
+  CmService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports);
+  ~CmService();
+  CmService(const CmService&) = delete;
+  CmService& operator=(const CmService&) = delete;
+
+  void set_qp_ops(QpOps ops) { qp_ = std::move(ops); }
+  // Asks the user-MAD service for each port's MAD layer (the CM agent is
+  // registered whenever one is open).
+  void start();
+  // A port's LID or GID may have changed: the engine's PortInfo is re-read.
+  void port_changed(uint8_t port);
+
+  // Client requests (client = ibd's connection id).
+  Result<UniqueFd> open(uint32_t client);
+  Result<uint32_t> listen(uint32_t client, const proto::CmListenReq& r);
+  void connect(uint32_t client, const proto::CmConnectReq& r, IdDone done);
+  void accept(uint32_t client, const proto::CmAcceptReq& r, Done done);
+  Result<void> reject(uint32_t client, const proto::CmRejectReq& r);
+  Result<void> disconnect(uint32_t client, const proto::CmDisconnectReq& r);
+  Result<void> destroy(uint32_t client, uint32_t id);
+  Result<uint32_t> sidr_query(uint32_t client, const proto::CmSidrQueryReq& r);
+  Result<void> sidr_reply(uint32_t client, const proto::CmSidrReplyReq& r);
+  Result<proto::CmInitQpAttrRep> init_qp_attr(uint32_t client, const proto::CmInitQpAttrReq& r);
+  void client_gone(uint32_t client);
+  // How many ids the client holds (quota).
+  size_t ids_of(uint32_t client) const;
+
+  std::string json() const;
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
+  // ibd's memory for the CM: the engines' and the sessions' (bench).
+  size_t memory_bytes() const;
+
+ private:
+  struct IdRec {
+    uint8_t port = 0;
+    uint8_t kind = 0;  // kListen, kConn, kSidr
+    bool manual = false;
+    bool active = false;
+    uint32_t engine_id = 0;  // 0: the engine forgot it (done, or the device went)
+    uint32_t qp = 0;         // the client's QP handle (connections)
+    uint8_t responder_resources = 0, initiator_depth = 0;
+  };
+  struct Session {
+    uint32_t client = 0;
+    std::unique_ptr<boost::asio::posix::stream_descriptor> sock;  // ibd's end
+    std::deque<proto::Bytes> out;  // events not yet written
+    bool write_waiting = false;
+    uint32_t next_handle = 1;
+    std::unordered_map<uint32_t, IdRec> ids;
+  };
+  struct Port {
+    mad::MadLayer* layer = nullptr;
+    uint32_t agent = 0;
+    std::unique_ptr<cm::Engine> engine;
+    // engine id -> (client, handle)
+    std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> owners;
+    uint64_t generation = 0;  // + 1 per layer (an answer for an older one is dropped)
+  };
+
+  void on_layer(uint8_t port, mad::MadLayer* layer);
+  void make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a);
+  void on_engine_event(uint8_t port, const cm::Event& e);
+  Result<std::pair<Session*, IdRec*>> find(uint32_t client, uint32_t handle);
+  Result<cm::Engine*> engine(uint8_t port);
+  uint32_t add_id(Session& s, IdRec rec);
+  void emit(uint32_t client, proto::CmEventMsg m);
+  void flush(Session& s);
+  void close_session(uint32_t client);
+  // QP transitions, one after another; `done` after the last (or the first failure).
+  void move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
+               std::vector<uint8_t> states, uint32_t sq_psn, Done done);
+  void qp_to_error(uint32_t client, const IdRec& rec);
+  Result<std::pair<uint32_t, hca::QpAttr>> hca_attr(uint8_t port, uint32_t engine_id, uint8_t state,
+                                                     uint32_t sq_psn);
+
+  boost::asio::io_context& io_;
+  hca::Hca& hca_;
+  UmadService& umad_;
+  uint8_t num_ports_;
+  QpOps qp_;
+  std::map<uint8_t, Port> ports_;
+  std::map<uint32_t, Session> sessions_;
+  CmServiceCounters counters_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace openib::ibd
