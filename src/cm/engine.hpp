@@ -42,7 +42,7 @@ enum class EventType : uint8_t {
   kReqReceived,      // passive: a REQ matched a listener; a new id (Event::id) is in REQ received
   kRepReceived,      // active: REP arrived; move the QP to RTR/RTS, then send_rtu() or reject()
   kRtuReceived,      // passive: RTU arrived: established
-  kEstablished,      // passive: established without an RTU (notify_established())... or active after send_rtu()
+  kEstablished,      // passive: established by notify_established() (reported from the loop, not from inside the call)
   kRejReceived,      // the peer rejected (REQ or REP); the id is idle (or in timewait) and the QP should go to error
   kMraReceived,      // the peer asked for more time (service_timeout)
   kDreqReceived,     // the peer disconnects: QP to error, then send_drep()
@@ -102,7 +102,8 @@ struct Env {
 struct ConnectParams {
   uint64_t service_id = 0;
   mad::MadAddress peer;          // the peer's QP1: DLID, SL, pkey index, GRH
-  CmPath primary;          // the primary path (from a PathRecord)
+  CmPath primary;          // the primary path (from a PathRecord); local_ack_timeout 0: computed
+  uint8_t packet_life_time = 0;  // the PathRecord's PacketLifeTime (0: primary.local_ack_timeout - 1)
   uint16_t pkey = 0xffff;
   uint8_t path_mtu = 0;          // IBA enum (1 = 256 ... 5 = 4096)
   uint32_t qpn = 0;
@@ -119,7 +120,7 @@ struct ConnectParams {
 // IBA 12.6.8 REP fields the passive side chooses.
 struct AcceptParams {
   uint32_t qpn = 0;
-  uint32_t starting_psn = 0;     // 0: the engine picks a random 24-bit one
+  uint32_t starting_psn = 0;     // 0: the one the engine picked at the REQ (qp_params(RTS) gave it already)
   uint8_t responder_resources = 0, initiator_depth = 0;
   uint8_t rnr_retry_count = 7;
   uint8_t target_ack_delay = 15;

@@ -1,14 +1,15 @@
-// The connection manager's wire format (IBA chapter 12): the CM MADs
-// (management class 0x07, class version 2), their fields as host-order
-// structs, and a pure codec between the two. No I/O, no state: the CM state
-// machine (src/cm's engine) sits on top of this, ibd's MAD layer below.
+// The connection manager's wire format (IBA chapter 12; the CM class's MAD
+// format, methods and attributes: IBA 16.7): the CM MADs (management class
+// 0x07, class version 2), their fields as host-order structs, and a pure
+// codec between the two. No I/O, no state: the CM state machine (src/cm's
+// engine) sits on top of this, ibd's MAD layer below.
 //
-// Every CM message is a Send (IBA 12.6: "all CM messages use the Send
-// method") whose 232-byte data area follows the 24-byte common MAD header
-// (IBA 13.4.2); each message's layout is IBA 12.6.x's table, given in
-// wire.cpp once as (bit offset, bit length) pairs counted from the first
-// bit of the data area, as the spec counts them. Field names follow the
-// spec's, in snake_case.
+// Every CM message is a ComMgtSend whose 232-byte data area follows the
+// 24-byte common MAD header (IBA 13.4.2); only ClassPortInfo is read with
+// Get. Each message's layout is its IBA 12.6 / 12.8 / 12.11 table, written
+// once in wire.cpp at the tables' Byte[Bit] positions. Field names follow
+// the spec's, in snake_case. Values wider than their field are truncated
+// by encode() (only in-range values survive a round trip).
 #pragma once
 
 #include <array>
@@ -38,7 +39,7 @@ inline constexpr std::uint8_t kMethodGetResp = 0x81;
 inline constexpr std::size_t kDataOff = 24;         // IBA 13.4.2: after the common header
 inline constexpr std::size_t kDataBytes = 232;
 
-// ---- attribute IDs, IBA 12.6 Table 98 (and 12.8, 12.11) ------------------
+// ---- attribute IDs, IBA 12.6 (and 12.8, 12.11) ---------------------------
 namespace attr {
 inline constexpr std::uint16_t kClassPortInfo = 0x0001;
 inline constexpr std::uint16_t kReq = 0x0010;
@@ -73,7 +74,8 @@ inline constexpr std::size_t kApr = 148;
 
 inline constexpr std::size_t kAriBytes = 72;          // REJ ARI, APR / SIDR_REP additional info
 
-// ---- REJ reasons, IBA 12.6.7.2 Table 104 ---------------------------------
+// ---- REJ reasons, IBA 12.6.7.2 ---------------------------------------------
+// (the values of Linux's enum ib_cm_rej_reason agree).
 enum class RejReason : std::uint16_t {
   kNoQp = 1,
   kNoEec = 2,
@@ -108,6 +110,7 @@ enum class RejReason : std::uint16_t {
   kInvalidClassVersion = 31,
   kInvalidFlowLabel = 32,
   kInvalidAltFlowLabel = 33,
+  kVendorOptionNotSupported = 35,  // IBA 1.4 (Linux's ECE)
 };
 // The spec's wording, short: "no QP", "timeout", ...; "unknown" otherwise.
 const char* rej_reason_name(std::uint16_t reason);
@@ -117,7 +120,7 @@ const char* rej_reason_name(std::uint16_t reason);
 enum class MsgRejected : std::uint8_t { kReq = 0, kRep = 1, kOther = 2 };
 enum class MsgMraed : std::uint8_t { kReq = 0, kRep = 1, kLap = 2 };
 
-// SIDR_REP status, IBA 12.11.2 Table 121.
+// SIDR_REP status, IBA 12.11.2.
 enum class SidrStatus : std::uint8_t {
   kValid = 0,
   kServiceIdNotSupported = 1,
@@ -127,11 +130,11 @@ enum class SidrStatus : std::uint8_t {
   kUnsupportedClassVersion = 5,
 };
 
-// APR status, IBA 12.8.2 Table 116.
+// APR status, IBA 12.8.2 (the values of Linux's enum ib_cm_apr_status agree).
 enum class AprStatus : std::uint8_t {
   kSuccess = 0,
   kInvalidCommId = 1,
-  kUnsupported = 2,        // alternate path (APM) not supported
+  kUnsupported = 2,        // unsupported request: this CM's answer to every LAP (no APM)
   kRejected = 3,
   kRedirect = 4,
   kIsCurrent = 5,
@@ -172,7 +175,7 @@ struct CmPath {
   bool operator==(const CmPath&) const = default;
 };
 
-// REQ, IBA 12.6.5 Table 99.
+// REQ, IBA 12.6.5.
 struct Req {
   std::uint32_t local_comm_id = 0;
   std::uint64_t service_id = 0;
@@ -197,13 +200,14 @@ struct Req {
   bool srq = false;
   std::uint8_t extended_transport_type = 0;  // 3 bits
   CmPath primary;
+  bool sap_supported = false;                // Byte[139] bit 5 (IBA 1.3)
   bool has_alternate = false;                // on the wire: alternate local LID != 0
   CmPath alternate;                          // all zero unless has_alternate
   std::array<std::uint8_t, pdata::kReq> private_data{};
   bool operator==(const Req&) const = default;
 };
 
-// MRA, IBA 12.6.6 Table 101.
+// MRA, IBA 12.6.6.
 struct Mra {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
@@ -213,7 +217,7 @@ struct Mra {
   bool operator==(const Mra&) const = default;
 };
 
-// REJ, IBA 12.6.7 Table 103.
+// REJ, IBA 12.6.7.
 struct Rej {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
@@ -225,7 +229,7 @@ struct Rej {
   bool operator==(const Rej&) const = default;
 };
 
-// REP, IBA 12.6.8 Table 105.
+// REP, IBA 12.6.8.
 struct Rep {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
@@ -245,7 +249,7 @@ struct Rep {
   bool operator==(const Rep&) const = default;
 };
 
-// RTU, IBA 12.6.9 Table 106.
+// RTU, IBA 12.6.9.
 struct Rtu {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
@@ -253,7 +257,7 @@ struct Rtu {
   bool operator==(const Rtu&) const = default;
 };
 
-// DREQ, IBA 12.6.10 Table 107.
+// DREQ, IBA 12.6.10.
 struct Dreq {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
@@ -262,7 +266,7 @@ struct Dreq {
   bool operator==(const Dreq&) const = default;
 };
 
-// DREP, IBA 12.6.11 Table 108.
+// DREP, IBA 12.6.11.
 struct Drep {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
@@ -270,7 +274,7 @@ struct Drep {
   bool operator==(const Drep&) const = default;
 };
 
-// SIDR_REQ, IBA 12.11.1 Table 120.
+// SIDR_REQ, IBA 12.11.1.
 struct SidrReq {
   std::uint32_t request_id = 0;
   std::uint16_t pkey = 0;
@@ -279,7 +283,7 @@ struct SidrReq {
   bool operator==(const SidrReq&) const = default;
 };
 
-// SIDR_REP, IBA 12.11.2 Table 121.
+// SIDR_REP, IBA 12.11.2.
 struct SidrRep {
   std::uint32_t request_id = 0;
   SidrStatus status = SidrStatus::kValid;
@@ -292,7 +296,7 @@ struct SidrRep {
   bool operator==(const SidrRep&) const = default;
 };
 
-// LAP, IBA 12.8.1 Table 114.
+// LAP, IBA 12.8.1.
 struct Lap {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
@@ -303,7 +307,7 @@ struct Lap {
   bool operator==(const Lap&) const = default;
 };
 
-// APR, IBA 12.8.2 Table 115.
+// APR, IBA 12.8.2.
 struct Apr {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
@@ -339,16 +343,28 @@ struct Decoded {
 Result<Decoded> decode(ConstBytes mad);
 
 // ---- ClassPortInfo, IBA 13.4.8.1 ------------------------------------------
-// The CM's ClassPortInfo:CapabilityMask bits (IBA 13.4.8.1 Table 110: bits
-// 0-7 common to all classes; IBA 12.6.1 / 16.7? for the CM's own). This CM
-// announces none: no traps, no notices, no alternate paths (no LAP/APR
-// service: a LAP is answered by an APR with AprStatus::kUnsupported).
-inline constexpr std::uint16_t kCmCapabilityMask = 0;
-// The GetResp to a Get(ClassPortInfo) MAD `get_request` (same TID;
-// ClassPortInfo with base version 1, class version 2, `resp_time_value`
-// (IBA 13.4.6.2), no redirect, no traps). EBADMSG if `get_request` is not
-// a CM Get(ClassPortInfo).
-Result<ByteVec> class_port_info_response(ConstBytes get_request, std::uint8_t resp_time_value);
+// The CM's own ClassPortInfo:CapabilityMask bits (IBA 16.7, the CM class's
+// attributes; bits 0-7 are common to all classes, IBA 13.4.8.1).
+// There is no bit for alternate paths: a CM without APM says so per
+// connection (REP FailoverAccepted 1, APR status kUnsupported to a LAP).
+namespace cm_cap {
+inline constexpr std::uint16_t kMulticast = 1u << 8;
+inline constexpr std::uint16_t kRc = 1u << 9;
+inline constexpr std::uint16_t kRd = 1u << 10;
+inline constexpr std::uint16_t kRawDatagram = 1u << 11;
+inline constexpr std::uint16_t kUc = 1u << 12;
+inline constexpr std::uint16_t kSidr = 1u << 13;
+}  // namespace cm_cap
+// What this CM serves: RC and UC connections and SIDR; no traps, notices,
+// RD, raw datagrams or multicast.
+inline constexpr std::uint16_t kCmCapabilityMask = cm_cap::kRc | cm_cap::kUc | cm_cap::kSidr;
+// The GetResp to a Get(ClassPortInfo) MAD `get_request` (same TID,
+// attribute modifier; ClassPortInfo with base version 1, class version 2,
+// `capability_mask`, `resp_time_value` (5 bits, IBA 13.4.6.2), no
+// redirect, no traps). EBADMSG if `get_request` is not a 256-byte CM
+// Get(ClassPortInfo) of class version 2.
+Result<ByteVec> class_port_info_response(ConstBytes get_request, std::uint8_t resp_time_value,
+                                         std::uint16_t capability_mask = kCmCapabilityMask);
 
 // ---- timeouts ---------------------------------------------------------------
 // A CM timeout field (5 bits: CM response timeouts, local ACK timeout,
