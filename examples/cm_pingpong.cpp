@@ -62,12 +62,14 @@ struct Env {
   std::unique_ptr<CmChannel> cm;
 };
 
-Conn make_conn(Env& e, QpType type, int depth, size_t bytes) {
+// `shared`: the CQ of every connection without data (--conns, --serve N),
+// so that 10,000 of them fit the per-client CQ quota.
+Conn make_conn(Env& e, QpType type, int depth, size_t bytes, Cq* shared = nullptr) {
   Conn c;
-  c.cq = check(e.ctx->create_cq(uint32_t(2 * depth + 2)), "Couldn't create CQ");
+  if (!shared) c.cq = check(e.ctx->create_cq(uint32_t(2 * depth + 2)), "Couldn't create CQ");
   QpInit init;
   init.type = type;
-  init.send_cq = init.recv_cq = c.cq.get();
+  init.send_cq = init.recv_cq = shared ? shared : c.cq.get();
   init.cap.max_send_wr = uint32_t(depth);
   init.cap.max_recv_wr = uint32_t(depth);
   c.qp = check(e.ctx->create_qp(*e.pd, init), "Couldn't create QP");
@@ -260,9 +262,11 @@ int serve(Env& e) {
 
   // RC: every REQ accepted (or rejected with --reject), each connection
   // ping-pongs (single mode) or only connects (--serve N / --conns).
+  const bool data = o.serve == 0;
+  std::unique_ptr<Cq> shared;  // before the connections: destroyed after them
+  if (!data) shared = check(e.ctx->create_cq(16), "Couldn't create CQ");
   std::map<uint32_t, Conn> conns;
   int served = 0, established = 0, timewait = 0;
-  const bool data = o.serve == 0;
   const int want = data ? 1 : o.serve;
   while (timewait < want) {
     CmEvent ev = next_event(e);
@@ -277,7 +281,7 @@ int serve(Env& e) {
           if (++served >= want) return 0;
           break;
         }
-        Conn c = make_conn(e, QpType::kRc, data ? 2 : 1, data ? 2 * size_t(o.size) : 0);
+        Conn c = make_conn(e, QpType::kRc, data ? 2 : 1, data ? 2 * size_t(o.size) : 0, shared.get());
         if (data) post_recvs(o, c, 1, false);
         check(e.cm->accept(ev.id, *c.qp, params(o, ev.private_data)), "Couldn't accept");
         conns.emplace(ev.id, std::move(c));
@@ -410,13 +414,14 @@ int client_one(Env& e, const PathRecord& path) {
 // N connections, K in flight: each established exactly once, then torn down.
 int client_many(Env& e, const PathRecord& path) {
   const Opts& o = e.o;
+  auto shared = check(e.ctx->create_cq(16), "Couldn't create CQ");  // outlives the connections
   std::map<uint32_t, Conn> conns;
   int started = 0, established = 0, disconnected = 0, finished = 0, rejected = 0, timeouts = 0, connecting = 0;
   std::vector<uint32_t> held;
   const auto t0 = std::chrono::steady_clock::now();
   auto start_some = [&] {
     while (started < o.conns && connecting < o.inflight) {
-      Conn c = make_conn(e, QpType::kRc, 1, 0);
+      Conn c = make_conn(e, QpType::kRc, 1, 0, shared.get());
       auto id = e.cm->connect(*c.qp, path, o.service_id, params(o), uint8_t(o.ib_port));
       if (!id) die("connect " + std::to_string(started) + ": " + id.error().str());
       conns.emplace(*id, std::move(c));
