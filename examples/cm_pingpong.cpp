@@ -36,8 +36,8 @@ struct Opts {
   uint64_t service_id = 0x1000000000000001ull;
   int ib_port = 1, size = 4096, iters = 1000, conns = 0, inflight = 100, serve = 0;
   int timeout_ms = 60000, cm_timeout = 16, cm_retries = 15;
-  bool ud = false, hold = false, quiet = false;
-  std::string dgid, reject, priv, socket;
+  bool ud = false, hold = false, quiet = false, idle = false;
+  std::string dgid, reject, priv, socket, wait_file;
 };
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
@@ -294,12 +294,14 @@ int serve(Env& e) {
         it->second.established = true;
         ++established;
         if (!o.quiet) std::printf("established\n");
+        std::fflush(stdout);
         if (data) pingpong(o, it->second, 0);
         break;
       }
       case CmEventType::kDisconnectRequest:
         if (auto it = conns.find(ev.id); it != conns.end()) it->second.disconnected = true;
         if (!o.quiet) std::printf("disconnect request%s\n", ev.status ? " (stale)" : "");
+        std::fflush(stdout);
         break;
       case CmEventType::kTimewaitExit:
         conns.erase(ev.id);
@@ -386,6 +388,8 @@ int client_one(Env& e, const PathRecord& path) {
         break;
       case CmEventType::kEstablished:
         std::printf("established\n");
+        std::fflush(stdout);
+        if (o.idle) break;  // the peer ends it
         pingpong(o, c, 1);
         check(e.cm->disconnect(id), "Couldn't disconnect");
         break;
@@ -394,6 +398,7 @@ int client_one(Env& e, const PathRecord& path) {
         break;
       case CmEventType::kDisconnectRequest:
         std::printf("disconnect request%s\n", ev.status == ESTALE ? " (stale)" : "");
+        std::fflush(stdout);
         break;
       case CmEventType::kTimewaitExit:
         std::printf("timewait exit\n");
@@ -510,6 +515,7 @@ int main(int argc, char** argv) {
   app.add_option("--conns", o.conns, "client: N connections without data (0: one with ping-pong)");
   app.add_option("--inflight", o.inflight, "client: connections being made at once (default 100)");
   app.add_flag("--hold", o.hold, "client: all N open before any is disconnected");
+  app.add_flag("--idle", o.idle, "client: no data; wait until the peer disconnects");
   app.add_option("--serve", o.serve, "server: serve N connections without data, then exit (0: one with ping-pong)");
   app.add_option("--reject", o.reject, "server: reject every REQ with this private data");
   app.add_option("--private", o.priv, "client: REQ (SIDR_REQ) private data; server (SIDR): SIDR_REP's");
@@ -517,6 +523,7 @@ int main(int argc, char** argv) {
   app.add_option("--cm-retries", o.cm_retries, "max CM retries (default 15)");
   app.add_option("--timeout-ms", o.timeout_ms, "longest wait for a CM event (default 60000)");
   app.add_flag("-q,--quiet", o.quiet, "no line per connection");
+  app.add_option("--wait-file", o.wait_file, "client: resolve the path, then wait until FILE is gone (at most 120 s)");
   app.add_option("--socket", o.socket, "ibd's socket (default $OPENIB_SOCKET, else /run/ibd/ibd.sock)");
   CLI11_PARSE(app, argc, argv);
   if (o.size <= 0 || o.iters <= 0 || o.inflight <= 0) die("size, iters and inflight must be positive");
@@ -528,6 +535,11 @@ int main(int argc, char** argv) {
   e.cm = check(CmChannel::open(*e.ctx), "Couldn't open the CM channel");
   if (o.dgid.empty()) return serve(e);
   const PathRecord path = resolve(e);
+  if (!o.wait_file.empty()) {  // the path is known: connect once the file is gone (tests stop the peer meanwhile)
+    std::printf("path resolved\n");
+    std::fflush(stdout);
+    for (int i = 0; i < 1200 && ::access(o.wait_file.c_str(), F_OK) == 0; ++i) ::usleep(100000);
+  }
   if (o.ud) return client_ud(e, path);
   if (o.conns > 0) return client_many(e, path);
   return client_one(e, path);

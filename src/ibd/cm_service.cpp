@@ -820,6 +820,11 @@ std::vector<std::pair<std::string, uint64_t>> CmService::counter_list() const {
       {"cm.qp_transition_errors", counters_.qp_transition_errors},
       {"cm.requests_without_engine", counters_.requests_without_engine},
   };
+  // Gauges: the clients' ids and ibd's memory for the CM (docs/cm.md "Memory").
+  uint64_t ids = 0;
+  for (const auto& [c, s] : sessions_) ids += s.ids.size();
+  v.emplace_back("cm.ids", ids);
+  v.emplace_back("cm.memory_bytes", memory_bytes());
   for (const auto& [p, port] : ports_) {
     if (!port.engine) continue;
     const auto& c = port.engine->counters();
