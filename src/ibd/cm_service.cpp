@@ -486,6 +486,7 @@ void CmService::accept(uint32_t client, const proto::CmAcceptReq& r, Done done) 
     if (auto c = check_private(r.private_len, 224, "an RTU"); !c) return done(c.take_error());
     if (auto s = (*e)->send_rtu(rec.engine_id, private_span(r.private_data, r.private_len)); !s)
       return done(s.take_error());
+    rec.established = true;
     proto::CmEventMsg m;
     m.type = static_cast<uint8_t>(proto::CmEventType::kEstablished);
     m.id = r.id;
@@ -518,10 +519,12 @@ void CmService::accept(uint32_t client, const proto::CmAcceptReq& r, Done done) 
     p.target_ack_delay = hca_.caps().local_ca_ack_delay;
     p.private_data = private_span(r.private_data, r.private_len);
     auto a = (*en)->accept(eid, p);
+    auto fr = find(client, r.id);
     if (!a) {
-      if (auto fr = find(client, r.id); fr) qp_to_error(client, *fr->second);
+      if (fr) qp_to_error(client, *fr->second);
       return fin(a.take_error());
     }
+    if (fr) fr->second->accepted = true;
     fin(ok());
   };
   if (manual) return send_rep(std::move(done));
@@ -701,6 +704,17 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
     P.owners.erase(e.id);
     rec.engine_id = 0;
   };
+  // IBA 12.9.5: a passive side whose RTU was lost learns from the peer's
+  // DREQ that the peer was established; its consumer hears of it first.
+  auto implied_established = [&] {
+    if (rec.active || !rec.accepted || rec.established) return;
+    rec.established = true;
+    proto::CmEventMsg est;
+    est.type = static_cast<uint8_t>(T::kEstablished);
+    est.id = handle;
+    est.port = port;
+    emit(client, est);
+  };
 
   switch (e.type) {
     case cm::EventType::kRepReceived: {
@@ -720,6 +734,7 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
                     r = s.take_error();
                   } else {
                     ev.type = static_cast<uint8_t>(proto::CmEventType::kEstablished);
+                    f->second->established = true;
                     return emit(client, ev);
                   }
                 }
@@ -733,6 +748,8 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
     }
     case cm::EventType::kRtuReceived:
     case cm::EventType::kEstablished:
+      if (rec.established) return;
+      rec.established = true;
       m.type = static_cast<uint8_t>(T::kEstablished);
       return emit(client, m);
     case cm::EventType::kRejReceived:
@@ -746,6 +763,7 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
       m.type = static_cast<uint8_t>(T::kMraReceived);
       return emit(client, m);
     case cm::EventType::kDreqReceived:
+      implied_established();
       m.type = static_cast<uint8_t>(T::kDisconnectRequest);
       qp_to_error(client, rec);
       // ibd answers at once (as rdma_cm does); the engine is not re-entered.
@@ -755,6 +773,7 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
       });
       return emit(client, m);
     case cm::EventType::kStale:
+      implied_established();
       m.type = static_cast<uint8_t>(T::kDisconnectRequest);
       m.status = ESTALE;
       qp_to_error(client, rec);
