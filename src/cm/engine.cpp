@@ -817,6 +817,7 @@ Result<uint32_t> Engine::connect(const ConnectParams& p, uint64_t owner) {
   if (p.qp_type != transport::kRc && p.qp_type != transport::kUc)
     return err(EINVAL, "cm: connect: transport {} (RC 0 or UC 1 only)", p.qp_type);
   if (p.qpn == 0 || p.qpn > 0xffffff) return err(EINVAL, "cm: connect: QPN {:#x}", p.qpn);
+  if (p.path_mtu < 1 || p.path_mtu > 5) return err(EINVAL, "cm: connect: path MTU {} (1..5, IBA 9.7.1)", p.path_mtu);
   if (I.local_qpn.contains(p.qpn)) return err(EBUSY, "cm: QPN {:#x} is connected or in timewait", p.qpn);
   Req q;
   OPENIB_TRY(copy_pdata(q.private_data, p.private_data, "REQ"));

@@ -470,7 +470,7 @@ TEST_CASE("cm engine: a REQ from a QPN that is still connected is stale: REJ 10,
   CHECK(b.engine->counters().stale == 1);
 }
 
-TEST_CASE("cm engine: a QPN in timewait is EBUSY for connect and accept, then free after the exit") {
+TEST_CASE("cm engine: a QPN in timewait is EBUSY for connect, then free after the exit") {
   Pair t;
   auto& [f, a, b] = t;
   a.on_event = [](Node& me, const Event& e) {  // keeps the ids after timewait
@@ -488,18 +488,34 @@ TEST_CASE("cm engine: a QPN in timewait is EBUSY for connect and accept, then fr
   auto again = a.engine->connect(params(a, 2, 0x100), 1);
   REQUIRE(again);
   CHECK(*again != *id);
-  // Passive: accept() with a QPN bound to a live connection is EBUSY too.
-  b.on_event = nullptr;
+}
+
+TEST_CASE("cm engine: accept() with a QPN that is connected or in timewait is EBUSY") {
+  Pair t;
+  auto& [f, a, b] = t;
+  uint32_t a1 = t.establish(0x100);  // B's QPN 0x200
+  uint32_t b1 = t.b_id();
+  b.on_event = [](Node& me, const Event& e) {  // answers DREQs, keeps its ids, accepts nothing
+    if (e.type == EventType::kDreqReceived) REQUIRE(me.engine->send_drep(e.id, {}));
+  };
+  REQUIRE(a.engine->connect(params(a, 2, 0x101), 1));
   f.run_until([&] { return b.count(EventType::kReqReceived) == 2; });
   REQUIRE(b.count(EventType::kReqReceived) == 2);
-  uint32_t bid = b.last(EventType::kReqReceived)->id;
-  uint32_t b_first = b.events[0].id;
-  if (b.engine->state(b_first) == State::kTimewait) {
-    auto r = b.engine->accept(bid, accept_params(0x200));
-    REQUIRE_FALSE(r);
-    CHECK(r.error().code == EBUSY);
-  }
-  REQUIRE(b.engine->accept(bid, accept_params(0x201)));
+  uint32_t b2 = b.last(EventType::kReqReceived)->id;
+  auto connected = b.engine->accept(b2, accept_params(0x200));
+  REQUIRE_FALSE(connected);
+  CHECK(connected.error().code == EBUSY);
+  REQUIRE(a.engine->disconnect(a1, {}));
+  f.run_until([&] { return b.engine->state(b1) == State::kTimewait; });
+  REQUIRE(b.engine->state(b1) == State::kTimewait);
+  auto in_timewait = b.engine->accept(b2, accept_params(0x200));
+  REQUIRE_FALSE(in_timewait);
+  CHECK(in_timewait.error().code == EBUSY);
+  f.run_until([&] { return b.count(EventType::kTimewaitExit) == 1; });
+  REQUIRE(b.engine->state(b1) == State::kIdle);
+  REQUIRE(b.engine->accept(b2, accept_params(0x200)));
+  f.run_until([&] { return b.count(EventType::kRtuReceived) == 2; });
+  CHECK(b.count(EventType::kRtuReceived) == 2);
 }
 
 TEST_CASE("cm engine: SIDR request and reply; SIDR with no listener") {
