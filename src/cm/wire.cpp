@@ -59,6 +59,14 @@ class Get {
 template <typename M, typename T>
 concept Is = std::same_as<std::remove_const_t<M>, T>;
 
+// The two communication IDs that open every connection message but REQ
+// (Byte[0] local, Byte[4] remote: IBA 12.6.6 - 12.6.11, 12.8.1, 12.8.2).
+template <typename V, typename M>
+void comm_ids(V& v, M& m) {
+  v.u(at(0), 32, m.local_comm_id);
+  v.u(at(4), 32, m.remote_comm_id);
+}
+
 // A REQ path (IBA 12.6.5: primary at byte 52, alternate at byte 96; 44
 // bytes each, the same layout).
 template <typename V, Is<CmPath> P>
@@ -111,8 +119,7 @@ constexpr std::size_t kReqAltOff = 96;
 // MRA, IBA 12.6.6.
 template <typename V, Is<Mra> M>
 void fields(V& v, M& m) {
-  v.u(at(0), 32, m.local_comm_id);
-  v.u(at(4), 32, m.remote_comm_id);
+  comm_ids(v, m);
   v.u(at(8), 2, m.message_mraed);
   v.u(at(9), 5, m.service_timeout);
   v.raw(10, m.private_data);
@@ -121,8 +128,7 @@ void fields(V& v, M& m) {
 // REJ, IBA 12.6.7.
 template <typename V, Is<Rej> M>
 void fields(V& v, M& m) {
-  v.u(at(0), 32, m.local_comm_id);
-  v.u(at(4), 32, m.remote_comm_id);
+  comm_ids(v, m);
   v.u(at(8), 2, m.message_rejected);
   v.u(at(9), 7, m.ari_length);
   v.u(at(10), 16, m.reason);
@@ -133,8 +139,7 @@ void fields(V& v, M& m) {
 // REP, IBA 12.6.8.
 template <typename V, Is<Rep> M>
 void fields(V& v, M& m) {
-  v.u(at(0), 32, m.local_comm_id);
-  v.u(at(4), 32, m.remote_comm_id);
+  comm_ids(v, m);
   v.u(at(8), 32, m.local_qkey);
   v.u(at(12), 24, m.local_qpn);
   v.u(at(16), 24, m.local_eecn);
@@ -154,16 +159,14 @@ void fields(V& v, M& m) {
 template <typename V, typename M>
   requires Is<M, Rtu> || Is<M, Drep>
 void fields(V& v, M& m) {
-  v.u(at(0), 32, m.local_comm_id);
-  v.u(at(4), 32, m.remote_comm_id);
+  comm_ids(v, m);
   v.raw(8, m.private_data);
 }
 
 // DREQ, IBA 12.6.10.
 template <typename V, Is<Dreq> M>
 void fields(V& v, M& m) {
-  v.u(at(0), 32, m.local_comm_id);
-  v.u(at(4), 32, m.remote_comm_id);
+  comm_ids(v, m);
   v.u(at(8), 24, m.remote_qpn_eecn);
   v.raw(12, m.private_data);
 }
@@ -194,8 +197,7 @@ void fields(V& v, M& m) {
 // traffic class before the hop limit, the packet rate after it).
 template <typename V, Is<Lap> M>
 void fields(V& v, M& m) {
-  v.u(at(0), 32, m.local_comm_id);
-  v.u(at(4), 32, m.remote_comm_id);
+  comm_ids(v, m);
   v.u(at(12), 24, m.remote_qpn_eecn);
   v.u(at(15), 5, m.remote_cm_response_timeout);
   auto& p = m.alternate;
@@ -216,8 +218,7 @@ void fields(V& v, M& m) {
 // APR, IBA 12.8.2.
 template <typename V, Is<Apr> M>
 void fields(V& v, M& m) {
-  v.u(at(0), 32, m.local_comm_id);
-  v.u(at(4), 32, m.remote_comm_id);
+  comm_ids(v, m);
   v.u(at(8), 8, m.add_info_length);
   v.u(at(9), 8, m.status);
   v.raw(12, m.add_info);
