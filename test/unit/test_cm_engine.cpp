@@ -656,3 +656,23 @@ TEST_CASE("cm engine: 10,000 connections open at once stay within 1 KiB each") {
   CHECK(pa <= 1024);
   CHECK(pb <= 1024);
 }
+
+TEST_CASE("cm engine: notify_established before the RTU: kEstablished once, the RTU is then a duplicate") {
+  Fabric f;
+  Node a(f, 1, 0xa0a0), b(f, 2, 0xb0b0);
+  REQUIRE(b.engine->listen(kService, ~0ull, 7));
+  auto_active(a);
+  b.on_event = [](Node& me, const Event& e) {
+    if (e.type != EventType::kReqReceived) return;
+    REQUIRE(me.engine->accept(e.id, accept_params(0x200)));
+    REQUIRE(me.engine->notify_established(e.id));  // data came first (IBA 12.9.5 COMM_EST)
+    CHECK(me.count(EventType::kEstablished) == 0);  // reported from the loop, not from inside the call
+  };
+  REQUIRE(a.engine->connect(params(a, 2, 0x100), 1));
+  f.run_until([&] {
+    return b.count(EventType::kEstablished) == 1 && b.engine->counters().received[attr::kRtu & 0x1f] == 1;
+  });
+  CHECK(b.count(EventType::kEstablished) == 1);
+  CHECK(b.count(EventType::kRtuReceived) == 0);
+  CHECK(b.engine->counters().duplicates == 1);
+}
