@@ -827,6 +827,8 @@ Result<uint32_t> Engine::connect(const ConnectParams& p, uint64_t owner) {
   c.peer = p.peer;
   c.peer.qkey = mad::kGsiQkey;
   c.path = p.primary;
+  if (c.path.local_lid == 0) c.path.local_lid = I.port.lid;  // our end, if the caller left it out
+  if (c.path.local_gid == Gid{}) c.path.local_gid = I.port.gid;
   c.packet_life = p.packet_life_time ? p.packet_life_time
                                      : (p.primary.local_ack_timeout > 0 ? p.primary.local_ack_timeout - 1 : 0);
   if (c.path.local_ack_timeout == 0) c.path.local_ack_timeout = ack_timeout(I.port.ca_ack_delay, c.packet_life);

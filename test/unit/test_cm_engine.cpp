@@ -286,6 +286,9 @@ TEST_CASE("cm engine: connect, accept, RTU: established on both sides with match
   CHECK(a_rts->timeout == 6);
   CHECK(b_rts->timeout >= a_rts->timeout);
   CHECK(b.engine->counters().sent[attr::kRep & 0x1f] == 1);
+  auto j = b.engine->json();
+  CHECK(j.find("\"established\":1") != std::string::npos);
+  CHECK(j.find("\"REP\":1") != std::string::npos);
 }
 
 TEST_CASE("cm engine: a REJ with private data arrives whole; no listener is REJ 8") {
