@@ -116,6 +116,7 @@ struct Engine::Impl {
   // (remote QPN, remote CA GUID) -> id of a connection that is not yet in timewait: stale REQs.
   std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, PairHash> remote_qpn;
   std::unordered_map<uint32_t, uint32_t> local_qpn;  // local QPN -> id, until timewait exit
+  std::set<uint32_t> listeners;                      // ids of kind kListen (few)
 
   Counters& ctr() { return self.counters_; }
 
@@ -273,6 +274,7 @@ struct Engine::Impl {
     disarm(c);
     unbind_qpn(c);
     unbind_remote(c);
+    if (c.kind == Kind::kListen) listeners.erase(c.id);
     conns.erase(c.id);
   }
   // Idle: nothing more to send or answer. A destroyed id goes; a live one
@@ -306,8 +308,10 @@ struct Engine::Impl {
   }
 
   // ---- events ----
-  Event event(const Conn& c, EventType t, uint16_t attr) const {
+  Event event(const Conn& c, EventType t, uint16_t attr, const Message* msg = nullptr, Bytes pdata = {}) const {
     Event e;
+    e.msg = msg;
+    e.private_data = pdata;
     e.type = t;
     e.id = c.id;
     e.owner = c.owner;
@@ -412,8 +416,10 @@ struct Engine::Impl {
   void on_lap(const mad::MadAddress& from, const Lap& l, const Message& msg);
 
   Conn* listener_for(uint64_t service_id) {
-    for (auto& [id, c] : conns)
-      if (c.kind == Kind::kListen && ((service_id ^ c.service_id) & c.remote_guid) == 0) return &c;
+    for (uint32_t id : listeners) {
+      Conn& c = conns.at(id);
+      if (((service_id ^ c.service_id) & c.remote_guid) == 0) return &c;
+    }
     return nullptr;
   }
   // The connection a message names by our comm ID (its remote comm ID), if
@@ -508,7 +514,7 @@ void Engine::Impl::on_req(const mad::MadAddress& from, const Req& q, const Messa
   c.ack_timeout = ack_timeout(c.target_ack_delay, c.packet_life);
   bind_remote(c);
   arm(c, ns(c.my_cm_timeout) / 2);
-  Event e = event(c, EventType::kReqReceived, attr::kReq);
+  Event e = event(c, EventType::kReqReceived, attr::kReq, &msg, as_bytes(q.private_data));
   e.starting_psn = q.starting_psn;
   e.responder_resources = q.responder_resources;
   e.initiator_depth = q.initiator_depth;
@@ -519,8 +525,6 @@ void Engine::Impl::on_req(const mad::MadAddress& from, const Req& q, const Messa
   e.pkey = q.pkey;
   e.srq = q.srq;
   e.path = q.primary;
-  e.private_data = as_bytes(q.private_data);
-  e.msg = &msg;
   emit(c.id, e);
 }
 
@@ -559,15 +563,13 @@ void Engine::Impl::on_rep(const Rep& p, const Message& msg) {
   c->ack_timeout = ack_timeout(p.target_ack_delay, c->packet_life);
   bind_remote(*c);
   arm(*c, ns(c->my_cm_timeout) / 2);
-  Event e = event(*c, EventType::kRepReceived, attr::kRep);
+  Event e = event(*c, EventType::kRepReceived, attr::kRep, &msg, as_bytes(p.private_data));
   e.starting_psn = p.starting_psn;
   e.responder_resources = p.responder_resources;
   e.initiator_depth = p.initiator_depth;
   e.rnr_retry_count = p.rnr_retry_count;
   e.target_ack_delay = p.target_ack_delay;
   e.srq = p.srq;
-  e.private_data = as_bytes(p.private_data);
-  e.msg = &msg;
   emit(c->id, e);
 }
 
@@ -583,9 +585,7 @@ void Engine::Impl::on_rtu(const Rtu& r, const Message& msg) {
   disarm(*c);
   c->last.reset();
   c->state = State::kEstablished;
-  Event e = event(*c, EventType::kRtuReceived, attr::kRtu);
-  e.private_data = as_bytes(r.private_data);
-  e.msg = &msg;
+  Event e = event(*c, EventType::kRtuReceived, attr::kRtu, &msg, as_bytes(r.private_data));
   emit(c->id, e);
 }
 
@@ -607,10 +607,8 @@ void Engine::Impl::on_mra(const Mra& m, const Message& msg) {
   // The wait grows by the service timeout asked for (Linux cm_mra_handler:
   // service timeout + packet lifetime); then the message is sent again.
   arm(*c, ns(m.service_timeout) + ns(c->packet_life));
-  Event e = event(*c, EventType::kMraReceived, attr::kMra);
+  Event e = event(*c, EventType::kMraReceived, attr::kMra, &msg, as_bytes(m.private_data));
   e.service_timeout = m.service_timeout;
-  e.private_data = as_bytes(m.private_data);
-  e.msg = &msg;
   emit(c->id, e);
 }
 
@@ -638,11 +636,9 @@ void Engine::Impl::on_rej(const Rej& r, const Message& msg) {
   }
   uint32_t id = c->id;
   if (c->remote_id == 0) c->remote_id = r.local_comm_id;
-  Event e = event(*c, EventType::kRejReceived, attr::kRej);
+  Event e = event(*c, EventType::kRejReceived, attr::kRej, &msg, as_bytes(r.private_data));
   e.reason = static_cast<uint16_t>(r.reason);
   e.ari = as_bytes(r.ari, r.ari_length);
-  e.private_data = as_bytes(r.private_data);
-  e.msg = &msg;
   disarm(*c);
   if (stale_or_later) {
     enter_timewait(*c);
@@ -695,9 +691,7 @@ void Engine::Impl::on_dreq(const mad::MadAddress& from, const Dreq& d, const Mes
     send(*c, p, false);
     return enter_timewait(*c);
   }
-  Event e = event(*c, EventType::kDreqReceived, attr::kDreq);
-  e.private_data = as_bytes(d.private_data);
-  e.msg = &msg;
+  Event e = event(*c, EventType::kDreqReceived, attr::kDreq, &msg, as_bytes(d.private_data));
   emit(c->id, e);
 }
 
@@ -712,9 +706,7 @@ void Engine::Impl::on_drep(const Drep& d, const Message& msg) {
     return drop_state();
   }
   disarm(*c);
-  Event e = event(*c, EventType::kDrepReceived, attr::kDrep);
-  e.private_data = as_bytes(d.private_data);
-  e.msg = &msg;
+  Event e = event(*c, EventType::kDrepReceived, attr::kDrep, &msg, as_bytes(d.private_data));
   uint32_t id = c->id;
   enter_timewait(*c);
   emit(id, e);
@@ -751,11 +743,9 @@ void Engine::Impl::on_sidr_req(const mad::MadAddress& from, const SidrReq& q, co
   c.service_id = q.service_id;
   c.pkey = q.pkey;
   remote[{q.request_id, who}] = c.id;
-  Event e = event(c, EventType::kSidrReqReceived, attr::kSidrReq);
+  Event e = event(c, EventType::kSidrReqReceived, attr::kSidrReq, &msg, as_bytes(q.private_data));
   e.pkey = q.pkey;
   e.remote_ca_guid = 0;
-  e.private_data = as_bytes(q.private_data);
-  e.msg = &msg;
   emit(c.id, e);
 }
 
@@ -769,13 +759,11 @@ void Engine::Impl::on_sidr_rep(const SidrRep& p, const Message& msg) {
   disarm(*c);
   c->last.reset();
   c->state = State::kIdle;
-  Event e = event(*c, EventType::kSidrRepReceived, attr::kSidrRep);
+  Event e = event(*c, EventType::kSidrRepReceived, attr::kSidrRep, &msg, as_bytes(p.private_data));
   e.sidr_status = static_cast<uint8_t>(p.status);
   e.remote_qpn = p.qpn;
   e.qkey = p.qkey;
   e.service_id = p.service_id;
-  e.private_data = as_bytes(p.private_data);
-  e.msg = &msg;
   uint32_t id = c->id;
   if (c->flags & kGone) erase(*c);
   emit(id, e);
@@ -792,9 +780,7 @@ void Engine::Impl::on_lap(const mad::MadAddress& from, const Lap& l, const Messa
   to.qkey = mad::kGsiQkey;
   send_to(to, a);
   if (!c) return drop_unknown();
-  Event e = event(*c, EventType::kLapReceived, attr::kLap);
-  e.private_data = as_bytes(l.private_data);
-  e.msg = &msg;
+  Event e = event(*c, EventType::kLapReceived, attr::kLap, &msg, as_bytes(l.private_data));
   emit(c->id, e);
 }
 
@@ -811,9 +797,10 @@ Engine::~Engine() {
 void Engine::set_port(const PortInfo& port) { impl_->port = port; }
 
 Result<uint32_t> Engine::listen(uint64_t service_id, uint64_t mask, uint64_t owner) {
-  for (auto& [id, c] : impl_->conns) {
+  for (uint32_t lid : impl_->listeners) {
+    const Conn& c = impl_->conns.at(lid);
     // Two (id, mask) pairs overlap if some service ID matches both.
-    if (c.kind == Kind::kListen && ((service_id ^ c.service_id) & mask & c.remote_guid) == 0)
+    if (((service_id ^ c.service_id) & mask & c.remote_guid) == 0)
       return err(EADDRINUSE, "cm: service ID {:#x}/{:#x} overlaps listener {:#x}/{:#x}", service_id, mask,
                  c.service_id, c.remote_guid);
   }
@@ -821,6 +808,7 @@ Result<uint32_t> Engine::listen(uint64_t service_id, uint64_t mask, uint64_t own
   c.state = State::kListen;
   c.service_id = service_id & mask;
   c.remote_guid = mask;
+  impl_->listeners.insert(c.id);
   return c.id;
 }
 
@@ -829,6 +817,7 @@ Result<uint32_t> Engine::connect(const ConnectParams& p, uint64_t owner) {
   if (p.qp_type != transport::kRc && p.qp_type != transport::kUc)
     return err(EINVAL, "cm: connect: transport {} (RC 0 or UC 1 only)", p.qp_type);
   if (p.qpn == 0 || p.qpn > 0xffffff) return err(EINVAL, "cm: connect: QPN {:#x}", p.qpn);
+  if (p.path_mtu < 1 || p.path_mtu > 5) return err(EINVAL, "cm: connect: path MTU {} (1..5, IBA 9.7.1)", p.path_mtu);
   if (I.local_qpn.contains(p.qpn)) return err(EBUSY, "cm: QPN {:#x} is connected or in timewait", p.qpn);
   Req q;
   OPENIB_TRY(copy_pdata(q.private_data, p.private_data, "REQ"));
@@ -838,6 +827,8 @@ Result<uint32_t> Engine::connect(const ConnectParams& p, uint64_t owner) {
   c.peer = p.peer;
   c.peer.qkey = mad::kGsiQkey;
   c.path = p.primary;
+  if (c.path.local_lid == 0) c.path.local_lid = I.port.lid;  // our end, if the caller left it out
+  if (c.path.local_gid == Gid{}) c.path.local_gid = I.port.gid;
   c.packet_life = p.packet_life_time ? p.packet_life_time
                                      : (p.primary.local_ack_timeout > 0 ? p.primary.local_ack_timeout - 1 : 0);
   if (c.path.local_ack_timeout == 0) c.path.local_ack_timeout = ack_timeout(I.port.ca_ack_delay, c.packet_life);

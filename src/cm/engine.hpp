@@ -102,7 +102,8 @@ struct Env {
 struct ConnectParams {
   uint64_t service_id = 0;
   mad::MadAddress peer;          // the peer's QP1: DLID, SL, pkey index, GRH
-  CmPath primary;          // the primary path (from a PathRecord); local_ack_timeout 0: computed
+  CmPath primary;          // the primary path (from a PathRecord); local_ack_timeout 0: computed;
+                           // local_lid 0 / local_gid 0: the port's
   uint8_t packet_life_time = 0;  // the PathRecord's PacketLifeTime (0: primary.local_ack_timeout - 1)
   uint16_t pkey = 0xffff;
   uint8_t path_mtu = 0;          // IBA enum (1 = 256 ... 5 = 4096)

@@ -344,7 +344,9 @@ Result<Decoded> decode(ConstBytes mad);
 
 // ---- ClassPortInfo, IBA 13.4.8.1 ------------------------------------------
 // The CM's own ClassPortInfo:CapabilityMask bits (IBA 16.7, the CM class's
-// attributes; bits 0-7 are common to all classes, IBA 13.4.8.1).
+// attributes; bits 0-7 are common to all classes, IBA 13.4.8.1). Bits 8-11
+// are the IBA 1.1 set; 12 (UC) and 13 (SIDR) as public CM implementations
+// announce them (not checked against the spec's own text).
 // There is no bit for alternate paths: a CM without APM says so per
 // connection (REP FailoverAccepted 1, APR status kUnsupported to a LAP).
 namespace cm_cap {

@@ -417,10 +417,20 @@ TEST_CASE("Every CM message in an IBA packet is decoded by tshark as that messag
     fs::path p;
     ~Remove() { fs::remove(p); }
   } remove_at_end{path};
+  // The eleven messages, then the GetResp(ClassPortInfo) to a Get.
+  std::vector<ByteVec> mads;
+  for (std::size_t i = 0; i < msgs.size(); ++i) mads.push_back(encode(msgs[i], kTid + i));
+  {
+    ByteVec get = hex("01 07 02 01 0000 0000 0102030405060713 0001 0000 00000000");
+    get.resize(mad::kMadBytes);
+    auto cpi = class_port_info_response(get, 18);
+    REQUIRE(cpi.ok());
+    mads.push_back(*cpi);
+  }
   {
     auto w = PcapErfWriter::open(path.string());
     REQUIRE(w.ok());
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
+    for (std::size_t i = 0; i < mads.size(); ++i) {
       // A GMP to QP1 (IBA 13.5.1): UD Send Only, DETH with the GSI Q_Key.
       Headers h;
       h.lrh.dlid = 2;
@@ -430,8 +440,7 @@ TEST_CASE("Every CM message in an IBA packet is decoded by tshark as that messag
       h.bth.dest_qp = 1;
       h.bth.psn = static_cast<std::uint32_t>(i);
       h.deth = Deth{0x80010000, 1};
-      const ByteVec mad = encode(msgs[i], kTid + i);
-      auto pkt = build_packet(h, mad);
+      auto pkt = build_packet(h, mads[i]);
       REQUIRE(pkt.ok());
       REQUIRE((*w)->write(*pkt, 0).ok());
     }
@@ -449,7 +458,7 @@ TEST_CASE("Every CM message in an IBA packet is decoded by tshark as that messag
   std::vector<std::string> lines;
   for (std::size_t pos = 0, nl; (nl = out.find('\n', pos)) != std::string::npos; pos = nl + 1)
     lines.push_back(out.substr(pos, nl - pos));
-  REQUIRE(lines.size() == msgs.size());
+  REQUIRE(lines.size() == mads.size());
   for (std::size_t i = 0; i < msgs.size(); ++i) {
     INFO(attr_name(attr_id_of(msgs[i])));
     char want[64];
@@ -463,6 +472,7 @@ TEST_CASE("Every CM message in an IBA packet is decoded by tshark as that messag
   CHECK(lines[2].find(",0x001c,") != std::string::npos);  // reason 28
   CHECK(lines[3].find(",0x000456,") != std::string::npos);
   CHECK(lines[5].find(",0x000456") == lines[5].size() - 9);
+  CHECK(lines[11].rfind("0x07,0x0001,0x0102030405060713,", 0) == 0);
 
   // (tshark 4.0 reads the REQ's flow label and packet rate from the wrong
   // bytes, and dissects no field of MRA, SIDR_*, LAP, APR: those are
