@@ -269,7 +269,15 @@ int serve(Env& e) {
   int served = 0, established = 0, timewait = 0;
   const int want = data ? 1 : o.serve;
   while (timewait < want) {
-    CmEvent ev = next_event(e);
+    auto got = e.cm->get_event(o.timeout_ms);
+    if (!got) {
+      int est = 0, disc = 0;
+      for (auto& [id, c] : conns) est += c.established, disc += c.disconnected;
+      die("CM event: " + got.error().str() + "; server: " + std::to_string(established) + " established, " +
+          std::to_string(timewait) + " done of " + std::to_string(want) + "; open: " + std::to_string(conns.size()) +
+          " (" + std::to_string(est) + " established, " + std::to_string(disc) + " disconnect requests)");
+    }
+    CmEvent ev = std::move(*got);
     switch (ev.type) {
       case CmEventType::kRequest: {
         if (!o.quiet)

@@ -14,7 +14,9 @@
 # ibsim's net.2sw2path4hca with its switches in ibfabric and each host in a
 # network namespace, brought up by Debian's OpenSM and examined with
 # infiniband-diags, all unmodified, through the project's libibumad.so.3,
-# and IPoIB: two of its namespaces pinging each other over ib0 (docs/ipoib.md).
+# and IPoIB: two of its namespaces pinging each other over ib0 (docs/ipoib.md),
+# and the IB CM: openib-cm-pingpong connecting by GID and service ID, RC
+# and SIDR/UD (docs/cm.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -129,6 +131,22 @@ sb run Hca2 ping -c 3 -W 2 198.19.9.4
 sb run Hca2 ip neigh show dev ib0
 echo "-- ibdctl ipoib on Hca2 (the neighbour's 20-byte address behind its MAC, the groups joined):"
 sb run Hca2 build/src/tools/ibdctl ipoib | sed -n '/^neighbours/,/^counters/p' | grep -v '^counters'
+echo "-- the IB CM (docs/cm.md): openib-cm-pingpong, server on Hca4, client on Hca1 naming it by GID and service ID;"
+echo "   REQ/REP/RTU with private data, ibd moves both QPs to RTS, 1000 x 4 KiB each way checked, DREQ/DREP, timewait"
+sb run Hca4 build/examples/openib-cm-pingpong -n 1000 >"$tmp/cm-server.log" 2>&1 &
+cm_pid=$!
+for _ in $(seq 50); do grep -q listening "$tmp/cm-server.log" && break; sleep 0.1; done
+sb run Hca1 build/examples/openib-cm-pingpong --dgid "$gid4" -n 1000 --private "hello from Hca1"
+wait "$cm_pid"
+sed 's/^/   server: /' "$tmp/cm-server.log"
+echo "-- SIDR: the client finds the server's UD QP and Q_Key by service ID, then 100 UD messages each way"
+sb run Hca4 build/examples/openib-cm-pingpong --ud -n 100 >"$tmp/cm-server.log" 2>&1 &
+cm_pid=$!
+for _ in $(seq 50); do grep -q listening "$tmp/cm-server.log" && break; sleep 0.1; done
+sb run Hca1 build/examples/openib-cm-pingpong --ud --dgid "$gid4" -n 100
+wait "$cm_pid"
+echo "-- a REQ nobody listens for: REJ reason 8 (invalid service ID)"
+sb run Hca1 build/examples/openib-cm-pingpong --dgid "$gid4" -S 0x4242 || true
 port=$(sb run Hca1 ibtracert 1 "$lid4" | awk '/"Switch2"/ {gsub(/[][]/, "", $1); print $1; exit}')
 echo "-- pulling the cable the route takes, Switch1[$port]: trap 128, OpenSM resweeps, the route moves"
 sb fabric link down Switch1 "$port"

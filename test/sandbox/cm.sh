@@ -48,13 +48,8 @@ waitfor() {
   for _ in $(seq "${3:-300}"); do grep -q -- "$2" "$(log_of "$1")" 2>/dev/null && return 0; sleep 0.1; done
   fail "$1 never printed '$2': $(cat "$(log_of "$1")")"
 }
-# gid_of HOST: port 1's GID (fe80:: and the port GUID).
-gid_of() {
-  local g
-  g=$(field "$1" "Port GUID")
-  g=${g#0x}
-  printf 'fe80::%x:%x:%x:%x' $((16#${g:0:4})) $((16#${g:4:4})) $((16#${g:8:4})) $((16#${g:12:4}))
-}
+# ibd's CM counters on HOST (for failure messages).
+cm_counters() { ibdctl_counters "$1" | grep '^cm\.' | grep -v ' 0$' | tr '\n' ' '; }
 port_active() { [[ $(field "$1" "State") == Active && $(lid_of "$1") != 0 ]]; }
 wait_active() {
   for _ in $(seq 300); do port_active "$1" && return 0; sleep 0.1; done
@@ -151,7 +146,9 @@ per_c=$(((mem_c - mem0) / 10000))
 per_s=$((mem_s / 10000))
 rm -f "$hold"
 wait "$many" || fail "10,000 connections: $(tail -5 "$(log_of many-client)")"
-wait "$bg" || fail "10,000 connections, server: $(tail -5 "$(log_of many-server)")"
+wait "$bg" || fail "10,000 connections, server: $(tail -5 "$(log_of many-server)")
+Hca2: $(cm_counters Hca2)
+Hca4: $(cm_counters Hca4)"
 grep -q "connections: 10000 established, 10000 disconnected, 0 rejected, 0 failed" "$(log_of many-client)" ||
   fail "10,000 connections: $(cat "$(log_of many-client)")"
 ok "10,000 connections open at once; ibd's CM memory per connection: active $per_c B, passive $per_s B"
@@ -218,7 +215,9 @@ waitfor lossy-server "listening"
 client Hca1 --dgid "${gid[Hca2]}" --conns 1000 -q --cm-timeout 15
 ((rc == 0)) || fail "1,000 connections over lossy cables ($rc): $out"
 grep -q "connections: 1000 established, 1000 disconnected, 0 rejected, 0 failed" <<<"$out" || fail "lossy: $out"
-wait "$bg" || fail "lossy server: $(tail -5 "$(log_of lossy-server)")"
+wait "$bg" || fail "lossy server: $(tail -5 "$(log_of lossy-server)")
+Hca1: $(cm_counters Hca1)
+Hca2: $(cm_counters Hca2)"
 grep -q "server: 1000 established, 1000 done" "$(log_of lossy-server)" || fail "lossy server: $(tail -5 "$(log_of lossy-server)")"
 dup=$(( $(counter Hca1 cm.port1.duplicates) + $(counter Hca2 cm.port1.duplicates) ))
 ret=$(( $(counter Hca1 cm.port1.retries) + $(counter Hca2 cm.port1.retries) ))
