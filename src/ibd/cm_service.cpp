@@ -235,7 +235,7 @@ void CmService::emit(uint32_t client, proto::CmEventMsg m) {
   Session& s = it->second;
   ++counters_.events;
   s.out.push_back(proto::encode(m));
-  if (s.out.size() > kMaxQueuedEvents) {
+  if (s.out.size() > max_queued_) {
     // The client reads none of its events: its CM socket is closed, so it
     // learns (ECONNRESET) instead of missing some silently.
     ++counters_.sessions_overrun;
@@ -796,7 +796,12 @@ std::string CmService::json() const {
   nlohmann::json j;
   j["sessions"] = sessions_.size();
   size_t ids = 0;
-  for (const auto& [c, s] : sessions_) ids += s.ids.size();
+  auto& clients = j["clients"];
+  clients = nlohmann::json::array();
+  for (const auto& [c, s] : sessions_) {
+    ids += s.ids.size();
+    clients.push_back({{"client", c}, {"ids", s.ids.size()}, {"queued", s.out.size()}, {"open", s.sock != nullptr}});
+  }
   j["ids"] = ids;
   auto& ports = j["ports"];
   ports = nlohmann::json::array();
