@@ -274,38 +274,42 @@ int cm_command(int fd, bool as_json) {
   key_values(head);
   std::printf("\nclients:\n");
   table(j.value("clients", json::array()), {"client", "ids", "queued", "open"});
+  // The sum of an object's numbers (ids by state, messages by name).
+  auto sum = [](const json& e, const char* key) {
+    uint64_t n = 0;
+    if (e.contains(key) && e[key].is_object())
+      for (const auto& v : e[key])
+        if (v.is_number_unsigned()) n += v.get<uint64_t>();
+    return n;
+  };
+  const json ports_in = j.value("ports", json::array());
   json ports = json::array();
-  for (const auto& p : j.value("ports", json::array())) {
-    const json e = p.value("engine", json::object());
+  for (const auto& p : ports_in) {
     json row = {{"port", p.value("port", json())}, {"running", p.value("running", false)}};
-    uint64_t ids = 0, sent = 0, received = 0, dropped = 0;
-    for (const auto& [k, v] : e.value("ids_by_state", json::object()).items()) ids += v.get<uint64_t>();
-    for (const auto& [k, v] : e.value("sent", json::object()).items()) sent += v.get<uint64_t>();
-    for (const auto& [k, v] : e.value("received", json::object()).items()) received += v.get<uint64_t>();
-    for (const auto& [k, v] : e.value("dropped", json::object()).items()) dropped += v.get<uint64_t>();
-    if (p.value("running", false)) {
-      row["ids"] = ids;
-      row["sent"] = sent;
-      row["received"] = received;
+    if (p.contains("engine")) {
+      const json& e = p["engine"];
+      row["ids"] = sum(e, "ids_by_state");
+      row["sent"] = sum(e, "sent");
+      row["received"] = sum(e, "received");
       for (const char* k : {"retries", "timeouts", "duplicates", "stale", "send_errors"}) row[k] = e.value(k, json());
-      row["dropped"] = dropped;
+      row["dropped"] = sum(e, "dropped");
     }
     ports.push_back(std::move(row));
   }
   std::printf("\nports:\n");
   table(ports, {"port", "running", "ids", "sent", "received", "retries", "timeouts", "duplicates", "stale",
                 "send_errors", "dropped"});
-  for (const auto& p : j.value("ports", json::array())) {
+  for (const auto& p : ports_in) {
     if (!p.contains("engine")) continue;
     const json& e = p["engine"];
-    json states = json::array(), msgs = json::array();
-    for (const auto& [k, v] : e.value("ids_by_state", json::object()).items())
-      states.push_back({{"state", k}, {"ids", v}});
-    json names = json::object();
-    for (const auto& [k, v] : e.value("sent", json::object()).items()) names[k]["sent"] = v;
-    for (const auto& [k, v] : e.value("received", json::object()).items()) names[k]["received"] = v;
-    for (const auto& [k, v] : names.items()) msgs.push_back({{"message", k}, {"sent", v.value("sent", 0)},
-                                                             {"received", v.value("received", 0)}});
+    json states = json::array(), msgs = json::array(), names = json::object();
+    if (e.contains("ids_by_state"))
+      for (const auto& [k, v] : e["ids_by_state"].items()) states.push_back({{"state", k}, {"ids", v}});
+    for (const char* dir : {"sent", "received"})
+      if (e.contains(dir))
+        for (const auto& [k, v] : e[dir].items()) names[k][dir] = v;
+    for (const auto& [k, v] : names.items())
+      msgs.push_back({{"message", k}, {"sent", v.value("sent", json(0))}, {"received", v.value("received", json(0))}});
     std::printf("\nport %s ids by state:\n", cell(p["port"]).c_str());
     table(states, {"state", "ids"});
     std::printf("\nport %s messages:\n", cell(p["port"]).c_str());

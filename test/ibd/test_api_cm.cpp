@@ -7,9 +7,9 @@
 // provoke.
 #include <nlohmann/json.hpp>
 
+#include "cm_path.hpp"
 #include "openib/cm.hpp"
 #include "openib/path.hpp"
-#include "sa/path_record.hpp"
 #include "test_api.hpp"
 
 using namespace openib;
@@ -33,23 +33,9 @@ CmSide cm_side(const std::string& socket, const EpOptions& o = {}) {
   return s;
 }
 
-// The path from `from` to `to` as the SA would give it (IBA 15.2.5.16): no
-// SM runs here, so the record is made from the ports' LIDs and GIDs.
+// The path from `from` to `to` (no SM here: made from their LIDs and GIDs).
 PathRecord path(const Ep& from, const Ep& to) {
-  sa::PathRecord p;
-  p.dgid = to.gid.raw;
-  p.sgid = from.gid.raw;
-  p.dlid = to.lid;
-  p.slid = from.lid;
-  p.reversible = true;
-  p.numb_path = 1;
-  p.pkey = 0xffff;
-  p.mtu = static_cast<uint8_t>(Mtu::k1024);
-  p.rate = 3;
-  p.packet_life_time = 12;
-  std::array<uint8_t, 64> raw{};
-  sa::encode_path_record(std::span(reinterpret_cast<std::byte*>(raw.data()), raw.size()), p);
-  return decode_path_record(raw);
+  return decode_path_record(wire_path(from.lid, to.lid, from.gid.raw, to.gid.raw));
 }
 
 // Another QP on the side's Context (its CQ and PD).
@@ -175,7 +161,10 @@ TEST_CASE("CM connect/accept: REQ and REP private data whole, established both s
   must(b.cm->disconnect(bid, pattern(20, 1)), "disconnect");
   CmEvent dreq = expect_event(*a.cm, CmEventType::kDisconnectRequest);
   CHECK(dreq.id == req.id);
-  CHECK(dreq.private_data == pattern(20, 1));
+  // The DREQ's private data field is 220 bytes on the wire: ours, then zeros.
+  REQUIRE(dreq.private_data.size() == cm_private::kDreq);
+  CHECK(std::vector<uint8_t>(dreq.private_data.begin(), dreq.private_data.begin() + 20) == pattern(20, 1));
+  CHECK(all_bytes(dreq.private_data.data() + 20, cm_private::kDreq - 20, 0));
   CmEvent done = expect_event(*b.cm, CmEventType::kDisconnected);
   CHECK(done.id == bid);
   CHECK(done.status == 0);
@@ -315,6 +304,13 @@ TEST_CASE("CM destroy of an established id, and a client that closes its Context
     CHECK(error_of(c.b.cm->disconnect(c.b_id)) == ENOENT);
   }
   Connected c = connect_pair(kService + 6);
+  // `ibdctl cm` (a table) shows the connection and the listener on A, and the messages.
+  RunResult t = run({env_path("OPENIB_IBDCTL"), "--socket", sock_a(), "cm"}, std::chrono::seconds(10));
+  INFO(t.out << t.err);
+  CHECK(t.exited_ok());
+  CHECK(t.out.find("established  1") != std::string::npos);
+  CHECK(t.out.find("listen       1") != std::string::npos);
+  CHECK(t.out.find("REQ") != std::string::npos);
   const nlohmann::json before = cm_info(sock_b());
   // The connector's client goes (as if it died): its channel, QP and Context close.
   c.b.cm.reset();
@@ -338,9 +334,11 @@ TEST_CASE("CM errors: an overlapping listener, private data too long, accept on 
           "unknown id, a second channel, a UD QP or one in RTS given to connect",
           "[api][cm]") {
   CmSide a = cm_side(sock_a()), b = cm_side(sock_b());
-  const uint32_t lid = must(a.cm->listen(1, kService + 0x100, ~uint64_t{0xff}), "listen (a range)");
-  CHECK(error_of(a.cm->listen(1, kService + 0x142)) == EADDRINUSE);
-  CHECK(error_of(b.cm->listen(1, kService + 0x100)) == 0);  // another ibd: its own service IDs
+  constexpr uint64_t kRange = 0x0000000200000000ull;  // and the 255 IDs above it
+  const uint32_t lid = must(a.cm->listen(1, kRange, ~uint64_t{0xff}), "listen (a range)");
+  CHECK(error_of(a.cm->listen(1, kRange | 0x42)) == EADDRINUSE);
+  CHECK(error_of(a.cm->listen(1, kRange, ~uint64_t{0xfff})) == EADDRINUSE);
+  CHECK(error_of(b.cm->listen(1, kRange | 0x42)) == 0);  // another ibd: its own service IDs
 
   CmConnParams big;
   big.private_data.resize(cm_private::kReq + 1);

@@ -32,12 +32,12 @@
 #include <thread>
 
 #include "clientproto/socket.hpp"
+#include "cm_path.hpp"
 #include "harness.hpp"
 #include "json_flat.hpp"
 #include "openib/cm.hpp"
 #include "openib/path.hpp"
 #include "rc_link.hpp"
-#include "sa/path_record.hpp"
 
 using namespace openib;
 using namespace openib::testing;
@@ -169,6 +169,32 @@ UniqueFd make_memfd(size_t len, int seals = F_SEAL_SHRINK) {
   REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(len)) == 0);
   if (seals) REQUIRE(::fcntl(fd.get(), F_ADD_SEALS, seals) == 0);
   return fd;
+}
+
+// A CQ of 64 entries in the client's memory `mem` (ring at 0, doorbell
+// record at 4096); its handle.
+uint32_t raw_cq(Raw& r, uint32_t mem) {
+  proto::CreateCqReq cq;
+  cq.mem = mem;
+  cq.ring_offset = 0;
+  cq.dbr_offset = 4096;
+  cq.log_size = 6;
+  return r.must<proto::ObjRep>(Op::kCreateCq, cq).handle;
+}
+// CREATE_QP's body for the i-th small QP (4 WQEs each way) in `mem`.
+proto::CreateQpReq small_qp(uint32_t pd, uint32_t cq, uint32_t mem, uint32_t i) {
+  proto::CreateQpReq q;
+  q.pd = pd;
+  q.send_cq = q.recv_cq = cq;
+  q.mem = mem;
+  q.log_sq_size = 2;
+  q.log_sq_stride = 6;
+  q.log_rq_size = 2;
+  q.log_rq_stride = 5;
+  q.sq_offset = 8192 + i * 1024;
+  q.rq_offset = 8192 + i * 1024 + 256;
+  q.dbr_offset = 4096 + 64 + i * 8;
+  return q;
 }
 
 // ---- the victim -------------------------------------------------------------
@@ -814,26 +840,10 @@ TEST_CASE("pipelined requests are answered in order; a client gone mid-command l
       mfd = make_memfd(kLen);
       int f = mfd.get();
       mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{kLen}, {&f, 1}).handle;
-      proto::CreateCqReq cq;
-      cq.mem = mem;
-      cq.ring_offset = 0;
-      cq.dbr_offset = 4096;
-      cq.log_size = 6;
-      cqh = r.must<proto::ObjRep>(Op::kCreateCq, cq).handle;
+      cqh = raw_cq(r, mem);
     }
     proto::Bytes create_qp(uint32_t i) {
-      proto::CreateQpReq q;
-      q.pd = pd;
-      q.send_cq = q.recv_cq = cqh;
-      q.mem = mem;
-      q.log_sq_size = 2;
-      q.log_sq_stride = 6;
-      q.log_rq_size = 2;
-      q.log_rq_stride = 5;
-      q.sq_offset = 8192 + i * 1024;
-      q.rq_offset = 8192 + i * 1024 + 256;
-      q.dbr_offset = 4096 + 64 + i * 8;
-      return r.frame(uint16_t(Op::kCreateQp), proto::encode(q));
+      return r.frame(uint16_t(Op::kCreateQp), proto::encode(small_qp(pd, cqh, mem, i)));
     }
     Raw r;
     std::vector<UniqueFd> uar_fds;
@@ -1155,23 +1165,7 @@ struct RawQp {
     mfd = make_memfd(65536);
     int f = mfd.get();
     mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{65536}, {&f, 1}).handle;
-    proto::CreateCqReq cq;
-    cq.mem = mem;
-    cq.dbr_offset = 4096;
-    cq.log_size = 6;
-    const uint32_t cqh = r.must<proto::ObjRep>(Op::kCreateCq, cq).handle;
-    proto::CreateQpReq q;
-    q.pd = pd;
-    q.send_cq = q.recv_cq = cqh;
-    q.mem = mem;
-    q.log_sq_size = 2;
-    q.log_sq_stride = 6;
-    q.log_rq_size = 2;
-    q.log_rq_stride = 5;
-    q.sq_offset = 8192;
-    q.rq_offset = 8192 + 256;
-    q.dbr_offset = 4096 + 64;
-    qp = r.must<proto::ObjRep>(Op::kCreateQp, q).handle;
+    qp = r.must<proto::ObjRep>(Op::kCreateQp, small_qp(pd, raw_cq(r, mem), mem, 0)).handle;
   }
   UniqueFd mfd;
   uint32_t pd = 0, mem = 0, qp = 0;
@@ -1179,22 +1173,6 @@ struct RawQp {
 
 uint8_t qp_state(Raw& r, uint32_t qp) {
   return r.must<proto::QueryQpRep>(Op::kQueryQp, proto::HandleReq{qp}).attr.state;
-}
-
-// A path to (lid) as the SA would encode it (IBA 15.2.5.16).
-std::array<uint8_t, 64> raw_path(uint16_t slid, uint16_t dlid) {
-  sa::PathRecord p;
-  p.slid = slid;
-  p.dlid = dlid;
-  p.reversible = true;
-  p.numb_path = 1;
-  p.pkey = 0xffff;
-  p.mtu = 3;
-  p.rate = 3;
-  p.packet_life_time = 12;
-  std::array<uint8_t, 64> raw{};
-  sa::encode_path_record(std::span(reinterpret_cast<std::byte*>(raw.data()), raw.size()), p);
-  return raw;
 }
 
 int status_of(const Outcome& o) { return o.kind == Outcome::kReplied ? o.reply.status : -1; }
@@ -1304,7 +1282,7 @@ TEST_CASE("CM requests: before CM_OPEN, bad bodies and lengths, fds, another cli
   proto::CmConnectReq c;
   c.qp = vqp.qp;
   c.service_id = 0x5000;
-  c.path = raw_path(1, 2);
+  c.path = wire_path(1, 2);
   CHECK(status_of(evil.call(Op::kCmConnect, c)) == ENOENT);
   c.flags = proto::kCmManualQp;
   CHECK(status_of(evil.call(Op::kCmConnect, c)) == ENOENT);
@@ -1320,7 +1298,7 @@ TEST_CASE("CM requests: before CM_OPEN, bad bodies and lengths, fds, another cli
   c.private_len = 255;
   CHECK(status_of(evil.call(Op::kCmConnect, c)) == EINVAL);
   proto::CmSidrQueryReq sq;
-  sq.path = raw_path(1, 2);
+  sq.path = wire_path(1, 2);
   sq.private_len = 217;
   CHECK(status_of(evil.call(Op::kCmSidrQuery, sq)) == EINVAL);
   CHECK(qp_state(evil, eqp.qp) == 0);
@@ -1333,7 +1311,7 @@ TEST_CASE("CM requests: before CM_OPEN, bad bodies and lengths, fds, another cli
   REQUIRE(peer.ok());
   auto peer_cm = CmChannel::open(*(*peer)->ctx);
   REQUIRE(peer_cm.ok());
-  PathRecord pr = decode_path_record(raw_path(2, 1));
+  PathRecord pr = decode_path_record(wire_path(2, 1));
   REQUIRE((*peer_cm)->connect(*(*peer)->qp, pr, 0x6000, {}).ok());
   auto req = read_cm_event(evil_cm.get(), 5000);
   REQUIRE(req.has_value());
@@ -1385,16 +1363,8 @@ TEST_CASE("CM requests: before CM_OPEN, bad bodies and lengths, fds, another cli
 TEST_CASE("CM: a client that never reads its events loses its CM socket, not ibd its memory",
           "[hostile][cm]") {
   TempDir dir;
-  auto ports = free_udp_ports(2);
-  auto end = [](uint16_t p) { return "127.0.0.1:" + std::to_string(p); };
-  IbdOptions oa, ob;
-  oa.lid = 1;
-  ob.lid = 2;
-  oa.cable = "LOCAL=" + end(ports[0]) + ",PEER=" + end(ports[1]);
-  ob.cable = "LOCAL=" + end(ports[1]) + ",PEER=" + end(ports[0]);
-  oa.extra_args = {"--cm-max-queued-events", "8"};
-  ob.extra_args = {"--simhca-arg=--guid", "--simhca-arg=0x123400fffe000101"};
-  Ibd a(dir.path(), "a", oa), b(dir.path(), "b", ob);
+  IbdPair pair(dir.path(), "warn", /*distinct_guids=*/true, /*shm_cable=*/false, {"--cm-max-queued-events", "8"});
+  Ibd& a = *pair.a;
 
   Raw r(a.socket());
   r.hello();
@@ -1406,7 +1376,7 @@ TEST_CASE("CM: a client that never reads its events loses its CM socket, not ibd
   // status 1) and becomes an event, none read. Until ibd gives up on us.
   proto::CmSidrQueryReq q;
   q.service_id = 0x7100;
-  q.path = raw_path(1, 2);
+  q.path = wire_path(1, 2);
   auto overrun = [&] {
     auto j = ibdctl(a.socket(), "counters");
     return counter_in(j.out, "cm.sessions_overrun");
