@@ -27,7 +27,8 @@ constexpr uint16_t kAttrReq = 0x0010, kAttrRep = 0x0013, kAttrDreq = 0x0015, kAt
 uint32_t random_psn() {
   uint32_t v = 0;
   if (::getrandom(&v, sizeof v, 0) != sizeof v) v = static_cast<uint32_t>(::time(nullptr));
-  return v & 0xffffff;
+  v &= 0xffffff;
+  return v ? v : 1;  // 0 would mean "the engine's" to Engine::accept
 }
 
 cm::Bytes private_span(const proto::CmPrivate& pd, uint8_t len) {
@@ -235,7 +236,7 @@ void CmService::emit(uint32_t client, proto::CmEventMsg m) {
   Session& s = it->second;
   ++counters_.events;
   s.out.push_back(proto::encode(m));
-  if (s.out.size() > kMaxQueuedEvents) {
+  if (s.out.size() > max_queued_) {
     // The client reads none of its events: its CM socket is closed, so it
     // learns (ECONNRESET) instead of missing some silently.
     ++counters_.sessions_overrun;
@@ -504,7 +505,10 @@ void CmService::accept(uint32_t client, const proto::CmAcceptReq& r, Done done) 
   rec.qp = r.qp;
   rec.responder_resources = r.responder_resources;
   rec.initiator_depth = r.initiator_depth;
-  const uint32_t psn = random_psn();
+  // A manual client moved its QP to RTS with init_qp_attr's send PSN, the
+  // engine's own (chosen when the REQ came): the REP must carry that one
+  // (starting_psn 0 keeps it). Otherwise ibd picks one for the QP and the REP.
+  const uint32_t psn = manual ? 0 : random_psn();
   const uint32_t eid = rec.engine_id;
   const uint8_t port = rec.port;
   auto send_rep = [this, client, r, psn, eid, port, qpn = qp->qpn](Done fin) {
@@ -815,7 +819,12 @@ std::string CmService::json() const {
   nlohmann::json j;
   j["sessions"] = sessions_.size();
   size_t ids = 0;
-  for (const auto& [c, s] : sessions_) ids += s.ids.size();
+  auto& clients = j["clients"];
+  clients = nlohmann::json::array();
+  for (const auto& [c, s] : sessions_) {
+    ids += s.ids.size();
+    clients.push_back({{"client", c}, {"ids", s.ids.size()}, {"queued", s.out.size()}, {"open", s.sock != nullptr}});
+  }
   j["ids"] = ids;
   auto& ports = j["ports"];
   ports = nlohmann::json::array();

@@ -14,7 +14,7 @@
 //    before the REP (as Linux's rdma_accept); to ERROR when the connection
 //    is rejected, disconnected or found stale.
 //  - Events a client does not read wait in ibd (at most kMaxQueuedEvents
-//    per session); past that the session's socket is closed (the client
+//    per session, or --cm-max-queued-events); past that the session's socket is closed (the client
 //    sees ECONNRESET on it) and counted: an event is never silently lost.
 //  - A client that goes has its ids destroyed: the engine sends DREQ for
 //    an established connection, REJ for one not yet established.
@@ -77,6 +77,8 @@ class CmService {
   CmService& operator=(const CmService&) = delete;
 
   void set_qp_ops(QpOps ops) { qp_ = std::move(ops); }
+  // Events kept for a client that does not read them (ibd --cm-max-queued-events).
+  void set_max_queued_events(size_t n) { max_queued_ = n ? n : 1; }
   // Asks the user-MAD service for each port's MAD layer (the CM agent is
   // registered whenever one is open).
   void start();
@@ -153,6 +155,7 @@ class CmService {
   UmadService& umad_;
   uint8_t num_ports_;
   QpOps qp_;
+  size_t max_queued_ = kMaxQueuedEvents;
   std::map<uint8_t, Port> ports_;
   std::map<uint32_t, Session> sessions_;
   CmServiceCounters counters_;

@@ -172,6 +172,7 @@ int run(const Options& o) {
   }
   // The connection manager on each port's MAD layer (docs/cm.md).
   auto cm = std::make_unique<CmService>(io, *hca, *umad, hca->caps().num_ports);
+  cm->set_max_queued_events(o.cm_max_queued_events);
   server.set_cm(cm.get());
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());

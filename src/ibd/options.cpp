@@ -124,6 +124,11 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.add_option("--ipoib-pkey", o.ipoib_pkey, "IPoIB: the P_Key (must be the port's P_Key at index 0)")
       ->capture_default_str();
   app.add_option("--ipoib-port", o.ipoib_port, "IPoIB: the HCA port")->capture_default_str();
+  app.add_option("--cm-max-queued-events", o.cm_max_queued_events,
+                 "CM events kept for a client that does not read its CM socket; past that its CM socket is "
+                 "closed (docs/client-protocol.md \"Connection manager\")")
+      ->check(CLI::Range(1u, 1u << 24))
+      ->capture_default_str();
   add_limit_options(app, o.limits);
   app.add_option("--log", o.log, "log level: trace, debug, info, warn, error, off")->capture_default_str();
   try {

@@ -30,6 +30,9 @@ struct Options {
   std::string ipoib;
   uint16_t ipoib_pkey = 0xFFFF;
   uint8_t ipoib_port = 1;
+  // The connection manager (docs/cm.md): CM events ibd keeps for a client
+  // that does not read its CM socket before closing it (overrun).
+  uint32_t cm_max_queued_events = 65536;
   std::string simhca;        // empty: found next to ibd (simhca_path())
   std::string cable, pcap, faults;  // passed to the embedded simhca
   std::vector<std::string> simhca_args;  // more arguments for it (--guid, --node-desc, ...)

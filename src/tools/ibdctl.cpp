@@ -260,6 +260,64 @@ int ipoib_command(int fd, bool as_json) {
   return 0;
 }
 
+// `cm`: the connection manager (CM_INFO, docs/cm.md "In ibd"): sessions
+// and ids, then per port whether the CM runs, its ids by state (IBA 12.9)
+// and its message counters.
+int cm_command(int fd, bool as_json) {
+  int rc = 0;
+  auto got = json_reply(fd, proto::Op::kCmInfo, {}, as_json, rc);
+  if (!got) return rc;
+  json& j = *got;
+  json head = json::object();
+  for (const char* k : {"sessions", "ids", "memory_bytes"})
+    if (j.contains(k)) head[k] = j[k];
+  key_values(head);
+  std::printf("\nclients:\n");
+  table(j.value("clients", json::array()), {"client", "ids", "queued", "open"});
+  // The sum of an object's numbers (ids by state, messages by name).
+  auto sum = [](const json& e, const char* key) {
+    uint64_t n = 0;
+    if (e.contains(key) && e[key].is_object())
+      for (const auto& v : e[key])
+        if (v.is_number_unsigned()) n += v.get<uint64_t>();
+    return n;
+  };
+  const json ports_in = j.value("ports", json::array());
+  json ports = json::array();
+  for (const auto& p : ports_in) {
+    json row = {{"port", p.value("port", json())}, {"running", p.value("running", false)}};
+    if (p.contains("engine")) {
+      const json& e = p["engine"];
+      row["ids"] = sum(e, "ids_by_state");
+      row["sent"] = sum(e, "sent");
+      row["received"] = sum(e, "received");
+      for (const char* k : {"retries", "timeouts", "duplicates", "stale", "send_errors"}) row[k] = e.value(k, json());
+      row["dropped"] = sum(e, "dropped");
+    }
+    ports.push_back(std::move(row));
+  }
+  std::printf("\nports:\n");
+  table(ports, {"port", "running", "ids", "sent", "received", "retries", "timeouts", "duplicates", "stale",
+                "send_errors", "dropped"});
+  for (const auto& p : ports_in) {
+    if (!p.contains("engine")) continue;
+    const json& e = p["engine"];
+    json states = json::array(), msgs = json::array(), names = json::object();
+    if (e.contains("ids_by_state"))
+      for (const auto& [k, v] : e["ids_by_state"].items()) states.push_back({{"state", k}, {"ids", v}});
+    for (const char* dir : {"sent", "received"})
+      if (e.contains(dir))
+        for (const auto& [k, v] : e[dir].items()) names[k][dir] = v;
+    for (const auto& [k, v] : names.items())
+      msgs.push_back({{"message", k}, {"sent", v.value("sent", json(0))}, {"received", v.value("received", json(0))}});
+    std::printf("\nport %s ids by state:\n", cell(p["port"]).c_str());
+    table(states, {"state", "ids"});
+    std::printf("\nport %s messages:\n", cell(p["port"]).c_str());
+    table(msgs, {"message", "sent", "received"});
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -282,8 +340,8 @@ int main(int argc, char** argv) {
   std::string gid;
   unsigned port = 1, pkey = 0;
   bool fresh = false;
-  app.add_option("what", what, "devices | ports | clients | objects | counters | path GID | paths [flush [GID]] | ipoib")
-      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path", "paths", "ipoib"}))
+  app.add_option("what", what, "devices | ports | clients | objects | counters | path GID | paths [flush [GID]] | ipoib | cm")
+      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path", "paths", "ipoib", "cm"}))
       ->capture_default_str();
   std::string paths_sub, paths_gid;
   app.add_option("gid", gid, "path: the destination GID (IPv6 notation); paths: 'flush'");
@@ -313,6 +371,7 @@ int main(int argc, char** argv) {
   if (what == "paths")
     return paths_command(fd->get(), paths_sub, paths_gid, static_cast<uint8_t>(port), port_opt->count() > 0, as_json);
   if (what == "ipoib") return ipoib_command(fd->get(), as_json);
+  if (what == "cm") return cm_command(fd->get(), as_json);
   if (what == "path")
     return path_query(fd->get(), gid, static_cast<uint8_t>(port), static_cast<uint16_t>(pkey), fresh, as_json);
   proto::InfoReq info;

@@ -195,7 +195,8 @@ std::vector<uint16_t> free_udp_ports(size_t n) {
   return ports;
 }
 
-IbdPair::IbdPair(const std::string& dir, const std::string& log, bool distinct_guids, bool shm_cable) {
+IbdPair::IbdPair(const std::string& dir, const std::string& log, bool distinct_guids, bool shm_cable,
+                 const std::vector<std::string>& extra_a) {
   auto p = free_udp_ports(2);
   auto end = [](uint16_t port) { return "127.0.0.1:" + std::to_string(port); };
   IbdOptions oa, ob;
@@ -213,6 +214,7 @@ IbdPair::IbdPair(const std::string& dir, const std::string& log, bool distinct_g
     std::snprintf(guid, sizeof guid, "--simhca-arg=%#llx", static_cast<unsigned long long>(kPairGuidB));
     ob.extra_args = {"--simhca-arg=--guid", guid};
   }
+  oa.extra_args = extra_a;
   a = std::make_unique<Ibd>(dir, "a", oa);
   b = std::make_unique<Ibd>(dir, "b", ob);
 }

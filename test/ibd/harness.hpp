@@ -96,8 +96,9 @@ std::vector<uint16_t> free_udp_ports(size_t n);
 // file in `dir`, instead of UDP on 127.0.0.1.
 struct IbdPair {
   static constexpr uint64_t kPairGuidB = 0x123400fffe000101ull;
+  // `extra_a`: more arguments for A's ibd.
   explicit IbdPair(const std::string& dir, const std::string& log = "warn", bool distinct_guids = false,
-                   bool shm_cable = false);
+                   bool shm_cable = false, const std::vector<std::string>& extra_a = {});
   std::unique_ptr<Ibd> a, b;
 };
 

@@ -27,12 +27,16 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "clientproto/socket.hpp"
+#include "cm_path.hpp"
 #include "harness.hpp"
 #include "json_flat.hpp"
+#include "openib/cm.hpp"
+#include "openib/path.hpp"
 #include "rc_link.hpp"
 
 using namespace openib;
@@ -165,6 +169,32 @@ UniqueFd make_memfd(size_t len, int seals = F_SEAL_SHRINK) {
   REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(len)) == 0);
   if (seals) REQUIRE(::fcntl(fd.get(), F_ADD_SEALS, seals) == 0);
   return fd;
+}
+
+// A CQ of 64 entries in the client's memory `mem` (ring at 0, doorbell
+// record at 4096); its handle.
+uint32_t raw_cq(Raw& r, uint32_t mem) {
+  proto::CreateCqReq cq;
+  cq.mem = mem;
+  cq.ring_offset = 0;
+  cq.dbr_offset = 4096;
+  cq.log_size = 6;
+  return r.must<proto::ObjRep>(Op::kCreateCq, cq).handle;
+}
+// CREATE_QP's body for the i-th small QP (4 WQEs each way) in `mem`.
+proto::CreateQpReq small_qp(uint32_t pd, uint32_t cq, uint32_t mem, uint32_t i) {
+  proto::CreateQpReq q;
+  q.pd = pd;
+  q.send_cq = q.recv_cq = cq;
+  q.mem = mem;
+  q.log_sq_size = 2;
+  q.log_sq_stride = 6;
+  q.log_rq_size = 2;
+  q.log_rq_stride = 5;
+  q.sq_offset = 8192 + i * 1024;
+  q.rq_offset = 8192 + i * 1024 + 256;
+  q.dbr_offset = 4096 + 64 + i * 8;
+  return q;
 }
 
 // ---- the victim -------------------------------------------------------------
@@ -810,26 +840,10 @@ TEST_CASE("pipelined requests are answered in order; a client gone mid-command l
       mfd = make_memfd(kLen);
       int f = mfd.get();
       mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{kLen}, {&f, 1}).handle;
-      proto::CreateCqReq cq;
-      cq.mem = mem;
-      cq.ring_offset = 0;
-      cq.dbr_offset = 4096;
-      cq.log_size = 6;
-      cqh = r.must<proto::ObjRep>(Op::kCreateCq, cq).handle;
+      cqh = raw_cq(r, mem);
     }
     proto::Bytes create_qp(uint32_t i) {
-      proto::CreateQpReq q;
-      q.pd = pd;
-      q.send_cq = q.recv_cq = cqh;
-      q.mem = mem;
-      q.log_sq_size = 2;
-      q.log_sq_stride = 6;
-      q.log_rq_size = 2;
-      q.log_rq_stride = 5;
-      q.sq_offset = 8192 + i * 1024;
-      q.rq_offset = 8192 + i * 1024 + 256;
-      q.dbr_offset = 4096 + 64 + i * 8;
-      return r.frame(uint16_t(Op::kCreateQp), proto::encode(q));
+      return r.frame(uint16_t(Op::kCreateQp), proto::encode(small_qp(pd, cqh, mem, i)));
     }
     Raw r;
     std::vector<UniqueFd> uar_fds;
@@ -1136,4 +1150,264 @@ TEST_CASE("IPOIB_INFO: without IPoIB, with a body or an fd", "[hostile][ipoib]")
   const std::string text(reinterpret_cast<const char*>(o.reply.payload.data()), o.reply.payload.size());
   CHECK(text.find("\"state\":\"") != std::string::npos);
   CHECK(text.find("\"name\":\"oibt") != std::string::npos);
+}
+
+// The connection manager's requests (docs/client-protocol.md "Connection
+// manager") from raw clients: before CM_OPEN, with bodies of the wrong
+// length or an fd, lengths past a message's maximum, another client's ids
+// and QP, a bad QP state; garbage written into the CM socket. The victim
+// client's listener and QP are untouched, and ibd serves on.
+namespace {
+// A raw client's QP (PD, memory, CQ, QP in RESET): its handle.
+struct RawQp {
+  explicit RawQp(Raw& r) {
+    pd = r.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{}).handle;
+    mfd = make_memfd(65536);
+    int f = mfd.get();
+    mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{65536}, {&f, 1}).handle;
+    qp = r.must<proto::ObjRep>(Op::kCreateQp, small_qp(pd, raw_cq(r, mem), mem, 0)).handle;
+  }
+  UniqueFd mfd;
+  uint32_t pd = 0, mem = 0, qp = 0;
+};
+
+uint8_t qp_state(Raw& r, uint32_t qp) {
+  return r.must<proto::QueryQpRep>(Op::kQueryQp, proto::HandleReq{qp}).attr.state;
+}
+
+int status_of(const Outcome& o) { return o.kind == Outcome::kReplied ? o.reply.status : -1; }
+
+// One CmEventMsg from a CM socket (blocking up to `ms`); nullopt on EOF,
+// an error (errno_out) or no event.
+std::optional<proto::CmEventMsg> read_cm_event(int fd, int ms, int* errno_out = nullptr) {
+  pollfd pf{fd, POLLIN, 0};
+  if (::poll(&pf, 1, ms) != 1) return std::nullopt;
+  std::array<std::byte, 1024> buf;
+  ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+  if (errno_out) *errno_out = n < 0 ? errno : 0;
+  if (n <= 0) return std::nullopt;
+  auto m = proto::decode<proto::CmEventMsg>(std::span<const std::byte>(buf.data(), size_t(n)));
+  if (!m) return std::nullopt;
+  return *m;
+}
+
+// The CM engine of port 1 runs once ibd's MAD layer is up (ENETDOWN before).
+uint32_t listen_when_up(Raw& r, uint64_t service) {
+  proto::CmListenReq l;
+  l.service_id = service;
+  Outcome o;
+  REQUIRE(wait_until([&] { return status_of(o = r.call(Op::kCmListen, l)) != ENETDOWN; }, 10s));
+  INFO(o.str());
+  REQUIRE(status_of(o) == 0);
+  return proto::decode<proto::HandleRep>(o.reply.payload)->handle;
+}
+}  // namespace
+
+TEST_CASE("CM requests: before CM_OPEN, bad bodies and lengths, fds, another client's ids and QP",
+          "[hostile][cm]") {
+  TempDir dir;
+  IbdPair pair(dir.path(), "warn", /*distinct_guids=*/true);
+  Raw evil(pair.a->socket()), victim(pair.a->socket());
+  evil.hello();
+  victim.hello();
+
+  // Before CM_OPEN: ENOTCONN for every request that needs the session.
+  CHECK(status_of(evil.call(Op::kCmListen, proto::CmListenReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmConnect, proto::CmConnectReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmAccept, proto::CmAcceptReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmReject, proto::CmRejectReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmDisconnect, proto::CmDisconnectReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmDestroy, proto::HandleReq{1})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmSidrQuery, proto::CmSidrQueryReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmSidrReply, proto::CmSidrReplyReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmInitQpAttr, proto::CmInitQpAttrReq{1, 1})) == ENOTCONN);
+
+  // CM_OPEN: a body, or an fd, is refused; then one socket, once.
+  CHECK(status_of(evil.call_bytes(uint16_t(Op::kCmOpen), bytes_of(4))) == EINVAL);
+  {
+    UniqueFd f = make_memfd(4096);
+    int fd = f.get();
+    CHECK(status_of(evil.call_bytes(uint16_t(Op::kCmOpen), {}, {&fd, 1})) == EINVAL);
+  }
+  evil.must<proto::Empty>(Op::kCmOpen, proto::Empty{});
+  REQUIRE(evil.last_fds().size() == 1);
+  UniqueFd evil_cm = std::move(evil.last_fds()[0]);
+  CHECK(status_of(evil.call(Op::kCmOpen, proto::Empty{})) == EBUSY);
+  victim.must<proto::Empty>(Op::kCmOpen, proto::Empty{});
+  REQUIRE(victim.last_fds().size() == 1);
+  UniqueFd victim_cm = std::move(victim.last_fds()[0]);
+
+  // The victim's ids (1, 2, 3) and QP; the evil client holds none yet.
+  for (uint64_t s = 0; s < 3; ++s) CHECK(listen_when_up(victim, 0x5000 + s) == s + 1);
+  // (Handles are per client: PDs first, so that the victim's QP handle is
+  // one the evil client's own objects never get below.)
+  for (int i = 0; i < 16; ++i) victim.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+  RawQp vqp(victim);
+
+  // Bodies one byte short or long, for every request: EPROTO.
+  auto wrong_lengths = [&](Op op, const proto::Bytes& b) {
+    auto shorter = std::span(b.data(), b.size() - 1);
+    CHECK(status_of(evil.call_bytes(uint16_t(op), shorter)) == EPROTO);
+    auto longer = b;
+    longer.push_back(std::byte{0});
+    CHECK(status_of(evil.call_bytes(uint16_t(op), longer)) == EPROTO);
+  };
+  wrong_lengths(Op::kCmListen, proto::encode(proto::CmListenReq{}));
+  wrong_lengths(Op::kCmConnect, proto::encode(proto::CmConnectReq{}));
+  wrong_lengths(Op::kCmAccept, proto::encode(proto::CmAcceptReq{}));
+  wrong_lengths(Op::kCmReject, proto::encode(proto::CmRejectReq{}));
+  wrong_lengths(Op::kCmDisconnect, proto::encode(proto::CmDisconnectReq{}));
+  wrong_lengths(Op::kCmDestroy, proto::encode(proto::HandleReq{}));
+  wrong_lengths(Op::kCmSidrQuery, proto::encode(proto::CmSidrQueryReq{}));
+  wrong_lengths(Op::kCmSidrReply, proto::encode(proto::CmSidrReplyReq{}));
+  wrong_lengths(Op::kCmInitQpAttr, proto::encode(proto::CmInitQpAttrReq{}));
+  CHECK(status_of(evil.call_bytes(uint16_t(Op::kCmInfo), bytes_of(1))) == EINVAL);
+  // An fd with a request: refused.
+  {
+    UniqueFd f = make_memfd(4096);
+    int fd = f.get();
+    CHECK(status_of(evil.call(Op::kCmListen, proto::CmListenReq{}, {&fd, 1})) == EINVAL);
+    CHECK(status_of(evil.call(Op::kCmDestroy, proto::HandleReq{1}, {&fd, 1})) == EINVAL);
+  }
+
+  // The victim's ids name nothing of the evil client's.
+  for (uint32_t h = 1; h <= 3; ++h) {
+    CHECK(status_of(evil.call(Op::kCmDestroy, proto::HandleReq{h})) == ENOENT);
+    CHECK(status_of(evil.call(Op::kCmInitQpAttr, proto::CmInitQpAttrReq{h, 2})) == ENOENT);
+    CHECK(status_of(evil.call(Op::kCmReject, proto::CmRejectReq{.id = h})) == ENOENT);
+    CHECK(status_of(evil.call(Op::kCmDisconnect, proto::CmDisconnectReq{.id = h})) == ENOENT);
+    CHECK(status_of(evil.call(Op::kCmAccept, proto::CmAcceptReq{.id = h, .qp = vqp.qp})) == ENOENT);
+  }
+  // Its QP neither: CM_CONNECT with it fails, the QP stays in RESET.
+  proto::CmConnectReq c;
+  c.qp = vqp.qp;
+  c.service_id = 0x5000;
+  c.path = wire_path(1, 2);
+  CHECK(status_of(evil.call(Op::kCmConnect, c)) == ENOENT);
+  c.flags = proto::kCmManualQp;
+  CHECK(status_of(evil.call(Op::kCmConnect, c)) == ENOENT);
+  CHECK(qp_state(victim, vqp.qp) == 0);
+
+  // Lengths past the message's maximum (IBA 12.6): EINVAL.
+  RawQp eqp(evil);
+  REQUIRE(eqp.qp < vqp.qp);
+  c.qp = eqp.qp;
+  c.flags = 0;
+  c.private_len = 93;
+  CHECK(status_of(evil.call(Op::kCmConnect, c)) == EINVAL);
+  c.private_len = 255;
+  CHECK(status_of(evil.call(Op::kCmConnect, c)) == EINVAL);
+  proto::CmSidrQueryReq sq;
+  sq.path = wire_path(1, 2);
+  sq.private_len = 217;
+  CHECK(status_of(evil.call(Op::kCmSidrQuery, sq)) == EINVAL);
+  CHECK(qp_state(evil, eqp.qp) == 0);
+
+  // A connection id of the evil client's own, from a REQ of a libopenib
+  // client on ibd B: accept with the victim's QP fails; reject's lengths
+  // are checked; CM_INIT_QP_ATTR's state is 1..3.
+  const uint32_t elisten = listen_when_up(evil, 0x6000);
+  auto peer = open_side(pair.b->socket(), 65536);
+  REQUIRE(peer.ok());
+  auto peer_cm = CmChannel::open(*(*peer)->ctx);
+  REQUIRE(peer_cm.ok());
+  PathRecord pr = decode_path_record(wire_path(2, 1));
+  REQUIRE((*peer_cm)->connect(*(*peer)->qp, pr, 0x6000, {}).ok());
+  auto req = read_cm_event(evil_cm.get(), 5000);
+  REQUIRE(req.has_value());
+  REQUIRE(req->type == uint8_t(proto::CmEventType::kRequest));
+  CHECK(req->listen_id == elisten);
+  proto::CmAcceptReq acc;
+  acc.id = req->id;
+  acc.qp = vqp.qp;
+  CHECK(status_of(evil.call(Op::kCmAccept, acc)) == ENOENT);
+  CHECK(qp_state(victim, vqp.qp) == 0);
+  CHECK(status_of(evil.call(Op::kCmInitQpAttr, proto::CmInitQpAttrReq{req->id, 7})) == EINVAL);
+  CHECK(status_of(evil.call(Op::kCmInitQpAttr, proto::CmInitQpAttrReq{req->id, 0})) == EINVAL);
+  proto::CmRejectReq rj;
+  rj.id = req->id;
+  rj.ari_len = 73;
+  CHECK(status_of(evil.call(Op::kCmReject, rj)) == EINVAL);
+  rj.ari_len = 0;
+  rj.private_len = 149;
+  CHECK(status_of(evil.call(Op::kCmReject, rj)) == EINVAL);
+  proto::CmDisconnectReq dq;
+  dq.id = req->id;
+  dq.private_len = 221;
+  CHECK(status_of(evil.call(Op::kCmDisconnect, dq)) == EINVAL);
+  acc.qp = eqp.qp;
+  acc.private_len = 197;
+  CHECK(status_of(evil.call(Op::kCmAccept, acc)) == EINVAL);
+  rj.private_len = 0;
+  CHECK(status_of(evil.call(Op::kCmReject, rj)) == 0);
+  auto rejected = (*peer_cm)->get_event(5000);
+  REQUIRE(rejected.ok());
+  CHECK(rejected->type == CmEventType::kRejected);
+
+  // Garbage into the CM socket: ibd shut its read side, the write fails.
+  const char junk[64] = "not an event";
+  CHECK(::send(evil_cm.get(), junk, sizeof junk, MSG_DONTWAIT | MSG_NOSIGNAL) < 0);
+
+  // The victim's listeners are all there (destroyable once), its QP in RESET;
+  // ibd answers both clients.
+  for (uint32_t h = 1; h <= 3; ++h) CHECK(status_of(victim.call(Op::kCmDestroy, proto::HandleReq{h})) == 0);
+  CHECK(qp_state(victim, vqp.qp) == 0);
+  CHECK(status_of(evil.call(Op::kInfo, proto::InfoReq{})) == 0);
+  CHECK(status_of(victim.call(Op::kCmInfo, proto::Empty{})) == 0);
+  CHECK_FALSE(read_cm_event(victim_cm.get(), 100).has_value());  // nothing was said to the victim
+}
+
+// A client that never reads its CM socket while events pile up: past
+// --cm-max-queued-events (beyond what the socket holds) ibd closes it; the
+// client reads what was queued, then end of file; counted; ibd serves on.
+TEST_CASE("CM: a client that never reads its events loses its CM socket, not ibd its memory",
+          "[hostile][cm]") {
+  TempDir dir;
+  IbdPair pair(dir.path(), "warn", /*distinct_guids=*/true, /*shm_cable=*/false, {"--cm-max-queued-events", "8"});
+  Ibd& a = *pair.a;
+
+  Raw r(a.socket());
+  r.hello();
+  r.must<proto::Empty>(Op::kCmOpen, proto::Empty{});
+  REQUIRE(r.last_fds().size() == 1);
+  UniqueFd cm = std::move(r.last_fds()[0]);
+  (void)listen_when_up(r, 0x7000);
+  // SIDR queries to ibd B, where nobody listens: each answered (SIDR_REP,
+  // status 1) and becomes an event, none read. Until ibd gives up on us.
+  proto::CmSidrQueryReq q;
+  q.service_id = 0x7100;
+  q.path = wire_path(1, 2);
+  auto overrun = [&] {
+    auto j = ibdctl(a.socket(), "counters");
+    return counter_in(j.out, "cm.sessions_overrun");
+  };
+  size_t sent = 0;
+  for (int round = 0; round < 100 && overrun() < 1; ++round) {
+    for (int i = 0; i < 500; ++i, ++sent) {
+      auto o = r.call(Op::kCmSidrQuery, q);
+      INFO("query " << sent << ": " << o.str());
+      REQUIRE(status_of(o) == 0);
+    }
+    std::this_thread::sleep_for(200ms);  // the answers come back
+  }
+  REQUIRE(overrun() == 1);
+  // What was in the socket, then end of file (ibd closed its end).
+  size_t got = 0;
+  int e = 0;
+  while (auto m = read_cm_event(cm.get(), 2000, &e)) {
+    CHECK(m->type == uint8_t(proto::CmEventType::kSidrReply));
+    ++got;
+  }
+  INFO("sent " << sent << " queries, read " << got << " events, then errno " << e);
+  CHECK(got > 0);
+  CHECK(got < sent);
+  CHECK((e == 0 || e == ECONNRESET));
+  char c;
+  CHECK(::recv(cm.get(), &c, 1, MSG_DONTWAIT) <= 0);
+  // ibd serves this client (without CM events: EBUSY, its session stays) and others.
+  CHECK(status_of(r.call(Op::kInfo, proto::InfoReq{})) == 0);
+  Raw other(a.socket());
+  other.hello();
+  other.must<proto::Empty>(Op::kCmOpen, proto::Empty{});
+  CHECK(status_of(other.call(Op::kCmInfo, proto::Empty{})) == 0);
 }
