@@ -24,14 +24,15 @@ source "$here/lib.sh"
 sandbox_test sbc 198.18.28 cm-test
 # 10,000 connections: more QPs per client and uid than the default quota.
 export OPENIB_SANDBOX_IBD_ARGS="--client-max-qps 12000 --uid-max-qps 12000"
-export OPENIB_SANDBOX_PCAP_DIR=$OPENIB_SANDBOX.pcap
-mkdir -p "$OPENIB_SANDBOX_PCAP_DIR"
+pcap_dir=$OPENIB_SANDBOX.pcap
+export OPENIB_SANDBOX_PCAP_DIR=$pcap_dir
+mkdir -p "$pcap_dir"
 pp=$build/examples/openib-cm-pingpong
 bg_pids=()
 cleanup_cm() {
   for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   sandbox_cleanup
-  rm -rf "$OPENIB_SANDBOX_PCAP_DIR" /tmp/cm-test-wait.$$ /tmp/cm-test-hold.$$
+  rm -rf "$pcap_dir" /tmp/cm-test-wait.$$ /tmp/cm-test-hold.$$
 }
 trap cleanup_cm EXIT
 log_of() { echo "$OPENIB_SANDBOX/$1.log"; }
@@ -194,7 +195,7 @@ ok "peer ibd down: the REQ sent 1 + 3 times, then a timeout event"
 # (tshark exits 2 on a capture ibfabric is still writing: its frames count all the same.)
 frames() { tshark -n -r "$@" 2>/dev/null || true; }
 ncm=0
-for f in "$OPENIB_SANDBOX_PCAP_DIR"/*.pcap; do
+for f in "$pcap_dir"/*.pcap; do
   n=$(frames "$f" -Y 'infiniband.mad.mgmtclass == 0x07' | wc -l)
   ncm=$((ncm + n))
   bad=$(frames "$f" -Y '(_ws.malformed || _ws.expert.severity == error) && infiniband.mad.mgmtclass == 0x07' | wc -l)
