@@ -12,14 +12,18 @@ namespace {
 // Buffer layout (one DMA buffer, one MKEY over it): for each QP kRecvSlots
 // receive slots of kRecvStride bytes (40-byte GRH, then the MAD: IBA
 // 11.4.1.2, a UD receive buffer holds the GRH first), then kSendSlots send
-// slots of kMadBytes.
-constexpr uint32_t kRecvSlots = 64, kSendSlots = 64;
+// slots of kMadBytes. As Linux's ib_mad (recv_queue_size 512,
+// send_queue_size 128): a burst (10,000 connections' DREQs) must not find
+// the receive queue empty, and sends past the send slots wait in the
+// overflow queue for a completion instead of failing.
+constexpr uint32_t kRecvSlots = 512, kSendSlots = 128;
+constexpr size_t kMaxOverflow = 16384;  // MADs waiting for a send slot (about 4.5 MB); past it EAGAIN
 constexpr size_t kGrhBytes = 40;
 constexpr size_t kRecvStride = 320;  // >= 40 + 256, 64-byte multiple
 constexpr size_t kRecvArea = 2 * kRecvSlots * kRecvStride;
 constexpr size_t kBufBytes = (kRecvArea + kSendSlots * kMadBytes + 4095) & ~size_t{4095};
-constexpr uint8_t kLogCq = 8;         // 256 >= 2 * 64 receives + 64 sends
-constexpr uint8_t kLogQueue = 6;      // 64 WQEs each way
+constexpr uint8_t kLogCq = 11;        // 2048 >= 2 * 512 receives + 128 sends
+constexpr uint8_t kLogRq = 9, kLogSq = 7;  // 512 receive WQEs, 128 send WQEs
 constexpr uint64_t kSendTag = 1ull << 63;  // wr_id: bit 63 send, low bits the slot
 
 uint32_t be32(const std::byte* p) {
@@ -44,7 +48,8 @@ hca::QpInit MadPort::qp_init(uint8_t q) const {
   in.pdn = pdn_;
   in.send_cqn = in.recv_cqn = cq_.cqn;
   in.sig_all = true;
-  in.log_sq_size = in.log_rq_size = kLogQueue;
+  in.log_sq_size = kLogSq;
+  in.log_rq_size = kLogRq;
   return in;
 }
 
@@ -259,10 +264,6 @@ void MadPort::create_ah_async(const AhKey& key, const MadAddress& to) {
 Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) {
   if (qp > 1) return err(EINVAL, "MAD send on QP{}", qp);
   if (mad.size() != kMadBytes) return err(EINVAL, "a MAD is {} bytes, not {}", kMadBytes, mad.size());
-  if (free_send_.empty()) {
-    ++counters_.no_send_buffer;
-    return err(EAGAIN, "all {} MAD send buffers in flight", kSendSlots);
-  }
   const AhKey key = ah_key(to);
   if (auto it = ahs_.find(key); it != ahs_.end()) return post(qp, to, mad, it->second);
   auto& w = waiting_[key];
@@ -278,10 +279,34 @@ Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std
 }
 
 Result<void> MadPort::post(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn) {
-  if (free_send_.empty()) {
-    ++counters_.no_send_buffer;
-    return err(EAGAIN, "all {} MAD send buffers in flight", kSendSlots);
+  // Every send slot in flight (or MADs already waiting: they go first):
+  // the MAD waits for a send completion (drain_overflow), in order.
+  if (free_send_.empty() || !overflow_.empty()) {
+    if (overflow_.size() >= kMaxOverflow) {
+      ++counters_.no_send_buffer;
+      return err(EAGAIN, "all {} MAD send buffers in flight and {} MADs waiting", kSendSlots, overflow_.size());
+    }
+    Overflow o;
+    o.ahn = ahn;
+    o.w.qp = qp;
+    o.w.to = to;
+    std::memcpy(o.w.mad.data(), mad.data(), kMadBytes);
+    overflow_.push_back(o);
+    ++counters_.queued;
+    return ok();
   }
+  return post_now(qp, to, mad, ahn);
+}
+
+void MadPort::drain_overflow() {
+  while (!free_send_.empty() && !overflow_.empty()) {
+    Overflow o = overflow_.front();
+    overflow_.pop_front();
+    (void)post_now(o.w.qp, o.w.to, o.w.mad, o.ahn);  // a failure is counted in send_errors
+  }
+}
+
+Result<void> MadPort::post_now(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn) {
   const uint32_t slot = free_send_.back();
   const size_t off = kRecvArea + size_t(slot) * kMadBytes;
   std::memcpy(slot_ptr(off), mad.data(), kMadBytes);
@@ -310,6 +335,7 @@ void MadPort::on_completion() {
         const uint32_t slot = uint32_t(wc.wr_id);
         if (slot < kSendSlots) free_send_.push_back(slot);
         if (wc.status != hca::kWcSuccess) ++counters_.send_errors;
+        drain_overflow();
         continue;
       }
       const uint8_t qp = uint8_t(wc.wr_id >> 32);

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -84,6 +85,12 @@ class MadPort final : public MadTransport {
   static AhKey ah_key(const MadAddress& to);
   void create_ah_async(const AhKey& key, const MadAddress& to);
   Result<void> post(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn);
+  Result<void> post_now(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn);
+  void drain_overflow();
+  struct Overflow {
+    Waiting w;
+    uint32_t ahn = 0;
+  };
   std::byte* slot_ptr(size_t offset) const;
   uint64_t slot_va(size_t offset) const;
 
@@ -98,6 +105,7 @@ class MadPort final : public MadTransport {
   hca::Mkey mkey_{};
   bool have_mkey_ = false;
   std::vector<uint32_t> free_send_;  // send slot indices
+  std::deque<Overflow> overflow_;    // MADs waiting for a send slot, in order
   std::map<AhKey, uint32_t> ahs_;
   std::map<AhKey, std::vector<Waiting>> waiting_;  // MADs whose AH is being created
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for CREATE_AH continuations
