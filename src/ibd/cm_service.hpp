@@ -111,7 +111,7 @@ class CmService {
     uint8_t kind = 0;  // kListen, kConn, kSidr
     bool manual = false;
     bool active = false;
-    uint32_t engine_id = 0;  // 0: the engine forgot it (done, or the device went)
+    uint32_t engine_id = 0;  // 0: done (destroyed in the engine), or the device went
     uint32_t qp = 0;         // the client's QP handle (connections)
     uint8_t responder_resources = 0, initiator_depth = 0;
   };
