@@ -621,9 +621,9 @@ Result<void> CmService::sidr_reply(uint32_t client, const proto::CmSidrReplyReq&
     qpn = qp.qpn;
   }
   OPENIB_TRY_ASSIGN(cm::Engine * e, engine(rec.port));
+  // The engine keeps the answered id (a repeated SIDR_REQ gets the same
+  // SIDR_REP) until CM_DESTROY or the client goes.
   OPENIB_TRY(e->sidr_reply(rec.engine_id, r.status, qpn, r.qkey, private_span(r.private_data, r.private_len)));
-  ports_[rec.port].owners.erase(rec.engine_id);
-  rec.engine_id = 0;  // answered: the engine forgot it
   return ok();
 }
 
@@ -704,9 +704,17 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
   auto rit = sit->second.ids.find(handle);
   if (rit == sit->second.ids.end()) return;
   IdRec& rec = rit->second;
+  // The id is done (timewait over, SIDR answered or timed out): the engine
+  // keeps it until destroy() (cm/engine.hpp), so it is destroyed there now
+  // (after this event; the engine is not re-entered) and forgotten here;
+  // the client's handle stays until CM_DESTROY.
   auto forget = [&] {
     P.owners.erase(e.id);
     rec.engine_id = 0;
+    boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), port, gen = P.generation, eid = e.id] {
+      if (alive.expired()) return;
+      if (auto& pt = ports_[port]; pt.engine && pt.generation == gen) pt.engine->destroy(eid);
+    });
   };
   // IBA 12.9.5: a passive side whose RTU was lost learns from the peer's
   // DREQ that the peer was established; its consumer hears of it first.

@@ -113,7 +113,7 @@ class CmService {
     bool active = false;
     bool accepted = false;     // passive: the REP went out
     bool established = false;  // kEstablished was reported
-    uint32_t engine_id = 0;  // 0: the engine forgot it (done, or the device went)
+    uint32_t engine_id = 0;  // 0: done (destroyed in the engine), or the device went
     uint32_t qp = 0;         // the client's QP handle (connections)
     uint8_t responder_resources = 0, initiator_depth = 0;
   };

@@ -181,7 +181,11 @@ TEST_CASE("CM reject: reason 28 and 148 bytes of private data reach the connecto
           "[api][cm]") {
   CmSide a = cm_side(sock_a()), b = cm_side(sock_b());
   must(a.cm->listen(1, kService + 1), "listen");
-  const uint32_t bid = must(b.cm->connect(*b.ep->qp, path(*b.ep, *a.ep), kService + 1, {}), "connect");
+  // A short CM response timeout: the rejecting side keeps its REJ for the
+  // connector's retries (twice their span) before it forgets the id.
+  CmConnParams quick;
+  quick.cm_response_timeout = 12;
+  const uint32_t bid = must(b.cm->connect(*b.ep->qp, path(*b.ep, *a.ep), kService + 1, quick), "connect");
   CmEvent req = expect_event(*a.cm, CmEventType::kRequest);
   const auto pd = pattern(cm_private::kRej, 77);
   must(a.cm->reject(req.id, cm_rej::kConsumerReject, pd), "reject");
@@ -328,6 +332,25 @@ TEST_CASE("CM destroy of an established id, and a client that closes its Context
   for (const auto& cl : after["clients"]) CHECK(cl["ids"].get<int>() == 0);
   // The survivor's id is gone once it destroys it.
   must(c.a.cm->destroy(c.a_id), "destroy (A)");
+  // B's CM engine forgets the closed client's connection once its timewait is over.
+  auto engine_ids = [](const nlohmann::json& j) {
+    size_t n = 0;
+    for (const auto& p : j["ports"])
+      if (p.contains("engine"))
+        for (const auto& v : p["engine"]["ids_by_state"]) n += v.get<size_t>();
+    return n;
+  };
+  nlohmann::json last;
+  CHECK(wait_until([&] { return engine_ids(last = cm_info(sock_b())) == 0; }, std::chrono::seconds(10)));
+  INFO(last.dump());
+  CHECK(last["sessions"].get<int>() == 0);
+  // And A's, once the survivor closes too.
+  c.a.cm.reset();
+  c.a.ep.reset();
+  const bool a_clear = wait_until([&] { return engine_ids(last = cm_info(sock_a())) == 0; }, std::chrono::seconds(10));
+  INFO("A: " << last.dump());
+  CHECK(a_clear);
+  CHECK(last["sessions"].get<int>() == 0);
 }
 
 TEST_CASE("CM errors: an overlapping listener, private data too long, accept on a listener, an "

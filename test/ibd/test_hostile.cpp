@@ -1347,6 +1347,7 @@ TEST_CASE("CM requests: before CM_OPEN, bad bodies and lengths, fds, another cli
   // Garbage into the CM socket: ibd shut its read side, the write fails.
   const char junk[64] = "not an event";
   CHECK(::send(evil_cm.get(), junk, sizeof junk, MSG_DONTWAIT | MSG_NOSIGNAL) < 0);
+  CHECK(errno == EPIPE);
 
   // The victim's listeners are all there (destroyable once), its QP in RESET;
   // ibd answers both clients.
