@@ -105,7 +105,7 @@ proto::Av to_proto_av(const hca::AddressVector& v) {
 
 void fill_private(proto::CmEventMsg& m, cm::Bytes pd) {
   const size_t n = std::min(pd.size(), m.private_data.size());
-  std::memcpy(m.private_data.data(), pd.data(), n);
+  if (n) std::memcpy(m.private_data.data(), pd.data(), n);  // (a timer event has none: no null source)
   m.private_len = static_cast<uint8_t>(n);
 }
 
@@ -768,7 +768,7 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
       m.type = static_cast<uint8_t>(T::kRejected);
       m.reason = e.reason;
       m.ari_len = static_cast<uint8_t>(std::min(e.ari.size(), m.ari.size()));
-      std::memcpy(m.ari.data(), e.ari.data(), m.ari_len);
+      if (m.ari_len) std::memcpy(m.ari.data(), e.ari.data(), m.ari_len);
       qp_to_error(client, rec);
       return emit(client, m);
     case cm::EventType::kMraReceived:
