@@ -12,6 +12,7 @@
 
 #include "common/iba.hpp"
 #include "common/log.hpp"
+#include "ibd/qp_attr_convert.hpp"
 #include "sa/path_record.hpp"
 
 namespace openib::ibd {
@@ -85,22 +86,6 @@ std::pair<uint32_t, hca::QpAttr> init_attr(uint8_t port) {
   a.pkey_index = 0;
   a.access = hca::kAccessLocalWrite | hca::kAccessRemoteWrite | hca::kAccessRemoteRead | hca::kAccessRemoteAtomic;
   return {hca::qp_attr::kState | hca::qp_attr::kPort | hca::qp_attr::kPkeyIndex | hca::qp_attr::kAccessFlags, a};
-}
-
-proto::Av to_proto_av(const hca::AddressVector& v) {
-  proto::Av a;
-  a.dlid = v.dlid;
-  a.sl = v.sl;
-  a.src_path_bits = v.src_path_bits;
-  a.static_rate = v.static_rate;
-  a.port = v.port;
-  a.grh = v.grh ? 1 : 0;
-  a.hop_limit = v.hop_limit;
-  a.flow_label = v.flow_label;
-  a.sgid_index = v.sgid_index;
-  a.traffic_class = v.traffic_class;
-  a.dgid = v.dgid;
-  return a;
 }
 
 void fill_private(proto::CmEventMsg& m, cm::Bytes pd) {
@@ -634,24 +619,8 @@ Result<proto::CmInitQpAttrRep> CmService::init_qp_attr(uint32_t client, const pr
   if (r.state < 1 || r.state > 3) return err(EINVAL, "CM_INIT_QP_ATTR: state {} (1 INIT, 2 RTR, 3 RTS)", r.state);
   OPENIB_TRY_ASSIGN(auto a, hca_attr(rec.port, rec.engine_id, r.state, UINT32_MAX));
   proto::CmInitQpAttrRep rep;
-  auto& q = rep.attr;
-  q.mask = a.first;
-  const hca::QpAttr& h = a.second;
-  q.state = static_cast<uint8_t>(h.state);
-  q.port = h.port;
-  q.path_mtu = h.path_mtu;
-  q.pkey_index = h.pkey_index;
-  q.access = h.access;
-  q.dest_qpn = h.dest_qpn;
-  q.rq_psn = h.rq_psn;
-  q.sq_psn = h.sq_psn;
-  q.timeout = h.timeout;
-  q.retry_cnt = h.retry_cnt;
-  q.rnr_retry = h.rnr_retry;
-  q.min_rnr_timer = h.min_rnr_timer;
-  q.max_rd_atomic = h.max_rd_atomic;
-  q.max_dest_rd_atomic = h.max_dest_rd_atomic;
-  q.av = to_proto_av(h.av);
+  rep.attr = to_proto(a.second);
+  rep.attr.mask = a.first;
   return rep;
 }
 

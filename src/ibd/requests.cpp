@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "hca/prm.hpp"
 #include "ibd/fd_closer.hpp"
+#include "ibd/qp_attr_convert.hpp"
 #include "ibd/server.hpp"
 
 namespace openib::ibd {
@@ -62,37 +63,6 @@ proto::Bytes body(const M& m) {
   return proto::encode(m);
 }
 
-hca::AddressVector to_hca(const proto::Av& a) {
-  hca::AddressVector v;
-  v.dlid = a.dlid;
-  v.sl = a.sl;
-  v.src_path_bits = a.src_path_bits;
-  v.static_rate = a.static_rate;
-  v.port = a.port;
-  v.grh = a.grh != 0;
-  v.hop_limit = a.hop_limit;
-  v.flow_label = a.flow_label;
-  v.sgid_index = a.sgid_index;
-  v.traffic_class = a.traffic_class;
-  v.dgid = a.dgid;
-  return v;
-}
-
-proto::Av to_proto(const hca::AddressVector& v) {
-  proto::Av a;
-  a.dlid = v.dlid;
-  a.sl = v.sl;
-  a.src_path_bits = v.src_path_bits;
-  a.static_rate = v.static_rate;
-  a.port = v.port;
-  a.grh = v.grh ? 1 : 0;
-  a.hop_limit = v.hop_limit;
-  a.flow_label = v.flow_label;
-  a.sgid_index = v.sgid_index;
-  a.traffic_class = v.traffic_class;
-  a.dgid = v.dgid;
-  return a;
-}
 }  // namespace
 
 void Server::handle(Client& c, proto::Message& m, Respond done) {
@@ -522,25 +492,7 @@ Result<void> Server::op_modify_qp(Client& c, proto::Message& m, Respond& done) {
   // consumer: root or CAP_NET_RAW only, EPERM otherwise, as Linux's uverbs.
   if ((a.mask & hca::qp_attr::kQkey) && (a.qkey & 0x80000000u) && !c.net_raw)
     return err(EPERM, "Q_Key {:#x} is a controlled Q_Key (bit 31): root or CAP_NET_RAW only", a.qkey);
-  hca::QpAttr h;
-  h.state = static_cast<hca::QpState>(a.state);
-  h.cur_state = static_cast<hca::QpState>(a.cur_state);
-  h.port = a.port;
-  h.path_mtu = a.path_mtu;
-  h.pkey_index = a.pkey_index;
-  h.access = a.access;
-  h.en_sqd_async_notify = a.en_sqd_async_notify != 0;
-  h.qkey = a.qkey;
-  h.dest_qpn = a.dest_qpn;
-  h.rq_psn = a.rq_psn;
-  h.sq_psn = a.sq_psn;
-  h.timeout = a.timeout;
-  h.retry_cnt = a.retry_cnt;
-  h.rnr_retry = a.rnr_retry;
-  h.min_rnr_timer = a.min_rnr_timer;
-  h.max_rd_atomic = a.max_rd_atomic;
-  h.max_dest_rd_atomic = a.max_dest_rd_atomic;
-  h.av = to_hca(a.av);
+  const hca::QpAttr h = to_hca(a);
   const uint32_t handle = req.qp;
   const uint8_t state = (a.mask & hca::qp_attr::kState) ? a.state : 0xff;
   hca_.modify_qp_async(qp->number, a.mask, h,
@@ -579,24 +531,7 @@ namespace {
 proto::QueryQpRep query_qp_rep(const hca::QpInfo& info, uint32_t qpn) {
   const hca::QpAttr& h = info.attr;
   proto::QueryQpRep r;
-  r.attr.state = static_cast<uint8_t>(h.state);
-  r.attr.cur_state = static_cast<uint8_t>(h.cur_state);
-  r.attr.port = h.port;
-  r.attr.path_mtu = h.path_mtu;
-  r.attr.pkey_index = h.pkey_index;
-  r.attr.access = h.access;
-  r.attr.en_sqd_async_notify = h.en_sqd_async_notify ? 1 : 0;
-  r.attr.qkey = h.qkey;
-  r.attr.dest_qpn = h.dest_qpn;
-  r.attr.rq_psn = h.rq_psn;
-  r.attr.sq_psn = h.sq_psn;
-  r.attr.timeout = h.timeout;
-  r.attr.retry_cnt = h.retry_cnt;
-  r.attr.rnr_retry = h.rnr_retry;
-  r.attr.min_rnr_timer = h.min_rnr_timer;
-  r.attr.max_rd_atomic = h.max_rd_atomic;
-  r.attr.max_dest_rd_atomic = h.max_dest_rd_atomic;
-  r.attr.av = to_proto(h.av);
+  r.attr = to_proto(h);
   r.type = static_cast<uint8_t>(info.init.type);
   r.sig_all = info.init.sig_all ? 1 : 0;
   r.log_sq_size = info.init.log_sq_size;
