@@ -52,6 +52,22 @@ const char* op_name(uint16_t op) {
     case Op::kCmSidrQuery: return "CM_SIDR_QUERY";
     case Op::kCmSidrReply: return "CM_SIDR_REPLY";
     case Op::kCmInitQpAttr: return "CM_INIT_QP_ATTR";
+    case Op::kCmaOpen: return "CMA_OPEN";
+    case Op::kCmaCreateId: return "CMA_CREATE_ID";
+    case Op::kCmaBind: return "CMA_BIND";
+    case Op::kCmaResolveAddr: return "CMA_RESOLVE_ADDR";
+    case Op::kCmaResolveRoute: return "CMA_RESOLVE_ROUTE";
+    case Op::kCmaListen: return "CMA_LISTEN";
+    case Op::kCmaInitQp: return "CMA_INIT_QP";
+    case Op::kCmaConnect: return "CMA_CONNECT";
+    case Op::kCmaAccept: return "CMA_ACCEPT";
+    case Op::kCmaReject: return "CMA_REJECT";
+    case Op::kCmaDisconnect: return "CMA_DISCONNECT";
+    case Op::kCmaDestroyId: return "CMA_DESTROY_ID";
+    case Op::kCmaJoin: return "CMA_JOIN";
+    case Op::kCmaLeave: return "CMA_LEAVE";
+    case Op::kCmaQuery: return "CMA_QUERY";
+    case Op::kCmaInfo: return "CMA_INFO";
     case Op::kCmInfo: return "CM_INFO";
     case Op::kPathFlush: return "PATH_FLUSH";
   }

@@ -96,6 +96,25 @@ enum class Op : uint16_t {
   kCmSidrReply = 44,    // CmSidrReplyReq -> Empty
   kCmInitQpAttr = 45,   // CmInitQpAttrReq -> CmInitQpAttrRep
   kCmInfo = 46,         // Empty -> UTF-8 JSON text (ibdctl cm)
+  // The RDMA CM (docs/cma.md, docs/client-protocol.md "RDMA CM"):
+  // connections by IP address and port, as librdmacm's. Ids owned by the
+  // connection, events on the socket CMA_OPEN hands over (one per connection).
+  kCmaOpen = 47,          // Empty -> Empty + the event socket (SOCK_SEQPACKET, read-only)
+  kCmaCreateId = 48,      // CmaCreateIdReq -> HandleRep (the id)
+  kCmaBind = 49,          // CmaAddrReq -> CmaAddrRep (the address bound; port chosen if 0)
+  kCmaResolveAddr = 50,   // CmaResolveAddrReq -> Empty; event kAddrResolved / kAddrError
+  kCmaResolveRoute = 51,  // CmaIdTimeoutReq -> Empty; event kRouteResolved / kRouteError
+  kCmaListen = 52,        // CmaListenReq -> Empty
+  kCmaInitQp = 53,        // CmaQpReq -> Empty (a UD QP: to RTS with the id's Q_Key)
+  kCmaConnect = 54,       // CmaConnReq -> Empty; event kEstablished / kRejected / kUnreachable ...
+  kCmaAccept = 55,        // CmaConnReq -> Empty; event kEstablished (RC), none (UD)
+  kCmaReject = 56,        // CmaRejectReq -> Empty
+  kCmaDisconnect = 57,    // HandleReq (the id) -> Empty; event kDisconnected
+  kCmaDestroyId = 58,     // HandleReq (the id) -> Empty
+  kCmaJoin = 59,          // CmaJoinReq -> Empty; event kMulticastJoin / kMulticastError
+  kCmaLeave = 60,         // CmaJoinReq -> Empty
+  kCmaQuery = 61,         // HandleReq (the id) -> CmaIdRep
+  kCmaInfo = 62,          // Empty -> UTF-8 JSON text (ibdctl cma)
 };
 const char* op_name(uint16_t op);
 
@@ -598,6 +617,126 @@ struct CmEventMsg {
     v(type); v(id); v(listen_id); v(status); v(reason); v(port); v(sidr_status); v(service_id);
     v(remote_qpn); v(starting_psn); v(qkey); v(responder_resources); v(initiator_depth);
     v(rnr_retry_count); v(srq); v(remote_lid); v(remote_gid); v(ari_len); v(ari); v(private_len);
+    v(private_data);
+  }
+};
+
+// ---- the RDMA CM (docs/cma.md) ---------------------------------------------
+// Port spaces (enum rdma_port_space): the service ID of a port is
+// (ps << 16) + port, as rdma_get_service_id (docs/cma.md "Service IDs").
+inline constexpr uint16_t kRdmaPsIpoib = 0x0002, kRdmaPsTcp = 0x0106, kRdmaPsUdp = 0x0111, kRdmaPsIb = 0x013F;
+// An IP address and port (a sockaddr_in / sockaddr_in6 without the
+// padding): family AF_INET (the address in addr[0..3]), AF_INET6, or 0 (none).
+struct CmaAddr {
+  uint16_t family = 0;
+  uint16_t port = 0;  // host order
+  std::array<uint8_t, 16> addr{};
+  uint32_t scope_id = 0;
+  template <class V> void visit(V& v) { v(family); v(port); v(addr); v(scope_id); }
+};
+struct CmaCreateIdReq {
+  uint16_t ps = kRdmaPsTcp;
+  template <class V> void visit(V& v) { v(ps); }
+};
+struct CmaAddrReq {
+  uint32_t id = 0;
+  CmaAddr addr;
+  template <class V> void visit(V& v) { v(id); addr.visit(v); }
+};
+struct CmaAddrRep {
+  CmaAddr addr;
+  template <class V> void visit(V& v) { addr.visit(v); }
+};
+struct CmaResolveAddrReq {
+  uint32_t id = 0;
+  CmaAddr src;  // family 0: any (the route's source)
+  CmaAddr dst;
+  uint32_t timeout_ms = 2000;
+  template <class V> void visit(V& v) { v(id); src.visit(v); dst.visit(v); v(timeout_ms); }
+};
+struct CmaIdTimeoutReq {
+  uint32_t id = 0;
+  uint32_t timeout_ms = 2000;
+  template <class V> void visit(V& v) { v(id); v(timeout_ms); }
+};
+struct CmaListenReq {
+  uint32_t id = 0;
+  uint32_t backlog = 0;  // 0: the default (1024)
+  template <class V> void visit(V& v) { v(id); v(backlog); }
+};
+struct CmaQpReq {
+  uint32_t id = 0, qp = 0;  // the client's QP handle
+  template <class V> void visit(V& v) { v(id); v(qp); }
+};
+// The private data a consumer may give (the CM message's less the CMA
+// header where one is carried: REQ 92 - 36 = 56, SIDR_REQ 216 - 36 = 180).
+inline constexpr size_t kCmaReqPrivate = 56, kCmaSidrReqPrivate = 180;
+struct CmaConnReq {  // struct rdma_conn_param
+  uint32_t id = 0, qp = 0;  // qp: the client's QP handle (0 for an accept of a UD id without one)
+  uint8_t responder_resources = 1, initiator_depth = 1, retry_count = 7, rnr_retry_count = 7;
+  uint8_t private_len = 0;
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) {
+    v(id); v(qp); v(responder_resources); v(initiator_depth); v(retry_count); v(rnr_retry_count);
+    v(private_len); v(private_data);
+  }
+};
+struct CmaRejectReq {
+  uint32_t id = 0;
+  uint8_t private_len = 0;  // at most 148 (REJ), 136 (SIDR_REP)
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) { v(id); v(private_len); v(private_data); }
+};
+struct CmaJoinReq {
+  uint32_t id = 0;
+  uint32_t qp = 0;  // kCmaJoin: the client's UD QP, attached to the group
+  CmaAddr group;    // an IPv4 or IPv6 multicast address
+  template <class V> void visit(V& v) { v(id); v(qp); group.visit(v); }
+};
+// rdma_cm_id's state (enum rdma_cm_state's order).
+enum class CmaState : uint8_t {
+  kIdle = 0, kAddrQuery = 1, kAddrResolved = 2, kRouteQuery = 3, kRouteResolved = 4, kConnect = 5,
+  kDisconnect = 6, kAddrBound = 7, kListen = 8, kDeviceRemoval = 9, kDestroying = 10,
+};
+struct CmaIdRep {
+  uint8_t state = 0, port = 0;
+  uint16_t ps = 0, pkey = 0;
+  CmaAddr src, dst;
+  std::array<uint8_t, 16> sgid{}, dgid{};
+  uint8_t have_path = 0;
+  std::array<uint8_t, 64> path{};  // the route's PathRecord as on the wire
+  uint32_t qpn = 0;                // the id's QP (CMA_INIT_QP, connect, accept), or 0
+  template <class V> void visit(V& v) {
+    v(state); v(port); v(ps); v(pkey); src.visit(v); dst.visit(v); v(sgid); v(dgid); v(have_path); v(path);
+    v(qpn);
+  }
+};
+// Events on the CMA socket, one CmaEventMsg per datagram (no header);
+// the types are enum rdma_cm_event_type's values.
+enum class CmaEventType : uint8_t {
+  kAddrResolved = 0, kAddrError = 1, kRouteResolved = 2, kRouteError = 3, kConnectRequest = 4,
+  kConnectResponse = 5, kConnectError = 6, kUnreachable = 7, kRejected = 8, kEstablished = 9,
+  kDisconnected = 10, kDeviceRemoval = 11, kMulticastJoin = 12, kMulticastError = 13, kAddrChange = 14,
+  kTimewaitExit = 15,
+};
+struct CmaEventMsg {
+  uint8_t type = 0;
+  uint32_t id = 0;         // kConnectRequest: the new id
+  uint32_t listen_id = 0;  // kConnectRequest: the listener
+  int32_t status = 0;      // as rdma_cm's: a negative errno, or the REJ reason (kRejected)
+  uint8_t port = 0;
+  CmaAddr src, dst;        // kConnectRequest: the peer's (dst) and ours (src) as the CMA header says
+  // struct rdma_conn_param (connections)
+  uint8_t responder_resources = 0, initiator_depth = 0, rnr_retry_count = 0, srq = 0;
+  uint32_t qp_num = 0;     // the peer's QPN (connections; UD: the remote QP, 0xFFFFFF for a group)
+  // struct rdma_ud_param (UD: kEstablished of a UD connect, kMulticastJoin)
+  uint32_t qkey = 0;
+  Av ah;                   // to the peer or the group
+  uint8_t private_len = 0;
+  CmPrivate private_data{};
+  template <class V> void visit(V& v) {
+    v(type); v(id); v(listen_id); v(status); v(port); src.visit(v); dst.visit(v); v(responder_resources);
+    v(initiator_depth); v(rnr_retry_count); v(srq); v(qp_num); v(qkey); ah.visit(v); v(private_len);
     v(private_data);
   }
 };
