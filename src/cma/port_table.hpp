@@ -21,7 +21,10 @@ class PortTable {
   struct Config {
     std::uint16_t ephemeral_lo = 32768, ephemeral_hi = 60999;  // ip_local_port_range's default
   };
-  explicit PortTable(Config c = {});
+  // (Two constructors, not `Config c = {}`: GCC refuses a nested struct's
+  // default member initializers in a default argument of its enclosing class.)
+  PortTable() : PortTable(Config{}) {}
+  explicit PortTable(Config c);
 
   // Binds `owner` to (ps, addr.addr, addr.port); port 0: an ephemeral port,
   // random start then sequential. EADDRINUSE: the port is bound in that ps
