@@ -40,7 +40,7 @@ Addr get_addr(std::span<const std::uint8_t> in, std::uint16_t family, std::uint1
   return a;
 }
 
-bool is_ip_ps(std::uint16_t ps) { return ps == kPsTcp || ps == kPsUdp || ps == kPsIpoib; }
+bool is_ip_ps(std::uint16_t ps) { return ps == kPsTcp || ps == kPsUdp || ps == kPsIpoib || ps == kPsIb; }
 }  // namespace
 
 bool Addr::any() const {

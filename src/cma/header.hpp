@@ -39,11 +39,12 @@ inline constexpr std::uint32_t kUdpQkey = 0x01234567;
 
 // (ps << 16) + port (rdma_get_service_id for an IP address).
 std::uint64_t service_id(std::uint16_t ps, std::uint16_t port);
-// {ps, port} of a TCP, UDP or IPoIB port space's service ID; nullopt for
-// any other (the IB port space's, or not the RDMA CM's at all).
+// {ps, port} of a TCP, UDP, IPoIB or IB port space's service ID; nullopt
+// for any other (not the RDMA CM's).
 std::optional<std::pair<std::uint16_t, std::uint16_t>> split_service_id(std::uint64_t sid);
 // Whether a REQ / SIDR_REQ of this port space starts with the header:
-// TCP, UDP, IPoIB yes; IB no.
+// all four (an IP-addressed id of the IB port space too, as Linux's;
+// ids addressed by GID, AF_IB, are not implemented).
 bool carries_header(std::uint16_t ps);
 
 // struct cma_hdr: cma_version, ip_version << 4, the source port (be16), the

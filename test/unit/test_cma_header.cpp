@@ -74,14 +74,14 @@ TEST_CASE("Service IDs: (port space << 16) + port, and back", "[cma]") {
   CHECK(split_service_id(0x0000000001061C06ull) == std::pair<std::uint16_t, std::uint16_t>{kPsTcp, 7174});
   CHECK(split_service_id(0x0000000001110000ull) == std::pair<std::uint16_t, std::uint16_t>{kPsUdp, 0});
   CHECK(split_service_id(0x000000000002FFFFull) == std::pair<std::uint16_t, std::uint16_t>{kPsIpoib, 0xFFFF});
-  // The IB port space's IDs carry no IP port; other IDs are not the RDMA CM's.
-  CHECK_FALSE(split_service_id(0x00000000013F1C06ull));
+  // The IB port space's IDs of an IP-addressed id too (as Linux's); other IDs are not the RDMA CM's.
+  CHECK(split_service_id(0x00000000013F1C06ull) == std::pair<std::uint16_t, std::uint16_t>{kPsIb, 7174});
   CHECK_FALSE(split_service_id(0x0000000101061C06ull));
   CHECK_FALSE(split_service_id(0x1000000000000001ull));
   CHECK(carries_header(kPsTcp));
   CHECK(carries_header(kPsUdp));
   CHECK(carries_header(kPsIpoib));
-  CHECK_FALSE(carries_header(kPsIb));
+  CHECK(carries_header(kPsIb));
   CHECK(kUdpQkey == 0x01234567u);
 }
 
@@ -133,7 +133,6 @@ TEST_CASE("The CMA header's decode errors", "[cma]") {
   auto pd = u8(kHdr4);
   expect_error(decode_header(std::span(pd).first(kHeaderBytes - 1), sid), EBADMSG);
   expect_error(decode_header({}, sid), EBADMSG);
-  expect_error(decode_header(pd, service_id(kPsIb, 7174)), EINVAL);
   expect_error(decode_header(pd, 0x0000000101061C06ull), EINVAL);
   auto bad = pd;
   bad[0] = 0x10;
