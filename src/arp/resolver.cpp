@@ -17,6 +17,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <map>
@@ -37,6 +38,22 @@ std::string Ip::str() const {
   std::string s = family == AF_INET || family == AF_INET6 ? text : fmt::format("(family {})", family);
   if (scope_id) s += fmt::format("%{}", scope_id);
   return s;
+}
+
+std::optional<Ip> Ip::parse(std::string_view text) {
+  Ip a;
+  std::string addr(text.substr(0, text.find('%')));
+  if (text.find('%') != std::string_view::npos) {
+    std::string scope(text.substr(text.find('%') + 1));
+    char* end = nullptr;
+    unsigned long v = std::strtoul(scope.c_str(), &end, 10);
+    if (scope.empty() || *end || v == 0 || v > UINT32_MAX) return std::nullopt;
+    a.scope_id = static_cast<uint32_t>(v);
+  }
+  a.family = addr.find(':') != std::string::npos ? AF_INET6 : AF_INET;
+  if (a.scope_id && a.family != AF_INET6) return std::nullopt;
+  if (::inet_pton(a.family, addr.c_str(), a.bytes.data()) != 1) return std::nullopt;
+  return a;
 }
 
 namespace {

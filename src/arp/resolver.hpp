@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -41,6 +42,8 @@ struct Ip {                         // an IPv4/IPv6 address
   uint32_t scope_id = 0;            // IPv6 link-local: the ifindex
   auto operator<=>(const Ip&) const = default;
   std::string str() const;          // "198.18.30.2", "fd00::1", "fe80::1%3"
+  // The inverse of str() (the scope a number); nullopt if not an address.
+  static std::optional<Ip> parse(std::string_view text);
 };
 
 struct Link {                       // an IPoIB interface ibd serves

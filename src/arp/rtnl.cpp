@@ -34,7 +34,9 @@ std::optional<Ip> attr_ip(const nlattr* a, int family) {
 // of a type wins); false if one overruns the message.
 template <size_t N>
 bool attrs(const nlmsghdr* nlh, size_t hdr, std::array<const nlattr*, N>& out) {
-  const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
+  // The message's own end, not libmnl's aligned one: an attribute
+  // reaching into the padding is the message's fault.
+  const char* tail = reinterpret_cast<const char*>(nlh) + nlh->nlmsg_len;
   const char* p = static_cast<const char*>(mnl_nlmsg_get_payload_offset(nlh, hdr));
   while (p < tail) {
     auto* a = reinterpret_cast<const nlattr*>(p);
@@ -69,7 +71,8 @@ Message parse_route(const nlmsghdr* nlh) {
     return Malformed{"RTA_GATEWAY of the wrong size"};
   if (a[RTA_PREFSRC] && !(r.prefsrc = attr_ip(a[RTA_PREFSRC], r.family)))
     return Malformed{"RTA_PREFSRC of the wrong size"};
-  if (r.gateway && link_local6(*r.gateway)) r.gateway->scope_id = static_cast<uint32_t>(r.oif);
+  for (auto* a6 : {&r.gateway, &r.prefsrc})
+    if (*a6 && link_local6(**a6)) (*a6)->scope_id = static_cast<uint32_t>(r.oif);
   return r;
 }
 
@@ -156,17 +159,19 @@ void put_ip(nlmsghdr* nlh, uint16_t type, const Ip& ip) {
 
 Message parse(std::span<const uint8_t> msg) {
   if (msg.size() < sizeof(nlmsghdr)) return Malformed{"shorter than nlmsghdr"};
-  std::vector<uint32_t> copy;  // the kernel's messages are 4-aligned; a fuzzer's need not be
+  nlmsghdr h;
+  std::memcpy(&h, msg.data(), sizeof h);
+  if (h.nlmsg_len < sizeof(nlmsghdr) || h.nlmsg_len > msg.size()) return Malformed{"nlmsg_len outside the datagram"};
+  // libmnl reads up to NLMSG_ALIGN(nlmsg_len) from an aligned header: a
+  // message not so (a fuzzer's; the kernel's are) is copied and padded.
+  std::vector<uint32_t> copy;
   const void* p = msg.data();
-  if (reinterpret_cast<uintptr_t>(p) % alignof(nlmsghdr) != 0) {
-    copy.resize((msg.size() + 3) / 4);
-    std::memcpy(copy.data(), msg.data(), msg.size());
+  if (reinterpret_cast<uintptr_t>(p) % alignof(nlmsghdr) != 0 || h.nlmsg_len % NLMSG_ALIGNTO != 0) {
+    copy.resize(NLMSG_ALIGN(h.nlmsg_len) / 4);
+    std::memcpy(copy.data(), msg.data(), h.nlmsg_len);
     p = copy.data();
   }
-  const auto* nlh = static_cast<const nlmsghdr*>(p);
-  if (nlh->nlmsg_len < sizeof(nlmsghdr) || nlh->nlmsg_len > msg.size())
-    return Malformed{"nlmsg_len outside the datagram"};
-  return parse_aligned(nlh);
+  return parse_aligned(static_cast<const nlmsghdr*>(p));
 }
 
 void for_each_message(std::span<const uint8_t> datagram,

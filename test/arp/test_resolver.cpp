@@ -45,10 +45,9 @@ const Gid kGidB = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x02, 0xc9, 0x03, 0x00, 0
 const std::vector<uint8_t> kMacB = {0x02, 0x00, 0x00, 0x18, 0x30, 0x02};
 
 Ip ip(const char* text) {
-  Ip a;
-  a.family = std::strchr(text, ':') ? AF_INET6 : AF_INET;
-  REQUIRE(::inet_pton(a.family, text, a.bytes.data()) == 1);
-  return a;
+  auto a = Ip::parse(text);
+  REQUIRE(a);
+  return *a;
 }
 
 // The namespaces (once per process): ours, with sbaa0 (the "IPoIB"
@@ -98,6 +97,7 @@ const Net& net() {
     must(s.in_peer + "ip link set sbab0 up");
     must("ip route add 198.18.31.0/24 via 198.18.30.2");
     must("ip -6 route add fd00:198:18:31::/64 via fd00:198:18:30::2");
+    must("ip route add 224.0.0.0/4 dev sbaa0");
     must("ip link add sbax0 type veth peer name sbay0");
     must("ip addr add 198.18.32.1/24 dev sbax0");
     must("ip link set sbax0 up && ip link set sbay0 up");
@@ -133,6 +133,14 @@ bool run_until(boost::asio::io_context& io, Pred done) {
   return done();
 }
 
+// An address given as text, or one with its scope.
+struct Dst {
+  Dst(const char* text) : a(ip(text)), text(text) {}
+  Dst(const char* text, int scope) : a(ip(text)), text(text) { a.scope_id = static_cast<uint32_t>(scope); }
+  Ip a;
+  const char* text;
+};
+
 struct Fixture {
   Fixture(Config cfg = {}) : resolver(io, links, cfg) {
     net();
@@ -140,11 +148,11 @@ struct Fixture {
     INFO((r.ok() ? std::string() : r.error().str()));
     REQUIRE(r.ok());
   }
-  Result<Resolved> resolve(const char* dst, std::optional<Ip> src = std::nullopt,
+  Result<Resolved> resolve(const Dst& dst, std::optional<Ip> src = std::nullopt,
                            std::chrono::milliseconds timeout = 15s) {
     std::optional<Result<Resolved>> got;
     bool returned = false;
-    resolver.resolve(src, ip(dst), timeout, [&](Result<Resolved> r) {
+    resolver.resolve(src, dst.a, timeout, [&](Result<Resolved> r) {
       CHECK(returned);  // never inside resolve()
       got = std::move(r);
     });
@@ -152,13 +160,13 @@ struct Fixture {
     REQUIRE(run_until(io, [&] { return got.has_value(); }));
     return std::move(*got);
   }
-  Resolved ok(const char* dst) {
+  Resolved ok(const Dst& dst) {
     auto r = resolve(dst);
-    INFO(dst << ": " << (r.ok() ? std::string() : r.error().str()));
+    INFO(dst.text << ": " << (r.ok() ? std::string() : r.error().str()));
     REQUIRE(r.ok());
     return *r;
   }
-  Error fails(const char* dst, std::optional<Ip> src = std::nullopt, std::chrono::milliseconds timeout = 15s) {
+  Error fails(const Dst& dst, std::optional<Ip> src = std::nullopt, std::chrono::milliseconds timeout = 15s) {
     auto r = resolve(dst, src, timeout);
     REQUIRE_FALSE(r.ok());
     INFO(r.error().str());
@@ -258,6 +266,27 @@ TEST_CASE("Through a gateway, the gateway's GID", "[arp]") {
   Resolved r6 = f.ok("fd00:198:18:31::5");
   CHECK(r6.dgid == kGidB);
   CHECK(r6.src == ip("fd00:198:18:30::1"));
+}
+
+TEST_CASE("An IPv6 link-local neighbour resolves on the interface its scope names", "[arp]") {
+  forget_neighbours();
+  Fixture f;
+  Resolved r = f.ok(Dst("fe80::ff:fe18:3002", net().a));  // sbab0's, from its MAC (EUI-64)
+  CHECK(r.dgid == kGidB);
+  CHECK(r.src == Dst("fe80::ff:fe18:3001", net().a).a);
+  CHECK(r.src.str() == "fe80::ff:fe18:3001%" + std::to_string(net().a));
+}
+
+TEST_CASE("A multicast address resolves to its IPoIB MGID (RFC 4391 4), no neighbour", "[arp]") {
+  Fixture f;
+  Resolved r = f.ok("239.1.2.3");
+  const Gid v4 = {0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0x0f, 0x01, 0x02, 0x03};
+  CHECK(r.dgid == v4);
+  CHECK(r.sgid == kGidA);
+  CHECK(r.src == ip("198.18.30.1"));
+  CHECK_FALSE(r.local);
+  const Gid v6 = {0xff, 0x12, 0x60, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0x01, 0, 0x03};
+  CHECK(f.ok(Dst("ff02::1:3", net().a)).dgid == v6);
 }
 
 TEST_CASE("Local and loopback addresses resolve to the local port", "[arp]") {
