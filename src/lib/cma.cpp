@@ -119,9 +119,10 @@ Result<IpEndpoint> rdma_getaddrinfo(const char* node, const char* service, int f
   addrinfo hints{};
   hints.ai_family = family;
   hints.ai_socktype = SOCK_STREAM;  // one answer per address
-  hints.ai_flags = node ? 0 : AI_PASSIVE;
+  hints.ai_flags = AI_NUMERICSERV | (node ? 0 : AI_PASSIVE);
   addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(node, nullptr, &hints, &res);
+  const std::string port_text = std::to_string(port);  // getaddrinfo wants a node or a service
+  const int rc = ::getaddrinfo(node, port_text.c_str(), &hints, &res);
   const char* name = node ? node : "*";
   if (rc == EAI_SYSTEM) return sys_err("getaddrinfo({})", name);
   if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_ADDRFAMILY || rc == EAI_AGAIN || rc == EAI_FAIL)
