@@ -1,9 +1,7 @@
 // ibd's connection manager service: see cm_service.hpp and docs/cm.md "In ibd".
 #include "ibd/cm_service.hpp"
 
-#include <fcntl.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -196,66 +194,61 @@ void CmService::port_changed(uint8_t port) {
 
 Result<UniqueFd> CmService::open(uint32_t client) {
   if (sessions_.count(client)) return err(EBUSY, "this connection has its CM socket already");
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
-    return err(errno, "socketpair: {}", std::strerror(errno));
-  UniqueFd ours(sv[0]), theirs(sv[1]);
-  // Room for bursts (10,000 connections' events); the queue below takes the rest.
-  int sz = 4 << 20;
-  if (::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz) != 0)
-    (void)::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-  ::shutdown(ours.get(), SHUT_RD);  // the socket is ibd's to write only: the client's writes fail
-  // The client's end blocks (get_event polls first).
-  if (int fl = ::fcntl(theirs.get(), F_GETFL); fl >= 0) (void)::fcntl(theirs.get(), F_SETFL, fl & ~O_NONBLOCK);
+  OPENIB_TRY_ASSIGN(auto pair, EventSocket::open(io_, max_queued_));
   Session s;
   s.client = client;
-  s.sock = std::make_unique<boost::asio::posix::stream_descriptor>(io_, ours.release());
+  s.events = std::move(pair.first);
   sessions_.emplace(client, std::move(s));
   ++counters_.opens;
-  return theirs;
+  return std::move(pair.second);
+}
+
+Result<void> CmService::open_internal(uint32_t owner, QpOps qp, Sink sink) {
+  if (sessions_.count(owner)) return err(EBUSY, "CM session {} exists", owner);
+  Session s;
+  s.client = owner;
+  s.sink = std::move(sink);
+  s.qp = std::make_unique<QpOps>(std::move(qp));
+  sessions_.emplace(owner, std::move(s));
+  ++counters_.opens;
+  return ok();
+}
+
+Result<CmService::QpInfo> CmService::qp_lookup(uint32_t client, uint32_t handle) {
+  auto s = sessions_.find(client);
+  if (s != sessions_.end() && s->second.qp) return s->second.qp->lookup(client, handle);
+  if (!qp_.lookup) return err(ENOSYS, "no QP lookup");
+  return qp_lookup(client, handle);
+}
+
+void CmService::qp_modify(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a, Done done) {
+  auto s = sessions_.find(client);
+  if (s != sessions_.end() && s->second.qp) return s->second.qp->modify(client, handle, mask, a, std::move(done));
+  if (!qp_.modify) return done(err(ENOSYS, "no QP modify"));
+  qp_modify(client, handle, mask, a, std::move(done));
 }
 
 void CmService::emit(uint32_t client, proto::CmEventMsg m) {
   auto it = sessions_.find(client);
-  if (it == sessions_.end() || !it->second.sock) return;
+  if (it == sessions_.end()) return;
   Session& s = it->second;
+  if (s.sink) {
+    ++counters_.events;
+    // Posted: the user may call back into the service (and the engine).
+    boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), client, m] {
+      if (alive.expired()) return;
+      auto i = sessions_.find(client);
+      if (i != sessions_.end() && i->second.sink) i->second.sink(m);
+    });
+    return;
+  }
+  if (!s.events || !s.events->is_open()) return;
   ++counters_.events;
-  s.out.push_back(proto::encode(m));
-  if (s.out.size() > max_queued_) {
+  if (s.events->push(proto::encode(m)) == EventSocket::Push::kOverrun) {
     // The client reads none of its events: its CM socket is closed, so it
     // learns (ECONNRESET) instead of missing some silently.
     ++counters_.sessions_overrun;
-    log::get("cm")->warn("client {}: {} CM events unread; its CM socket is closed", client, s.out.size());
-    s.out.clear();
-    s.sock.reset();
-    return;
-  }
-  if (!s.write_waiting) flush(s);
-}
-
-void CmService::flush(Session& s) {
-  while (!s.out.empty() && s.sock) {
-    const auto& b = s.out.front();
-    ssize_t n = ::send(s.sock->native_handle(), b.data(), b.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      s.write_waiting = true;
-      s.sock->async_wait(boost::asio::posix::stream_descriptor::wait_write,
-                         [this, alive = std::weak_ptr<bool>(alive_), client = s.client](boost::system::error_code ec) {
-                           if (alive.expired() || ec) return;
-                           auto it = sessions_.find(client);
-                           if (it == sessions_.end()) return;
-                           it->second.write_waiting = false;
-                           flush(it->second);
-                         });
-      return;
-    }
-    if (n < 0) {  // the client closed its end: nothing more to tell it
-      s.out.clear();
-      s.sock.reset();
-      return;
-    }
-    s.out.pop_front();
+    log::get("cm")->warn("client {}: more than {} CM events unread; its CM socket is closed", client, max_queued_);
   }
 }
 
@@ -268,10 +261,6 @@ void CmService::close_session(uint32_t client) {
     if (p == ports_.end()) continue;
     p->second.owners.erase(rec.engine_id);
     if (p->second.engine) p->second.engine->destroy(rec.engine_id);
-  }
-  if (it->second.sock) {
-    boost::system::error_code ec;
-    it->second.sock->cancel(ec);
   }
   sessions_.erase(it);
 }
@@ -365,7 +354,7 @@ void CmService::move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint3
   auto attr = hca_attr(port, engine_id, state, sq_psn);
   if (!attr) return done(attr.take_error());
   ++counters_.qp_transitions;
-  qp_.modify(client, qp_handle, attr->first, attr->second,
+  qp_modify(client, qp_handle, attr->first, attr->second,
              [this, alive = std::weak_ptr<bool>(alive_), client, qp_handle, port, engine_id,
               states = std::move(states), sq_psn, done = std::move(done)](Result<void> r) mutable {
                if (alive.expired()) return;
@@ -378,11 +367,11 @@ void CmService::move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint3
 }
 
 void CmService::qp_to_error(uint32_t client, const IdRec& rec) {
-  if (rec.manual || rec.kind != kConn || !rec.qp || !qp_.modify) return;
+  if (rec.manual || rec.kind != kConn || !rec.qp) return;
   hca::QpAttr a;
   a.state = hca::QpState::kErr;
   ++counters_.qp_transitions;
-  qp_.modify(client, rec.qp, hca::qp_attr::kState, a, [this, alive = std::weak_ptr<bool>(alive_)](Result<void> r) {
+  qp_modify(client, rec.qp, hca::qp_attr::kState, a, [this, alive = std::weak_ptr<bool>(alive_)](Result<void> r) {
     if (!alive.expired() && !r) ++counters_.qp_transition_errors;  // the QP may be gone already
   });
 }
@@ -411,7 +400,7 @@ void CmService::connect(uint32_t client, const proto::CmConnectReq& r, IdDone do
   auto path = sa::decode_path_record(std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.path.data()), 64));
   if (!path) return done(path.take_error());
   if (path->dlid == 0) return done(err(EINVAL, "the path has no DLID"));
-  auto qp = qp_.lookup(client, r.qp);
+  auto qp = qp_lookup(client, r.qp);
   if (!qp) return done(qp.take_error());
   if (qp->type > 1) return done(err(EINVAL, "CM_CONNECT takes an RC or UC QP (UD: SIDR)"));
   const bool manual = r.flags & proto::kCmManualQp;
@@ -481,7 +470,7 @@ void CmService::accept(uint32_t client, const proto::CmAcceptReq& r, Done done) 
     return done(ok());
   }
   if (auto c = check_private(r.private_len, 196, "a REP"); !c) return done(c.take_error());
-  auto qp = qp_.lookup(client, r.qp);
+  auto qp = qp_lookup(client, r.qp);
   if (!qp) return done(qp.take_error());
   if (qp->type > 1) return done(err(EINVAL, "CM_ACCEPT takes an RC or UC QP"));
   const bool manual = r.flags & proto::kCmManualQp;
@@ -601,7 +590,7 @@ Result<void> CmService::sidr_reply(uint32_t client, const proto::CmSidrReplyReq&
   OPENIB_TRY(check_private(r.private_len, 136, "a SIDR_REP"));
   uint32_t qpn = 0;
   if (r.status == 0) {
-    OPENIB_TRY_ASSIGN(auto qp, qp_.lookup(client, r.qp));
+    OPENIB_TRY_ASSIGN(auto qp, qp_lookup(client, r.qp));
     if (qp.type != 2) return err(EINVAL, "a SIDR reply names a UD QP");
     qpn = qp.qpn;
   }
@@ -800,7 +789,8 @@ std::string CmService::json() const {
   clients = nlohmann::json::array();
   for (const auto& [c, s] : sessions_) {
     ids += s.ids.size();
-    clients.push_back({{"client", c}, {"ids", s.ids.size()}, {"queued", s.out.size()}, {"open", s.sock != nullptr}});
+    clients.push_back({{"client", c}, {"ids", s.ids.size()}, {"queued", s.events ? s.events->queued() : 0},
+                       {"open", s.sink || (s.events && s.events->is_open())}});
   }
   j["ids"] = ids;
   auto& ports = j["ports"];
@@ -857,7 +847,7 @@ size_t CmService::memory_bytes() const {
   }
   for (const auto& [c, s] : sessions_) {
     n += sizeof(Session) + s.ids.size() * (sizeof(uint32_t) + sizeof(IdRec) + 2 * sizeof(void*));
-    for (const auto& b : s.out) n += b.size() + sizeof(b);
+    if (s.events) n += s.events->queued_bytes();
   }
   return n;
 }

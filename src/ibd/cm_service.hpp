@@ -40,6 +40,7 @@
 #include "cm/engine.hpp"
 #include "common/fd.hpp"
 #include "hca/hca.hpp"
+#include "ibd/event_socket.hpp"
 #include "ibd/umad_service.hpp"
 #include "mad/layer.hpp"
 
@@ -87,6 +88,12 @@ class CmService {
 
   // Client requests (client = ibd's connection id).
   Result<UniqueFd> open(uint32_t client);
+  // An in-ibd user (the RDMA CM, docs/cma.md): a session named `owner` (not
+  // a client's id) whose events go to `sink`, posted to the loop (never
+  // called inside a request), and whose QP handles `qp` resolves. Requests
+  // then name `owner` as their client; client_gone(owner) closes it.
+  using Sink = std::function<void(const proto::CmEventMsg&)>;
+  Result<void> open_internal(uint32_t owner, QpOps qp, Sink sink);
   Result<uint32_t> listen(uint32_t client, const proto::CmListenReq& r);
   void connect(uint32_t client, const proto::CmConnectReq& r, IdDone done);
   void accept(uint32_t client, const proto::CmAcceptReq& r, Done done);
@@ -119,9 +126,9 @@ class CmService {
   };
   struct Session {
     uint32_t client = 0;
-    std::unique_ptr<boost::asio::posix::stream_descriptor> sock;  // ibd's end
-    std::deque<proto::Bytes> out;  // events not yet written
-    bool write_waiting = false;
+    std::unique_ptr<EventSocket> events;  // a client's
+    Sink sink;                            // an in-ibd user's
+    std::unique_ptr<QpOps> qp;            // an in-ibd user's QPs
     uint32_t next_handle = 1;
     std::unordered_map<uint32_t, IdRec> ids;
   };
@@ -141,7 +148,8 @@ class CmService {
   Result<cm::Engine*> engine(uint8_t port);
   uint32_t add_id(Session& s, IdRec rec);
   void emit(uint32_t client, proto::CmEventMsg m);
-  void flush(Session& s);
+  Result<QpInfo> qp_lookup(uint32_t client, uint32_t handle);
+  void qp_modify(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a, Done done);
   void close_session(uint32_t client);
   // QP transitions, one after another; `done` after the last (or the first failure).
   void move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,

@@ -124,6 +124,22 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kCmSidrReply:
     case Op::kCmInitQpAttr:
     case Op::kCmInfo: return run(op_cm(c, m, done));
+    case Op::kCmaOpen:
+    case Op::kCmaCreateId:
+    case Op::kCmaBind:
+    case Op::kCmaResolveAddr:
+    case Op::kCmaResolveRoute:
+    case Op::kCmaListen:
+    case Op::kCmaInitQp:
+    case Op::kCmaConnect:
+    case Op::kCmaAccept:
+    case Op::kCmaReject:
+    case Op::kCmaDisconnect:
+    case Op::kCmaDestroyId:
+    case Op::kCmaJoin:
+    case Op::kCmaLeave:
+    case Op::kCmaQuery:
+    case Op::kCmaInfo: return run(op_cma(c, m, done));
   }
   done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
 }

@@ -161,6 +161,7 @@ class Server {
   Result<Reply> op_path_list(Client& c, proto::Message& m);
   Result<Reply> op_ipoib_info(Client& c, proto::Message& m);
   Result<void> op_cm(Client& c, proto::Message& m, Respond& done);
+  Result<void> op_cma(Client& c, proto::Message& m, Respond& done);  // cma_requests.cpp
   Result<Reply> op_path_flush(Client& c, proto::Message& m);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the

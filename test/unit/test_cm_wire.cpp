@@ -15,8 +15,7 @@
 
 #include "cm/wire.hpp"
 #include "hex_bytes.hpp"
-#include "sim/wire/packet.hpp"
-#include "sim/wire/pcap_erf.hpp"
+#include "gmp_capture.hpp"
 #include "tshark.hpp"
 
 using namespace openib;
@@ -405,18 +404,8 @@ TEST_CASE("Names and timeouts", "[cm]") {
 }
 
 TEST_CASE("Every CM message in an IBA packet is decoded by tshark as that message", "[cm][tshark]") {
-  using namespace openib::sim::wire;
-  namespace fs = std::filesystem;
-  int status = 0;
-  openib::test::run_command("command -v tshark >/dev/null", status);
-  if (status != 0) FAIL("tshark not found: it is a test prerequisite, installed by scripts/setup.sh");
-
+  const openib::test::GmpCapture capture("openib_cm_wire");
   const auto msgs = one_of_each();
-  const auto path = fs::temp_directory_path() / ("openib_cm_wire." + std::to_string(::getpid()) + ".pcap");
-  struct Remove {
-    fs::path p;
-    ~Remove() { fs::remove(p); }
-  } remove_at_end{path};
   // The eleven messages, then the GetResp(ClassPortInfo) to a Get.
   std::vector<ByteVec> mads;
   for (std::size_t i = 0; i < msgs.size(); ++i) mads.push_back(encode(msgs[i], kTid + i));
@@ -427,26 +416,9 @@ TEST_CASE("Every CM message in an IBA packet is decoded by tshark as that messag
     REQUIRE(cpi.ok());
     mads.push_back(*cpi);
   }
-  {
-    auto w = PcapErfWriter::open(path.string());
-    REQUIRE(w.ok());
-    for (std::size_t i = 0; i < mads.size(); ++i) {
-      // A GMP to QP1 (IBA 13.5.1): UD Send Only, DETH with the GSI Q_Key.
-      Headers h;
-      h.lrh.dlid = 2;
-      h.lrh.slid = 1;
-      h.bth.opcode = opcode(Transport::kUd, Op::kSendOnly);
-      h.bth.pkey = 0xFFFF;
-      h.bth.dest_qp = 1;
-      h.bth.psn = static_cast<std::uint32_t>(i);
-      h.deth = Deth{0x80010000, 1};
-      auto pkt = build_packet(h, mads[i]);
-      REQUIRE(pkt.ok());
-      REQUIRE((*w)->write(*pkt, 0).ok());
-    }
-    REQUIRE((*w)->close().ok());
-  }
-  const std::string tshark = openib::test::tshark_read(path.string());
+  capture.write(mads);
+  const std::string tshark = capture.tshark();
+  int status = 0;
   auto out = openib::test::run_command(
       tshark + " -T fields -E separator=, -e infiniband.mad.mgmtclass -e infiniband.mad.attributeid"
                " -e infiniband.mad.transactionid -e _ws.malformed -e infiniband.cm.req"
