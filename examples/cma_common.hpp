@@ -68,9 +68,8 @@ inline std::optional<RdmaCmEvent> try_event(CmaEnv& e, int timeout_ms, const std
 }
 inline RdmaCmEvent next_event(CmaEnv& e, const std::string& what) { return *try_event(e, -1, what, false); }
 
-// The event of `id`: events of other ids are held for later; one of
-// another type than `want` ends the program.
-inline RdmaCmEvent expect_event(CmaEnv& e, uint32_t id, RdmaCmEventType want, const std::string& what) {
+// The next event of `id`: events of other ids are held for later.
+inline RdmaCmEvent event_for(CmaEnv& e, uint32_t id, const std::string& what) {
   std::deque<RdmaCmEvent> others;
   for (;;) {
     RdmaCmEvent ev = next_event(e, what);
@@ -79,9 +78,14 @@ inline RdmaCmEvent expect_event(CmaEnv& e, uint32_t id, RdmaCmEventType want, co
       continue;
     }
     for (auto& o : others) e.held.push_back(std::move(o));
-    if (ev.type != want) die(what + ": " + event_str(ev) + " (expected " + rdma_event_str(want) + ")");
     return ev;
   }
+}
+// The next event of `id`, which must be `want`: another ends the program.
+inline RdmaCmEvent expect_event(CmaEnv& e, uint32_t id, RdmaCmEventType want, const std::string& what) {
+  RdmaCmEvent ev = event_for(e, id, what);
+  if (ev.type != want) die(what + ": " + event_str(ev) + " (expected " + rdma_event_str(want) + ")");
+  return ev;
 }
 
 // HOST (an address or name; empty: the wildcard) and PORT.

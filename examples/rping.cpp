@@ -85,7 +85,6 @@ struct Conn {
   std::map<uint64_t, int> done;
   bool gone = false;          // the connection ended: the peer disconnected, a request failed, the timeout
   bool peer_ended = false;    // by the peer's disconnect (the event, or our requests flushed)
-  bool disconnected = false;  // kDisconnected seen
   std::string why;            // what ended it
 };
 
@@ -111,7 +110,7 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
         return true;
       }
       if (ev->id == c.id && ev->type == RdmaCmEventType::kDisconnected) {
-        c.gone = c.peer_ended = c.disconnected = true;
+        c.gone = c.peer_ended = true;
         c.why = "disconnected";
         return false;
       }
@@ -160,21 +159,8 @@ void post_rdma(Conn& c, WrOpcode op, const Mr& mr, const Info& remote) {
   if (int err = c.qp->post_send(wr)) die(std::string("Couldn't post RDMA request: ") + std::strerror(err));
 }
 
-// Disconnects (unless the peer did) and frees the id.
-void close_conn(CmaEnv& e, Conn& c) {
-  if (!c.disconnected) {
-    if (e.ch->disconnect(c.id)) {
-      // Our kDisconnected, within the bound; a peer already gone still gives it.
-      for (;;) {
-        auto ev = try_event(e, -1, "disconnecting", true);
-        if (!ev) break;
-        if (ev->id == c.id && ev->type == RdmaCmEventType::kDisconnected) break;
-        if (ev->id != c.id) e.held.push_back(std::move(*ev));
-      }
-    }
-  }
-  check(e.ch->destroy_id(c.id), "Couldn't destroy the id");
-}
+// Frees the id (which disconnects it if the peer did not); its late events are ignored.
+void close_conn(CmaEnv& e, Conn& c) { check(e.ch->destroy_id(c.id), "Couldn't destroy the id"); }
 
 // ---- server ----------------------------------------------------------------------
 
@@ -248,11 +234,7 @@ int server(CmaEnv& e, const Opts& o) {
       (void)e.ch->destroy_id(c.id);
       continue;
     }
-    RdmaCmEvent est = next_event(e, "waiting for the connection to be established");
-    while (est.id != c.id) {
-      e.held.push_back(std::move(est));
-      est = next_event(e, "waiting for the connection to be established");
-    }
+    RdmaCmEvent est = event_for(e, c.id, "waiting for the connection to be established");
     if (est.type != RdmaCmEventType::kEstablished) {
       std::printf("rping: client disconnected before the connection was established: %s\n", event_str(est).c_str());
       (void)e.ch->destroy_id(c.id);

@@ -125,7 +125,9 @@ int client(CmaEnv& e, const Opts& o) {
   RdmaCmEvent ev = expect_event(e, id, RdmaCmEventType::kEstablished, "connecting to " + dst.str());
   std::printf("udaddy: established: remote QPN 0x%06x, Q_Key 0x%08x, LID %u\n", ev.qp_num, ev.qkey, ev.ah.dlid);
   std::fflush(stdout);
-  auto ah = check(e.ctx->create_ah(*e.pd, ev.ah), "Couldn't create the AH");
+  AddressVector av = ev.ah;
+  if (av.port == 0) av.port = info.port;
+  auto ah = check(e.ctx->create_ah(*e.pd, av), "Couldn't create the AH");
   for (int n = 0; n < o.count; ++n) {
     send_msg(u, size_t(o.size), uint32_t(n), kClientSide, *ah, ev.qp_num, ev.qkey);
     Wc wc = next_recv(e, u, "waiting for the answer to message " + std::to_string(n));
