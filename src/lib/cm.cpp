@@ -3,13 +3,10 @@
 // from the CM socket CM_OPEN hands over (one CmEventMsg per datagram).
 #include "openib/cm.hpp"
 
-#include <poll.h>
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <cstring>
 
 #include "clientproto/messages.hpp"
+#include "lib/event_socket.hpp"
 #include "lib/objects.hpp"
 
 namespace openib {
@@ -40,12 +37,6 @@ namespace {
 
 using proto::Op;
 
-Result<uint8_t> put_private(proto::CmPrivate& out, std::span<const uint8_t> in, size_t max, const char* msg) {
-  if (in.size() > max) return err(EINVAL, "{} carries at most {} bytes of private data, not {}", msg, max, in.size());
-  std::copy(in.begin(), in.end(), out.begin());
-  return static_cast<uint8_t>(in.size());
-}
-
 class CmChannelImpl final : public CmChannel {
  public:
   CmChannelImpl(ContextImpl& ctx, UniqueFd sock) : ctx_(ctx), sock_(std::move(sock)) {}
@@ -53,20 +44,9 @@ class CmChannelImpl final : public CmChannel {
   int fd() const override { return sock_.get(); }
 
   Result<CmEvent> get_event(int timeout_ms) override {
-    pollfd p{sock_.get(), POLLIN, 0};
-    int n;
-    do n = ::poll(&p, 1, timeout_ms);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) return sys_err("poll on the CM socket");
-    if (n == 0) return err(ETIMEDOUT, "no CM event within {} ms", timeout_ms);
     std::array<std::byte, 1024> buf;
-    ssize_t r;
-    do r = ::recv(sock_.get(), buf.data(), buf.size(), MSG_DONTWAIT);
-    while (r < 0 && errno == EINTR);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return err(ETIMEDOUT, "no CM event");
-    if (r < 0) return sys_err("recv on the CM socket");
-    if (r == 0) return err(ECONNRESET, "ibd closed the CM socket");
-    auto m = proto::decode<proto::CmEventMsg>(std::span<const std::byte>(buf.data(), size_t(r)));
+    OPENIB_TRY_ASSIGN(size_t r, recv_event(sock_.get(), buf, timeout_ms, "CM"));
+    auto m = proto::decode<proto::CmEventMsg>(std::span<const std::byte>(buf.data(), r));
     if (!m) return err(EPROTO, "CM event: {}", m.error().message);
     CmEvent e;
     e.type = static_cast<CmEventType>(m->type);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -318,6 +319,41 @@ int cm_command(int fd, bool as_json) {
   return 0;
 }
 
+// `cma`: the RDMA CM (CMA_INFO, docs/cma.md "In ibd"). Whatever CMA_INFO
+// reports, generically: its numbers first, then each object as key/value
+// lines and each list of objects as a table (the columns every row has).
+int cma_command(int fd, bool as_json) {
+  int rc = 0;
+  auto got = json_reply(fd, proto::Op::kCmaInfo, {}, as_json, rc);
+  if (!got) return rc;
+  const json& j = *got;
+  json head = json::object();
+  for (const auto& [k, v] : j.items())
+    if (!v.is_structured()) head[k] = v;
+  key_values(head);
+  for (const auto& [k, v] : j.items()) {
+    if (v.is_object()) {
+      std::printf("\n%s:\n", k.c_str());
+      json flat = json::object();
+      for (const auto& [k2, v2] : v.items()) flat[k2] = v2.is_structured() ? json(v2.dump()) : v2;
+      key_values(flat);
+    } else if (v.is_array()) {
+      std::vector<std::string> cols;
+      for (const auto& row : v)
+        if (row.is_object())
+          for (const auto& [k2, v2] : row.items())
+            if (std::find(cols.begin(), cols.end(), k2) == cols.end()) cols.push_back(k2);
+      std::printf("\n%s:\n", k.c_str());
+      if (cols.empty()) {
+        for (const auto& row : v) std::printf("%s\n", cell(row).c_str());
+        continue;
+      }
+      table(v, cols);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -340,8 +376,10 @@ int main(int argc, char** argv) {
   std::string gid;
   unsigned port = 1, pkey = 0;
   bool fresh = false;
-  app.add_option("what", what, "devices | ports | clients | objects | counters | path GID | paths [flush [GID]] | ipoib | cm")
-      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path", "paths", "ipoib", "cm"}))
+  app.add_option("what", what,
+                 "devices | ports | clients | objects | counters | path GID | paths [flush [GID]] | ipoib | cm | cma")
+      ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path", "paths", "ipoib", "cm",
+                             "cma"}))
       ->capture_default_str();
   std::string paths_sub, paths_gid;
   app.add_option("gid", gid, "path: the destination GID (IPv6 notation); paths: 'flush'");
@@ -372,6 +410,7 @@ int main(int argc, char** argv) {
     return paths_command(fd->get(), paths_sub, paths_gid, static_cast<uint8_t>(port), port_opt->count() > 0, as_json);
   if (what == "ipoib") return ipoib_command(fd->get(), as_json);
   if (what == "cm") return cm_command(fd->get(), as_json);
+  if (what == "cma") return cma_command(fd->get(), as_json);
   if (what == "path")
     return path_query(fd->get(), gid, static_cast<uint8_t>(port), static_cast<uint16_t>(pkey), fresh, as_json);
   proto::InfoReq info;
