@@ -208,7 +208,13 @@ int serve_conn(CmaEnv& e, const Opts& o, Conn& c, bool& clean) {
     post_rdma(c, WrOpcode::kWrite, *buf, w);
     if (!wait_for(e, c, kWriteWrid)) return n;
     post_send(c, {reinterpret_cast<uint64_t>(buf->addr()), buf->rkey(), start.size});  // go ahead
-    if (!wait_for(e, c, kSendWrid)) return n;
+    if (!wait_for(e, c, kSendWrid)) {
+      // The WRITE was acknowledged: the iteration is done. The client may
+      // have had the go-ahead and disconnected before its ACK reached us
+      // (the disconnect flushes the send): a clean end all the same.
+      clean = c.peer_ended;
+      return n + 1;
+    }
     std::fflush(stdout);
   }
 }
