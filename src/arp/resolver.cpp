@@ -90,15 +90,19 @@ bool is_loopback(const Ip& a) {
 // One rtnetlink socket in the io_context (as src/ipoib_tap/addr_watch.*).
 struct NlSocket {
   explicit NlSocket(asio::io_context& io) : sd(io) {}
-  ~NlSocket() {
+  ~NlSocket() { close(); }
+  void close() {
     if (sd.is_open()) {
       boost::system::error_code ec;
       sd.cancel(ec);
       sd.release();  // the fd is libmnl's: mnl_socket_close closes it
     }
     if (nl) mnl_socket_close(nl);
+    nl = nullptr;
   }
+  // (Again after a failed start(): the half-opened socket goes first.)
   Result<void> open(std::initializer_list<int> groups) {
+    close();
     nl = mnl_socket_open2(NETLINK_ROUTE, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (!nl) return sys_err("netlink socket");
     if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) return sys_err("netlink bind");

@@ -379,3 +379,19 @@ TEST_CASE("Requests the resolver cannot take fail with a clear error, later", "[
   CHECK(got->error().code == EAFNOSUPPORT);
   CHECK(f.fails("198.18.30.2", ip("fd00:198:18:30::1")).code == EINVAL);
 }
+
+TEST_CASE("A resolver destroyed with requests under way calls none of their callbacks", "[arp]") {
+  net();
+  boost::asio::io_context io;
+  FakeLinks links;
+  auto r = std::make_unique<Resolver>(io, links, Config{100ms, 3, 4096});
+  REQUIRE(r->start().ok());
+  bool unreachable_called = false;
+  r->resolve(std::nullopt, ip("198.18.30.97"), 10s, [&](Result<Resolved>) { unreachable_called = true; });
+  io.run_for(std::chrono::milliseconds(1));  // its route asked, its neighbour perhaps
+  r.reset();
+  io.restart();
+  io.run_for(std::chrono::milliseconds(500));  // past every timer the resolver had set
+  CHECK_FALSE(unreachable_called);
+  CHECK(io.stopped());  // nothing of the resolver's is left in the io_context
+}
