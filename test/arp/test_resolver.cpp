@@ -395,3 +395,45 @@ TEST_CASE("A resolver destroyed with requests under way calls none of their call
   CHECK_FALSE(unreachable_called);
   CHECK(io.stopped());  // nothing of the resolver's is left in the io_context
 }
+
+TEST_CASE("An overrun of the event socket drops the cache, is counted, and the addresses are dumped again", "[arp]") {
+  Fixture f;
+  std::vector<std::pair<std::string, bool>> changes;
+  f.resolver.set_addr_change_handler([&](int, const Ip& a, bool added) { changes.emplace_back(a.str(), added); });
+  f.ok("198.18.30.1");  // cached
+  // 1,024 addresses (and their local routes) on the other interface while
+  // the resolver does not read: more events than its socket holds. Then
+  // one on the link, whose event may or may not be among those lost.
+  std::string adds = "/tmp/sba-arp-adds." + std::to_string(::getpid());
+  std::string dels = adds + ".del";
+  struct Remove {
+    std::string path;
+    ~Remove() { std::remove(path.c_str()); }
+  } remove_adds{adds}, remove_dels{dels};
+  {
+    std::FILE* a = std::fopen(adds.c_str(), "w");
+    std::FILE* d = std::fopen(dels.c_str(), "w");
+    REQUIRE((a && d));
+    for (int i = 0; i < 1024; ++i) {
+      std::fprintf(a, "addr add 198.18.%d.%d/32 dev sbax0\n", 40 + i / 256, i % 256);
+      std::fprintf(d, "addr del 198.18.%d.%d/32 dev sbax0\n", 40 + i / 256, i % 256);
+    }
+    std::fprintf(a, "addr add 198.18.30.60/24 dev sbaa0\n");
+    std::fprintf(d, "addr del 198.18.30.60/24 dev sbaa0\n");
+    std::fclose(a);
+    std::fclose(d);
+  }
+  auto r = sh("ip -batch " + adds);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  REQUIRE(run_until(f.io, [&] { return f.resolver.counters().netlink_errors >= 1; }));
+  REQUIRE(run_until(f.io, [&] { return f.resolver.link_of_address(ip("198.18.30.60")).has_value(); }));
+  CHECK(f.resolver.counters().invalidations >= 1);
+  bool told = false;
+  for (const auto& c : changes) told |= c == std::pair<std::string, bool>("198.18.30.60", true);
+  CHECK(told);
+  auto again = f.resolve("198.18.30.1");
+  REQUIRE(again.ok());
+  CHECK(f.resolver.counters().kernel_resolutions == 2);  // not from the cache
+  CHECK(sh("ip -batch " + dels).status == 0);
+}
