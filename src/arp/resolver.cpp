@@ -124,7 +124,7 @@ struct Resolver::Impl {
   // The cache's and the resolutions' key: (source or none, destination).
   using Key = std::pair<Ip, Ip>;
   enum class Phase { Route, Neigh, Wait };
-  enum class Ask { Route, Neigh, Use };
+  enum class Ask { Route, Neigh, Use, Del };
 
   struct Waiter {
     uint64_t id;
@@ -143,6 +143,9 @@ struct Resolver::Impl {
     Resolved partial;            // from the route
     Ip nexthop;
     std::string note;            // what the last neighbour answer said (for the error)
+    bool entry = false;          // the kernel has an entry for the next hop (as last seen)
+    bool foreign_lladdr = false; // a dynamic entry with an lladdr of no GID: deleted before the next try
+    bool deleting = false;       // our RTM_DELNEIGH's own FAILED event is still to come
     std::vector<Waiter> waiters;
   };
   struct Entry {
@@ -269,9 +272,18 @@ struct Resolver::Impl {
         return finish(key, err(e, "route lookup for {}{} refused", res.dst.str(),
                                res.src ? " from " + res.src->str() : std::string()));
       case Ask::Neigh:  // ENOENT: the kernel has no entry yet
+        res.entry = false;
         if (res.phase == Phase::Neigh) trigger(res);
         return;
+      case Ask::Del:  // ENOENT: gone already
+        return;
       case Ask::Use:
+        // The entry came or went since we looked: the next try asks the
+        // other way (within max_tries).
+        if (e == EEXIST || e == ENOENT) {
+          res.entry = e == EEXIST;
+          return;
+        }
         if (!use_refused)
           log::get("arp")->warn("RTM_NEWNEIGH NTF_USE refused ({}): zero-length UDP datagrams trigger resolution instead",
                                 std::strerror(e));
@@ -361,10 +373,22 @@ struct Resolver::Impl {
   // A usable entry whose lladdr the bridge knows finishes the resolution.
   bool use_neigh(Resolution& res, const rtnl::Neigh& n) {
     res.note = fmt::format("neighbour {}", rtnl::state_name(n.state));
+    res.entry = true;
     if (!rtnl::usable_state(n.state) || n.lladdr.empty()) return false;
     auto gid = links.gid_of(n.ifindex, n.lladdr);
     if (!gid) {
       res.note = fmt::format("neighbour {} with lladdr {}, which maps to no GID", rtnl::state_name(n.state), hex(n.lladdr));
+      // A static entry (`ip neigh add ... nud permanent`) is not the
+      // kernel's to resolve again: no retry changes it.
+      if (n.state & (NUD_PERMANENT | NUD_NOARP)) {
+        finish(res.key, err(EHOSTUNREACH, "{} is unreachable: {} on {}", res.dst.str(), res.note, ifname(n.ifindex)));
+        return true;
+      }
+      // A dynamic one is stale beyond the kernel's knowing (the bridge
+      // gave the neighbour another MAC since): probing it would go to the
+      // old MAC (unicast, DELAY then PROBE) and fail seconds later.
+      // Deleted, the next try broadcasts.
+      res.foreign_lladdr = true;
       return false;
     }
     Resolved out = res.partial;
@@ -385,11 +409,18 @@ struct Resolver::Impl {
     ++res.tries;
     if (res.phase == Phase::Wait) ask_neigh(res);  // in case its event was lost
     res.phase = Phase::Wait;
+    if (res.foreign_lladdr) {
+      alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
+      send(msg, rtnl::del_neigh(msg, seq(), res.partial.ifindex, res.nexthop), res.key, Ask::Del);
+      res.foreign_lladdr = false;
+      res.entry = false;
+      res.deleting = true;
+    }
     if (use_refused) {
       udp_probe(res);
     } else {
       alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
-      send(msg, rtnl::neigh_use(msg, seq(), res.partial.ifindex, res.nexthop), res.key, Ask::Use);
+      send(msg, rtnl::neigh_use(msg, seq(), res.partial.ifindex, res.nexthop, !res.entry), res.key, Ask::Use);
     }
     arm(res);
   }
@@ -490,7 +521,14 @@ struct Resolver::Impl {
       if (p == pending.end()) continue;
       Resolution& res = *p->second;
       if (use_neigh(res, n)) continue;
-      if (n.state & NUD_FAILED) trigger(res);  // the kernel gave up: again now (bounded by max_tries)
+      if (!(n.state & NUD_FAILED)) continue;
+      // The kernel deletes an entry by making it FAILED first
+      // (neigh_delete): after our own deletion, that is no answer.
+      if (res.deleting) {
+        res.deleting = false;
+        continue;
+      }
+      trigger(res);  // the kernel gave up: again now (bounded by max_tries)
     }
   }
 

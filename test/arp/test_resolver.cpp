@@ -437,3 +437,30 @@ TEST_CASE("An overrun of the event socket drops the cache, is counted, and the a
   CHECK(f.resolver.counters().kernel_resolutions == 2);  // not from the cache
   CHECK(sh("ip -batch " + dels).status == 0);
 }
+
+TEST_CASE("A permanent neighbour entry is used as it is; one whose MAC has no GID fails at once, left as it was", "[arp]") {
+  Fixture f(Config{100ms, 3, 4096});
+  must("ip neigh replace 198.18.30.70 lladdr 02:00:00:18:30:02 dev sbaa0 nud permanent");
+  must("ip neigh replace 198.18.30.71 lladdr 02:00:00:18:30:99 dev sbaa0 nud permanent");
+  Resolved r = f.ok("198.18.30.70");  // nobody has it, but the table says who: no ARP
+  CHECK(r.dgid == kGidB);
+  Error e = f.fails("198.18.30.71");
+  CHECK(e.code == EHOSTUNREACH);
+  INFO(e.message);
+  CHECK(e.message.find("02:00:00:18:30:99, which maps to no GID") != std::string::npos);
+  CHECK(f.resolver.counters().retries == 0);
+  // The administrator's entry is untouched (NTF_USE would have made it INCOMPLETE).
+  CHECK(sh("ip neigh show 198.18.30.71 dev sbaa0").out.find("lladdr 02:00:00:18:30:99 PERMANENT") != std::string::npos);
+  must("ip neigh del 198.18.30.70 dev sbaa0");
+  must("ip neigh del 198.18.30.71 dev sbaa0");
+}
+
+TEST_CASE("A dynamic entry whose MAC has no GID is resolved afresh, with the right MAC", "[arp]") {
+  forget_neighbours();
+  Fixture f;
+  must("ip neigh replace 198.18.30.2 lladdr 02:00:00:18:30:77 dev sbaa0 nud stale");  // a MAC of no GID
+  Resolved r = f.ok("198.18.30.2");
+  CHECK(r.dgid == kGidB);
+  CHECK(f.resolver.counters().retries == 0);  // at the first try: no wait for the kernel's DELAY and PROBE
+  CHECK(sh("ip neigh show 198.18.30.2 dev sbaa0").out.find("02:00:00:18:30:02") != std::string::npos);
+}
