@@ -127,6 +127,18 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
       c.gone = true;
       c.peer_ended = wc->status == kWcWrFlushErr;
       c.why = std::string(wc_status_str(wc->status)) + " (wr_id " + std::to_string(wc->wr_id) + ")";
+      // Flushed: ibd moved the QP to ERROR because the connection ended;
+      // the id's event (DISCONNECTED) says so, at most a timeout later.
+      while (c.peer_ended) {
+        auto ev = e.ch->get_event(e.timeout_ms);
+        if (!ev) break;
+        if (ev->id != c.id) {
+          e.held.push_back(std::move(*ev));
+          continue;
+        }
+        if (ev->type == RdmaCmEventType::kDisconnected) c.why = "disconnected";
+        break;
+      }
       return false;
     }
     if (wc->wr_id == kRecvWrid && wc->byte_len != kInfoBytes) {
@@ -228,7 +240,13 @@ int server(CmaEnv& e, const Opts& o) {
       die("rping: no connection request within " + std::to_string(o.timeout_s) + " s (" + std::to_string(served) +
           " of " + std::to_string(o.serve) + " served)");
     RdmaCmEvent ev = std::move(*got);
-    if (ev.type != RdmaCmEventType::kConnectRequest) continue;  // an old connection's late events
+    if (ev.type != RdmaCmEventType::kConnectRequest) {  // an old connection's late events, ADDR_CHANGE ...
+      if (ev.id == listener) {
+        std::printf("rping: unhandled event on the listener: %s, ignoring\n", event_str(ev).c_str());
+        std::fflush(stdout);
+      }
+      continue;
+    }
     std::printf("rping: connection request from %s\n", ev.dst.str().c_str());
     Conn c = make_conn(e);
     c.id = ev.id;

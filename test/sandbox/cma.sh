@@ -74,6 +74,7 @@ ok "ib0 up with an address on every host"
 # --- rping across both switches, by IP address, data verified --------------
 bg rping-server Hca2 "$ex/openib-rping" -s -a "${ip4[Hca2]}" -p 7174 -V
 srv=$bg
+waitfor rping-server "listening on"
 out=$(sb run Hca1 "$ex/openib-rping" -c -a "${ip4[Hca2]}" -p 7174 -C 200 -S 4096 -V -v 2>&1) ||
   fail "rping client: $out
 server: $(cat "$(log_of rping-server)")
@@ -88,6 +89,7 @@ ok "rping Hca1 -> ${ip4[Hca2]}:7174 (across both switches): 200 x 4 KiB verified
 # --- udaddy: UD through SIDR -------------------------------------------------
 bg udaddy-server Hca2 "$ex/openib-udaddy" -b "${ip4[Hca2]}" -p 7175 -C 50
 srv=$bg
+waitfor udaddy-server "listening on"
 out=$(sb run Hca3 "$ex/openib-udaddy" -s "${ip4[Hca2]}" -p 7175 -C 50 2>&1) ||
   fail "udaddy client: $out
 server: $(cat "$(log_of udaddy-server)")"
@@ -131,26 +133,25 @@ ok "port 7999 with no listener: $(grep REJECTED <<<"$out" | head -1)"
 # The server killed mid-transfer: the client hears DISCONNECTED.
 bg rping-victim Hca4 "$ex/openib-rping" -s -a "${ip4[Hca4]}" -p 7176
 victim=$bg
+waitfor rping-victim "listening on"
 bg rping-long Hca1 "$ex/openib-rping" -c -a "${ip4[Hca4]}" -p 7176 -C 1000000 -S 1024 -v
 long=$bg
 waitfor rping-long 'rdma-ping-50:' 300
 kill -9 "$victim"
 finish rping-long "$long"
 ((rc != 0)) || fail "rping client survived its server's death: $(tail -3 "$(log_of rping-long)")"
-grep -q 'RDMA_CM_EVENT_DISCONNECTED' "$(log_of rping-long)" ||
-  fail "rping client after its server died: $(tail -5 "$(log_of rping-long)")"
+grep -q 'server disconnected' "$(log_of rping-long)" ||
+  fail "rping client after its server died (no DISCONNECTED event): $(tail -c 600 "$(log_of rping-long)")"
 ok "server SIGKILLed mid-transfer: the client got DISCONNECTED ($(grep -c 'ping data' "$(log_of rping-long)") pings before)"
 
 # An address removed from ib0: the id bound to it gets ADDR_CHANGE.
 sb run Hca3 ip addr add 198.19.32.53/24 dev ib0
 bg rping-bound Hca3 "$ex/openib-rping" -s -a 198.19.32.53 -p 7177 --timeout 30
 bound=$bg
-until_ok 50 test "$(counter Hca3 cma.bound_ports)" -ge 1 || fail "no bound port on Hca3: $(cma_counters Hca3)"
-sleep 0.5
+waitfor rping-bound "listening on"
 sb run Hca3 ip addr del 198.19.32.53/24 dev ib0
-finish rping-bound "$bound"
-grep -q 'RDMA_CM_EVENT_ADDR_CHANGE' "$(log_of rping-bound)" ||
-  fail "the listener on a removed address: $(cat "$(log_of rping-bound)") $(cma_counters Hca3)"
+waitfor rping-bound 'RDMA_CM_EVENT_ADDR_CHANGE' 100
+kill "$bound" 2>/dev/null || true
 ok "198.19.32.53 removed from Hca3's ib0: the listener bound to it got ADDR_CHANGE"
 
 # Ports: below 1024 for root only; one port, one bind.
@@ -160,7 +161,7 @@ grep -q 'Permission denied\|EACCES' <<<"$out" || fail "unprivileged bind of port
 ok "an unprivileged client binding port 100: $(grep -m1 'denied\|EACCES' <<<"$out")"
 bg rping-first Hca2 "$ex/openib-rping" -s -a "${ip4[Hca2]}" -p 7178 --timeout 30
 first=$bg
-until_ok 50 test "$(counter Hca2 cma.bound_ports)" -ge 1 || fail "no bound port on Hca2"
+waitfor rping-first "listening on"
 out=$(sb run Hca2 "$ex/openib-rping" -s -p 7178 2>&1) && fail "a second bind of port 7178 succeeded: $out"
 grep -q 'Address already in use\|EADDRINUSE' <<<"$out" || fail "a second bind of port 7178: $out"
 kill "$first" 2>/dev/null || true
@@ -169,6 +170,7 @@ ok "a second bind of port 7178 (wildcard over ${ip4[Hca2]}): $(grep -m1 'in use\
 # --- 1,000 concurrent connects to one listener ----------------------------------------
 bg cmtime-server Hca2 "$ex/openib-cmtime" -b "${ip4[Hca2]}" -p 7471 -c 1000 --timeout 60
 srv=$bg
+waitfor cmtime-server "listening on"
 out=$(sb run Hca1 "$ex/openib-cmtime" -s "${ip4[Hca2]}" -p 7471 -c 1000 --timeout 60 2>&1) ||
   fail "cmtime client: $out
 server: $(tail -5 "$(log_of cmtime-server)")
