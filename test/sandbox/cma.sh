@@ -142,7 +142,9 @@ finish rping-long "$long"
 ((rc != 0)) || fail "rping client survived its server's death: $(tail -3 "$(log_of rping-long)")"
 grep -q 'server disconnected' "$(log_of rping-long)" ||
   fail "rping client after its server died (no DISCONNECTED event): $(tail -c 600 "$(log_of rping-long)")"
-ok "server SIGKILLed mid-transfer: the client got DISCONNECTED ($(grep -c 'ping data' "$(log_of rping-long)") pings before)"
+for _ in $(seq 50); do [[ $(counter Hca4 cma.ids) == 0 ]] && break; sleep 0.1; done
+[[ $(counter Hca4 cma.ids) == 0 ]] || fail "the killed server's ibd holds $(counter Hca4 cma.ids) RDMA CM ids"
+ok "server SIGKILLed mid-transfer: its ids torn down (cma.ids 0 on Hca4), the client got DISCONNECTED ($(grep -c 'ping data' "$(log_of rping-long)") pings before)"
 
 # An address removed from ib0: the id bound to it gets ADDR_CHANGE.
 sb run Hca3 ip addr add 198.19.32.53/24 dev ib0
