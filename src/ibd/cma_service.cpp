@@ -268,31 +268,26 @@ Result<void> CmaService::resolve_addr(uint32_t client, const proto::CmaResolveAd
     i->sgid = res->sgid;
     i->dgid = res->dgid;
     i->pkey = res->pkey;
+    if (is_multicast(i->dst))  // the group's MGID in the id's port space (cma_set_mgid)
+      if (auto mg = cma::mgid_for(i->dst, i->ps, i->pkey ? i->pkey : 0xFFFF); mg) i->dgid = *mg;
     if (i->src.any()) std::copy(res->src.bytes.begin(), res->src.bytes.end(), i->src.addr.begin());
     i->state = S::kAddrResolved;
     m.type = static_cast<uint8_t>(T::kAddrResolved);
     emit(*i, m);
   };
-  if (is_multicast(dst)) {
-    // A group (mckey): the interface of the bound address, else the first.
-    if (!arp_) return err(ENODEV, "this ibd has no IPoIB interface: no address resolution");
-    std::optional<arp::Link> link;
-    if (!id->src.any()) link = arp_->link_of_address(to_ip(id->src));
-    if (!link) link = arp_->link_of_address(arp::Ip{});  // (none: the error below)
-    arp::Resolved res;
-    if (link) {
+  if (is_multicast(dst) && arp_ && !id->src.any()) {
+    // A group (mckey) from a bound address: that address's interface, no
+    // route needed (unbound: the ARP module routes the group's address).
+    if (auto link = arp_->link_of_address(to_ip(id->src)); link) {
+      arp::Resolved res;
       res.port = link->port;
       res.sgid = link->gid;
       res.pkey = link->pkey;
       res.src = to_ip(id->src);
-      auto mg = cma::mgid_for(dst, id->ps, link->pkey);
-      if (mg) res.dgid = *mg;
+      res.dst = to_ip(dst);
+      boost::asio::post(io_, [answer, res]() mutable { answer(res); });
+      return ok();
     }
-    boost::asio::post(io_, [answer, res, ok_link = link.has_value()]() mutable {
-      if (!ok_link) return answer(err(ENODEV, "no IPoIB interface to send to a group on"));
-      answer(res);
-    });
-    return ok();
   }
   if (!arp_) {
     boost::asio::post(io_, [answer]() mutable {

@@ -2,8 +2,9 @@
 # Issue 18: address resolution and the RDMA CM (docs/arp.md, docs/cma.md) on
 # the sandbox (net.2sw2path4hca, Debian's OpenSM) with IPoIB up on every
 # host; the peers are named by the IP addresses of their ib0:
-#  - openib-rping across both switches, data verified; openib-udaddy (UD
-#    through SIDR); openib-mckey (one sender, three receivers);
+#  - openib-rping across both switches, data verified, over IPv4 and IPv6;
+#    openib-udaddy (UD through SIDR); openib-mckey (one sender, three
+#    receivers);
 #  - an address nobody has -> ADDR_ERROR after the ARP module's retries; a
 #    port nobody listens on -> REJECTED; the server killed mid-transfer ->
 #    DISCONNECTED on the client; an address removed from ib0 -> ADDR_CHANGE
@@ -85,6 +86,24 @@ finish rping-server "$srv"
 grep -q 'ping data: rdma-ping-199: ' <<<"$out" || fail "rping -v printed no 200th ping: $(tail -3 <<<"$out")"
 grep -q '200 iterations' <<<"$out" || fail "rping client's summary: $(tail -3 <<<"$out")"
 ok "rping Hca1 -> ${ip4[Hca2]}:7174 (across both switches): 200 x 4 KiB verified: $(tail -1 <<<"$out")"
+
+# --- the same over IPv6 (neighbour discovery instead of ARP) -------------------
+for h in Hca1 Hca2 Hca3; do sb run "$h" ip -6 addr add "fd00:198:19:32::${ip4[$h]##*.}/64" dev ib0 nodad; done
+# Hca2's solicited-node group joined (its MLD report, then the SA join):
+# Hca3 reaches it; Hca1 has no neighbour entry yet, so its ibd makes the
+# kernel run neighbour discovery.
+ping6_3() { sb run Hca3 ping -6 -c 1 -W 1 fd00:198:19:32::12; }
+until_ok 25 ping6_3 || fail "Hca3 cannot ping6 Hca2: $(ping6_3 2>&1 | tail -2)"
+bg rping6-server Hca2 "$ex/openib-rping" -s -a fd00:198:19:32::12 -p 7180 -V
+srv=$bg
+waitfor rping6-server "listening on"
+out=$(sb run Hca1 "$ex/openib-rping" -c -a fd00:198:19:32::12 -p 7180 -C 20 -S 1024 -V 2>&1) ||
+  fail "rping over IPv6: $out
+server: $(cat "$(log_of rping6-server)")
+Hca1: $(cma_counters Hca1)"
+finish rping6-server "$srv"
+((rc == 0)) || fail "rping server (IPv6) exited $rc: $(cat "$(log_of rping6-server)")"
+ok "rping Hca1 -> [fd00:198:19:32::12]:7180 (IPv6, ND): $(tail -1 <<<"$out")"
 
 # --- udaddy: UD through SIDR -------------------------------------------------
 bg udaddy-server Hca2 "$ex/openib-udaddy" -b "${ip4[Hca2]}" -p 7175 -C 50
