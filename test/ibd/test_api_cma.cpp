@@ -216,3 +216,69 @@ TEST_CASE("RDMA CM passive side: a REQ with rdma_cm's service ID and CMA header,
   must(ch->destroy_id(req.id), "destroy_id");
   must(ch->destroy_id(lid), "destroy_id");
 }
+
+TEST_CASE("RDMA CM UD ids on the loopback address: init_qp to RTS with RDMA_UDP_QKEY, a datagram; a join without an SM fails",
+          "[api][cma]") {
+  EpOptions ud;
+  ud.type = QpType::kUd;
+  auto a = open_ep(sock_a(), ud);
+  auto b = open_ep(sock_b(), ud);
+  auto cha = must(RdmaEventChannel::open(*a->ctx), "RdmaEventChannel::open");
+  auto chb = must(RdmaEventChannel::open(*b->ctx), "RdmaEventChannel::open");
+  const uint32_t ida = must(cha->create_id(RdmaPortSpace::kUdp), "create_id");
+  const uint32_t idb = must(chb->create_id(RdmaPortSpace::kUdp), "create_id");
+  // No device before a bind or resolution.
+  CHECK(error_of(cha->init_qp(ida, *a->qp)) == EINVAL);
+  must(cha->bind_addr(ida, v4(127, 0, 0, 1, 0)), "bind_addr");
+  must(chb->bind_addr(idb, v4(127, 0, 0, 1, 0)), "bind_addr");
+  // A UD id takes a UD QP; a connected id does not.
+  QpInit rc_init;
+  rc_init.type = QpType::kRc;
+  rc_init.send_cq = rc_init.recv_cq = a->cq.get();
+  auto rc = must(a->ctx->create_qp(*a->pd, rc_init), "create_qp");
+  CHECK(error_of(cha->init_qp(ida, *rc)) == EINVAL);
+  const uint32_t tcp = must(cha->create_id(RdmaPortSpace::kTcp), "create_id");
+  CHECK(error_of(cha->init_qp(tcp, *a->qp)) == EINVAL);
+
+  must(cha->init_qp(ida, *a->qp), "init_qp");
+  must(chb->init_qp(idb, *b->qp), "init_qp");
+  for (Ep* e : {a.get(), b.get()}) {
+    QpAttr q = must(e->qp->query(), "query QP");
+    CHECK(q.state == QpState::kRts);
+    CHECK(q.qkey == kRdmaUdpQkey);
+    CHECK(q.port == 1);
+  }
+  CHECK(must(cha->query(ida), "query").qpn == a->qp->qp_num());
+
+  // A datagram from A to B with RDMA_UDP_QKEY arrives: the Q_Keys are what ibd set.
+  AddressVector av;
+  av.dlid = b->lid;
+  av.port = 1;
+  auto ah = must(a->ctx->create_ah(*a->pd, av), "create_ah");
+  REQUIRE(post_recv(*b->qp, b->sge(0, 1024), 1) == 0);
+  fill(a->buf() + 4096, 200, 0x44);
+  REQUIRE(post_send(*a->qp, a->sge(4096, 200), 2,
+                    {.ah = ah.get(), .remote_qpn = b->qp->qp_num(), .remote_qkey = kRdmaUdpQkey}) == 0);
+  CHECK(wait_wc(*a->cq).status == kWcSuccess);
+  Wc r = wait_wc(*b->cq);
+  REQUIRE(r.status == kWcSuccess);
+  CHECK(r.src_qp == a->qp->qp_num());
+  CHECK(r.byte_len == 40 + 200);  // the GRH's room, then the payload
+  CHECK(first_diff(b->buf() + 40, 200, 0x44) == 200);
+
+  // A multicast join: no SM answers, so MULTICAST_ERROR; the group is not
+  // held (leave: ENOENT; a second join is tried afresh).
+  const IpEndpoint group = v4(224, 0, 1, 20, 0);
+  for (int round = 0; round < 2; ++round) {
+    must(cha->join_multicast(ida, group, *a->qp), "join_multicast");
+    RdmaCmEvent e = expect_cma_event(*cha, RdmaCmEventType::kMulticastError, 30000);
+    CHECK(e.id == ida);
+    CHECK(e.status < 0);
+    CHECK(e.dst.str() == "224.0.1.20:0");
+    CHECK(error_of(cha->leave_multicast(ida, group)) == ENOENT);
+  }
+  CHECK(error_of(cha->join_multicast(ida, v4(198, 18, 0, 9, 0), *a->qp)) == EINVAL);  // not a group
+  CHECK(error_of(cha->join_multicast(tcp, group, *a->qp)) == EINVAL);                 // not a UD id
+  must(cha->destroy_id(ida), "destroy_id");
+  must(chb->destroy_id(idb), "destroy_id");
+}

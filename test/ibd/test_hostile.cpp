@@ -1752,6 +1752,10 @@ TEST_CASE("CMA: ADDR_ERROR without IPoIB; a client that never reads its events l
   // ibd serves this client (its session and ids stay; CMA_OPEN again is EBUSY) and others.
   CHECK(status_of(r.call(Op::kCmaQuery, proto::HandleReq{id})) == 0);
   CHECK(status_of(r.call(Op::kCmaOpen, proto::Empty{})) == EBUSY);
+  // More events for the closed socket are dropped, not counted again.
+  const long long events = cma_counter(ibd, "cma.events");
+  REQUIRE(wait_until([&] { return status_of(r.call(Op::kCmaResolveAddr, q)) == 0; }, 5s));
+  CHECK(wait_until([&] { return cma_counter(ibd, "cma.events") > events; }, 5s));
   Raw other(ibd.socket());
   other.hello();
   UniqueFd ev2 = cma_open(other);
