@@ -13,6 +13,7 @@
 // is alive and answers ibdctl, the victim's data is intact, and the
 // hostile clients' objects, mappings and fds are gone once they are.
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 
 #include <set>
@@ -32,7 +33,9 @@
 #include <thread>
 
 #include "clientproto/socket.hpp"
+#include "cma/header.hpp"
 #include "cm_path.hpp"
+#include "cma_addr.hpp"
 #include "harness.hpp"
 #include "json_flat.hpp"
 #include "openib/cm.hpp"
@@ -1179,14 +1182,16 @@ int status_of(const Outcome& o) { return o.kind == Outcome::kReplied ? o.reply.s
 
 // One CmEventMsg from a CM socket (blocking up to `ms`); nullopt on EOF,
 // an error (errno_out) or no event.
-std::optional<proto::CmEventMsg> read_cm_event(int fd, int ms, int* errno_out = nullptr) {
+// (M: CmEventMsg, or CmaEventMsg from an RDMA CM event socket.)
+template <class M = proto::CmEventMsg>
+std::optional<M> read_cm_event(int fd, int ms, int* errno_out = nullptr) {
   pollfd pf{fd, POLLIN, 0};
   if (::poll(&pf, 1, ms) != 1) return std::nullopt;
   std::array<std::byte, 1024> buf;
   ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
   if (errno_out) *errno_out = n < 0 ? errno : 0;
   if (n <= 0) return std::nullopt;
-  auto m = proto::decode<proto::CmEventMsg>(std::span<const std::byte>(buf.data(), size_t(n)));
+  auto m = proto::decode<M>(std::span<const std::byte>(buf.data(), size_t(n)));
   if (!m) return std::nullopt;
   return *m;
 }
@@ -1411,4 +1416,352 @@ TEST_CASE("CM: a client that never reads its events loses its CM socket, not ibd
   other.hello();
   other.must<proto::Empty>(Op::kCmOpen, proto::Empty{});
   CHECK(status_of(other.call(Op::kCmInfo, proto::Empty{})) == 0);
+}
+
+// The RDMA CM's requests (docs/client-protocol.md §14, docs/cma.md "In
+// ibd") from raw clients of an ibd without IPoIB: before CMA_OPEN, bodies
+// of the wrong length or with fds, an unknown port space, private data
+// past a message's limit, another client's ids and QPs, requests in the
+// wrong state, writes into the event socket, privileged and taken ports.
+// The victim client's id is untouched and ibd serves on.
+namespace {
+proto::CmaAddr cma_v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port) {
+  return ipv4<proto::CmaAddr>(a, b, c, d, port);
+}
+proto::CmaAddr cma_any(uint16_t port) { return cma_v4(0, 0, 0, 0, port); }
+
+// CMA_OPEN on a raw client; the event socket.
+UniqueFd cma_open(Raw& r) {
+  r.must<proto::Empty>(Op::kCmaOpen, proto::Empty{});
+  REQUIRE(r.last_fds().size() == 1);
+  return std::move(r.last_fds()[0]);
+}
+uint32_t cma_id(Raw& r, uint16_t ps = proto::kRdmaPsTcp) {
+  return r.must<proto::HandleRep>(Op::kCmaCreateId, proto::CmaCreateIdReq{ps}).handle;
+}
+proto::CmaIdRep cma_query(Raw& r, uint32_t id) { return r.must<proto::CmaIdRep>(Op::kCmaQuery, proto::HandleReq{id}); }
+
+std::optional<proto::CmaEventMsg> read_cma_event(int fd, int ms, int* errno_out = nullptr) {
+  return read_cm_event<proto::CmaEventMsg>(fd, ms, errno_out);
+}
+long long cma_counter(const Ibd& ibd, const std::string& key) { return counter_in(ibdctl(ibd.socket(), "counters").out, key); }
+}  // namespace
+
+TEST_CASE("CMA requests: before CMA_OPEN, bad bodies, fds, port spaces, lengths, another client's ids and QPs",
+          "[hostile][cma]") {
+  TempDir dir;
+  IbdPair pair(dir.path(), "warn", /*distinct_guids=*/true);
+  Raw evil(pair.a->socket()), victim(pair.a->socket());
+  evil.hello();
+  victim.hello();
+
+  // Before CMA_OPEN: ENOTCONN for every request on ids (CMA_INFO is ibd's, anyone's).
+  CHECK(status_of(evil.call(Op::kCmaCreateId, proto::CmaCreateIdReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaBind, proto::CmaAddrReq{1, cma_any(7000)})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaResolveAddr, proto::CmaResolveAddrReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaResolveRoute, proto::CmaIdTimeoutReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaListen, proto::CmaListenReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaInitQp, proto::CmaQpReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaConnect, proto::CmaConnReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaAccept, proto::CmaConnReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaReject, proto::CmaRejectReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaDisconnect, proto::HandleReq{1})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaDestroyId, proto::HandleReq{1})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaJoin, proto::CmaJoinReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaLeave, proto::CmaJoinReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaQuery, proto::HandleReq{1})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaInfo, proto::Empty{})) == 0);
+
+  // CMA_OPEN: a body, or an fd, is refused; then one event socket, once.
+  CHECK(status_of(evil.call_bytes(uint16_t(Op::kCmaOpen), bytes_of(4))) == EINVAL);
+  {
+    UniqueFd f = make_memfd(4096);
+    int fd = f.get();
+    CHECK(status_of(evil.call_bytes(uint16_t(Op::kCmaOpen), {}, {&fd, 1})) == EINVAL);
+  }
+  UniqueFd evil_ev = cma_open(evil);
+  CHECK(status_of(evil.call(Op::kCmaOpen, proto::Empty{})) == EBUSY);
+  UniqueFd victim_ev = cma_open(victim);
+
+  // The victim's id, bound to a port (handles are per client: the victim
+  // makes a few, so that its id's handle is above the evil client's own).
+  for (int i = 0; i < 7; ++i) (void)cma_id(victim);
+  const uint32_t vid = cma_id(victim);
+  REQUIRE(vid == 8);
+  victim.must<proto::CmaAddrRep>(Op::kCmaBind, proto::CmaAddrReq{vid, cma_any(7001)});
+  const proto::CmaIdRep vbefore = cma_query(victim, vid);
+  CHECK(vbefore.state == uint8_t(proto::CmaState::kAddrBound));
+  CHECK(vbefore.src.port == 7001);
+  for (int i = 0; i < 16; ++i) victim.must<proto::HandleRep>(Op::kAllocPd, proto::Empty{});
+  RawQp vqp(victim);
+
+  // Bodies one byte short or long: EPROTO (as every request's, §3); an fd with a request: EINVAL.
+  auto wrong_lengths = [&](Op op, const proto::Bytes& b) {
+    INFO(proto::op_name(uint16_t(op)));
+    CHECK(status_of(evil.call_bytes(uint16_t(op), std::span(b.data(), b.size() - 1))) == EPROTO);
+    auto longer = b;
+    longer.push_back(std::byte{0});
+    CHECK(status_of(evil.call_bytes(uint16_t(op), longer)) == EPROTO);
+    UniqueFd f = make_memfd(4096);
+    int fd = f.get();
+    CHECK(status_of(evil.call_bytes(uint16_t(op), b, {&fd, 1})) == EINVAL);
+  };
+  wrong_lengths(Op::kCmaCreateId, proto::encode(proto::CmaCreateIdReq{}));
+  wrong_lengths(Op::kCmaBind, proto::encode(proto::CmaAddrReq{}));
+  wrong_lengths(Op::kCmaResolveAddr, proto::encode(proto::CmaResolveAddrReq{}));
+  wrong_lengths(Op::kCmaResolveRoute, proto::encode(proto::CmaIdTimeoutReq{}));
+  wrong_lengths(Op::kCmaListen, proto::encode(proto::CmaListenReq{}));
+  wrong_lengths(Op::kCmaInitQp, proto::encode(proto::CmaQpReq{}));
+  wrong_lengths(Op::kCmaConnect, proto::encode(proto::CmaConnReq{}));
+  wrong_lengths(Op::kCmaAccept, proto::encode(proto::CmaConnReq{}));
+  wrong_lengths(Op::kCmaReject, proto::encode(proto::CmaRejectReq{}));
+  wrong_lengths(Op::kCmaDisconnect, proto::encode(proto::HandleReq{}));
+  wrong_lengths(Op::kCmaDestroyId, proto::encode(proto::HandleReq{}));
+  wrong_lengths(Op::kCmaJoin, proto::encode(proto::CmaJoinReq{}));
+  wrong_lengths(Op::kCmaLeave, proto::encode(proto::CmaJoinReq{}));
+  wrong_lengths(Op::kCmaQuery, proto::encode(proto::HandleReq{}));
+  CHECK(status_of(evil.call_bytes(uint16_t(Op::kCmaInfo), bytes_of(1))) == EINVAL);
+
+  // Port spaces: only TCP, UDP, IPoIB and IB.
+  for (uint16_t ps : {uint16_t{0}, uint16_t{1}, uint16_t{0x0107}, uint16_t{0xFFFF}}) {
+    INFO("port space " << ps);
+    CHECK(status_of(evil.call(Op::kCmaCreateId, proto::CmaCreateIdReq{ps})) == EPROTONOSUPPORT);
+  }
+
+  // The victim's id names nothing of the evil client's.
+  CHECK(status_of(evil.call(Op::kCmaBind, proto::CmaAddrReq{vid, cma_any(7002)})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaResolveAddr, proto::CmaResolveAddrReq{.id = vid, .dst = cma_v4(198, 18, 0, 2, 1)})) ==
+        ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaResolveRoute, proto::CmaIdTimeoutReq{vid})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaListen, proto::CmaListenReq{vid})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaInitQp, proto::CmaQpReq{vid, vqp.qp})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaConnect, proto::CmaConnReq{.id = vid, .qp = vqp.qp})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaAccept, proto::CmaConnReq{.id = vid, .qp = vqp.qp})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaReject, proto::CmaRejectReq{.id = vid})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaDisconnect, proto::HandleReq{vid})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaJoin, proto::CmaJoinReq{.id = vid, .qp = vqp.qp, .group = cma_v4(224, 1, 1, 1, 0)})) ==
+        ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaLeave, proto::CmaJoinReq{.id = vid, .group = cma_v4(224, 1, 1, 1, 0)})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaQuery, proto::HandleReq{vid})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaDestroyId, proto::HandleReq{vid})) == ENOENT);
+
+  // The evil client's own ids with the victim's QP: ENOENT, the QP stays in RESET.
+  RawQp eqp(evil);
+  REQUIRE(eqp.qp < vqp.qp);
+  const uint32_t tcp = cma_id(evil);
+  const uint32_t udp = cma_id(evil, proto::kRdmaPsUdp);
+  CHECK(status_of(evil.call(Op::kCmaInitQp, proto::CmaQpReq{tcp, vqp.qp})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaInitQp, proto::CmaQpReq{udp, vqp.qp})) == ENOENT);
+  // (A UD id on the loopback address has its device: a join gets as far as the QP.)
+  evil.must<proto::CmaAddrRep>(Op::kCmaBind, proto::CmaAddrReq{udp, cma_v4(127, 0, 0, 1, 0)});
+  CHECK(status_of(evil.call(Op::kCmaJoin, proto::CmaJoinReq{.id = udp, .qp = vqp.qp, .group = cma_v4(224, 1, 1, 1, 0)})) ==
+        ENOENT);
+  CHECK(qp_state(victim, vqp.qp) == 0);
+
+  // State errors: EINVAL.
+  CHECK(status_of(evil.call(Op::kCmaConnect, proto::CmaConnReq{.id = tcp, .qp = eqp.qp})) == EINVAL);  // no route
+  CHECK(status_of(evil.call(Op::kCmaConnect, proto::CmaConnReq{.id = tcp, .qp = vqp.qp})) == EINVAL);
+  CHECK(status_of(evil.call(Op::kCmaResolveRoute, proto::CmaIdTimeoutReq{tcp})) == EINVAL);  // no address
+  CHECK(status_of(evil.call(Op::kCmaAccept, proto::CmaConnReq{.id = tcp, .qp = eqp.qp})) == EINVAL);
+  CHECK(status_of(evil.call(Op::kCmaReject, proto::CmaRejectReq{.id = tcp})) == EINVAL);
+  CHECK(status_of(evil.call(Op::kCmaDisconnect, proto::HandleReq{tcp})) == EINVAL);
+  CHECK(status_of(evil.call(Op::kCmaDisconnect, proto::HandleReq{udp})) == EINVAL);  // UD: nothing to disconnect
+  CHECK(status_of(evil.call(Op::kCmaInitQp, proto::CmaQpReq{tcp, 0})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaJoin, proto::CmaJoinReq{.id = tcp, .qp = eqp.qp, .group = cma_v4(224, 1, 1, 1, 0)})) ==
+        EINVAL);  // not a UD id
+  CHECK(status_of(evil.call(Op::kCmaBind, proto::CmaAddrReq{udp, cma_any(0)})) == EINVAL);  // bound already
+  CHECK(status_of(evil.call(Op::kCmaBind, proto::CmaAddrReq{tcp, cma_v4(198, 18, 0, 1, 0)})) == EADDRNOTAVAIL);
+  CHECK(status_of(evil.call(Op::kCmaResolveAddr, proto::CmaResolveAddrReq{.id = tcp, .dst = cma_any(1)})) == EINVAL);
+  CHECK(qp_state(evil, eqp.qp) == 0);
+
+  // A connect request of the evil client's own, from an IB CM client on
+  // ibd B with rdma_cm's service ID and CMA header: accept with the
+  // victim's QP is ENOENT; private data past a REP (196) or REJ (148) is
+  // EINVAL; listen on it is EINVAL; then it is rejected.
+  const uint32_t lid = cma_id(evil);
+  evil.must<proto::CmaAddrRep>(Op::kCmaBind, proto::CmaAddrReq{lid, cma_any(7100)});
+  evil.must<proto::Empty>(Op::kCmaListen, proto::CmaListenReq{lid, 4});
+  CHECK(status_of(evil.call(Op::kCmaResolveAddr, proto::CmaResolveAddrReq{.id = lid, .dst = cma_v4(198, 18, 0, 2, 1)})) ==
+        EINVAL);  // a listener
+  auto peer = open_side(pair.b->socket(), 65536);
+  REQUIRE(peer.ok());
+  auto peer_cm = CmChannel::open(*(*peer)->ctx);
+  REQUIRE(peer_cm.ok());
+  CmConnParams cp;
+  const std::vector<uint8_t> four(4, 0xEE);
+  cp.private_data = with_cma_header(ipv4<cma::Addr>(198, 18, 0, 2, 5000), ipv4<cma::Addr>(198, 18, 0, 1, 7100), four);
+  REQUIRE((*peer_cm)->connect(*(*peer)->qp, decode_path_record(wire_path(2, 1)), cma::service_id(cma::kPsTcp, 7100), cp).ok());
+  auto req = read_cma_event(evil_ev.get(), 5000);
+  REQUIRE(req.has_value());
+  REQUIRE(req->type == uint8_t(proto::CmaEventType::kConnectRequest));
+  CHECK(req->listen_id == lid);
+  CHECK(req->dst.port == 5000);
+  CHECK(req->private_len == 56);  // the REQ's 92 bytes less the header
+  CHECK(status_of(evil.call(Op::kCmaAccept, proto::CmaConnReq{.id = req->id, .qp = vqp.qp})) == ENOENT);
+  CHECK(qp_state(victim, vqp.qp) == 0);
+  CHECK(status_of(evil.call(Op::kCmaAccept, proto::CmaConnReq{.id = req->id, .qp = eqp.qp, .private_len = 197})) ==
+        EINVAL);
+  CHECK(status_of(evil.call(Op::kCmaReject, proto::CmaRejectReq{.id = req->id, .private_len = 149})) == EINVAL);
+  CHECK(status_of(evil.call(Op::kCmaListen, proto::CmaListenReq{req->id})) == EINVAL);
+  CHECK(qp_state(evil, eqp.qp) == 0);
+  CHECK(status_of(evil.call(Op::kCmaReject, proto::CmaRejectReq{.id = req->id, .private_len = 148})) == 0);
+  auto rejected = (*peer_cm)->get_event(5000);
+  REQUIRE(rejected.ok());
+  CHECK(rejected->type == CmEventType::kRejected);
+  CHECK(status_of(evil.call(Op::kCmaAccept, proto::CmaConnReq{.id = req->id, .qp = eqp.qp})) == EINVAL);  // answered
+
+  // Writes into the event socket: ibd shut its read side.
+  const char junk[64] = "not an event";
+  CHECK(::send(evil_ev.get(), junk, sizeof junk, MSG_DONTWAIT | MSG_NOSIGNAL) < 0);
+  CHECK(errno == EPIPE);
+
+  // The victim's id is as it was, and destroyable once; ibd answers both clients.
+  const proto::CmaIdRep vafter = cma_query(victim, vid);
+  CHECK(vafter.state == vbefore.state);
+  CHECK(vafter.src.port == vbefore.src.port);
+  CHECK(vafter.src.family == vbefore.src.family);
+  CHECK(vafter.qpn == 0);
+  CHECK(status_of(victim.call(Op::kCmaDestroyId, proto::HandleReq{vid})) == 0);
+  CHECK(status_of(victim.call(Op::kCmaDestroyId, proto::HandleReq{vid})) == ENOENT);
+  CHECK(qp_state(victim, vqp.qp) == 0);
+  CHECK(status_of(evil.call(Op::kInfo, proto::InfoReq{})) == 0);
+  CHECK(status_of(victim.call(Op::kCmaInfo, proto::Empty{})) == 0);
+  CHECK_FALSE(read_cma_event(victim_ev.get(), 100).has_value());  // nothing was said to the victim
+}
+
+// Ports (docs/cma.md "Ports"): below 1024 for root only; one port, one
+// owner per port space; a dead client's ids are torn down and its ports
+// free; port 0 is an ephemeral port in 32768..60999.
+TEST_CASE("CMA binds: privileged ports, a port taken, freed when its client goes, ephemeral ports", "[hostile][cma]") {
+  TempDir dir;
+  Ibd ibd(dir.path(), "a", IbdOptions{});
+  const std::string sock = ibd.socket();
+  auto bind_port = [&](uint16_t port) {
+    Raw r(sock);
+    if (status_of(r.call(Op::kHello, proto::HelloReq{})) != 0) return -2;
+    auto o = r.call(Op::kCmaOpen, proto::Empty{});
+    if (status_of(o) != 0) return -3;
+    o = r.call(Op::kCmaCreateId, proto::CmaCreateIdReq{});
+    if (status_of(o) != 0) return -4;
+    const uint32_t id = proto::decode<proto::HandleRep>(o.reply.payload)->handle;
+    return status_of(r.call(Op::kCmaBind, proto::CmaAddrReq{id, cma_any(port)}));
+  };
+  auto nobody = run_as_nobody([&] { return std::vector<int>{bind_port(100), bind_port(1023), bind_port(7200)}; });
+  REQUIRE(nobody.size() == 3);
+  CHECK(nobody[0] == EACCES);
+  CHECK(nobody[1] == EACCES);
+  CHECK(nobody[2] == 0);
+  CHECK(bind_port(100) == 0);  // root (and each client's port went with it)
+  REQUIRE(wait_until([&] { return cma_counter(ibd, "cma.ids") == 0; }, 10s));
+
+  // Two clients, one port: EADDRINUSE, also for the loopback address
+  // beside a wildcard; free once the first client's connection closed.
+  auto first = std::make_unique<Raw>(sock);
+  first->hello();
+  UniqueFd ev1 = cma_open(*first);
+  const uint32_t a = cma_id(*first);
+  const uint32_t a2 = cma_id(*first);
+  first->must<proto::CmaAddrRep>(Op::kCmaBind, proto::CmaAddrReq{a, cma_any(7300)});
+  first->must<proto::Empty>(Op::kCmaListen, proto::CmaListenReq{a2});  // a listener on an ephemeral port
+  Raw second(sock);
+  second.hello();
+  UniqueFd ev2 = cma_open(second);
+  const uint32_t b = cma_id(second);
+  CHECK(status_of(second.call(Op::kCmaBind, proto::CmaAddrReq{b, cma_any(7300)})) == EADDRINUSE);
+  CHECK(status_of(second.call(Op::kCmaBind, proto::CmaAddrReq{b, cma_v4(127, 0, 0, 1, 7300)})) == EADDRINUSE);
+  CHECK(cma_counter(ibd, "cma.ids") == 3);
+  CHECK(cma_counter(ibd, "cma.bound_ports") == 2);
+  // (Another port space has ports of its own.)
+  const uint32_t u = cma_id(second, proto::kRdmaPsUdp);
+  CHECK(status_of(second.call(Op::kCmaBind, proto::CmaAddrReq{u, cma_any(7300)})) == 0);
+  second.must<proto::Empty>(Op::kCmaDestroyId, proto::HandleReq{u});
+  first.reset();
+  CHECK(wait_until([&] { return cma_counter(ibd, "cma.ids") == 1 && cma_counter(ibd, "cma.bound_ports") == 0; }, 10s));
+  CHECK(status_of(second.call(Op::kCmaBind, proto::CmaAddrReq{b, cma_any(7300)})) == 0);
+  CHECK(cma_counter(ibd, "cma.bound_ports") == 1);
+
+  // Port 0: ephemeral ports, each its own, in ip_local_port_range's default.
+  std::set<uint16_t> got;
+  for (int i = 0; i < 20; ++i) {
+    const uint32_t e = cma_id(second);
+    auto rep = second.must<proto::CmaAddrRep>(Op::kCmaBind, proto::CmaAddrReq{e, cma_any(0)});
+    INFO("ephemeral port " << rep.addr.port);
+    CHECK(rep.addr.port >= 32768);
+    CHECK(rep.addr.port <= 60999);
+    got.insert(rep.addr.port);
+    const proto::CmaIdRep q = cma_query(second, e);
+    CHECK(q.state == uint8_t(proto::CmaState::kAddrBound));
+    CHECK(q.src.port == rep.addr.port);
+  }
+  CHECK(got.size() == 20);
+  CHECK(cma_counter(ibd, "cma.bound_ports") == 21);
+  CHECK(ibd.alive());
+}
+
+// Address resolution on an ibd without IPoIB: an ADDR_ERROR event with
+// -ENODEV, not a crash. A client that never reads its events: past
+// --cm-max-queued-events ibd closes its event socket; counted; ibd serves on.
+TEST_CASE("CMA: ADDR_ERROR without IPoIB; a client that never reads its events loses its event socket",
+          "[hostile][cma]") {
+  TempDir dir;
+  IbdOptions opts;
+  opts.extra_args = {"--cm-max-queued-events", "8"};
+  Ibd ibd(dir.path(), "a", opts);
+  Raw r(ibd.socket());
+  r.hello();
+  UniqueFd ev = cma_open(r);
+  const uint32_t id = cma_id(r);
+  proto::CmaResolveAddrReq q;
+  q.id = id;
+  q.dst = cma_v4(198, 18, 0, 2, 7471);
+  r.must<proto::Empty>(Op::kCmaResolveAddr, q);
+  auto e = read_cma_event(ev.get(), 5000);
+  REQUIRE(e.has_value());
+  CHECK(e->type == uint8_t(proto::CmaEventType::kAddrError));
+  CHECK(e->status == -ENODEV);
+  CHECK(e->id == id);
+  CHECK(e->dst.port == 7471);
+  CHECK(cma_query(r, id).state == uint8_t(proto::CmaState::kAddrBound));  // bound by the resolution
+  REQUIRE(ibd.alive());
+
+  // Resolutions, each an ADDR_ERROR, none read. Until ibd gives up on us.
+  size_t sent = 0;
+  for (int round = 0; round < 100 && cma_counter(ibd, "cma.sessions_overrun") < 1; ++round) {
+    for (int i = 0; i < 500; ++i) {
+      auto o = r.call(Op::kCmaResolveAddr, q);
+      INFO("resolution " << sent << ": " << o.str());
+      REQUIRE(o.kind == Outcome::kReplied);
+      // (EINVAL: the previous one's answer not in yet, the id still resolving.)
+      REQUIRE((o.reply.status == 0 || o.reply.status == EINVAL));
+      sent += o.reply.status == 0;
+    }
+  }
+  REQUIRE(cma_counter(ibd, "cma.sessions_overrun") == 1);
+  size_t got = 0;
+  int err_no = 0;
+  while (auto m = read_cma_event(ev.get(), 2000, &err_no)) {
+    CHECK(m->type == uint8_t(proto::CmaEventType::kAddrError));
+    ++got;
+  }
+  INFO("sent " << sent << " resolutions, read " << got << " events, then errno " << err_no);
+  CHECK(got > 0);
+  CHECK(got < sent);
+  CHECK((err_no == 0 || err_no == ECONNRESET));
+  char c;
+  CHECK(::recv(ev.get(), &c, 1, MSG_DONTWAIT) <= 0);
+  // ibd serves this client (its session and ids stay; CMA_OPEN again is EBUSY) and others.
+  CHECK(status_of(r.call(Op::kCmaQuery, proto::HandleReq{id})) == 0);
+  CHECK(status_of(r.call(Op::kCmaOpen, proto::Empty{})) == EBUSY);
+  // More events for the closed socket are dropped, not counted again.
+  const long long events = cma_counter(ibd, "cma.events");
+  REQUIRE(wait_until([&] { return status_of(r.call(Op::kCmaResolveAddr, q)) == 0; }, 5s));
+  CHECK(wait_until([&] { return cma_counter(ibd, "cma.events") > events; }, 5s));
+  Raw other(ibd.socket());
+  other.hello();
+  UniqueFd ev2 = cma_open(other);
+  const uint32_t oid = cma_id(other);
+  other.must<proto::CmaAddrRep>(Op::kCmaBind, proto::CmaAddrReq{oid, cma_any(7400)});
+  other.must<proto::Empty>(Op::kCmaListen, proto::CmaListenReq{oid});
+  CHECK(cma_query(other, oid).state == uint8_t(proto::CmaState::kListen));
+  CHECK(cma_counter(ibd, "cma.sessions_overrun") == 1);
 }
