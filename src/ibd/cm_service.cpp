@@ -218,14 +218,14 @@ Result<CmService::QpInfo> CmService::qp_lookup(uint32_t client, uint32_t handle)
   auto s = sessions_.find(client);
   if (s != sessions_.end() && s->second.qp) return s->second.qp->lookup(client, handle);
   if (!qp_.lookup) return err(ENOSYS, "no QP lookup");
-  return qp_lookup(client, handle);
+  return qp_.lookup(client, handle);
 }
 
 void CmService::qp_modify(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a, Done done) {
   auto s = sessions_.find(client);
   if (s != sessions_.end() && s->second.qp) return s->second.qp->modify(client, handle, mask, a, std::move(done));
   if (!qp_.modify) return done(err(ENOSYS, "no QP modify"));
-  qp_modify(client, handle, mask, a, std::move(done));
+  qp_.modify(client, handle, mask, a, std::move(done));
 }
 
 void CmService::emit(uint32_t client, proto::CmEventMsg m) {
@@ -783,16 +783,23 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
 
 std::string CmService::json() const {
   nlohmann::json j;
-  j["sessions"] = sessions_.size();
-  size_t ids = 0;
+  size_t ids = 0, internal = 0, internal_ids = 0;
   auto& clients = j["clients"];
   clients = nlohmann::json::array();
   for (const auto& [c, s] : sessions_) {
+    if (s.sink) {  // an in-ibd user (the RDMA CM): counted apart
+      ++internal;
+      internal_ids += s.ids.size();
+      continue;
+    }
     ids += s.ids.size();
     clients.push_back({{"client", c}, {"ids", s.ids.size()}, {"queued", s.events ? s.events->queued() : 0},
                        {"open", s.sink || (s.events && s.events->is_open())}});
   }
+  j["sessions"] = sessions_.size() - internal;
   j["ids"] = ids;
+  j["internal_sessions"] = internal;
+  j["internal_ids"] = internal_ids;
   auto& ports = j["ports"];
   ports = nlohmann::json::array();
   for (const auto& [p, port] : ports_) {

@@ -146,6 +146,8 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
     for (const auto& [name, value] : ipoib_->counter_list()) j["counters"][name] = value;
   if (cm_)
     for (const auto& [name, value] : cm_->counter_list()) j["counters"][name] = value;
+  if (cma_)
+    for (const auto& [name, value] : cma_->counter_list()) j["counters"][name] = value;
   // kInfoObjects: every client's objects for root, the asker's own otherwise.
   const bool all_objects = (flags & proto::kInfoObjects) && asker.uid == 0;
   const bool own_objects = (flags & proto::kInfoObjects) != 0;

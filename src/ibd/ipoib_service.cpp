@@ -598,3 +598,19 @@ std::string IpoibService::json(size_t max_bytes) const {
 }
 
 }  // namespace openib::ibd
+
+namespace openib::ibd {
+
+std::array<uint8_t, 16> IpoibService::port_gid() const { return sa::make_gid(port_.gid_prefix, port_.port_guid); }
+
+std::optional<std::array<uint8_t, 16>> IpoibService::gid_of_mac(std::span<const uint8_t> mac) const {
+  if (!bridge_ || mac.size() != 6) return std::nullopt;
+  ipoib::Mac m;
+  std::copy(mac.begin(), mac.end(), m.begin());
+  if (m == bridge_->own_mac()) return port_gid();
+  auto a = bridge_->addr_of(m);
+  if (!a) return std::nullopt;
+  return a->gid;
+}
+
+}  // namespace openib::ibd

@@ -79,6 +79,17 @@ class IpoibService final : private ipoib::BridgeIo {
   void device_lost();
   void device_back();
 
+  // For the RDMA CM's address resolution (docs/arp.md): the interface's
+  // index (0 before it exists), the port, its GID 0 and P_Key, the
+  // broadcast group's Q_Key (0 while down), and the GID behind a
+  // neighbour's MAC.
+  int ifindex() const { return tap_ ? tap_->ifindex() : 0; }
+  uint8_t port() const { return cfg_.port; }
+  std::array<uint8_t, 16> port_gid() const;
+  uint16_t pkey() const { return cfg_.pkey; }
+  uint32_t qkey() const { return state_ == State::kUp ? bcast_.qkey : 0; }
+  std::optional<std::array<uint8_t, 16>> gid_of_mac(std::span<const uint8_t> mac) const;
+
   // For INFO and `ibdctl ipoib`: the interface, neighbours, groups and
   // counters as JSON text.
   // At most max_bytes: neighbours past that are left out ("truncated").

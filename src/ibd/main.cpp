@@ -20,6 +20,7 @@
 #include "hca/hca.hpp"
 #include "ibd/device_lock.hpp"
 #include "ibd/device_slot.hpp"
+#include "ibd/ipoib_links.hpp"
 #include "ibd/options.hpp"
 #include "ibd/server.hpp"
 #include "ibd/simhca_child.hpp"
@@ -174,12 +175,32 @@ int run(const Options& o) {
   auto cm = std::make_unique<CmService>(io, *hca, *umad, hca->caps().num_ports);
   cm->set_max_queued_events(o.cm_max_queued_events);
   server.set_cm(cm.get());
+  // The RDMA CM over it, with the ARP module on the IPoIB interface
+  // (docs/cma.md, docs/arp.md).
+  std::unique_ptr<IpoibLinks> ipoib_links;
+  std::unique_ptr<arp::Resolver> resolver;
+  if (ipoib) {
+    ipoib_links = std::make_unique<IpoibLinks>(*ipoib);
+    resolver = std::make_unique<arp::Resolver>(io, *ipoib_links);
+  }
+  auto cma = std::make_unique<CmaService>(io, *hca, *cm, *sa_service, hca->caps().num_ports);
+  cma->set_max_queued_events(o.cm_max_queued_events);
+  if (ipoib) cma->set_ipoib_qkey([p = ipoib.get()] { return p->qkey(); });
+  server.set_cma(cma.get());
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());
     return 1;
   }
   sa_service->start();
   cm->start();
+  if (resolver) {
+    if (auto r = resolver->start(); !r) {
+      logger->warn("no address resolution for the RDMA CM: {}", r.error().str());
+    } else {
+      cma->set_resolver(resolver.get());
+    }
+  }
+  if (auto r = cma->start(); !r) logger->warn("no RDMA CM: {}", r.error().str());
   if (ipoib) ipoib->start();
 
   bool stopping = false;

@@ -914,7 +914,10 @@ Result<void> Server::op_cm(Client& c, proto::Message& m, Respond& done) {
 
 void Server::set_cm(CmService* cm) {
   cm_ = cm;
-  if (!cm_) return;
+  if (cm_) cm_->set_qp_ops(qp_ops());
+}
+
+CmService::QpOps Server::qp_ops() {
   CmService::QpOps ops;
   ops.lookup = [this](uint32_t id, uint32_t handle) -> Result<CmService::QpInfo> {
     Client* c = client(id);
@@ -939,7 +942,7 @@ void Server::set_cm(CmService* cm) {
                            done(std::move(r));
                          }));
   };
-  cm_->set_qp_ops(std::move(ops));
+  return ops;
 }
 
 }  // namespace openib::ibd

@@ -388,6 +388,7 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   if (sa_) sa_->client_gone(id);
   // Its CM ids: DREQ for a connection established, REJ for one being made
   // (docs/cm.md "In ibd"); its QPs go with the rest below.
+  if (cma_) cma_->client_gone(id);  // before the IB CM: its ids use the CM's
   if (cm_) cm_->client_gone(id);
   continue_teardown(id);
 }
@@ -689,6 +690,7 @@ void Server::device_lost() {
   // User-MAD sessions and agents outlive the device (docs/umad.md "Device loss").
   if (umad_) umad_->device_lost();
   if (ipoib_) ipoib_->device_lost();
+  if (cma_) cma_->device_lost();
   for (auto& [id, c] : departing_) objects += c->objects.size();
   departing_.clear();
   cq_owner_.clear();

@@ -18,6 +18,7 @@
 #include "hca/hca.hpp"
 #include "ibd/client.hpp"
 #include "ibd/cm_service.hpp"
+#include "ibd/cma_service.hpp"
 #include "ibd/device_status.hpp"
 #include "ibd/quota.hpp"
 #include "ibd/ipoib_service.hpp"
@@ -86,6 +87,9 @@ class Server {
   // The connection manager (CM_* requests); may stay unset. Gives it the
   // clients' QPs (lookup and modify, as MODIFY_QP).
   void set_cm(CmService* c);
+  void set_cma(CmaService* c);
+  // The server's QP operations for the IB CM and the RDMA CM.
+  CmService::QpOps qp_ops();
   // The SA client and path cache (PATH_QUERY, port events); may stay unset.
   void set_sa(SaService* s);
 
@@ -217,6 +221,7 @@ class Server {
   SaService* sa_ = nullptr;
   IpoibService* ipoib_ = nullptr;
   CmService* cm_ = nullptr;
+  CmaService* cma_ = nullptr;
   bool device_gone_ = false;
   DeviceState device_state_ = DeviceState::kRunning;
   uint64_t generation_ = 1;  // +1 each time the device comes back

@@ -309,6 +309,7 @@ Bridge::Bridge(BridgeIo& io, const LinkParams& link) : impl_(new Impl(io, counte
 Bridge::~Bridge() { delete impl_; }
 
 Mac Bridge::own_mac() const { return impl_->nt.own_mac(); }
+std::optional<HwAddr> Bridge::addr_of(const Mac& m) const { return impl_->nt.addr_of(m); }
 std::uint32_t Bridge::mtu() const { return impl_->mtu(); }
 
 void Bridge::set_link(const LinkParams& link) {

@@ -146,6 +146,9 @@ class Bridge {
 
   // The TAP's own MAC (derive_mac of the interface's 20-byte address).
   Mac own_mac() const;
+  // The 20-byte address behind a MAC the bridge handed out (the kernel's
+  // neighbour entry names it; the RDMA CM's address resolution reads it).
+  std::optional<HwAddr> addr_of(const Mac& m) const;
   // Payload bytes an IPoIB packet may carry: ib_mtu - 4 (the TAP's MTU).
   std::uint32_t mtu() const;
   // New link parameters (broadcast group rejoined with another Q_Key or

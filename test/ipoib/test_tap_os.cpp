@@ -29,8 +29,11 @@
 #include "common/fd.hpp"
 #include "ipoib_tap/addr_watch.hpp"
 #include "ipoib_tap/tap_device.hpp"
+#include "../unit/shell.hpp"
 
 using namespace openib;
+using openib::test::must;
+using openib::test::sh;
 using namespace openib::ipoib;
 using Mac = std::array<std::uint8_t, 6>;
 
@@ -51,26 +54,6 @@ void private_namespaces() {
     return true;
   }();
   (void)done;
-}
-
-struct Shell {
-  int status;
-  std::string out;
-};
-// A command of iproute2 (stderr into the output).
-Shell sh(const std::string& cmd) {
-  Shell r{-1, {}};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p);
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
-  r.status = ::pclose(p);
-  return r;
-}
-void must(const std::string& cmd) {
-  auto r = sh(cmd);
-  INFO(cmd << ": " << r.out);
-  REQUIRE(r.status == 0);
 }
 
 std::string sysfs(const std::string& path) {

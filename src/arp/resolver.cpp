@@ -1,0 +1,749 @@
+// The resolver (docs/arp.md): Linux's ib_addr (drivers/infiniband/core/
+// addr.c: addr4_resolve / addr6_resolve, then the neighbour) done from
+// user space over rtnetlink(7), on asio.
+#include "arp/resolver.hpp"
+
+#include <arpa/inet.h>
+#include <libmnl/libmnl.h>
+#include <linux/if_addr.h>
+#include <linux/neighbour.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <map>
+#include <set>
+
+#include "arp/rtnl.hpp"
+#include "common/log.hpp"
+#include "ipoib_tap/bridge.hpp"  // the IPoIB multicast MGIDs (RFC 4391 §4)
+
+namespace openib::arp {
+
+namespace asio = boost::asio;
+using Gid = std::array<uint8_t, 16>;
+
+std::string Ip::str() const {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (family == AF_INET || family == AF_INET6) ::inet_ntop(family, bytes.data(), text, sizeof text);
+  std::string s = family == AF_INET || family == AF_INET6 ? text : fmt::format("(family {})", family);
+  if (scope_id) s += fmt::format("%{}", scope_id);
+  return s;
+}
+
+std::optional<Ip> Ip::parse(std::string_view text) {
+  Ip a;
+  std::string addr(text.substr(0, text.find('%')));
+  if (text.find('%') != std::string_view::npos) {
+    std::string scope(text.substr(text.find('%') + 1));
+    char* end = nullptr;
+    unsigned long v = std::strtoul(scope.c_str(), &end, 10);
+    if (scope.empty() || *end || v == 0 || v > UINT32_MAX) return std::nullopt;
+    a.scope_id = static_cast<uint32_t>(v);
+  }
+  a.family = addr.find(':') != std::string::npos ? AF_INET6 : AF_INET;
+  if (a.scope_id && a.family != AF_INET6) return std::nullopt;
+  if (::inet_pton(a.family, addr.c_str(), a.bytes.data()) != 1) return std::nullopt;
+  return a;
+}
+
+namespace {
+
+std::string ifname(int ifindex) {
+  char name[IF_NAMESIZE] = {};
+  if (ifindex > 0 && ::if_indextoname(static_cast<unsigned>(ifindex), name)) return name;
+  return fmt::format("ifindex {}", ifindex);
+}
+
+std::string gid_str(const Gid& g) {
+  std::string s;
+  for (size_t i = 0; i < 16; i += 2) s += fmt::format("{}{:02x}{:02x}", i ? ":" : "", g[i], g[i + 1]);
+  return s;
+}
+
+std::string hex(std::span<const uint8_t> b) {
+  std::string s;
+  for (size_t i = 0; i < b.size(); ++i) s += fmt::format("{}{:02x}", i ? ":" : "", b[i]);
+  return s;
+}
+
+bool same_addr(const Ip& a, const Ip& b) { return a.family == b.family && a.bytes == b.bytes; }
+
+bool is_multicast(const Ip& a) {
+  return a.family == AF_INET ? (a.bytes[0] & 0xf0) == 0xe0 : a.family == AF_INET6 && a.bytes[0] == 0xff;
+}
+
+bool is_loopback(const Ip& a) {
+  static const Gid v6_one = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return a.family == AF_INET ? a.bytes[0] == 127 : a.family == AF_INET6 && a.bytes == v6_one;
+}
+
+// One rtnetlink socket in the io_context (as src/ipoib_tap/addr_watch.*).
+struct NlSocket {
+  explicit NlSocket(asio::io_context& io) : sd(io) {}
+  ~NlSocket() {
+    if (sd.is_open()) {
+      boost::system::error_code ec;
+      sd.cancel(ec);
+      sd.release();  // the fd is libmnl's: mnl_socket_close closes it
+    }
+    if (nl) mnl_socket_close(nl);
+  }
+  Result<void> open(std::initializer_list<int> groups) {
+    nl = mnl_socket_open2(NETLINK_ROUTE, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (!nl) return sys_err("netlink socket");
+    if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) return sys_err("netlink bind");
+    portid = mnl_socket_get_portid(nl);
+    for (int group : groups)
+      if (mnl_socket_setsockopt(nl, NETLINK_ADD_MEMBERSHIP, &group, sizeof group) < 0)
+        return sys_err("NETLINK_ADD_MEMBERSHIP {}", group);
+    boost::system::error_code ec;
+    sd.assign(mnl_socket_get_fd(nl), ec);
+    if (ec) return err(ec.value(), "asio assign of the netlink socket: {}", ec.message());
+    return ok();
+  }
+  mnl_socket* nl = nullptr;
+  asio::posix::stream_descriptor sd;
+  unsigned portid = 0;
+};
+
+}  // namespace
+
+struct Resolver::Impl {
+  // The cache's and the resolutions' key: (source or none, destination).
+  using Key = std::pair<Ip, Ip>;
+  enum class Phase { Route, Neigh, Wait };
+  enum class Ask { Route, Neigh, Use };
+
+  struct Waiter {
+    uint64_t id;
+    Callback cb;
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+  struct Resolution {
+    explicit Resolution(asio::io_context& io) : timer(io) {}
+    Key key;
+    std::optional<Ip> src;
+    Ip dst;
+    Phase phase = Phase::Route;
+    unsigned tries = 0;          // kernel resolutions triggered (and requests resent)
+    uint64_t generation = 0;     // the cache's when it began: a later flush makes it uncacheable
+    asio::steady_timer timer;    // retry_every
+    Resolved partial;            // from the route
+    Ip nexthop;
+    std::string note;            // what the last neighbour answer said (for the error)
+    std::vector<Waiter> waiters;
+  };
+  struct Entry {
+    Resolved r;
+    bool has_neigh = false;      // false: local or multicast (no neighbour behind it)
+    Ip nexthop;
+    std::vector<uint8_t> lladdr;
+    std::list<Key>::iterator age;
+  };
+
+  Impl(asio::io_context& io_, const LinkDirectory& links_, Config cfg_)
+      : io(io_), links(links_), cfg(cfg_), req(io_), ev(io_), buf(MNL_SOCKET_BUFFER_SIZE * 4) {}
+
+  asio::io_context& io;
+  const LinkDirectory& links;
+  Config cfg;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);  // for handlers queued past our end
+  NlSocket req;  // requests and their answers
+  NlSocket ev;   // RTNLGRP_NEIGH, _IPV4_IFADDR, _IPV6_IFADDR, _IPV4_ROUTE, _IPV6_ROUTE
+  bool started = false;
+  bool use_refused = false;    // the kernel refused NTF_USE once: UDP probes instead
+  uint32_t next_seq = 1;
+  uint64_t next_waiter = 1;
+  uint64_t generation = 0;
+  std::vector<uint8_t> buf;
+  Counters counters;
+  AddrChangeFn addr_change;
+  std::set<std::pair<Ip, int>> addrs;  // (address, scope_id 0; ifindex): this host's
+  std::map<Key, Entry> cache;
+  std::list<Key> ages;                 // oldest first
+  std::map<Key, std::unique_ptr<Resolution>> pending;
+  std::map<uint32_t, std::pair<Key, Ask>> asked;  // request seq -> its resolution
+
+  // ---- sockets ----
+  Result<void> start() {
+    if (started) return err(EALREADY, "ARP resolver already started");
+    OPENIB_TRY(req.open({}));
+    // Subscribe before the address dump: nothing falls between the two.
+    OPENIB_TRY(ev.open({RTNLGRP_NEIGH, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR, RTNLGRP_IPV4_ROUTE,
+                        RTNLGRP_IPV6_ROUTE}));
+    OPENIB_TRY(dump_addresses());
+    started = true;
+    wait(req, [this](std::span<const uint8_t> d) { on_answers(d); });
+    wait(ev, [this](std::span<const uint8_t> d) { on_events(d); });
+    return ok();
+  }
+
+  template <typename Fn>
+  void wait(NlSocket& s, Fn fn) {
+    std::weak_ptr<bool> w = alive;
+    s.sd.async_wait(asio::posix::stream_descriptor::wait_read, [this, w, &s, fn](const boost::system::error_code& ec) {
+      if (ec || w.expired()) return;  // cancelled: the resolver is going away
+      read(s, fn);
+      wait(s, fn);
+    });
+  }
+
+  template <typename Fn>
+  void read(NlSocket& s, Fn& fn) {
+    for (;;) {
+      ssize_t n = mnl_socket_recvfrom(s.nl, buf.data(), buf.size());
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EINTR) continue;
+        ++counters.netlink_errors;
+        if (errno == ENOBUFS) {  // the kernel dropped messages for us
+          overrun(&s == &ev ? "events" : "answers");
+          continue;
+        }
+        log::get("arp")->error("netlink recv: {}", std::strerror(errno));
+        return;
+      }
+      fn(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)));
+    }
+  }
+
+  uint32_t send(const uint8_t* msg, size_t len, Key key, Ask what) {
+    uint32_t seq = reinterpret_cast<const nlmsghdr*>(msg)->nlmsg_seq;
+    if (mnl_socket_sendto(req.nl, msg, len) < 0) {
+      ++counters.netlink_errors;
+      log::get("arp")->warn("netlink send for {}: {} (the retry timer resends)", key.second.str(), std::strerror(errno));
+      return seq;
+    }
+    asked[seq] = {std::move(key), what};
+    return seq;
+  }
+  uint32_t seq() {
+    uint32_t s = next_seq++;
+    if (next_seq == 0) next_seq = 1;
+    return s;
+  }
+
+  // This host's addresses, by a dump on a socket of its own (blocking,
+  // bounded by SO_RCVTIMEO): at start(), and after an overrun lost
+  // address events. The differences from the known set are reported.
+  Result<void> dump_addresses() {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::set<std::pair<Ip, int>> got;
+      bool intr = false;
+      OPENIB_TRY(dump_once(got, intr));
+      if (intr) continue;  // NLM_F_DUMP_INTR: inconsistent, again
+      if (started) {
+        for (const auto& a : addrs)
+          if (!got.count(a)) report_addr(a.second, a.first, false);
+        for (const auto& a : got)
+          if (!addrs.count(a)) report_addr(a.second, a.first, true);
+      }
+      addrs = std::move(got);
+      return ok();
+    }
+    return err(EAGAIN, "RTM_GETADDR dump interrupted 3 times");
+  }
+
+  Result<void> dump_once(std::set<std::pair<Ip, int>>& got, bool& intr) {
+    mnl_socket* nl = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
+    if (!nl) return sys_err("netlink socket for the address dump");
+    struct Closer {
+      mnl_socket* nl;
+      ~Closer() { mnl_socket_close(nl); }
+    } closer{nl};
+    timeval tv{2, 0};  // a bound, not an expectation: the kernel answers at once
+    ::setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) return sys_err("netlink bind for the address dump");
+    alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
+    size_t len = rtnl::dump_addrs(msg, 1);
+    if (mnl_socket_sendto(nl, msg, len) < 0) return sys_err("RTM_GETADDR dump request");
+    std::vector<uint8_t> dbuf(MNL_SOCKET_BUFFER_SIZE * 4);
+    for (bool done = false; !done;) {
+      ssize_t n = mnl_socket_recvfrom(nl, dbuf.data(), dbuf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return sys_err("RTM_GETADDR dump");
+      Result<void> r = ok();
+      rtnl::for_each_message({dbuf.data(), static_cast<size_t>(n)}, [&](const rtnl::Header& h, const rtnl::Message& m) {
+        if (h.flags & NLM_F_DUMP_INTR) intr = true;
+        if (std::holds_alternative<rtnl::Done>(m)) done = true;
+        if (auto* a = std::get_if<rtnl::Ack>(&m); a && a->error) {
+          r = err(a->error, "RTM_GETADDR dump refused");
+          done = true;
+        }
+        if (std::holds_alternative<rtnl::Malformed>(m)) ++counters.malformed;
+        if (auto* a = std::get_if<rtnl::Addr>(&m); a && !a->deleted && !(a->flags & IFA_F_DADFAILED))
+          got.insert({unscoped(a->addr), a->ifindex});
+      });
+      OPENIB_TRY(r);
+    }
+    return ok();
+  }
+
+  static Ip unscoped(Ip a) {
+    a.scope_id = 0;
+    return a;
+  }
+
+  // ---- the answers to our requests ----
+  void on_answers(std::span<const uint8_t> d) {
+    rtnl::for_each_message(d, [&](const rtnl::Header& h, const rtnl::Message& m) {
+      if (std::holds_alternative<rtnl::Malformed>(m)) {
+        ++counters.malformed;
+        return;
+      }
+      auto it = asked.find(h.seq);
+      if (it == asked.end()) return;  // of a resolution already over
+      auto [key, what] = it->second;
+      asked.erase(it);
+      auto p = pending.find(key);
+      if (p == pending.end()) return;
+      Resolution& res = *p->second;
+      if (auto* a = std::get_if<rtnl::Ack>(&m)) return on_ack(res, what, a->error);
+      if (auto* r = std::get_if<rtnl::Route>(&m); r && what == Ask::Route && res.phase == Phase::Route)
+        return on_route(res, *r);
+      if (auto* n = std::get_if<rtnl::Neigh>(&m); n && what == Ask::Neigh) return on_neigh_answer(res, *n);
+    });
+  }
+
+  void on_ack(Resolution& res, Ask what, int e) {
+    if (e == 0) return;  // NTF_USE accepted
+    const Key key = res.key;
+    switch (what) {
+      case Ask::Route:
+        if (res.phase != Phase::Route) return;
+        if (e == ENETUNREACH) return finish(key, err(ENETUNREACH, "no route to {}", res.dst.str()));
+        if (e == EINVAL && res.src)
+          return finish(key, err(EADDRNOTAVAIL, "no route to {} from {} (is it an address of this host?)",
+                                 res.dst.str(), res.src->str()));
+        return finish(key, err(e, "route lookup for {}{} refused", res.dst.str(),
+                               res.src ? " from " + res.src->str() : std::string()));
+      case Ask::Neigh:  // ENOENT: the kernel has no entry yet
+        if (res.phase == Phase::Neigh) trigger(res);
+        return;
+      case Ask::Use:
+        if (!use_refused)
+          log::get("arp")->warn("RTM_NEWNEIGH NTF_USE refused ({}): zero-length UDP datagrams trigger resolution instead",
+                                std::strerror(e));
+        use_refused = true;
+        ++counters.netlink_errors;
+        udp_probe(res);
+        return;
+    }
+  }
+
+  // addr4_resolve / addr6_resolve: the route gives the interface, the
+  // source and the next hop.
+  void on_route(Resolution& res, const rtnl::Route& r) {
+    const Key key = res.key;
+    const Ip& dst = res.dst;
+    if (r.type == RTN_LOCAL || is_loopback(dst)) return finish_local(res, r);
+    switch (r.type) {
+      case RTN_UNICAST:
+      case RTN_MULTICAST: break;
+      case RTN_UNREACHABLE: return finish(key, err(EHOSTUNREACH, "{} is unreachable (an unreachable route)", dst.str()));
+      case RTN_PROHIBIT: return finish(key, err(EACCES, "{} is prohibited (a prohibit route)", dst.str()));
+      case RTN_BLACKHOLE: return finish(key, err(EHOSTUNREACH, "{} routes into a blackhole", dst.str()));
+      case RTN_BROADCAST: return finish(key, err(EINVAL, "{} is a broadcast address", dst.str()));
+      default: return finish(key, err(ENETUNREACH, "no usable route to {} (route type {})", dst.str(), r.type));
+    }
+    auto link = links.link(r.oif);
+    if (!link)
+      return finish(key, err(ENODEV, "{} routes via {}, not an IPoIB interface", dst.str(), ifname(r.oif)));
+    std::optional<Ip> src = res.src ? res.src : r.prefsrc;
+    if (!src) src = first_address(link->ifindex, dst.family);
+    if (!src)
+      return finish(key, err(EADDRNOTAVAIL, "{} routes via {}, which has no {} address", dst.str(),
+                             ifname(r.oif), dst.family == AF_INET ? "IPv4" : "IPv6"));
+    Resolved& p = res.partial;
+    p.src = *src;
+    p.dst = dst;
+    p.sgid = link->gid;
+    p.pkey = link->pkey;
+    p.port = link->port;
+    p.ifindex = link->ifindex;
+    if (is_multicast(dst)) {  // no neighbour: the group's MGID (RFC 4391 §4, as ip_ib_mc_map)
+      uint32_t group = 0;
+      std::memcpy(&group, dst.bytes.data(), 4);
+      p.dgid = dst.family == AF_INET ? ipoib::ipv4_mgid(ntohl(group), link->pkey) : ipoib::ipv6_mgid(dst.bytes, link->pkey);
+      return finish(key, p);
+    }
+    res.nexthop = r.gateway ? *r.gateway : dst;
+    if (res.nexthop.family == AF_INET6 && res.nexthop.bytes[0] == 0xfe && (res.nexthop.bytes[1] & 0xc0) == 0x80)
+      res.nexthop.scope_id = static_cast<uint32_t>(link->ifindex);
+    else
+      res.nexthop.scope_id = 0;
+    res.phase = Phase::Neigh;
+    ask_neigh(res);
+  }
+
+  void finish_local(Resolution& res, const rtnl::Route& r) {
+    const Key key = res.key;
+    auto link = link_of_address(res.dst);
+    if (!link && res.src) link = link_of_address(*res.src);
+    if (!link) {
+      auto all = links.links();
+      if (all.empty()) return finish(key, err(ENODEV, "{} is local, but there is no IPoIB interface", res.dst.str()));
+      link = all.front();
+    }
+    Resolved out;
+    out.src = res.src ? *res.src : r.prefsrc ? *r.prefsrc : res.dst;
+    out.dst = res.dst;
+    out.sgid = out.dgid = link->gid;
+    out.pkey = link->pkey;
+    out.port = link->port;
+    out.ifindex = link->ifindex;
+    out.local = true;
+    finish(key, out);
+  }
+
+  std::optional<Ip> first_address(int ifindex, int family) const {
+    for (const auto& [a, i] : addrs)
+      if (i == ifindex && a.family == family) {
+        Ip s = a;
+        if (family == AF_INET6 && s.bytes[0] == 0xfe && (s.bytes[1] & 0xc0) == 0x80) s.scope_id = static_cast<uint32_t>(i);
+        return s;
+      }
+    return std::nullopt;
+  }
+
+  void ask_neigh(Resolution& res) {
+    alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
+    send(msg, rtnl::get_neigh(msg, seq(), res.partial.ifindex, res.nexthop), res.key, Ask::Neigh);
+  }
+
+  void on_neigh_answer(Resolution& res, const rtnl::Neigh& n) {
+    if (res.phase == Phase::Route || n.ifindex != res.partial.ifindex || !same_addr(n.addr, res.nexthop)) return;
+    if (use_neigh(res, n)) return;
+    if (res.phase == Phase::Neigh) trigger(res);
+  }
+
+  // A usable entry whose lladdr the bridge knows finishes the resolution.
+  bool use_neigh(Resolution& res, const rtnl::Neigh& n) {
+    res.note = fmt::format("neighbour {}", rtnl::state_name(n.state));
+    if (!rtnl::usable_state(n.state) || n.lladdr.empty()) return false;
+    auto gid = links.gid_of(n.ifindex, n.lladdr);
+    if (!gid) {
+      res.note = fmt::format("neighbour {} with lladdr {}, which maps to no GID", rtnl::state_name(n.state), hex(n.lladdr));
+      return false;
+    }
+    Resolved out = res.partial;
+    out.dgid = *gid;
+    finish(res.key, out, &n);
+    return true;
+  }
+
+  // Makes the kernel resolve the next hop (neigh_event_send through
+  // NTF_USE), then waits retry_every for the neighbour event.
+  void trigger(Resolution& res) {
+    if (res.tries >= cfg.max_tries) {
+      return finish(res.key, err(EHOSTUNREACH, "{} is unreachable: no {} answer for {} on {} after {} tries ({})",
+                                 res.dst.str(), res.nexthop.family == AF_INET ? "ARP" : "ND", res.nexthop.str(),
+                                 ifname(res.partial.ifindex), res.tries, res.note));
+    }
+    if (res.tries > 0) ++counters.retries;
+    ++res.tries;
+    if (res.phase == Phase::Wait) ask_neigh(res);  // in case its event was lost
+    res.phase = Phase::Wait;
+    if (use_refused) {
+      udp_probe(res);
+    } else {
+      alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
+      send(msg, rtnl::neigh_use(msg, seq(), res.partial.ifindex, res.nexthop), res.key, Ask::Use);
+    }
+    arm(res);
+  }
+
+  // The fallback (docs/arp.md): a zero-length datagram to the discard
+  // port through the interface makes the kernel resolve the next hop.
+  void udp_probe(Resolution& res) {
+    int fd = ::socket(res.nexthop.family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    std::string name = ifname(res.partial.ifindex);
+    ::setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, name.c_str(), static_cast<socklen_t>(name.size()));
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    if (res.nexthop.family == AF_INET) {
+      auto* s = reinterpret_cast<sockaddr_in*>(&ss);
+      s->sin_family = AF_INET;
+      s->sin_port = htons(9);
+      std::memcpy(&s->sin_addr, res.nexthop.bytes.data(), 4);
+      len = sizeof *s;
+    } else {
+      auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
+      s->sin6_family = AF_INET6;
+      s->sin6_port = htons(9);
+      std::memcpy(&s->sin6_addr, res.nexthop.bytes.data(), 16);
+      s->sin6_scope_id = res.nexthop.scope_id;
+      len = sizeof *s;
+    }
+    ::sendto(fd, "", 0, 0, reinterpret_cast<sockaddr*>(&ss), len);
+    ::close(fd);
+  }
+
+  void arm(Resolution& res) {
+    res.timer.expires_after(cfg.retry_every);
+    std::weak_ptr<bool> w = alive;
+    Key key = res.key;
+    res.timer.async_wait([this, w, key](const boost::system::error_code& ec) {
+      if (ec || w.expired()) return;
+      auto p = pending.find(key);
+      if (p != pending.end()) on_retry_timer(*p->second);
+    });
+  }
+
+  void on_retry_timer(Resolution& res) {
+    if (res.phase == Phase::Wait) return trigger(res);
+    // An answer lost (an overrun of the request socket): ask again, bounded.
+    if (++res.tries > cfg.max_tries)
+      return finish(res.key, err(EHOSTUNREACH, "{}: the kernel did not answer the {} lookup", res.dst.str(),
+                                 res.phase == Phase::Route ? "route" : "neighbour"));
+    ++counters.retries;
+    if (res.phase == Phase::Route) ask_route(res);
+    else ask_neigh(res);
+    arm(res);
+  }
+
+  void ask_route(Resolution& res) {
+    alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
+    send(msg, rtnl::get_route(msg, seq(), res.src, res.dst), res.key, Ask::Route);
+  }
+
+  // ---- events ----
+  void on_events(std::span<const uint8_t> d) {
+    rtnl::for_each_message(d, [&](const rtnl::Header&, const rtnl::Message& m) {
+      if (std::holds_alternative<rtnl::Malformed>(m)) {
+        ++counters.malformed;
+      } else if (auto* n = std::get_if<rtnl::Neigh>(&m)) {
+        on_neigh_event(*n);
+      } else if (auto* a = std::get_if<rtnl::Addr>(&m)) {
+        on_addr_event(*a);
+      } else if (std::holds_alternative<rtnl::Route>(m)) {
+        drop_all();  // any route may change where an address goes
+      }
+    });
+  }
+
+  void on_neigh_event(const rtnl::Neigh& n) {
+    // The cache: an entry goes when its neighbour is deleted, fails or
+    // changes lladdr.
+    for (auto it = cache.begin(); it != cache.end();) {
+      const Entry& e = it->second;
+      bool stale = e.has_neigh && e.r.ifindex == n.ifindex && same_addr(e.nexthop, n.addr) &&
+                   (n.deleted || (n.state & NUD_FAILED) || (!n.lladdr.empty() && n.lladdr != e.lladdr));
+      if (stale) {
+        ++counters.invalidations;
+        ages.erase(e.age);
+        it = cache.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (n.deleted) return;
+    // The resolutions waiting for it. (finish() erases from `pending`.)
+    std::vector<Key> waiting;
+    for (const auto& [key, res] : pending)
+      if (res->phase == Phase::Wait && res->partial.ifindex == n.ifindex && same_addr(res->nexthop, n.addr))
+        waiting.push_back(key);
+    for (const auto& key : waiting) {
+      auto p = pending.find(key);
+      if (p == pending.end()) continue;
+      Resolution& res = *p->second;
+      if (use_neigh(res, n)) continue;
+      if (n.state & NUD_FAILED) trigger(res);  // the kernel gave up: again now (bounded by max_tries)
+    }
+  }
+
+  void on_addr_event(const rtnl::Addr& a) {
+    std::pair<Ip, int> k{unscoped(a.addr), a.ifindex};
+    bool gone = a.deleted || (a.flags & IFA_F_DADFAILED);
+    bool changed = gone ? addrs.erase(k) > 0 : addrs.insert(k).second;
+    drop_all();  // a new or lost address changes sources and local routes
+    if (changed) report_addr(a.ifindex, a.addr, !gone);
+  }
+
+  void report_addr(int ifindex, const Ip& a, bool added) {
+    if (!addr_change) return;
+    Ip shown = a;
+    if (a.family == AF_INET6 && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80) shown.scope_id = static_cast<uint32_t>(ifindex);
+    addr_change(ifindex, shown, added);
+  }
+
+  void overrun(const char* which) {
+    log::get("arp")->warn("rtnetlink overrun ({}): the cache is dropped and the addresses dumped again", which);
+    drop_all();
+    if (auto r = dump_addresses(); !r) log::get("arp")->error("{}", r.error().str());
+    // Neighbour events may be lost: those waiting ask the kernel again.
+    for (auto& [key, res] : pending)
+      if (res->phase == Phase::Wait) ask_neigh(*res);
+  }
+
+  void drop_all() {
+    counters.invalidations += cache.size();
+    cache.clear();
+    ages.clear();
+    ++generation;
+  }
+
+  // ---- requests ----
+  void resolve(const std::optional<Ip>& src, const Ip& dst, std::chrono::milliseconds timeout, Callback cb) {
+    ++counters.requests;
+    auto fail_later = [&](Error e) {
+      ++counters.failures;
+      post(std::move(cb), std::move(e));
+    };
+    if (dst.family != AF_INET && dst.family != AF_INET6)
+      return fail_later(err(EAFNOSUPPORT, "destination of address family {}: IPv4 or IPv6 only", dst.family));
+    if (src && src->family != dst.family)
+      return fail_later(err(EINVAL, "source {} and destination {} of different families", src->str(), dst.str()));
+    if (!started) return fail_later(err(ENOTCONN, "ARP resolver not started"));
+    // The kernel's route lookup answers ENETUNREACH for a foreign source:
+    // told apart here.
+    if (src && !is_local_address(*src))
+      return fail_later(err(EADDRNOTAVAIL, "source {} is not an address of this host", src->str()));
+    Key key{src ? *src : Ip{}, dst};
+    if (auto c = cache.find(key); c != cache.end()) {
+      ++counters.cache_hits;
+      return post(std::move(cb), c->second.r);
+    }
+    auto p = pending.find(key);
+    if (p != pending.end()) {
+      ++counters.shared;
+    } else {
+      ++counters.kernel_resolutions;
+      auto res = std::make_unique<Resolution>(io);
+      res->key = key;
+      res->src = src;
+      res->dst = dst;
+      res->generation = generation;
+      p = pending.emplace(key, std::move(res)).first;
+      ask_route(*p->second);
+      arm(*p->second);
+    }
+    add_waiter(*p->second, timeout, std::move(cb));
+  }
+
+  void add_waiter(Resolution& res, std::chrono::milliseconds timeout, Callback cb) {
+    Waiter w{next_waiter++, std::move(cb), std::make_unique<asio::steady_timer>(io)};
+    w.timer->expires_after(timeout);
+    std::weak_ptr<bool> alive_w = alive;
+    w.timer->async_wait([this, alive_w, key = res.key, id = w.id, timeout](const boost::system::error_code& ec) {
+      if (ec || alive_w.expired()) return;
+      auto p = pending.find(key);
+      if (p == pending.end()) return;
+      auto& ws = p->second->waiters;
+      for (auto it = ws.begin(); it != ws.end(); ++it) {
+        if (it->id != id) continue;
+        Callback late = std::move(it->cb);
+        ws.erase(it);
+        ++counters.timeouts;
+        // The resolution itself goes on (bounded by max_tries): its answer is cached.
+        late(err(ETIMEDOUT, "resolving {}: no answer within {} ms", key.second.str(), timeout.count()));
+        return;
+      }
+    });
+    res.waiters.push_back(std::move(w));
+  }
+
+  void finish(const Key& key, Result<Resolved> r, const rtnl::Neigh* n = nullptr) {
+    auto p = pending.find(key);
+    if (p == pending.end()) return;
+    std::unique_ptr<Resolution> res = std::move(p->second);
+    pending.erase(p);
+    for (auto it = asked.begin(); it != asked.end();)
+      it = it->second.first == key ? asked.erase(it) : std::next(it);
+    if (r.ok() && res->generation == generation) remember(key, *r, n ? &res->nexthop : nullptr, n);
+    if (!r.ok()) log::get("arp")->debug("{}", r.error().str());
+    for (auto& w : res->waiters) {
+      w.timer->cancel();
+      if (!r.ok()) ++counters.failures;
+      post(std::move(w.cb), r);
+    }
+  }
+
+  void remember(const Key& key, const Resolved& r, const Ip* nexthop, const rtnl::Neigh* n) {
+    while (!cache.empty() && cache.size() >= cfg.max_cache) {
+      cache.erase(ages.front());
+      ages.pop_front();
+    }
+    if (cfg.max_cache == 0) return;
+    Entry e;
+    e.r = r;
+    if (nexthop) {
+      e.has_neigh = true;
+      e.nexthop = *nexthop;
+      e.lladdr = n->lladdr;
+    }
+    e.age = ages.insert(ages.end(), key);
+    cache[key] = std::move(e);
+  }
+
+  void post(Callback cb, Result<Resolved> r) {
+    std::weak_ptr<bool> w = alive;
+    asio::post(io, [w, cb = std::move(cb), r = std::move(r)]() mutable {
+      if (!w.expired()) cb(std::move(r));
+    });
+  }
+
+  bool is_local_address(const Ip& a) const {
+    if (is_loopback(a)) return true;
+    Ip k = unscoped(a);
+    for (auto it = addrs.lower_bound({k, 0}); it != addrs.end() && it->first == k; ++it)
+      if (!a.scope_id || static_cast<uint32_t>(it->second) == a.scope_id) return true;
+    return false;
+  }
+
+  std::optional<Link> link_of_address(const Ip& a) const {
+    Ip k = unscoped(a);
+    for (auto it = addrs.lower_bound({k, 0}); it != addrs.end() && it->first == k; ++it) {
+      if (a.scope_id && static_cast<uint32_t>(it->second) != a.scope_id) continue;
+      if (auto l = links.link(it->second)) return l;
+    }
+    return std::nullopt;
+  }
+
+  std::string json() const {
+    const Counters& c = counters;
+    std::string s = fmt::format(
+        "{{\"counters\":{{\"requests\":{},\"cache_hits\":{},\"shared\":{},\"kernel_resolutions\":{},"
+        "\"retries\":{},\"failures\":{},\"timeouts\":{},\"invalidations\":{},\"netlink_errors\":{},"
+        "\"malformed\":{}}},\"pending\":{},\"cache\":[",
+        c.requests, c.cache_hits, c.shared, c.kernel_resolutions, c.retries, c.failures, c.timeouts,
+        c.invalidations, c.netlink_errors, c.malformed, pending.size());
+    bool first = true;
+    for (const auto& [key, e] : cache) {
+      const Resolved& r = e.r;
+      s += fmt::format(
+          "{}{{\"src\":\"{}\",\"dst\":\"{}\",\"sgid\":\"{}\",\"dgid\":\"{}\",\"pkey\":\"0x{:04x}\","
+          "\"port\":{},\"ifindex\":{},\"local\":{},\"lladdr\":\"{}\"}}",
+          first ? "" : ",", r.src.str(), r.dst.str(), gid_str(r.sgid), gid_str(r.dgid), r.pkey, r.port, r.ifindex,
+          r.local ? "true" : "false", hex(e.lladdr));
+      first = false;
+    }
+    return s + "]}";
+  }
+};
+
+Resolver::Resolver(asio::io_context& io, const LinkDirectory& links, Config cfg)
+    : impl_(std::make_unique<Impl>(io, links, cfg)) {}
+Resolver::~Resolver() = default;
+Result<void> Resolver::start() { return impl_->start(); }
+void Resolver::resolve(const std::optional<Ip>& src, const Ip& dst, std::chrono::milliseconds timeout, Callback cb) {
+  impl_->resolve(src, dst, timeout, std::move(cb));
+}
+void Resolver::set_addr_change_handler(AddrChangeFn f) { impl_->addr_change = std::move(f); }
+std::optional<Link> Resolver::link_of_address(const Ip& a) const { return impl_->link_of_address(a); }
+void Resolver::flush() { impl_->drop_all(); }
+const Counters& Resolver::counters() const { return impl_->counters; }
+std::string Resolver::json() const { return impl_->json(); }
+
+}  // namespace openib::arp

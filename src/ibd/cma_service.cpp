@@ -1,0 +1,1017 @@
+// ibd's RDMA CM: see cma_service.hpp and docs/cma.md "In ibd".
+#include "ibd/cma_service.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/log.hpp"
+#include "sa/mcmember_record.hpp"
+#include "sa/path_record.hpp"
+
+namespace openib::ibd {
+
+namespace {
+
+using T = proto::CmaEventType;
+using S = proto::CmaState;
+
+// Linux's rdma_cm: CMA_CM_RESPONSE_TIMEOUT, CMA_MAX_CM_RETRIES.
+constexpr uint8_t kCmResponseTimeout = 20, kMaxCmRetries = 15;
+constexpr uint32_t kDefaultBacklog = 1024;
+constexpr uint16_t kRejConsumer = 28;  // IBA 12.6.7.2
+constexpr uint8_t kSidrReject = 2;     // IBA 12.11.2
+
+cma::Addr from_proto(const proto::CmaAddr& a) {
+  cma::Addr c;
+  c.family = a.family;
+  c.port = a.port;
+  c.addr = a.addr;
+  return c;
+}
+proto::CmaAddr to_proto(const cma::Addr& a) {
+  proto::CmaAddr p;
+  p.family = a.family;
+  p.port = a.port;
+  p.addr = a.addr;
+  return p;
+}
+arp::Ip to_ip(const cma::Addr& a, uint32_t scope = 0) {
+  arp::Ip ip;
+  ip.family = a.family;
+  ip.bytes = a.addr;
+  ip.scope_id = scope;
+  return ip;
+}
+bool is_multicast(const cma::Addr& a) {
+  return (a.family == AF_INET && (a.addr[0] & 0xF0) == 0xE0) || (a.family == AF_INET6 && a.addr[0] == 0xFF);
+}
+bool is_loopback(const cma::Addr& a) {
+  if (a.family == AF_INET) return a.addr[0] == 127;
+  static constexpr std::array<uint8_t, 16> kLo6{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return a.family == AF_INET6 && a.addr == kLo6;
+}
+bool valid_ps(uint16_t ps) {
+  return ps == cma::kPsTcp || ps == cma::kPsUdp || ps == cma::kPsIpoib || ps == cma::kPsIb;
+}
+bool ud_ps(uint16_t ps) { return ps == cma::kPsUdp || ps == cma::kPsIpoib; }
+uint64_t owner_key(uint32_t client, uint32_t handle) { return (uint64_t{client} << 32) | handle; }
+const char* state_name(S s) {
+  switch (s) {
+    case S::kIdle: return "idle";
+    case S::kAddrQuery: return "addr_query";
+    case S::kAddrResolved: return "addr_resolved";
+    case S::kRouteQuery: return "route_query";
+    case S::kRouteResolved: return "route_resolved";
+    case S::kConnect: return "connect";
+    case S::kDisconnect: return "disconnect";
+    case S::kAddrBound: return "addr_bound";
+    case S::kListen: return "listen";
+    case S::kDeviceRemoval: return "device_removal";
+    case S::kDestroying: return "destroying";
+  }
+  return "?";
+}
+Result<void> check_private(uint8_t len, size_t max, const char* what) {
+  if (len > max) return err(EINVAL, "{} carries at most {} bytes of private data, not {}", what, max, len);
+  return ok();
+}
+void copy_private(proto::CmPrivate& to, uint8_t& to_len, const uint8_t* from, size_t n) {
+  n = std::min(n, to.size());
+  if (n) std::memcpy(to.data(), from, n);
+  to_len = static_cast<uint8_t>(n);
+}
+
+}  // namespace
+
+CmaService::CmaService(boost::asio::io_context& io, hca::Hca& hca, CmService& cm, SaService& sa, uint8_t num_ports)
+    : io_(io), hca_(hca), cm_(cm), sa_(sa), num_ports_(num_ports) {}
+
+CmaService::~CmaService() { *alive_ = false; }
+
+void CmaService::set_resolver(arp::Resolver* r) {
+  arp_ = r;
+  if (arp_)
+    arp_->set_addr_change_handler(
+        [this](int ifindex, const arp::Ip& a, bool added) { address_changed(ifindex, a, added); });
+}
+
+Result<void> CmaService::start() {
+  CmService::QpOps ops;
+  ops.lookup = [this](uint32_t, uint32_t tok) -> Result<CmService::QpInfo> {
+    auto t = tokens_.find(tok);
+    if (t == tokens_.end()) return err(ENOENT, "no QP token {}", tok);
+    if (!qp_.lookup) return err(ENOSYS, "no QP lookup");
+    return qp_.lookup(t->second.first, t->second.second);
+  };
+  ops.modify = [this](uint32_t, uint32_t tok, uint32_t mask, const hca::QpAttr& a, Done done) {
+    auto t = tokens_.find(tok);
+    if (t == tokens_.end()) return done(err(ENOENT, "no QP token {}", tok));
+    if (!qp_.modify) return done(err(ENOSYS, "no QP modify"));
+    qp_.modify(t->second.first, t->second.second, mask, a, std::move(done));
+  };
+  return cm_.open_internal(kCmaCmOwner, std::move(ops), [this](const proto::CmEventMsg& e) { on_cm_event(e); });
+}
+
+// ---- sessions, ids, events -------------------------------------------------
+
+Result<UniqueFd> CmaService::open(uint32_t client) {
+  if (sessions_.count(client)) return err(EBUSY, "this connection has its RDMA CM socket already");
+  OPENIB_TRY_ASSIGN(auto pair, EventSocket::open(io_, max_queued_));
+  Session s;
+  s.events = std::move(pair.first);
+  sessions_.emplace(client, std::move(s));
+  ++counters_.opens;
+  return std::move(pair.second);
+}
+
+Result<CmaService::Id*> CmaService::find(uint32_t client, uint32_t handle) {
+  auto s = sessions_.find(client);
+  if (s == sessions_.end()) return err(ENOTCONN, "CMA_OPEN first");
+  auto it = s->second.ids.find(handle);
+  if (it == s->second.ids.end()) return err(ENOENT, "no RDMA CM id {}", handle);
+  return &it->second;
+}
+
+CmaService::Id* CmaService::find_id(uint32_t client, uint32_t handle) {
+  auto r = find(client, handle);
+  return r ? *r : nullptr;
+}
+
+size_t CmaService::ids_of(uint32_t client) const {
+  auto it = sessions_.find(client);
+  return it == sessions_.end() ? 0 : it->second.ids.size();
+}
+
+void CmaService::emit_to(uint32_t client, proto::CmaEventMsg m) {
+  auto it = sessions_.find(client);
+  if (it == sessions_.end() || !it->second.events) return;
+  ++counters_.events;
+  if (it->second.events->push(proto::encode(m)) == EventSocket::Push::kOverrun) {
+    ++counters_.sessions_overrun;
+    log::get("cma")->warn("client {}: more than {} RDMA CM events unread; its event socket is closed", client,
+                          max_queued_);
+  }
+}
+
+void CmaService::emit(const Id& id, proto::CmaEventMsg m) {
+  m.id = id.handle;
+  m.port = id.port;
+  if (!m.src.family) m.src = to_proto(id.src);
+  if (!m.dst.family) m.dst = to_proto(id.dst);
+  emit_to(id.client, m);
+}
+
+Result<uint32_t> CmaService::create_id(uint32_t client, const proto::CmaCreateIdReq& r) {
+  auto s = sessions_.find(client);
+  if (s == sessions_.end()) return err(ENOTCONN, "CMA_OPEN first");
+  if (!valid_ps(r.ps)) return err(EPROTONOSUPPORT, "port space {:#06x} (TCP 0x0106, UDP 0x0111, IPoIB 0x0002, IB 0x013f)", r.ps);
+  uint32_t h = s->second.next_handle++;
+  while (h == 0 || s->second.ids.count(h)) h = s->second.next_handle++;
+  Id id;
+  id.client = client;
+  id.handle = h;
+  id.ps = r.ps;
+  s->second.ids.emplace(h, std::move(id));
+  return h;
+}
+
+uint32_t CmaService::qkey_of(const Id& id) const {
+  if (id.ps == cma::kPsIpoib) return ipoib_qkey_ ? ipoib_qkey_() : 0;
+  return cma::kUdpQkey;
+}
+
+uint32_t CmaService::token(uint32_t client, uint32_t qp) {
+  for (auto& [t, v] : tokens_)
+    if (v == std::pair{client, qp}) return t;
+  uint32_t t = next_token_++;
+  while (t == 0 || tokens_.count(t)) t = next_token_++;
+  tokens_[t] = {client, qp};
+  return t;
+}
+
+// ---- binding and resolution --------------------------------------------------
+
+Result<void> CmaService::do_bind(Id& id, const cma::Addr& a, bool privileged) {
+  if (a.family != AF_INET && a.family != AF_INET6) return err(EAFNOSUPPORT, "address family {}", a.family);
+  uint8_t port = 0;
+  if (!a.any()) {
+    if (is_multicast(a)) return err(EADDRNOTAVAIL, "{} is a multicast address", a.str());
+    std::optional<arp::Link> link;
+    if (arp_) link = arp_->link_of_address(to_ip(a));
+    if (!link && is_loopback(a) && arp_) {
+      // Loopback: the first IPoIB interface's port, as rdma_cm's loopback binding.
+      if (auto r = arp_->link_of_address(to_ip(a)); r) link = r;
+    }
+    if (!link && !is_loopback(a)) return err(EADDRNOTAVAIL, "{} is no address of an IPoIB interface of this ibd", a.str());
+    if (link) {
+      port = link->port;
+      id.sgid = link->gid;
+      id.pkey = link->pkey;
+    } else {
+      port = 1;
+    }
+  }
+  OPENIB_TRY_ASSIGN(uint16_t p, ports_.bind(owner_key(id.client, id.handle), id.ps, a, privileged));
+  id.src = a;
+  id.src.port = p;
+  id.bound = true;
+  if (port) id.port = port;
+  id.state = S::kAddrBound;
+  return ok();
+}
+
+Result<proto::CmaAddrRep> CmaService::bind(uint32_t client, const proto::CmaAddrReq& r, bool privileged) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
+  if (id->state != S::kIdle || id->bound) return err(EINVAL, "id {} is bound already", r.id);
+  OPENIB_TRY(do_bind(*id, from_proto(r.addr), privileged));
+  proto::CmaAddrRep rep;
+  rep.addr = to_proto(id->src);
+  return rep;
+}
+
+Result<void> CmaService::resolve_addr(uint32_t client, const proto::CmaResolveAddrReq& r, bool privileged) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
+  if (id->state != S::kIdle && id->state != S::kAddrBound && id->state != S::kAddrResolved)
+    return err(EINVAL, "id {} is {}: resolve_addr wants it idle or bound", r.id, state_name(id->state));
+  cma::Addr dst = from_proto(r.dst);
+  if (dst.family != AF_INET && dst.family != AF_INET6) return err(EAFNOSUPPORT, "destination family {}", dst.family);
+  if (dst.any()) return err(EINVAL, "the destination is a wildcard address");
+  cma::Addr src = from_proto(r.src);
+  if (!id->bound) {
+    cma::Addr b = src.family ? src : cma::Addr{};
+    if (!b.family) b.family = dst.family;
+    if (b.family != dst.family) return err(EINVAL, "source and destination families differ");
+    OPENIB_TRY(do_bind(*id, b, privileged));
+  }
+  id->dst = dst;
+  id->state = S::kAddrQuery;
+  const uint64_t op = ++id->op;
+  auto answer = [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, op](Result<arp::Resolved> res) {
+    if (alive.expired()) return;
+    Id* i = find_id(client, h);
+    if (!i || i->op != op || i->state != S::kAddrQuery) return;
+    proto::CmaEventMsg m;
+    if (!res) {
+      i->state = S::kAddrBound;
+      m.type = static_cast<uint8_t>(T::kAddrError);
+      m.status = -res.error().code;
+      log::get("cma")->debug("client {} id {}: address {} not resolved: {}", client, h, i->dst.str(),
+                             res.error().message);
+      return emit(*i, m);
+    }
+    i->port = res->port;
+    i->sgid = res->sgid;
+    i->dgid = res->dgid;
+    i->pkey = res->pkey;
+    if (i->src.any()) std::copy(res->src.bytes.begin(), res->src.bytes.end(), i->src.addr.begin());
+    i->state = S::kAddrResolved;
+    m.type = static_cast<uint8_t>(T::kAddrResolved);
+    emit(*i, m);
+  };
+  if (is_multicast(dst)) {
+    // A group (mckey): the interface of the bound address, else the first.
+    if (!arp_) return err(ENODEV, "this ibd has no IPoIB interface: no address resolution");
+    std::optional<arp::Link> link;
+    if (!id->src.any()) link = arp_->link_of_address(to_ip(id->src));
+    if (!link) link = arp_->link_of_address(arp::Ip{});  // (none: the error below)
+    arp::Resolved res;
+    if (link) {
+      res.port = link->port;
+      res.sgid = link->gid;
+      res.pkey = link->pkey;
+      res.src = to_ip(id->src);
+      auto mg = cma::mgid_for(dst, id->ps, link->pkey);
+      if (mg) res.dgid = *mg;
+    }
+    boost::asio::post(io_, [answer, res, ok_link = link.has_value()]() mutable {
+      if (!ok_link) return answer(err(ENODEV, "no IPoIB interface to send to a group on"));
+      answer(res);
+    });
+    return ok();
+  }
+  if (!arp_) {
+    boost::asio::post(io_, [answer]() mutable {
+      answer(err(ENODEV, "this ibd has no IPoIB interface: no address resolution"));
+    });
+    return ok();
+  }
+  std::optional<arp::Ip> s;
+  if (!id->src.any()) s = to_ip(id->src);
+  arp_->resolve(s, to_ip(dst, r.dst.scope_id), std::chrono::milliseconds(r.timeout_ms ? r.timeout_ms : 2000),
+                std::move(answer));
+  return ok();
+}
+
+Result<void> CmaService::resolve_route(uint32_t client, const proto::CmaIdTimeoutReq& r) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
+  if (id->state != S::kAddrResolved && id->state != S::kRouteResolved)
+    return err(EINVAL, "id {} is {}: resolve_route wants its address resolved", r.id, state_name(id->state));
+  id->state = S::kRouteQuery;
+  const uint64_t op = ++id->op;
+  proto::PathQueryReq q;
+  q.port = id->port;
+  q.pkey = id->pkey;
+  q.dgid = id->dgid;
+  sa_.path_query(q, [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, op](Result<proto::PathRep> p) {
+    if (alive.expired()) return;
+    Id* i = find_id(client, h);
+    if (!i || i->op != op || i->state != S::kRouteQuery) return;
+    proto::CmaEventMsg m;
+    if (!p) {
+      i->state = S::kAddrResolved;
+      m.type = static_cast<uint8_t>(T::kRouteError);
+      m.status = -p.error().code;
+      return emit(*i, m);
+    }
+    i->path = p->record;
+    i->have_path = true;
+    i->state = S::kRouteResolved;
+    m.type = static_cast<uint8_t>(T::kRouteResolved);
+    emit(*i, m);
+  });
+  return ok();
+}
+
+// ---- listening -------------------------------------------------------------------
+
+Result<void> CmaService::listen(uint32_t client, const proto::CmaListenReq& r, bool privileged) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
+  if (id->state == S::kListen) {
+    id->backlog = r.backlog ? r.backlog : kDefaultBacklog;
+    return ok();
+  }
+  if (id->state == S::kIdle && !id->bound) {
+    cma::Addr any;
+    any.family = AF_INET6;  // an IPv6 wildcard takes IPv4 too (rdma_listen on an unbound id)
+    OPENIB_TRY(do_bind(*id, any, privileged));
+  }
+  if (id->state != S::kAddrBound) return err(EINVAL, "id {} is {}: listen wants it bound", r.id, state_name(id->state));
+  std::vector<uint8_t> hca_ports;
+  if (id->port) {
+    hca_ports.push_back(id->port);
+  } else {
+    for (uint8_t p = 1; p <= num_ports_; ++p) hca_ports.push_back(p);
+  }
+  Error last{ENETDOWN, "no port"};
+  std::vector<std::tuple<uint8_t, uint16_t, uint16_t>> got;
+  for (uint8_t p : hca_ports) {
+    auto key = std::make_tuple(p, id->ps, id->src.port);
+    auto it = cm_listens_.find(key);
+    if (it == cm_listens_.end()) {
+      proto::CmListenReq lr;
+      lr.port = p;
+      lr.flags = ud_ps(id->ps) ? proto::kCmListenSidr : 0;
+      lr.service_id = cma::service_id(id->ps, id->src.port);
+      auto h = cm_.listen(kCmaCmOwner, lr);
+      if (!h) {
+        last = h.take_error();
+        continue;
+      }
+      it = cm_listens_.emplace(key, CmListen{*h, 0}).first;
+      listen_key_[*h] = key;
+    }
+    ++it->second.refs;
+    got.push_back(key);
+  }
+  if (got.empty()) return Result<void>(std::move(last));
+  id->listens = std::move(got);
+  id->backlog = r.backlog ? r.backlog : kDefaultBacklog;
+  id->state = S::kListen;
+  ports_.set_listening(owner_key(client, r.id), true);
+  return ok();
+}
+
+void CmaService::refuse(const proto::CmEventMsg& e, bool sidr) {
+  ++counters_.requests_refused;
+  if (sidr) {
+    proto::CmSidrReplyReq q;
+    q.id = e.id;
+    q.status = kSidrReject;
+    (void)cm_.sidr_reply(kCmaCmOwner, q);
+  } else {
+    proto::CmRejectReq q;
+    q.id = e.id;
+    q.reason = kRejConsumer;
+    (void)cm_.reject(kCmaCmOwner, q);
+  }
+  (void)cm_.destroy(kCmaCmOwner, e.id);
+}
+
+void CmaService::on_request(const proto::CmEventMsg& e) {
+  const bool sidr = e.type == static_cast<uint8_t>(proto::CmEventType::kSidrRequest);
+  auto lk = listen_key_.find(e.listen_id);
+  if (lk == listen_key_.end()) return refuse(e, sidr);
+  const auto [hport, ps, port] = lk->second;
+  auto hdr = cma::decode_header(std::span<const uint8_t>(e.private_data.data(), e.private_len), e.service_id);
+  if (!hdr) {
+    log::get("cma")->debug("a request to port {} without a usable CMA header: {}", port, hdr.error().message);
+    return refuse(e, sidr);
+  }
+  auto owner = ports_.listener(ps, hdr->dst);
+  if (!owner) return refuse(e, sidr);
+  const uint32_t client = static_cast<uint32_t>(*owner >> 32), lh = static_cast<uint32_t>(*owner);
+  Id* l = find_id(client, lh);
+  if (!l || l->state != S::kListen || l->pending >= l->backlog) return refuse(e, sidr);
+  auto s = sessions_.find(client);
+  auto h = create_id(client, proto::CmaCreateIdReq{ps});
+  if (!h) return refuse(e, sidr);
+  ++l->pending;
+  Id& c = s->second.ids.at(*h);
+  c.state = S::kConnect;
+  c.src = hdr->dst;
+  c.dst = hdr->src;
+  c.port = hport;
+  c.sgid = l->sgid;
+  c.dgid = e.remote_gid;
+  c.pkey = l->pkey;
+  c.cm = e.id;
+  c.parent = lh;
+  by_cm_[e.id] = {client, *h};
+  ++counters_.connect_requests;
+  proto::CmaEventMsg m;
+  m.type = static_cast<uint8_t>(T::kConnectRequest);
+  m.listen_id = lh;
+  m.responder_resources = e.responder_resources;
+  m.initiator_depth = e.initiator_depth;
+  m.rnr_retry_count = e.rnr_retry_count;
+  m.srq = e.srq;
+  m.qp_num = e.remote_qpn;
+  m.qkey = e.qkey;
+  m.ah.dlid = e.remote_lid;
+  m.ah.port = hport;
+  m.ah.dgid = e.remote_gid;
+  const size_t off = cma::kHeaderBytes;
+  copy_private(m.private_data, m.private_len, e.private_data.data() + off, e.private_len > off ? e.private_len - off : 0);
+  emit(c, m);
+}
+
+// ---- QPs ----------------------------------------------------------------------
+
+void CmaService::move_ud_qp(uint32_t client, uint32_t qp, uint8_t port, uint32_t qkey, std::vector<uint8_t> states,
+                            Done done) {
+  if (states.empty()) return done(ok());
+  const uint8_t st = states.front();
+  states.erase(states.begin());
+  hca::QpAttr a;
+  uint32_t mask = hca::qp_attr::kState;
+  a.state = static_cast<hca::QpState>(st);
+  if (st == 1) {  // INIT: port, P_Key index 0, Q_Key (rdma_cm's cma_init_ud_qp)
+    a.port = port;
+    a.pkey_index = 0;
+    a.qkey = qkey;
+    mask |= hca::qp_attr::kPort | hca::qp_attr::kPkeyIndex | hca::qp_attr::kQkey;
+  } else if (st == 3) {
+    a.sq_psn = 0;
+    mask |= hca::qp_attr::kSqPsn;
+  }
+  qp_.modify(client, qp, mask, a,
+             [this, alive = std::weak_ptr<bool>(alive_), client, qp, port, qkey, states = std::move(states),
+              done = std::move(done)](Result<void> r) mutable {
+               if (alive.expired()) return;
+               if (!r) return done(err(r.error().code, "UD QP transition: {}", r.error().message));
+               move_ud_qp(client, qp, port, qkey, std::move(states), std::move(done));
+             });
+}
+
+void CmaService::init_qp(uint32_t client, const proto::CmaQpReq& r, Done done) {
+  auto f = find(client, r.id);
+  if (!f) return done(f.take_error());
+  Id* id = *f;
+  if (!qp_.lookup) return done(err(ENOSYS, "no QP lookup"));
+  auto q = qp_.lookup(client, r.qp);
+  if (!q) return done(q.take_error());
+  const bool ud = ud_ps(id->ps);
+  if (ud != (q->type == 2)) return done(err(EINVAL, "a {} id takes a {} QP", ud ? "UD" : "connected", ud ? "UD" : "RC or UC"));
+  id->qp = r.qp;
+  id->qpn = q->qpn;
+  if (!ud) return done(ok());  // the IB CM moves it at connect / accept
+  if (!id->port) return done(err(EINVAL, "id {} has no device yet: bind or resolve its address first", r.id));
+  const uint32_t qkey = qkey_of(*id);
+  if (!qkey) return done(err(ENETDOWN, "the IPoIB interface is down: no Q_Key for the IPoIB port space"));
+  std::vector<uint8_t> states;
+  if (q->state == 0) states = {1, 2, 3};
+  else if (q->state == 1) states = {2, 3};
+  else if (q->state == 2) states = {3};
+  move_ud_qp(client, r.qp, id->port, qkey, std::move(states), std::move(done));
+}
+
+// ---- connecting ------------------------------------------------------------------
+
+void CmaService::connect(uint32_t client, const proto::CmaConnReq& r, Done done) {
+  auto f = find(client, r.id);
+  if (!f) return done(f.take_error());
+  Id* id = *f;
+  if (id->state != S::kRouteResolved)
+    return done(err(EINVAL, "id {} is {}: connect wants its route resolved", r.id, state_name(id->state)));
+  const bool ud = ud_ps(id->ps);
+  if (auto c = check_private(r.private_len, ud ? proto::kCmaSidrReqPrivate : proto::kCmaReqPrivate,
+                             ud ? "a SIDR_REQ (after the CMA header)" : "a REQ (after the CMA header)");
+      !c)
+    return done(c.take_error());
+  proto::CmPrivate pd{};
+  cma::encode_header(std::span<uint8_t, cma::kHeaderBytes>(pd.data(), cma::kHeaderBytes), id->src, id->dst);
+  if (r.private_len) std::memcpy(pd.data() + cma::kHeaderBytes, r.private_data.data(), r.private_len);
+  const uint8_t plen = static_cast<uint8_t>(cma::kHeaderBytes + r.private_len);
+  const uint64_t sid = cma::service_id(id->ps, id->dst.port);
+  if (ud) {
+    proto::CmSidrQueryReq q;
+    q.port = id->port;
+    q.max_cm_retries = kMaxCmRetries;
+    q.cm_response_timeout = kCmResponseTimeout;
+    q.service_id = sid;
+    q.path = id->path;
+    q.private_len = plen;
+    q.private_data = pd;
+    auto h = cm_.sidr_query(kCmaCmOwner, q);
+    if (!h) return done(h.take_error());
+    id->cm = *h;
+    by_cm_[*h] = {client, r.id};
+    id->state = S::kConnect;
+    return done(ok());
+  }
+  if (!qp_.lookup) return done(err(ENOSYS, "no QP lookup"));
+  auto q = qp_.lookup(client, r.qp);
+  if (!q) return done(q.take_error());
+  if (q->type > 1) return done(err(EINVAL, "a connection takes an RC or UC QP"));
+  proto::CmConnectReq c;
+  c.port = id->port;
+  c.qp = token(client, r.qp);
+  c.service_id = sid;
+  c.path = id->path;
+  c.responder_resources = r.responder_resources;
+  c.initiator_depth = r.initiator_depth;
+  c.retry_count = r.retry_count;
+  c.rnr_retry_count = r.rnr_retry_count;
+  c.max_cm_retries = kMaxCmRetries;
+  c.cm_response_timeout = kCmResponseTimeout;
+  c.private_len = plen;
+  c.private_data = pd;
+  id->qp = r.qp;
+  id->qpn = q->qpn;
+  id->state = S::kConnect;
+  const uint64_t op = ++id->op;
+  cm_.connect(kCmaCmOwner, c,
+              [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, op, done = std::move(done)](
+                  Result<uint32_t> cmh) mutable {
+                if (alive.expired()) return done(err(ECANCELED, "ibd is stopping"));
+                Id* i = find_id(client, h);
+                if (!i || i->op != op) {
+                  if (cmh) (void)cm_.destroy(kCmaCmOwner, *cmh);
+                  return done(err(ECANCELED, "the id went"));
+                }
+                if (!cmh) {
+                  i->state = S::kRouteResolved;
+                  return done(cmh.take_error());
+                }
+                i->cm = *cmh;
+                by_cm_[*cmh] = {client, h};
+                done(ok());
+              });
+}
+
+void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) {
+  auto f = find(client, r.id);
+  if (!f) return done(f.take_error());
+  Id* id = *f;
+  if (!id->cm || id->state != S::kConnect || !id->parent)
+    return done(err(EINVAL, "id {} has no connect request to accept", r.id));
+  auto release_parent = [this, client](Id& i) {
+    if (Id* l = find_id(client, i.parent); l && l->pending) --l->pending;
+    i.parent = 0;
+  };
+  if (ud_ps(id->ps)) {
+    if (auto c = check_private(r.private_len, 136, "a SIDR_REP"); !c) return done(c.take_error());
+    const uint32_t qp = r.qp ? r.qp : id->qp;
+    if (!qp) return done(err(EINVAL, "a UD accept names a QP (or init_qp one first)"));
+    proto::CmSidrReplyReq q;
+    q.id = id->cm;
+    q.status = 0;
+    q.qp = token(client, qp);
+    q.qkey = qkey_of(*id);
+    q.private_len = r.private_len;
+    q.private_data = r.private_data;
+    if (auto s = cm_.sidr_reply(kCmaCmOwner, q); !s) return done(s.take_error());
+    release_parent(*id);
+    return done(ok());
+  }
+  if (auto c = check_private(r.private_len, 196, "a REP"); !c) return done(c.take_error());
+  if (!qp_.lookup) return done(err(ENOSYS, "no QP lookup"));
+  auto q = qp_.lookup(client, r.qp);
+  if (!q) return done(q.take_error());
+  if (q->type > 1) return done(err(EINVAL, "a connection takes an RC or UC QP"));
+  id->qp = r.qp;
+  id->qpn = q->qpn;
+  release_parent(*id);
+  proto::CmAcceptReq a;
+  a.id = id->cm;
+  a.qp = token(client, r.qp);
+  a.responder_resources = r.responder_resources;
+  a.initiator_depth = r.initiator_depth;
+  a.rnr_retry_count = r.rnr_retry_count;
+  a.private_len = r.private_len;
+  a.private_data = r.private_data;
+  cm_.accept(kCmaCmOwner, a, std::move(done));
+}
+
+Result<void> CmaService::reject(uint32_t client, const proto::CmaRejectReq& r) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
+  if (!id->cm || id->state != S::kConnect || !id->parent)
+    return err(EINVAL, "id {} has no connect request to reject", r.id);
+  if (ud_ps(id->ps)) {
+    OPENIB_TRY(check_private(r.private_len, 136, "a SIDR_REP"));
+    proto::CmSidrReplyReq q;
+    q.id = id->cm;
+    q.status = kSidrReject;
+    q.private_len = r.private_len;
+    q.private_data = r.private_data;
+    OPENIB_TRY(cm_.sidr_reply(kCmaCmOwner, q));
+  } else {
+    OPENIB_TRY(check_private(r.private_len, 148, "a REJ"));
+    proto::CmRejectReq q;
+    q.id = id->cm;
+    q.reason = kRejConsumer;
+    q.private_len = r.private_len;
+    q.private_data = r.private_data;
+    OPENIB_TRY(cm_.reject(kCmaCmOwner, q));
+  }
+  if (Id* l = find_id(client, id->parent); l && l->pending) --l->pending;
+  id->parent = 0;
+  forget_cm(*id);
+  id->state = S::kDisconnect;
+  return ok();
+}
+
+Result<void> CmaService::disconnect(uint32_t client, uint32_t h) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, h));
+  if (ud_ps(id->ps)) return err(EINVAL, "id {} is a UD id: nothing to disconnect", h);
+  if (id->state == S::kDisconnect || id->reported_disconnect) return ok();  // (as rdma_disconnect, once)
+  if (!id->cm || id->state != S::kConnect) return err(EINVAL, "id {} is {}: not connected", h, state_name(id->state));
+  proto::CmDisconnectReq q;
+  q.id = id->cm;
+  OPENIB_TRY(cm_.disconnect(kCmaCmOwner, q));
+  id->state = S::kDisconnect;
+  return ok();
+}
+
+// ---- the IB CM's events ----------------------------------------------------------
+
+void CmaService::forget_cm(Id& id) {
+  if (!id.cm) return;
+  by_cm_.erase(id.cm);
+  (void)cm_.destroy(kCmaCmOwner, id.cm);
+  id.cm = 0;
+}
+
+void CmaService::on_cm_event(const proto::CmEventMsg& e) {
+  using C = proto::CmEventType;
+  const auto type = static_cast<C>(e.type);
+  if (type == C::kRequest || type == C::kSidrRequest) return on_request(e);
+  auto o = by_cm_.find(e.id);
+  if (o == by_cm_.end()) return;  // destroyed meanwhile
+  Id* id = find_id(o->second.first, o->second.second);
+  if (!id) {
+    by_cm_.erase(o);
+    return;
+  }
+  proto::CmaEventMsg m;
+  auto with_private = [&] { copy_private(m.private_data, m.private_len, e.private_data.data(), e.private_len); };
+  auto disconnected = [&] {
+    id->state = S::kDisconnect;
+    if (id->reported_disconnect) return;
+    id->reported_disconnect = true;
+    m.type = static_cast<uint8_t>(T::kDisconnected);
+    emit(*id, m);
+  };
+  switch (type) {
+    case C::kReply:
+      id->rep = e;
+      return;
+    case C::kEstablished:
+      m.type = static_cast<uint8_t>(T::kEstablished);
+      if (id->rep) {  // the active side: the REP's parameters and private data (rdma_cm's conn param)
+        m.responder_resources = id->rep->responder_resources;
+        m.initiator_depth = id->rep->initiator_depth;
+        m.rnr_retry_count = id->rep->rnr_retry_count;
+        m.srq = id->rep->srq;
+        m.qp_num = id->rep->remote_qpn;
+        copy_private(m.private_data, m.private_len, id->rep->private_data.data(), id->rep->private_len);
+        id->rep.reset();
+      }
+      return emit(*id, m);
+    case C::kRejected:
+      m.type = static_cast<uint8_t>(T::kRejected);
+      m.status = e.reason;
+      with_private();
+      id->state = S::kDisconnect;
+      forget_cm(*id);
+      return emit(*id, m);
+    case C::kMraReceived:
+      return;
+    case C::kDisconnectRequest:
+    case C::kDisconnected:
+      return disconnected();
+    case C::kTimewaitExit:
+      m.type = static_cast<uint8_t>(T::kTimewaitExit);
+      forget_cm(*id);
+      return emit(*id, m);
+    case C::kTimeout:
+      m.type = static_cast<uint8_t>(T::kUnreachable);
+      m.status = -ETIMEDOUT;
+      if (id->state == S::kDisconnect) return disconnected();  // our DREQ went unanswered
+      id->state = S::kDisconnect;
+      forget_cm(*id);
+      return emit(*id, m);
+    case C::kSidrReply: {
+      if (e.sidr_status != 0) {
+        m.type = static_cast<uint8_t>(T::kUnreachable);
+        m.status = e.sidr_status;
+        with_private();
+        forget_cm(*id);
+        return emit(*id, m);
+      }
+      auto path = sa::decode_path_record(std::as_bytes(std::span(id->path)));
+      m.type = static_cast<uint8_t>(T::kEstablished);
+      m.qp_num = e.remote_qpn;
+      m.qkey = e.qkey;
+      if (path) {
+        m.ah.dlid = path->dlid;
+        m.ah.sl = path->sl;
+        m.ah.port = id->port;
+        m.ah.dgid = path->dgid;
+        if (path->hop_limit > 1) {
+          m.ah.grh = 1;
+          m.ah.hop_limit = path->hop_limit;
+          m.ah.flow_label = path->flow_label;
+          m.ah.traffic_class = path->tclass;
+        }
+      }
+      with_private();
+      forget_cm(*id);
+      return emit(*id, m);
+    }
+    case C::kError:
+      if (e.status == ENODEV) {
+        if (id->state == S::kDeviceRemoval) return;
+        id->state = S::kDeviceRemoval;
+        ++counters_.device_removals;
+        m.type = static_cast<uint8_t>(T::kDeviceRemoval);
+        m.status = -ENODEV;
+        return emit(*id, m);
+      }
+      m.type = static_cast<uint8_t>(T::kConnectError);
+      m.status = -e.status;
+      return emit(*id, m);
+    case C::kRequest:
+    case C::kSidrRequest:
+      return;
+  }
+}
+
+// ---- multicast ----------------------------------------------------------------
+
+void CmaService::join(uint32_t client, const proto::CmaJoinReq& r, Done done) {
+  auto f = find(client, r.id);
+  if (!f) return done(f.take_error());
+  Id* id = *f;
+  if (!ud_ps(id->ps)) return done(err(EINVAL, "multicast needs a UDP or IPoIB port space id"));
+  if (!id->port) return done(err(EINVAL, "id {} has no device yet: bind or resolve its address first", r.id));
+  const cma::Addr g = from_proto(r.group);
+  if (!is_multicast(g)) return done(err(EINVAL, "{} is not a multicast address", g.str()));
+  auto mg = cma::mgid_for(g, id->ps, id->pkey ? id->pkey : 0xFFFF);
+  if (!mg) return done(mg.take_error());
+  if (id->groups.count(*mg)) return done(err(EADDRINUSE, "id {} has joined {} already", r.id, g.str()));
+  if (!qp_.lookup) return done(err(ENOSYS, "no QP lookup"));
+  auto q = qp_.lookup(client, r.qp ? r.qp : id->qp);
+  if (!q) return done(q.take_error());
+  if (q->type != 2) return done(err(EINVAL, "multicast takes a UD QP"));
+  const uint32_t qkey = qkey_of(*id);
+  if (!qkey) return done(err(ENETDOWN, "the IPoIB interface is down: no Q_Key for the IPoIB port space"));
+  Group grp;
+  grp.mgid = *mg;
+  grp.qpn = q->qpn;
+  id->groups[*mg] = grp;
+  proto::McastJoinReq j;
+  j.port = id->port;
+  j.join_state = 1;  // FullMember
+  j.flags = proto::kMcastCreate;
+  j.mgid = *mg;
+  j.qkey = qkey;
+  const uint64_t op = id->op;
+  (void)op;
+  sa_.mcast_join(client | kCmaJoinOwnerBit, j,
+                 [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, mgid = *mg, g](
+                     Result<proto::McastJoinRep> rep) {
+                   if (alive.expired()) return;
+                   Id* i = find_id(client, h);
+                   if (!i || !i->groups.count(mgid)) return;
+                   auto fail = [&](const Error& e) {
+                     proto::CmaEventMsg m;
+                     m.type = static_cast<uint8_t>(T::kMulticastError);
+                     m.status = -e.code;
+                     m.dst = to_proto(g);
+                     i->groups.erase(mgid);
+                     emit(*i, m);
+                   };
+                   if (!rep) return fail(rep.error());
+                   auto rec = sa::decode_mcmember_record(std::as_bytes(std::span(rep->record)));
+                   if (!rec) return fail(rec.error());
+                   Group& gr = i->groups[mgid];
+                   gr.mlid = rec->mlid;
+                   hca_.attach_mcast_async(
+                       gr.qpn, mgid, rec->mlid,
+                       [this, alive = std::weak_ptr<bool>(alive_), client, h, mgid, g, rec = *rec](Result<void> a) {
+                         if (alive.expired()) return;
+                         Id* i2 = find_id(client, h);
+                         if (!i2 || !i2->groups.count(mgid)) return;
+                         proto::CmaEventMsg m;
+                         m.dst = to_proto(g);
+                         if (!a) {
+                           m.type = static_cast<uint8_t>(T::kMulticastError);
+                           m.status = -a.error().code;
+                           (void)sa_.mcast_leave(client | kCmaJoinOwnerBit, proto::McastLeaveReq{i2->port, mgid});
+                           i2->groups.erase(mgid);
+                           return emit(*i2, m);
+                         }
+                         i2->groups[mgid].attached = true;
+                         m.type = static_cast<uint8_t>(T::kMulticastJoin);
+                         m.qp_num = 0xFFFFFF;
+                         m.qkey = rec.qkey;
+                         m.ah.dlid = rec.mlid;
+                         m.ah.sl = rec.sl;
+                         m.ah.port = i2->port;
+                         m.ah.grh = 1;
+                         m.ah.dgid = mgid;
+                         m.ah.flow_label = rec.flow_label;
+                         m.ah.traffic_class = rec.tclass;
+                         m.ah.hop_limit = rec.hop_limit;
+                         emit(*i2, m);
+                       });
+                 });
+  done(ok());
+}
+
+Result<void> CmaService::leave(uint32_t client, const proto::CmaJoinReq& r) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
+  const cma::Addr g = from_proto(r.group);
+  OPENIB_TRY_ASSIGN(auto mg, cma::mgid_for(g, id->ps, id->pkey ? id->pkey : 0xFFFF));
+  auto it = id->groups.find(mg);
+  if (it == id->groups.end()) return err(ENOENT, "id {} has not joined {}", r.id, g.str());
+  if (it->second.attached)
+    hca_.detach_mcast_async(it->second.qpn, mg, it->second.mlid, [](Result<void>) {});
+  (void)sa_.mcast_leave(client | kCmaJoinOwnerBit, proto::McastLeaveReq{id->port, mg});
+  id->groups.erase(it);
+  return ok();
+}
+
+// ---- teardown -----------------------------------------------------------------
+
+void CmaService::release(Id& id) {
+  ++id.op;
+  for (auto& [mg, g] : id.groups) {
+    if (g.attached) hca_.detach_mcast_async(g.qpn, mg, g.mlid, [](Result<void>) {});
+    (void)sa_.mcast_leave(id.client | kCmaJoinOwnerBit, proto::McastLeaveReq{id.port, mg});
+  }
+  id.groups.clear();
+  for (const auto& key : id.listens) {
+    auto it = cm_listens_.find(key);
+    if (it == cm_listens_.end()) continue;
+    if (--it->second.refs == 0) {
+      (void)cm_.destroy(kCmaCmOwner, it->second.cm);
+      listen_key_.erase(it->second.cm);
+      cm_listens_.erase(it);
+    }
+  }
+  id.listens.clear();
+  if (id.parent) {
+    if (Id* l = find_id(id.client, id.parent); l && l->pending) --l->pending;
+    id.parent = 0;
+  }
+  // The IB CM sends the DREQ (established) or REJ (being made) itself.
+  forget_cm(id);
+  if (id.bound) ports_.unbind(owner_key(id.client, id.handle));
+  id.bound = false;
+  for (auto it = tokens_.begin(); it != tokens_.end();) {
+    if (it->second.first == id.client && id.qp && it->second.second == id.qp) it = tokens_.erase(it);
+    else ++it;
+  }
+}
+
+Result<void> CmaService::destroy(uint32_t client, uint32_t h) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, h));
+  release(*id);
+  sessions_.at(client).ids.erase(h);
+  return ok();
+}
+
+void CmaService::client_gone(uint32_t client) {
+  auto s = sessions_.find(client);
+  if (s == sessions_.end()) return;
+  for (auto& [h, id] : s->second.ids) release(id);
+  sessions_.erase(s);
+  sa_.client_gone(client | kCmaJoinOwnerBit);
+  for (auto it = tokens_.begin(); it != tokens_.end();) {
+    if (it->second.first == client) it = tokens_.erase(it);
+    else ++it;
+  }
+}
+
+void CmaService::device_lost() {
+  for (auto& [c, s] : sessions_)
+    for (auto& [h, id] : s.ids) {
+      if (!id.port || id.state == S::kDeviceRemoval) continue;
+      id.state = S::kDeviceRemoval;
+      ++counters_.device_removals;
+      proto::CmaEventMsg m;
+      m.type = static_cast<uint8_t>(T::kDeviceRemoval);
+      m.status = -ENODEV;
+      emit(id, m);
+    }
+}
+
+void CmaService::address_changed(int, const arp::Ip& a, bool added) {
+  if (added) return;
+  for (auto& [c, s] : sessions_)
+    for (auto& [h, id] : s.ids) {
+      if (id.src.family != a.family || id.src.addr != a.bytes) continue;
+      ++counters_.addr_changes;
+      proto::CmaEventMsg m;
+      m.type = static_cast<uint8_t>(T::kAddrChange);
+      emit(id, m);
+    }
+}
+
+// ---- QUERY, INFO ----------------------------------------------------------------
+
+Result<proto::CmaIdRep> CmaService::query(uint32_t client, uint32_t h) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, h));
+  proto::CmaIdRep r;
+  r.state = static_cast<uint8_t>(id->state);
+  r.port = id->port;
+  r.ps = id->ps;
+  r.pkey = id->pkey;
+  r.src = to_proto(id->src);
+  r.dst = to_proto(id->dst);
+  r.sgid = id->sgid;
+  r.dgid = id->dgid;
+  r.have_path = id->have_path;
+  r.path = id->path;
+  r.qpn = id->qpn;
+  return r;
+}
+
+std::string CmaService::json() const {
+  nlohmann::json j;
+  j["sessions"] = sessions_.size();
+  auto& ids = j["ids"];
+  ids = nlohmann::json::array();
+  size_t n = 0;
+  for (const auto& [c, s] : sessions_)
+    for (const auto& [h, id] : s.ids) {
+      if (++n > 256) break;  // INFO stays small; the counters give the totals
+      ids.push_back({{"client", c}, {"id", h}, {"ps", id.ps}, {"state", state_name(id.state)},
+                     {"src", id.src.str()}, {"dst", id.dst.family ? id.dst.str() : ""}, {"port", id.port},
+                     {"qpn", id.qpn}, {"groups", id.groups.size()}});
+    }
+  j["bound_ports"] = ports_.size();
+  j["cm_listeners"] = cm_listens_.size();
+  for (const auto& [k, v] : counter_list()) j["counters"][k] = v;
+  if (arp_) j["arp"] = nlohmann::json::parse(arp_->json(), nullptr, false);
+  return j.dump();
+}
+
+std::vector<std::pair<std::string, uint64_t>> CmaService::counter_list() const {
+  uint64_t ids = 0;
+  for (const auto& [c, s] : sessions_) ids += s.ids.size();
+  std::vector<std::pair<std::string, uint64_t>> v = {
+      {"cma.opens", counters_.opens},
+      {"cma.events", counters_.events},
+      {"cma.sessions_overrun", counters_.sessions_overrun},
+      {"cma.connect_requests", counters_.connect_requests},
+      {"cma.requests_refused", counters_.requests_refused},
+      {"cma.addr_changes", counters_.addr_changes},
+      {"cma.device_removals", counters_.device_removals},
+      {"cma.ids", ids},
+      {"cma.bound_ports", ports_.size()},
+  };
+  if (arp_) {
+    const auto& a = arp_->counters();
+    v.emplace_back("arp.requests", a.requests);
+    v.emplace_back("arp.cache_hits", a.cache_hits);
+    v.emplace_back("arp.shared", a.shared);
+    v.emplace_back("arp.kernel_resolutions", a.kernel_resolutions);
+    v.emplace_back("arp.retries", a.retries);
+    v.emplace_back("arp.failures", a.failures);
+    v.emplace_back("arp.timeouts", a.timeouts);
+    v.emplace_back("arp.invalidations", a.invalidations);
+    v.emplace_back("arp.netlink_errors", a.netlink_errors);
+    v.emplace_back("arp.malformed", a.malformed);
+  }
+  return v;
+}
+
+}  // namespace openib::ibd

@@ -1,0 +1,179 @@
+// ibd's RDMA CM (docs/cma.md "In ibd"; issue 18): connections by IP address
+// and port with rdma_cm's semantics, over ibd's IB CM (cm_service.hpp, as
+// its in-ibd user), the ARP module (src/arp: IP -> GID through the kernel's
+// neighbour table on the IPoIB interface), the SA service (routes from the
+// path cache, multicast joins) and the wire conventions of src/cma (service
+// IDs (ps << 16) + port, the 36-byte CMA header, the port table).
+//
+//  - Each client that said CMA_OPEN has a session: the event socket
+//    (event_socket.hpp, one CmaEventMsg per datagram) and its ids, handles
+//    of its own. Ids walk rdma_cm's states: IDLE -> ADDR_BOUND (bind) ->
+//    ADDR_QUERY -> ADDR_RESOLVED (resolve_addr) -> ROUTE_QUERY ->
+//    ROUTE_RESOLVED (resolve_route) -> CONNECT -> DISCONNECT; LISTEN.
+//  - Binding: the port table, one per ibd (so two clients conflict as two
+//    processes do on Linux); ports below 1024 for root / CAP_NET_ADMIN only.
+//  - Listening: one IB CM listener per (HCA port, port space, port),
+//    shared by the ids listening on that port (different addresses); a REQ
+//    goes to the id bound to the CMA header's destination address, else to
+//    a wildcard one; none, or a full backlog: REJ (consumer reject, as
+//    Linux's ib_cm after a refusing handler) or SIDR_REP status 2.
+//  - QPs: the client's QP handles travel to the IB CM as tokens (the CM
+//    session is ibd's own); RC/UC QPs are moved by the IB CM, UD QPs to RTS
+//    by CMA_INIT_QP with Q_Key 0x01234567 (IPoIB space: the broadcast
+//    group's).
+//  - A client that goes has its ids destroyed (connections disconnected,
+//    ports unbound, groups left and detached).
+// Single-threaded on ibd's io_context.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "arp/resolver.hpp"
+#include "cma/header.hpp"
+#include "cma/port_table.hpp"
+#include "clientproto/messages.hpp"
+#include "hca/hca.hpp"
+#include "ibd/cm_service.hpp"
+#include "ibd/event_socket.hpp"
+#include "ibd/sa_service.hpp"
+
+namespace openib::ibd {
+
+// The RDMA CM's session in the IB CM, and the owner of its multicast joins
+// in the SA service (client ids count up from 1).
+inline constexpr uint32_t kCmaCmOwner = 0xFFFFFFF1u;
+inline constexpr uint32_t kCmaJoinOwnerBit = 0x80000000u;
+
+struct CmaServiceCounters {
+  uint64_t opens = 0, events = 0, sessions_overrun = 0;
+  uint64_t connect_requests = 0, requests_refused = 0, addr_changes = 0, device_removals = 0;
+};
+
+class CmaService {
+ public:
+  using Done = hca::Completer<Result<void>>;
+
+  CmaService(boost::asio::io_context& io, hca::Hca& hca, CmService& cm, SaService& sa, uint8_t num_ports);
+  ~CmaService();
+  CmaService(const CmaService&) = delete;
+  CmaService& operator=(const CmaService&) = delete;
+
+  // The clients' QPs (the server's lookup/modify, as the IB CM's).
+  void set_qp_ops(CmService::QpOps ops) { qp_ = std::move(ops); }
+  // The ARP module (nullptr: no IPoIB interface; address resolution fails ENODEV).
+  void set_resolver(arp::Resolver* r);
+  // The IPoIB port space's Q_Key (the broadcast group's; 0 while down).
+  void set_ipoib_qkey(std::function<uint32_t()> f) { ipoib_qkey_ = std::move(f); }
+  void set_max_queued_events(size_t n) { max_queued_ = n ? n : 1; }
+  // Opens the RDMA CM's session in the IB CM.
+  Result<void> start();
+
+  // Client requests (client = ibd's connection id).
+  Result<UniqueFd> open(uint32_t client);
+  Result<uint32_t> create_id(uint32_t client, const proto::CmaCreateIdReq& r);
+  Result<proto::CmaAddrRep> bind(uint32_t client, const proto::CmaAddrReq& r, bool privileged);
+  Result<void> resolve_addr(uint32_t client, const proto::CmaResolveAddrReq& r, bool privileged);
+  Result<void> resolve_route(uint32_t client, const proto::CmaIdTimeoutReq& r);
+  Result<void> listen(uint32_t client, const proto::CmaListenReq& r, bool privileged);
+  void init_qp(uint32_t client, const proto::CmaQpReq& r, Done done);
+  void connect(uint32_t client, const proto::CmaConnReq& r, Done done);
+  void accept(uint32_t client, const proto::CmaConnReq& r, Done done);
+  Result<void> reject(uint32_t client, const proto::CmaRejectReq& r);
+  Result<void> disconnect(uint32_t client, uint32_t id);
+  Result<void> destroy(uint32_t client, uint32_t id);
+  void join(uint32_t client, const proto::CmaJoinReq& r, Done done);
+  Result<void> leave(uint32_t client, const proto::CmaJoinReq& r);
+  Result<proto::CmaIdRep> query(uint32_t client, uint32_t id);
+  void client_gone(uint32_t client);
+  // The device went: DEVICE_REMOVAL for every id on a port.
+  void device_lost();
+  size_t ids_of(uint32_t client) const;
+
+  std::string json() const;
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
+
+ private:
+  struct Group {
+    std::array<uint8_t, 16> mgid{};
+    uint16_t mlid = 0;
+    uint32_t qpn = 0;
+    bool attached = false;
+  };
+  struct Id {
+    uint32_t client = 0, handle = 0;
+    uint16_t ps = 0;
+    proto::CmaState state = proto::CmaState::kIdle;
+    cma::Addr src, dst;
+    bool bound = false;
+    uint8_t port = 0;
+    std::array<uint8_t, 16> sgid{}, dgid{};
+    uint16_t pkey = 0;
+    bool have_path = false;
+    std::array<uint8_t, 64> path{};
+    uint32_t qp = 0, qpn = 0;  // the client's QP handle and number
+    uint32_t cm = 0;           // the IB CM handle (connection or SIDR), 0: none
+    std::vector<std::tuple<uint8_t, uint16_t, uint16_t>> listens;  // a listener's CM listeners
+    uint32_t backlog = 0, pending = 0;
+    uint32_t parent = 0;  // a passive id: its listener until accepted or rejected
+    bool reported_disconnect = false;
+    std::optional<proto::CmEventMsg> rep;  // the REP (active side), for kEstablished
+    uint64_t op = 0;                        // an answer to an older request is dropped
+    std::map<std::array<uint8_t, 16>, Group> groups;
+  };
+  struct Session {
+    std::unique_ptr<EventSocket> events;
+    uint32_t next_handle = 1;
+    std::unordered_map<uint32_t, Id> ids;
+  };
+  struct CmListen {
+    uint32_t cm = 0;
+    uint32_t refs = 0;
+  };
+
+  Result<Id*> find(uint32_t client, uint32_t handle);
+  Id* find_id(uint32_t client, uint32_t handle);
+  void emit(const Id& id, proto::CmaEventMsg m);
+  void emit_to(uint32_t client, proto::CmaEventMsg m);
+  Result<void> do_bind(Id& id, const cma::Addr& a, bool privileged);
+  uint32_t qkey_of(const Id& id) const;
+  uint32_t token(uint32_t client, uint32_t qp);
+  void on_cm_event(const proto::CmEventMsg& e);
+  void on_request(const proto::CmEventMsg& e);
+  void refuse(const proto::CmEventMsg& e, bool sidr);
+  void release(Id& id);  // everything but the record itself
+  void forget_cm(Id& id);
+  void address_changed(int ifindex, const arp::Ip& a, bool added);
+  void move_ud_qp(uint32_t client, uint32_t qp, uint8_t port, uint32_t qkey, std::vector<uint8_t> states,
+                  Done done);
+
+  boost::asio::io_context& io_;
+  hca::Hca& hca_;
+  CmService& cm_;
+  SaService& sa_;
+  uint8_t num_ports_;
+  CmService::QpOps qp_;
+  arp::Resolver* arp_ = nullptr;
+  std::function<uint32_t()> ipoib_qkey_;
+  size_t max_queued_ = CmService::kMaxQueuedEvents;
+  cma::PortTable ports_;
+  std::map<uint32_t, Session> sessions_;
+  std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> by_cm_;  // IB CM handle -> (client, id)
+  std::map<std::tuple<uint8_t, uint16_t, uint16_t>, CmListen> cm_listens_;  // (HCA port, ps, port)
+  std::unordered_map<uint32_t, std::tuple<uint8_t, uint16_t, uint16_t>> listen_key_;  // CM listener -> key
+  std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> tokens_;  // QP token -> (client, QP handle)
+  uint32_t next_token_ = 1;
+  CmaServiceCounters counters_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace openib::ibd
