@@ -111,7 +111,7 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
       }
       if (ev->id == c.id && ev->type == RdmaCmEventType::kDisconnected) {
         c.gone = c.peer_ended = true;
-        c.why = "disconnected";
+        c.why = "disconnect event";
         return false;
       }
       e.held.push_back(std::move(*ev));
@@ -126,7 +126,8 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
     if (wc->status != kWcSuccess) {
       c.gone = true;
       c.peer_ended = wc->status == kWcWrFlushErr;
-      c.why = std::string(wc_status_str(wc->status)) + " (wr_id " + std::to_string(wc->wr_id) + ")";
+      c.why = c.peer_ended ? "work requests flushed"
+                           : std::string(wc_status_str(wc->status)) + " (wr_id " + std::to_string(wc->wr_id) + ")";
       return false;
     }
     if (wc->wr_id == kRecvWrid && wc->byte_len != kInfoBytes) {
@@ -282,11 +283,11 @@ int client(CmaEnv& e, const Opts& o) {
     post_recv(*c.qp, *c.ctl, 0, kInfoBytes, kRecvWrid);
     post_send(c, {reinterpret_cast<uint64_t>(start), bufs->rkey(), uint32_t(size)});
     if (!wait_for(e, c, kSendWrid) || !wait_for(e, c, kRecvWrid))
-      die("rping: iteration " + std::to_string(n) + ": server " + c.why);
+      die("rping: iteration " + std::to_string(n) + ": " + (c.peer_ended ? "server disconnected (" + c.why + ")" : c.why));
     post_recv(*c.qp, *c.ctl, 0, kInfoBytes, kRecvWrid);
     post_send(c, {reinterpret_cast<uint64_t>(sink), bufs->rkey(), uint32_t(size)});
     if (!wait_for(e, c, kSendWrid) || !wait_for(e, c, kRecvWrid))
-      die("rping: iteration " + std::to_string(n) + ": server " + c.why);
+      die("rping: iteration " + std::to_string(n) + ": " + (c.peer_ended ? "server disconnected (" + c.why + ")" : c.why));
     if (o.verbose) std::printf("ping data: %s\n", reinterpret_cast<const char*>(sink));
     if (std::memcmp(start, sink, size) != 0) {
       size_t at = 0;
