@@ -243,8 +243,8 @@ int server(CmaEnv& e, const Opts& o) {
     }
     bool clean = false;
     const int n = serve_conn(e, o, c, clean);
-    // The client ended it between iterations: done (unless -C says it stopped short).
-    if (clean && n > 0 && (o.count == 0 || n >= o.count)) {
+    // The client ended it between iterations: done (unless it did not do -C's iterations).
+    if (clean && n > 0 && (o.count == 0 || n == o.count)) {
       std::printf("rping: %d iterations%s\n", n, o.verify ? ", verified" : "");
       ++served;
     } else {
@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
   app.add_option("-a,--addr", o.addr, "server: the address to bind (default: any); client: the server's");
   app.add_option("-I,--bind", o.bind, "client: the source address");
   app.add_option("-p,--port", o.port, "port (default 7174)");
-  app.add_option("-C,--count", o.count, "client: iterations (default 10); server: expected iterations (0: any)");
+  app.add_option("-C,--count", o.count, "client: iterations (default 10); server: the iterations a client must do (default: any)");
   app.add_option("-S,--size", o.size, "client: ping buffer size (default 64, at least 32)");
   app.add_flag("-v,--verbose", o.verbose, "print each ping's data");
   app.add_flag("-V,--verify", o.verify, "verify the data (exit 1 on a mismatch)");

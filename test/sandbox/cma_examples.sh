@@ -159,7 +159,9 @@ wait "$cli" || rc=$?
 ok "the server killed mid-transfer: $(tail -1 "$(log_of kill-client)")"
 
 # --- an rping client killed mid-transfer: the server serves the next ----------
-bg next-server Hca2 "$ex/openib-rping" -s -p 7302 -V --timeout 30
+# The server's -C: a client that did not do exactly 20 iterations vanished,
+# wherever the kill lands (between two iterations too).
+bg next-server Hca2 "$ex/openib-rping" -s -p 7302 -V -C 20 --timeout 30
 srv=$bg
 waitfor next-server "listening"
 bg gone-client Hca1 "$ex/openib-rping" -c -a "${ip[Hca2]}" -p 7302 -C 1000000 -S 4096 --timeout 30
