@@ -12,7 +12,7 @@
 #    disconnected; an rping client killed mid-transfer -> the server says
 #    so and serves the next client;
 #  - openib-cmtime: 1,000 connections at once to one listener, every one
-#    established and torn down.
+#    established and torn down, no id left in either ibd.
 #   cma_examples.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -188,3 +188,10 @@ grep -q '"connections": 1000' <<<"$out" || fail "cmtime: $out"
 grep -q "server: 1000 connections, 1000 established, 0 failed" "$(log_of cmtime-server)" ||
   fail "cmtime server: $(cat "$(log_of cmtime-server)")"
 ok "cmtime: 1000 connections at once, all established and torn down: $out"
+# Nothing left behind in either ibd once both programs are gone.
+cma_ids() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" cma --json | grep -o '"cma\.ids":[0-9]*'; }
+for h in Hca1 Hca4; do
+  for _ in $(seq 50); do [[ $(cma_ids "$h") == '"cma.ids":0' ]] && break; sleep 0.1; done
+  [[ $(cma_ids "$h") == '"cma.ids":0' ]] || fail "$h: RDMA CM ids left after cmtime: $(cma_ids "$h")"
+done
+ok "no RDMA CM id left in either ibd"
