@@ -119,7 +119,7 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
     };
     auto wc = poll_wc(e, *c.cq, idle);
     if (!wc) {
-      if (!c.gone) c.why = "no completion within " + std::to_string(e.timeout_ms / 1000.) + " s";
+      if (!c.gone) c.why = "no completion within " + secs(e);
       c.gone = true;
       return false;
     }
@@ -220,7 +220,7 @@ int server(CmaEnv& e, const Opts& o) {
   while (served < o.serve) {
     auto got = try_event(e, -1, "waiting for a connection", true);
     if (!got)
-      die("rping: no connection request within " + std::to_string(o.timeout_s) + " s (" + std::to_string(served) +
+      die("rping: no connection request within " + secs(e) + " (" + std::to_string(served) +
           " of " + std::to_string(o.serve) + " served)");
     RdmaCmEvent ev = std::move(*got);
     if (ev.type != RdmaCmEventType::kConnectRequest) continue;  // an old connection's late events
