@@ -2,7 +2,8 @@
 # Issue 18: the RDMA CM's examples (docs/cma.md "Examples") between the
 # hosts' ibds by the IP addresses of their IPoIB interfaces, in
 # net.2sw2path4hca with OpenSM (root, namespaces):
-#  - openib-rping across both switches, data verified on both sides;
+#  - openib-rping across both switches, data verified on both sides (IPv4,
+#    and IPv6 by link-local address);
 #    openib-udaddy (UD through SIDR) and openib-mckey (two receivers)
 #    likewise, every byte checked;
 #  - an address nobody has -> RDMA_CM_EVENT_ADDR_ERROR within the bound; a
@@ -87,6 +88,24 @@ grep -q "^rping: 50 iterations, verified" <<<"$out" || fail "rping client: $out"
 grep -q "^ping data: rdma-ping-49: " <<<"$out" || fail "rping -v: $out"
 grep -q "^rping: 50 iterations, verified" "$(log_of rping-server)" || fail "rping server: $(cat "$(log_of rping-server)")"
 ok "rping Hca1 -> Hca2 by IP address: 50 x 1000 bytes READ and WRITTEN back, verified on both sides"
+
+# --- rping over IPv6: Hca4's link-local address, a [::] listener (both
+# hosts' link-local addresses past DAD: the source must be usable too)
+link_local() { sb run "$1" ip -6 -o addr show dev ib0 scope link | awk '!/tentative/ {sub(/\/.*/, "", $4); print $4}'; }
+has_link_local() { [[ -n $(link_local "$1") ]]; }
+for h in Hca3 Hca4; do
+  until_ok 50 has_link_local "$h" || fail "$h: no IPv6 link-local address past DAD: $(sb run "$h" ip -6 addr show dev ib0)"
+done
+ll=$(link_local Hca4)
+bg rping6-server Hca4 "$ex/openib-rping" -s -a :: -C 20 -V
+srv=$bg
+waitfor rping6-server "listening"
+fg Hca3 "$ex/openib-rping" -c -a "$ll%ib0" -C 20 -S 2000 -V
+((rc == 0)) || fail "rping over IPv6 ($rc): $out"
+wait "$srv" || fail "rping server over IPv6: $(cat "$(log_of rping6-server)")"
+grep -q "^rping: 20 iterations, verified" <<<"$out" || fail "rping over IPv6: $out"
+grep -q "connection request from \[fe80::" "$(log_of rping6-server)" || fail "$(cat "$(log_of rping6-server)")"
+ok "rping Hca3 -> Hca4 by IPv6 link-local address ($ll): 20 x 2000 bytes, verified"
 
 # --- udaddy (UD through SIDR), Hca1 -> Hca4 --------------------------------
 bg udaddy-server Hca4 "$ex/openib-udaddy" -b "${ip[Hca4]}" -C 30
