@@ -128,6 +128,18 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
       c.peer_ended = wc->status == kWcWrFlushErr;
       c.why = c.peer_ended ? "work requests flushed"
                            : std::string(wc_status_str(wc->status)) + " (wr_id " + std::to_string(wc->wr_id) + ")";
+      // Flushed: ibd moved the QP to ERROR because the connection ended;
+      // the id's event (DISCONNECTED) says so, at most a timeout later.
+      while (c.peer_ended) {
+        auto ev = e.ch->get_event(e.timeout_ms);
+        if (!ev) break;
+        if (ev->id != c.id) {
+          e.held.push_back(std::move(*ev));
+          continue;
+        }
+        if (ev->type == RdmaCmEventType::kDisconnected) c.why = "disconnect event";
+        break;
+      }
       return false;
     }
     if (wc->wr_id == kRecvWrid && wc->byte_len != kInfoBytes) {
@@ -208,10 +220,14 @@ int serve_conn(CmaEnv& e, const Opts& o, Conn& c, bool& clean) {
     w.size = start.size;
     post_rdma(c, WrOpcode::kWrite, *buf, w);
     if (!wait_for(e, c, kWriteWrid)) return n;
-    // The last go-ahead: the iteration is done. Its completion is not
-    // awaited here: the client may disconnect as soon as it has it, before
-    // our side sees the ACK (the next iteration's wait takes it, or a flush).
-    post_send(c, {reinterpret_cast<uint64_t>(buf->addr()), buf->rkey(), start.size});
+    post_send(c, {reinterpret_cast<uint64_t>(buf->addr()), buf->rkey(), start.size});  // go ahead
+    if (!wait_for(e, c, kSendWrid)) {
+      // The WRITE was acknowledged: the iteration is done. The client may
+      // have had the go-ahead and disconnected before its ACK reached us
+      // (the disconnect flushes the send): a clean end all the same.
+      clean = c.peer_ended;
+      return n + 1;
+    }
     std::fflush(stdout);
   }
 }
@@ -225,7 +241,13 @@ int server(CmaEnv& e, const Opts& o) {
       die("rping: no connection request within " + secs(e) + " (" + std::to_string(served) +
           " of " + std::to_string(o.serve) + " served)");
     RdmaCmEvent ev = std::move(*got);
-    if (ev.type != RdmaCmEventType::kConnectRequest) continue;  // an old connection's late events
+    if (ev.type != RdmaCmEventType::kConnectRequest) {  // an old connection's late events, ADDR_CHANGE ...
+      if (ev.id == listener) {
+        std::printf("rping: unhandled event on the listener: %s, ignoring\n", event_str(ev).c_str());
+        std::fflush(stdout);
+      }
+      continue;
+    }
     std::printf("rping: connection request from %s\n", ev.dst.str().c_str());
     Conn c = make_conn(e);
     c.id = ev.id;

@@ -15,8 +15,9 @@
 # network namespace, brought up by Debian's OpenSM and examined with
 # infiniband-diags, all unmodified, through the project's libibumad.so.3,
 # and IPoIB: two of its namespaces pinging each other over ib0 (docs/ipoib.md),
-# and the IB CM: openib-cm-pingpong connecting by GID and service ID, RC
-# and SIDR/UD (docs/cm.md).
+# the IB CM: openib-cm-pingpong connecting by GID and service ID, RC
+# and SIDR/UD (docs/cm.md), and the RDMA CM: openib-rping connecting by IP
+# address (docs/cma.md, docs/arp.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -147,6 +148,17 @@ sb run Hca1 build/examples/openib-cm-pingpong --ud --dgid "$gid4" -n 100
 wait "$cm_pid"
 echo "-- a REQ nobody listens for: REJ reason 8 (invalid service ID)"
 sb run Hca1 build/examples/openib-cm-pingpong --dgid "$gid4" -S 0x4242 || true
+echo "-- the RDMA CM (docs/cma.md): openib-rping by IP address, Hca2 -> 198.19.9.4 (Hca4's ib0): ibd resolves the"
+echo "   address through the kernel's ARP on ib0 (docs/arp.md), the route through the path cache, then connects with"
+echo "   service ID (0x0106 << 16) + 7174 and the CMA header; rping's protocol (RDMA READ, then WRITE back), verified"
+sb run Hca4 build/examples/openib-rping -s -a 198.19.9.4 -V >"$tmp/rping-server.log" 2>&1 &
+rping_pid=$!
+for _ in $(seq 50); do grep -q listening "$tmp/rping-server.log" && break; sleep 0.1; done
+sb run Hca2 build/examples/openib-rping -c -a 198.19.9.4 -C 5 -S 64 -V -v
+wait "$rping_pid"
+sed 's/^/   server: /' "$tmp/rping-server.log"
+echo "-- ibdctl counters on Hca2: the ARP module and the RDMA CM"
+sb run Hca2 build/src/tools/ibdctl counters | grep -E '^(arp|cma)\.' | grep -v ' 0$'
 port=$(sb run Hca1 ibtracert 1 "$lid4" | awk '/"Switch2"/ {gsub(/[][]/, "", $1); print $1; exit}')
 echo "-- pulling the cable the route takes, Switch1[$port]: trap 128, OpenSM resweeps, the route moves"
 sb fabric link down Switch1 "$port"

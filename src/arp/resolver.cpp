@@ -5,12 +5,10 @@
 
 #include <arpa/inet.h>
 #include <libmnl/libmnl.h>
-#include <linux/if_addr.h>
 #include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,8 +19,8 @@
 #include <cstring>
 #include <list>
 #include <map>
-#include <set>
 
+#include "arp/host_addresses.hpp"
 #include "arp/rtnl.hpp"
 #include "common/log.hpp"
 #include "ipoib_tap/bridge.hpp"  // the IPoIB multicast MGIDs (RFC 4391 §4)
@@ -90,15 +88,19 @@ bool is_loopback(const Ip& a) {
 // One rtnetlink socket in the io_context (as src/ipoib_tap/addr_watch.*).
 struct NlSocket {
   explicit NlSocket(asio::io_context& io) : sd(io) {}
-  ~NlSocket() {
+  ~NlSocket() { close(); }
+  void close() {
     if (sd.is_open()) {
       boost::system::error_code ec;
       sd.cancel(ec);
       sd.release();  // the fd is libmnl's: mnl_socket_close closes it
     }
     if (nl) mnl_socket_close(nl);
+    nl = nullptr;
   }
+  // (Again after a failed start(): the half-opened socket goes first.)
   Result<void> open(std::initializer_list<int> groups) {
+    close();
     nl = mnl_socket_open2(NETLINK_ROUTE, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (!nl) return sys_err("netlink socket");
     if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) return sys_err("netlink bind");
@@ -122,7 +124,7 @@ struct Resolver::Impl {
   // The cache's and the resolutions' key: (source or none, destination).
   using Key = std::pair<Ip, Ip>;
   enum class Phase { Route, Neigh, Wait };
-  enum class Ask { Route, Neigh, Use };
+  enum class Ask { Route, Neigh, Use, Del };
 
   struct Waiter {
     uint64_t id;
@@ -141,6 +143,9 @@ struct Resolver::Impl {
     Resolved partial;            // from the route
     Ip nexthop;
     std::string note;            // what the last neighbour answer said (for the error)
+    bool entry = false;          // the kernel has an entry for the next hop (as last seen)
+    bool foreign_lladdr = false; // a dynamic entry with an lladdr of no GID: deleted before the next try
+    bool deleting = false;       // our RTM_DELNEIGH's own FAILED event is still to come
     std::vector<Waiter> waiters;
   };
   struct Entry {
@@ -168,7 +173,7 @@ struct Resolver::Impl {
   std::vector<uint8_t> buf;
   Counters counters;
   AddrChangeFn addr_change;
-  std::set<std::pair<Ip, int>> addrs;  // (address, scope_id 0; ifindex): this host's
+  HostAddresses addrs;
   std::map<Key, Entry> cache;
   std::list<Key> ages;                 // oldest first
   std::map<Key, std::unique_ptr<Resolution>> pending;
@@ -181,7 +186,7 @@ struct Resolver::Impl {
     // Subscribe before the address dump: nothing falls between the two.
     OPENIB_TRY(ev.open({RTNLGRP_NEIGH, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR, RTNLGRP_IPV4_ROUTE,
                         RTNLGRP_IPV6_ROUTE}));
-    OPENIB_TRY(dump_addresses());
+    OPENIB_TRY(addrs.dump(nullptr, counters.malformed));
     started = true;
     wait(req, [this](std::span<const uint8_t> d) { on_answers(d); });
     wait(ev, [this](std::span<const uint8_t> d) { on_events(d); });
@@ -233,67 +238,6 @@ struct Resolver::Impl {
     return s;
   }
 
-  // This host's addresses, by a dump on a socket of its own (blocking,
-  // bounded by SO_RCVTIMEO): at start(), and after an overrun lost
-  // address events. The differences from the known set are reported.
-  Result<void> dump_addresses() {
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      std::set<std::pair<Ip, int>> got;
-      bool intr = false;
-      OPENIB_TRY(dump_once(got, intr));
-      if (intr) continue;  // NLM_F_DUMP_INTR: inconsistent, again
-      if (started) {
-        for (const auto& a : addrs)
-          if (!got.count(a)) report_addr(a.second, a.first, false);
-        for (const auto& a : got)
-          if (!addrs.count(a)) report_addr(a.second, a.first, true);
-      }
-      addrs = std::move(got);
-      return ok();
-    }
-    return err(EAGAIN, "RTM_GETADDR dump interrupted 3 times");
-  }
-
-  Result<void> dump_once(std::set<std::pair<Ip, int>>& got, bool& intr) {
-    mnl_socket* nl = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
-    if (!nl) return sys_err("netlink socket for the address dump");
-    struct Closer {
-      mnl_socket* nl;
-      ~Closer() { mnl_socket_close(nl); }
-    } closer{nl};
-    timeval tv{2, 0};  // a bound, not an expectation: the kernel answers at once
-    ::setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) return sys_err("netlink bind for the address dump");
-    alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
-    size_t len = rtnl::dump_addrs(msg, 1);
-    if (mnl_socket_sendto(nl, msg, len) < 0) return sys_err("RTM_GETADDR dump request");
-    std::vector<uint8_t> dbuf(MNL_SOCKET_BUFFER_SIZE * 4);
-    for (bool done = false; !done;) {
-      ssize_t n = mnl_socket_recvfrom(nl, dbuf.data(), dbuf.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return sys_err("RTM_GETADDR dump");
-      Result<void> r = ok();
-      rtnl::for_each_message({dbuf.data(), static_cast<size_t>(n)}, [&](const rtnl::Header& h, const rtnl::Message& m) {
-        if (h.flags & NLM_F_DUMP_INTR) intr = true;
-        if (std::holds_alternative<rtnl::Done>(m)) done = true;
-        if (auto* a = std::get_if<rtnl::Ack>(&m); a && a->error) {
-          r = err(a->error, "RTM_GETADDR dump refused");
-          done = true;
-        }
-        if (std::holds_alternative<rtnl::Malformed>(m)) ++counters.malformed;
-        if (auto* a = std::get_if<rtnl::Addr>(&m); a && !a->deleted && !(a->flags & IFA_F_DADFAILED))
-          got.insert({unscoped(a->addr), a->ifindex});
-      });
-      OPENIB_TRY(r);
-    }
-    return ok();
-  }
-
-  static Ip unscoped(Ip a) {
-    a.scope_id = 0;
-    return a;
-  }
-
   // ---- the answers to our requests ----
   void on_answers(std::span<const uint8_t> d) {
     rtnl::for_each_message(d, [&](const rtnl::Header& h, const rtnl::Message& m) {
@@ -328,9 +272,18 @@ struct Resolver::Impl {
         return finish(key, err(e, "route lookup for {}{} refused", res.dst.str(),
                                res.src ? " from " + res.src->str() : std::string()));
       case Ask::Neigh:  // ENOENT: the kernel has no entry yet
+        res.entry = false;
         if (res.phase == Phase::Neigh) trigger(res);
         return;
+      case Ask::Del:  // ENOENT: gone already
+        return;
       case Ask::Use:
+        // The entry came or went since we looked: the next try asks the
+        // other way (within max_tries).
+        if (e == EEXIST || e == ENOENT) {
+          res.entry = e == EEXIST;
+          return;
+        }
         if (!use_refused)
           log::get("arp")->warn("RTM_NEWNEIGH NTF_USE refused ({}): zero-length UDP datagrams trigger resolution instead",
                                 std::strerror(e));
@@ -360,7 +313,7 @@ struct Resolver::Impl {
     if (!link)
       return finish(key, err(ENODEV, "{} routes via {}, not an IPoIB interface", dst.str(), ifname(r.oif)));
     std::optional<Ip> src = res.src ? res.src : r.prefsrc;
-    if (!src) src = first_address(link->ifindex, dst.family);
+    if (!src) src = addrs.first(link->ifindex, dst.family);
     if (!src)
       return finish(key, err(EADDRNOTAVAIL, "{} routes via {}, which has no {} address", dst.str(),
                              ifname(r.oif), dst.family == AF_INET ? "IPv4" : "IPv6"));
@@ -406,16 +359,6 @@ struct Resolver::Impl {
     finish(key, out);
   }
 
-  std::optional<Ip> first_address(int ifindex, int family) const {
-    for (const auto& [a, i] : addrs)
-      if (i == ifindex && a.family == family) {
-        Ip s = a;
-        if (family == AF_INET6 && s.bytes[0] == 0xfe && (s.bytes[1] & 0xc0) == 0x80) s.scope_id = static_cast<uint32_t>(i);
-        return s;
-      }
-    return std::nullopt;
-  }
-
   void ask_neigh(Resolution& res) {
     alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
     send(msg, rtnl::get_neigh(msg, seq(), res.partial.ifindex, res.nexthop), res.key, Ask::Neigh);
@@ -430,10 +373,22 @@ struct Resolver::Impl {
   // A usable entry whose lladdr the bridge knows finishes the resolution.
   bool use_neigh(Resolution& res, const rtnl::Neigh& n) {
     res.note = fmt::format("neighbour {}", rtnl::state_name(n.state));
+    res.entry = true;
     if (!rtnl::usable_state(n.state) || n.lladdr.empty()) return false;
     auto gid = links.gid_of(n.ifindex, n.lladdr);
     if (!gid) {
       res.note = fmt::format("neighbour {} with lladdr {}, which maps to no GID", rtnl::state_name(n.state), hex(n.lladdr));
+      // A static entry (`ip neigh add ... nud permanent`) is not the
+      // kernel's to resolve again: no retry changes it.
+      if (n.state & (NUD_PERMANENT | NUD_NOARP)) {
+        finish(res.key, err(EHOSTUNREACH, "{} is unreachable: {} on {}", res.dst.str(), res.note, ifname(n.ifindex)));
+        return true;
+      }
+      // A dynamic one is stale beyond the kernel's knowing (the bridge
+      // gave the neighbour another MAC since): probing it would go to the
+      // old MAC (unicast, DELAY then PROBE) and fail seconds later.
+      // Deleted, the next try broadcasts.
+      res.foreign_lladdr = true;
       return false;
     }
     Resolved out = res.partial;
@@ -454,11 +409,18 @@ struct Resolver::Impl {
     ++res.tries;
     if (res.phase == Phase::Wait) ask_neigh(res);  // in case its event was lost
     res.phase = Phase::Wait;
+    if (res.foreign_lladdr) {
+      alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
+      send(msg, rtnl::del_neigh(msg, seq(), res.partial.ifindex, res.nexthop), res.key, Ask::Del);
+      res.foreign_lladdr = false;
+      res.entry = false;
+      res.deleting = true;
+    }
     if (use_refused) {
       udp_probe(res);
     } else {
       alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
-      send(msg, rtnl::neigh_use(msg, seq(), res.partial.ifindex, res.nexthop), res.key, Ask::Use);
+      send(msg, rtnl::neigh_use(msg, seq(), res.partial.ifindex, res.nexthop, !res.entry), res.key, Ask::Use);
     }
     arm(res);
   }
@@ -559,29 +521,26 @@ struct Resolver::Impl {
       if (p == pending.end()) continue;
       Resolution& res = *p->second;
       if (use_neigh(res, n)) continue;
-      if (n.state & NUD_FAILED) trigger(res);  // the kernel gave up: again now (bounded by max_tries)
+      if (!(n.state & NUD_FAILED)) continue;
+      // The kernel deletes an entry by making it FAILED first
+      // (neigh_delete): after our own deletion, that is no answer.
+      if (res.deleting) {
+        res.deleting = false;
+        continue;
+      }
+      trigger(res);  // the kernel gave up: again now (bounded by max_tries)
     }
   }
 
   void on_addr_event(const rtnl::Addr& a) {
-    std::pair<Ip, int> k{unscoped(a.addr), a.ifindex};
-    bool gone = a.deleted || (a.flags & IFA_F_DADFAILED);
-    bool changed = gone ? addrs.erase(k) > 0 : addrs.insert(k).second;
     drop_all();  // a new or lost address changes sources and local routes
-    if (changed) report_addr(a.ifindex, a.addr, !gone);
-  }
-
-  void report_addr(int ifindex, const Ip& a, bool added) {
-    if (!addr_change) return;
-    Ip shown = a;
-    if (a.family == AF_INET6 && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80) shown.scope_id = static_cast<uint32_t>(ifindex);
-    addr_change(ifindex, shown, added);
+    addrs.apply(a, addr_change);
   }
 
   void overrun(const char* which) {
     log::get("arp")->warn("rtnetlink overrun ({}): the cache is dropped and the addresses dumped again", which);
     drop_all();
-    if (auto r = dump_addresses(); !r) log::get("arp")->error("{}", r.error().str());
+    if (auto r = addrs.dump(&addr_change, counters.malformed); !r) log::get("arp")->error("{}", r.error().str());
     // Neighbour events may be lost: those waiting ask the kernel again.
     for (auto& [key, res] : pending)
       if (res->phase == Phase::Wait) ask_neigh(*res);
@@ -694,20 +653,11 @@ struct Resolver::Impl {
     });
   }
 
-  bool is_local_address(const Ip& a) const {
-    if (is_loopback(a)) return true;
-    Ip k = unscoped(a);
-    for (auto it = addrs.lower_bound({k, 0}); it != addrs.end() && it->first == k; ++it)
-      if (!a.scope_id || static_cast<uint32_t>(it->second) == a.scope_id) return true;
-    return false;
-  }
+  bool is_local_address(const Ip& a) const { return is_loopback(a) || !addrs.interfaces_of(a).empty(); }
 
   std::optional<Link> link_of_address(const Ip& a) const {
-    Ip k = unscoped(a);
-    for (auto it = addrs.lower_bound({k, 0}); it != addrs.end() && it->first == k; ++it) {
-      if (a.scope_id && static_cast<uint32_t>(it->second) != a.scope_id) continue;
-      if (auto l = links.link(it->second)) return l;
-    }
+    for (int ifindex : addrs.interfaces_of(a))
+      if (auto l = links.link(ifindex)) return l;
     return std::nullopt;
   }
 

@@ -214,13 +214,22 @@ size_t get_neigh(std::span<uint8_t> buf, uint32_t seq, int ifindex, const Ip& ad
   return nlh->nlmsg_len;
 }
 
-size_t neigh_use(std::span<uint8_t> buf, uint32_t seq, int ifindex, const Ip& addr) {
-  nlmsghdr* nlh = put_header(buf, RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK, seq);
+size_t neigh_use(std::span<uint8_t> buf, uint32_t seq, int ifindex, const Ip& addr, bool create) {
+  nlmsghdr* nlh = put_header(buf, RTM_NEWNEIGH, create ? NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK : NLM_F_ACK, seq);
   auto* nd = static_cast<ndmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ndmsg)));
   nd->ndm_family = static_cast<uint8_t>(addr.family);
   nd->ndm_ifindex = ifindex;
   nd->ndm_state = NUD_NONE;  // not PERMANENT: the entry stays the kernel's to age
   nd->ndm_flags = NTF_USE;
+  put_ip(nlh, NDA_DST, addr);
+  return nlh->nlmsg_len;
+}
+
+size_t del_neigh(std::span<uint8_t> buf, uint32_t seq, int ifindex, const Ip& addr) {
+  nlmsghdr* nlh = put_header(buf, RTM_DELNEIGH, NLM_F_ACK, seq);
+  auto* nd = static_cast<ndmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ndmsg)));
+  nd->ndm_family = static_cast<uint8_t>(addr.family);
+  nd->ndm_ifindex = ifindex;
   put_ip(nlh, NDA_DST, addr);
   return nlh->nlmsg_len;
 }

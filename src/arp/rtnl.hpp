@@ -79,10 +79,16 @@ constexpr size_t kRequestBytes = 256;
 size_t get_route(std::span<uint8_t> buf, uint32_t seq, const std::optional<Ip>& src, const Ip& dst);
 // RTM_GETNEIGH for one neighbour (the kernel's doit handler, Linux >= 5.0).
 size_t get_neigh(std::span<uint8_t> buf, uint32_t seq, int ifindex, const Ip& addr);
-// RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK, NTF_USE: what
-// `ip neigh replace ADDR dev IF use` sends; the kernel calls
-// neigh_event_send(), which starts ARP / ND for an entry not yet valid.
-size_t neigh_use(std::span<uint8_t> buf, uint32_t seq, int ifindex, const Ip& addr);
+// RTM_NEWNEIGH with NTF_USE and NLM_F_ACK: the kernel calls
+// neigh_event_send(), which starts ARP / ND for an entry not yet valid
+// (STALE: a unicast probe). `create`: NLM_F_CREATE | NLM_F_EXCL, for a
+// next hop without an entry (an existing one is left alone: EEXIST);
+// otherwise no flag, for an existing entry (none: ENOENT). Never
+// NLM_F_REPLACE, nor NTF_USE on a PERMANENT entry: Linux 6.x turns such
+// an entry INCOMPLETE, the administrator's lladdr lost.
+size_t neigh_use(std::span<uint8_t> buf, uint32_t seq, int ifindex, const Ip& addr, bool create);
+// RTM_DELNEIGH (NLM_F_ACK) for one neighbour: `ip neigh del ADDR dev IF`.
+size_t del_neigh(std::span<uint8_t> buf, uint32_t seq, int ifindex, const Ip& addr);
 // RTM_GETADDR, NLM_F_DUMP: every address of every interface.
 size_t dump_addrs(std::span<uint8_t> buf, uint32_t seq);
 

@@ -186,11 +186,11 @@ uint32_t CmaService::qkey_of(const Id& id) const {
 }
 
 uint32_t CmaService::token(uint32_t client, uint32_t qp) {
-  for (auto& [t, v] : tokens_)
-    if (v == std::pair{client, qp}) return t;
+  if (auto it = token_of_.find({client, qp}); it != token_of_.end()) return it->second;
   uint32_t t = next_token_++;
   while (t == 0 || tokens_.count(t)) t = next_token_++;
   tokens_[t] = {client, qp};
+  token_of_[{client, qp}] = t;
   return t;
 }
 
@@ -895,9 +895,9 @@ void CmaService::release(Id& id) {
   forget_cm(id);
   if (id.bound) ports_.unbind(owner_key(id.client, id.handle));
   id.bound = false;
-  for (auto it = tokens_.begin(); it != tokens_.end();) {
-    if (it->second.first == id.client && id.qp && it->second.second == id.qp) it = tokens_.erase(it);
-    else ++it;
+  if (auto it = token_of_.find({id.client, id.qp}); id.qp && it != token_of_.end()) {
+    tokens_.erase(it->second);
+    token_of_.erase(it);
   }
 }
 
@@ -914,9 +914,9 @@ void CmaService::client_gone(uint32_t client) {
   for (auto& [h, id] : s->second.ids) release(id);
   sessions_.erase(s);
   sa_.client_gone(client | kCmaJoinOwnerBit);
-  for (auto it = tokens_.begin(); it != tokens_.end();) {
-    if (it->second.first == client) it = tokens_.erase(it);
-    else ++it;
+  for (auto it = token_of_.lower_bound({client, 0}); it != token_of_.end() && it->first.first == client;) {
+    tokens_.erase(it->second);
+    it = token_of_.erase(it);
   }
 }
 

@@ -171,6 +171,7 @@ class CmaService {
   std::map<std::tuple<uint8_t, uint16_t, uint16_t>, CmListen> cm_listens_;  // (HCA port, ps, port)
   std::unordered_map<uint32_t, std::tuple<uint8_t, uint16_t, uint16_t>> listen_key_;  // CM listener -> key
   std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> tokens_;  // QP token -> (client, QP handle)
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> token_of_;          // (client, QP handle) -> token
   uint32_t next_token_ = 1;
   CmaServiceCounters counters_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -379,3 +379,88 @@ TEST_CASE("Requests the resolver cannot take fail with a clear error, later", "[
   CHECK(got->error().code == EAFNOSUPPORT);
   CHECK(f.fails("198.18.30.2", ip("fd00:198:18:30::1")).code == EINVAL);
 }
+
+TEST_CASE("A resolver destroyed with requests under way calls none of their callbacks", "[arp]") {
+  net();
+  boost::asio::io_context io;
+  FakeLinks links;
+  auto r = std::make_unique<Resolver>(io, links, Config{100ms, 3, 4096});
+  REQUIRE(r->start().ok());
+  bool unreachable_called = false;
+  r->resolve(std::nullopt, ip("198.18.30.97"), 10s, [&](Result<Resolved>) { unreachable_called = true; });
+  io.run_for(std::chrono::milliseconds(1));  // its route asked, its neighbour perhaps
+  r.reset();
+  io.restart();
+  io.run_for(std::chrono::milliseconds(500));  // past every timer the resolver had set
+  CHECK_FALSE(unreachable_called);
+  CHECK(io.stopped());  // nothing of the resolver's is left in the io_context
+}
+
+TEST_CASE("An overrun of the event socket drops the cache, is counted, and the addresses are dumped again", "[arp]") {
+  Fixture f;
+  std::vector<std::pair<std::string, bool>> changes;
+  f.resolver.set_addr_change_handler([&](int, const Ip& a, bool added) { changes.emplace_back(a.str(), added); });
+  f.ok("198.18.30.1");  // cached
+  // 1,024 addresses (and their local routes) on the other interface while
+  // the resolver does not read: more events than its socket holds. Then
+  // one on the link, whose event may or may not be among those lost.
+  std::string adds = "/tmp/sba-arp-adds." + std::to_string(::getpid());
+  std::string dels = adds + ".del";
+  struct Remove {
+    std::string path;
+    ~Remove() { std::remove(path.c_str()); }
+  } remove_adds{adds}, remove_dels{dels};
+  {
+    std::FILE* a = std::fopen(adds.c_str(), "w");
+    std::FILE* d = std::fopen(dels.c_str(), "w");
+    REQUIRE((a && d));
+    for (int i = 0; i < 1024; ++i) {
+      std::fprintf(a, "addr add 198.18.%d.%d/32 dev sbax0\n", 40 + i / 256, i % 256);
+      std::fprintf(d, "addr del 198.18.%d.%d/32 dev sbax0\n", 40 + i / 256, i % 256);
+    }
+    std::fprintf(a, "addr add 198.18.30.60/24 dev sbaa0\n");
+    std::fprintf(d, "addr del 198.18.30.60/24 dev sbaa0\n");
+    std::fclose(a);
+    std::fclose(d);
+  }
+  auto r = sh("ip -batch " + adds);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  REQUIRE(run_until(f.io, [&] { return f.resolver.counters().netlink_errors >= 1; }));
+  REQUIRE(run_until(f.io, [&] { return f.resolver.link_of_address(ip("198.18.30.60")).has_value(); }));
+  CHECK(f.resolver.counters().invalidations >= 1);
+  bool told = false;
+  for (const auto& c : changes) told |= c == std::pair<std::string, bool>("198.18.30.60", true);
+  CHECK(told);
+  auto again = f.resolve("198.18.30.1");
+  REQUIRE(again.ok());
+  CHECK(f.resolver.counters().kernel_resolutions == 2);  // not from the cache
+  CHECK(sh("ip -batch " + dels).status == 0);
+}
+
+TEST_CASE("A permanent neighbour entry is used as it is; one whose MAC has no GID fails at once, left as it was", "[arp]") {
+  Fixture f(Config{100ms, 3, 4096});
+  must("ip neigh replace 198.18.30.70 lladdr 02:00:00:18:30:02 dev sbaa0 nud permanent");
+  must("ip neigh replace 198.18.30.71 lladdr 02:00:00:18:30:99 dev sbaa0 nud permanent");
+  Resolved r = f.ok("198.18.30.70");  // nobody has it, but the table says who: no ARP
+  CHECK(r.dgid == kGidB);
+  Error e = f.fails("198.18.30.71");
+  CHECK(e.code == EHOSTUNREACH);
+  INFO(e.message);
+  CHECK(e.message.find("02:00:00:18:30:99, which maps to no GID") != std::string::npos);
+  CHECK(f.resolver.counters().retries == 0);
+  // The administrator's entry is untouched (NTF_USE would have made it INCOMPLETE).
+  CHECK(sh("ip neigh show 198.18.30.71 dev sbaa0").out.find("lladdr 02:00:00:18:30:99 PERMANENT") != std::string::npos);
+  must("ip neigh del 198.18.30.70 dev sbaa0");
+  must("ip neigh del 198.18.30.71 dev sbaa0");
+}
+
+TEST_CASE("A dynamic entry whose MAC has no GID is resolved afresh, with the right MAC", "[arp]") {
+  forget_neighbours();
+  Fixture f;
+  must("ip neigh replace 198.18.30.2 lladdr 02:00:00:18:30:77 dev sbaa0 nud stale");  // a MAC of no GID
+  Resolved r = f.ok("198.18.30.2");
+  CHECK(r.dgid == kGidB);
+  CHECK(f.resolver.counters().retries == 0);  // at the first try: no wait for the kernel's DELAY and PROBE
+  CHECK(sh("ip neigh show 198.18.30.2 dev sbaa0").out.find("02:00:00:18:30:02") != std::string::npos);
+}

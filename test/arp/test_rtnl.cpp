@@ -175,9 +175,11 @@ TEST_CASE("rtnl: the requests are what `ip route get` and `ip neigh replace ... 
   }
   CHECK(oif);
 
-  len = rtnl::neigh_use(buf, 10, 3, ip("198.18.30.2"));
+  len = rtnl::neigh_use(buf, 10, 3, ip("198.18.30.2"), true);
   CHECK(nlh->nlmsg_type == RTM_NEWNEIGH);
-  CHECK((nlh->nlmsg_flags & (NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK)) == (NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK));
+  CHECK(nlh->nlmsg_flags == (NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK));
+  rtnl::neigh_use(buf, 11, 3, ip("198.18.30.2"), false);
+  CHECK(nlh->nlmsg_flags == (NLM_F_REQUEST | NLM_F_ACK));  // never NLM_F_REPLACE
   auto* nd = static_cast<ndmsg*>(mnl_nlmsg_get_payload(nlh));
   CHECK(nd->ndm_flags == NTF_USE);
   CHECK(nd->ndm_ifindex == 3);

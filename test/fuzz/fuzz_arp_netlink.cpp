@@ -68,7 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     alignas(nlmsghdr) uint8_t buf[rtnl::kRequestBytes];
     round_trip({buf, rtnl::get_route(buf, seq, (data[0] & 2) ? std::optional<Ip>(a) : std::nullopt, a)}, seq);
     round_trip({buf, rtnl::get_neigh(buf, seq, data[18], a)}, seq);
-    round_trip({buf, rtnl::neigh_use(buf, seq, data[19], a)}, seq);
+    round_trip({buf, rtnl::neigh_use(buf, seq, data[19], a, data[0] & 4)}, seq);
+    round_trip({buf, rtnl::del_neigh(buf, seq, data[20], a)}, seq);
     round_trip({buf, rtnl::dump_addrs(buf, seq)}, seq);
   }
   return 0;

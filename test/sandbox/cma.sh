@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Issue 18: address resolution and the RDMA CM (docs/arp.md, docs/cma.md) on
+# the sandbox (net.2sw2path4hca, Debian's OpenSM) with IPoIB up on every
+# host; the peers are named by the IP addresses of their ib0:
+#  - openib-rping across both switches, data verified; openib-udaddy (UD
+#    through SIDR); openib-mckey (one sender, three receivers);
+#  - an address nobody has -> ADDR_ERROR after the ARP module's retries; a
+#    port nobody listens on -> REJECTED; the server killed mid-transfer ->
+#    DISCONNECTED on the client; an address removed from ib0 -> ADDR_CHANGE
+#    on the id bound to it;
+#  - 1,000 concurrent connects to one listener (openib-cmtime), all
+#    established and torn down, no id left in either ibd;
+#  - an unprivileged client binding port 100 -> EACCES; two binds of one
+#    port -> EADDRINUSE.
+#   cma.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
+# shellcheck source=lib.sh
+source "$here/lib.sh"
+sandbox_test sbx 198.18.32 cma-test
+# 1,000 connections: more QPs per client and uid than the default quota.
+export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0 --client-max-qps 4000 --uid-max-qps 4000"
+ex=$build/examples
+bg_pids=()
+cleanup_cma() {
+  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  sandbox_cleanup
+}
+trap cleanup_cma EXIT
+hosts=(Hca1 Hca2 Hca3 Hca4)
+declare -A ip4
+for i in 1 2 3 4; do ip4[Hca$i]=198.19.32.$((10 + i)); done
+log_of() { echo "$OPENIB_SANDBOX/$1.log"; }
+# bg NAME HOST CMD...: CMD in HOST's namespace in the background, output in log_of NAME; sets bg.
+bg() {
+  local name=$1 host=$2
+  shift 2
+  bash "$sandbox" run "$host" "$@" >"$(log_of "$name")" 2>&1 &  # execs: $! is the command
+  bg=$!
+  bg_pids+=("$bg")
+}
+# waitfor NAME TEXT [TRIES]: until the log shows TEXT (0.1 s apart).
+waitfor() {
+  for _ in $(seq "${3:-300}"); do grep -q -- "$2" "$(log_of "$1")" 2>/dev/null && return 0; sleep 0.1; done
+  fail "$1 never printed '$2': $(cat "$(log_of "$1")")"
+}
+# finish NAME PID: waits for PID (bounded by the example's own timeouts); its status in rc.
+finish() {
+  rc=0
+  wait "$2" || rc=$?
+}
+cma_counters() { ibdctl_counters "$1" | grep -E '^(cma|arp)\.' | grep -v ' 0$' | tr '\n' ' '; }
+until_ok() {
+  local n=$1
+  shift
+  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  return 1
+}
+carrier() { sb run "$1" cat /sys/class/net/ib0/carrier 2>/dev/null || echo none; }
+has_carrier() { [[ $(carrier "$1") == 1 ]]; }
+has_ib0() { sb run "$1" ip link show ib0; }
+
+sb up "$topo" --sm Hca1 || fail "sandbox up"
+for h in "${hosts[@]}"; do
+  until_ok 150 has_ib0 "$h" || fail "$h: no ib0"
+  sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
+  sb run "$h" ip link set ib0 up
+  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier"
+done
+ok "ib0 up with an address on every host"
+
+# --- rping across both switches, by IP address, data verified --------------
+bg rping-server Hca2 "$ex/openib-rping" -s -a "${ip4[Hca2]}" -p 7174 -V
+srv=$bg
+waitfor rping-server "listening on"
+out=$(sb run Hca1 "$ex/openib-rping" -c -a "${ip4[Hca2]}" -p 7174 -C 200 -S 4096 -V -v 2>&1) ||
+  fail "rping client: $out
+server: $(cat "$(log_of rping-server)")
+Hca1: $(cma_counters Hca1)
+Hca2: $(cma_counters Hca2)"
+finish rping-server "$srv"
+((rc == 0)) || fail "rping server exited $rc: $(cat "$(log_of rping-server)")"
+grep -q 'ping data: rdma-ping-199: ' <<<"$out" || fail "rping -v printed no 200th ping: $(tail -3 <<<"$out")"
+grep -q '200 iterations' <<<"$out" || fail "rping client's summary: $(tail -3 <<<"$out")"
+ok "rping Hca1 -> ${ip4[Hca2]}:7174 (across both switches): 200 x 4 KiB verified: $(tail -1 <<<"$out")"
+
+# --- udaddy: UD through SIDR -------------------------------------------------
+bg udaddy-server Hca2 "$ex/openib-udaddy" -b "${ip4[Hca2]}" -p 7175 -C 50
+srv=$bg
+waitfor udaddy-server "listening on"
+out=$(sb run Hca3 "$ex/openib-udaddy" -s "${ip4[Hca2]}" -p 7175 -C 50 2>&1) ||
+  fail "udaddy client: $out
+server: $(cat "$(log_of udaddy-server)")"
+finish udaddy-server "$srv"
+((rc == 0)) || fail "udaddy server exited $rc: $(cat "$(log_of udaddy-server)")"
+grep -q 'Q_Key 0x01234567' <<<"$out" || fail "udaddy: Q_Key not RDMA_UDP_QKEY: $out"
+ok "udaddy Hca3 -> ${ip4[Hca2]}:7175: $(tail -1 <<<"$out")"
+
+# --- mckey: one sender, three receivers ----------------------------------------
+group=239.1.2.3
+rpids=()
+for h in Hca2 Hca3 Hca4; do
+  bg "mckey-$h" "$h" "$ex/openib-mckey" -m "$group" -b "${ip4[$h]}" -C 100 --timeout 20
+  rpids+=("$bg")
+done
+for h in Hca2 Hca3 Hca4; do waitfor "mckey-$h" "joined"; done
+out=$(sb run Hca1 "$ex/openib-mckey" -s -m "$group" -b "${ip4[Hca1]}" -C 100 --start-delay 500 2>&1) ||
+  fail "mckey sender: $out"
+i=0
+for h in Hca2 Hca3 Hca4; do
+  finish "mckey-$h" "${rpids[$i]}"
+  i=$((i + 1))
+  ((rc == 0)) || fail "mckey receiver on $h exited $rc: $(cat "$(log_of "mckey-$h")")"
+  grep -q 'received 100 of 100' "$(log_of "mckey-$h")" || fail "mckey on $h: $(cat "$(log_of "mckey-$h")")"
+done
+ok "mckey $group: 100 messages from Hca1 received whole on Hca2, Hca3, Hca4"
+
+# --- errors -----------------------------------------------------------------------
+t0=$(date +%s)
+out=$(sb run Hca1 "$ex/openib-rping" -c -a 198.19.32.99 -p 7174 -C 1 2>&1) && fail "rping to nobody succeeded: $out"
+t1=$(date +%s)
+grep -q 'RDMA_CM_EVENT_ADDR_ERROR' <<<"$out" || fail "rping to nobody: $out"
+arp_retries=$(counter Hca1 arp.retries)
+((arp_retries >= 2)) || fail "ARP retried $arp_retries times: $(cma_counters Hca1)"
+ok "198.19.32.99 (nobody): ADDR_ERROR after $((t1 - t0)) s and $arp_retries retries: $(grep ADDR_ERROR <<<"$out" | head -1)"
+
+out=$(sb run Hca1 "$ex/openib-rping" -c -a "${ip4[Hca3]}" -p 7999 -C 1 2>&1) && fail "rping to a closed port succeeded: $out"
+grep -q 'RDMA_CM_EVENT_REJECTED' <<<"$out" || fail "rping to a closed port: $out"
+ok "port 7999 with no listener: $(grep REJECTED <<<"$out" | head -1)"
+
+# The server killed mid-transfer: the client hears DISCONNECTED.
+bg rping-victim Hca4 "$ex/openib-rping" -s -a "${ip4[Hca4]}" -p 7176
+victim=$bg
+waitfor rping-victim "listening on"
+bg rping-long Hca1 "$ex/openib-rping" -c -a "${ip4[Hca4]}" -p 7176 -C 1000000 -S 1024 -v
+long=$bg
+waitfor rping-long 'rdma-ping-50:' 300
+kill -9 "$victim"
+finish rping-long "$long"
+((rc != 0)) || fail "rping client survived its server's death: $(tail -3 "$(log_of rping-long)")"
+grep -q 'server disconnected' "$(log_of rping-long)" ||
+  fail "rping client after its server died (no DISCONNECTED event): $(tail -c 600 "$(log_of rping-long)")"
+for _ in $(seq 50); do [[ $(counter Hca4 cma.ids) == 0 ]] && break; sleep 0.1; done
+[[ $(counter Hca4 cma.ids) == 0 ]] || fail "the killed server's ibd holds $(counter Hca4 cma.ids) RDMA CM ids"
+ok "server SIGKILLed mid-transfer: its ids torn down (cma.ids 0 on Hca4), the client got DISCONNECTED ($(grep -c 'ping data' "$(log_of rping-long)") pings before)"
+
+# An address removed from ib0: the id bound to it gets ADDR_CHANGE.
+sb run Hca3 ip addr add 198.19.32.53/24 dev ib0
+bg rping-bound Hca3 "$ex/openib-rping" -s -a 198.19.32.53 -p 7177 --timeout 30
+bound=$bg
+waitfor rping-bound "listening on"
+sb run Hca3 ip addr del 198.19.32.53/24 dev ib0
+waitfor rping-bound 'RDMA_CM_EVENT_ADDR_CHANGE' 100
+kill "$bound" 2>/dev/null || true
+ok "198.19.32.53 removed from Hca3's ib0: the listener bound to it got ADDR_CHANGE"
+
+# Ports: below 1024 for root only; one port, one bind.
+out=$(sb run Hca2 setpriv --reuid=65534 --regid=65534 --clear-groups "$ex/openib-rping" -s -a "${ip4[Hca2]}" -p 100 2>&1) &&
+  fail "an unprivileged client bound port 100: $out"
+grep -q 'Permission denied\|EACCES' <<<"$out" || fail "unprivileged bind of port 100: $out"
+ok "an unprivileged client binding port 100: $(grep -m1 'denied\|EACCES' <<<"$out")"
+bg rping-first Hca2 "$ex/openib-rping" -s -a "${ip4[Hca2]}" -p 7178 --timeout 30
+first=$bg
+waitfor rping-first "listening on"
+out=$(sb run Hca2 "$ex/openib-rping" -s -p 7178 2>&1) && fail "a second bind of port 7178 succeeded: $out"
+grep -q 'Address already in use\|EADDRINUSE' <<<"$out" || fail "a second bind of port 7178: $out"
+kill "$first" 2>/dev/null || true
+ok "a second bind of port 7178 (wildcard over ${ip4[Hca2]}): $(grep -m1 'in use\|EADDRINUSE' <<<"$out")"
+
+# --- 1,000 concurrent connects to one listener ----------------------------------------
+bg cmtime-server Hca2 "$ex/openib-cmtime" -b "${ip4[Hca2]}" -p 7471 -c 1000 --timeout 60
+srv=$bg
+waitfor cmtime-server "listening on"
+out=$(sb run Hca1 "$ex/openib-cmtime" -s "${ip4[Hca2]}" -p 7471 -c 1000 --timeout 60 2>&1) ||
+  fail "cmtime client: $out
+server: $(tail -5 "$(log_of cmtime-server)")
+Hca1: $(cma_counters Hca1)
+Hca2: $(cma_counters Hca2)"
+finish cmtime-server "$srv"
+((rc == 0)) || fail "cmtime server exited $rc: $(tail -5 "$(log_of cmtime-server)")"
+for h in Hca1 Hca2; do
+  for c in cma.ids cm.ids; do
+    n=$(counter "$h" "$c")
+    [[ $n == 0 ]] || fail "$h holds $n $c after the 1,000 connections"
+  done
+done
+ok "1,000 concurrent connects Hca1 -> ${ip4[Hca2]}:7471 established and torn down; no id left: $(grep -m1 'conn/s' <<<"$out")"
