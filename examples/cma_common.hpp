@@ -28,6 +28,13 @@ struct CmaEnv {
   std::deque<RdmaCmEvent> held;  // events read while another was awaited
 };
 
+// "10 s", "2.5 s": the bound of a wait, for messages.
+inline std::string secs(const CmaEnv& e) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g s", e.timeout_ms / 1000.);
+  return b;
+}
+
 inline CmaEnv cma_open(const std::string& socket, double timeout_s) {
   if (!(timeout_s > 0)) die("--timeout must be positive");
   CmaEnv e;
@@ -63,7 +70,7 @@ inline std::optional<RdmaCmEvent> try_event(CmaEnv& e, int timeout_ms, const std
   if (ev) return std::move(*ev);
   if (ev.error().code == ETIMEDOUT && may_time_out) return std::nullopt;
   if (ev.error().code == ETIMEDOUT)
-    die(what + ": no event within " + std::to_string(e.timeout_ms / 1000.) + " s");
+    die(what + ": no event within " + secs(e));
   die(what + ": " + ev.error().str());
 }
 inline RdmaCmEvent next_event(CmaEnv& e, const std::string& what) { return *try_event(e, -1, what, false); }
@@ -159,7 +166,7 @@ std::optional<Wc> poll_wc(CmaEnv& e, Cq& cq, Idle&& idle) {
 }
 inline Wc wait_wc(CmaEnv& e, Cq& cq, const std::string& what) {
   auto wc = poll_wc(e, cq, [] { return true; });
-  if (!wc) die(what + ": no completion within " + std::to_string(e.timeout_ms / 1000.) + " s");
+  if (!wc) die(what + ": no completion within " + secs(e));
   if (wc->status != kWcSuccess) die(what + ": " + wc_status_str(wc->status));
   return *wc;
 }

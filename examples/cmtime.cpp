@@ -106,7 +106,7 @@ class Client {
       auto ev = try_event(e_, -1, st.label, true);
       if (!ev)
         die(std::string("cmtime: ") + st.label + ": " + std::to_string(done) + " of " + std::to_string(nodes_.size()) +
-            " done, then no event for " + std::to_string(o_.timeout_s) + " s");
+            " done, then no event for " + secs(e_));
       if (ev->type == RdmaCmEventType::kTimewaitExit) continue;
       auto it = index_.find(ev->id);
       if (it == index_.end()) die(std::string("cmtime: ") + st.label + ": " + event_str(*ev) + " for an unknown id");
@@ -168,7 +168,7 @@ int server(CmaEnv& e, const Opts& o) {
     auto ev = try_event(e, -1, "serving", true);
     if (!ev) {
       if (o.serve_forever && qps.empty()) continue;
-      die("cmtime: server: no event for " + std::to_string(o.timeout_s) + " s: " + std::to_string(requests) +
+      die("cmtime: server: no event for " + secs(e) + ": " + std::to_string(requests) +
           " requests, " + std::to_string(established) + " established, " + std::to_string(done) + " of " +
           std::to_string(o.conns) + " done, " + std::to_string(qps.size()) + " open");
     }

@@ -111,7 +111,7 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
       }
       if (ev->id == c.id && ev->type == RdmaCmEventType::kDisconnected) {
         c.gone = c.peer_ended = true;
-        c.why = "disconnected";
+        c.why = "disconnect event";
         return false;
       }
       e.held.push_back(std::move(*ev));
@@ -119,14 +119,15 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
     };
     auto wc = poll_wc(e, *c.cq, idle);
     if (!wc) {
-      if (!c.gone) c.why = "no completion within " + std::to_string(e.timeout_ms / 1000.) + " s";
+      if (!c.gone) c.why = "no completion within " + secs(e);
       c.gone = true;
       return false;
     }
     if (wc->status != kWcSuccess) {
       c.gone = true;
       c.peer_ended = wc->status == kWcWrFlushErr;
-      c.why = std::string(wc_status_str(wc->status)) + " (wr_id " + std::to_string(wc->wr_id) + ")";
+      c.why = c.peer_ended ? "work requests flushed"
+                           : std::string(wc_status_str(wc->status)) + " (wr_id " + std::to_string(wc->wr_id) + ")";
       // Flushed: ibd moved the QP to ERROR because the connection ended;
       // the id's event (DISCONNECTED) says so, at most a timeout later.
       while (c.peer_ended) {
@@ -136,7 +137,7 @@ bool wait_for(CmaEnv& e, Conn& c, uint64_t wr_id) {
           e.held.push_back(std::move(*ev));
           continue;
         }
-        if (ev->type == RdmaCmEventType::kDisconnected) c.why = "disconnected";
+        if (ev->type == RdmaCmEventType::kDisconnected) c.why = "disconnect event";
         break;
       }
       return false;
@@ -237,7 +238,7 @@ int server(CmaEnv& e, const Opts& o) {
   while (served < o.serve) {
     auto got = try_event(e, -1, "waiting for a connection", true);
     if (!got)
-      die("rping: no connection request within " + std::to_string(o.timeout_s) + " s (" + std::to_string(served) +
+      die("rping: no connection request within " + secs(e) + " (" + std::to_string(served) +
           " of " + std::to_string(o.serve) + " served)");
     RdmaCmEvent ev = std::move(*got);
     if (ev.type != RdmaCmEventType::kConnectRequest) {  // an old connection's late events, ADDR_CHANGE ...
@@ -266,8 +267,8 @@ int server(CmaEnv& e, const Opts& o) {
     }
     bool clean = false;
     const int n = serve_conn(e, o, c, clean);
-    // The client ended it between iterations: done (unless -C says it stopped short).
-    if (clean && n > 0 && (o.count == 0 || n >= o.count)) {
+    // The client ended it between iterations: done (unless it did not do -C's iterations).
+    if (clean && n > 0 && (o.count == 0 || n == o.count)) {
       std::printf("rping: %d iterations%s\n", n, o.verify ? ", verified" : "");
       ++served;
     } else {
@@ -306,11 +307,11 @@ int client(CmaEnv& e, const Opts& o) {
     post_recv(*c.qp, *c.ctl, 0, kInfoBytes, kRecvWrid);
     post_send(c, {reinterpret_cast<uint64_t>(start), bufs->rkey(), uint32_t(size)});
     if (!wait_for(e, c, kSendWrid) || !wait_for(e, c, kRecvWrid))
-      die("rping: iteration " + std::to_string(n) + ": server " + c.why);
+      die("rping: iteration " + std::to_string(n) + ": " + (c.peer_ended ? "server disconnected (" + c.why + ")" : c.why));
     post_recv(*c.qp, *c.ctl, 0, kInfoBytes, kRecvWrid);
     post_send(c, {reinterpret_cast<uint64_t>(sink), bufs->rkey(), uint32_t(size)});
     if (!wait_for(e, c, kSendWrid) || !wait_for(e, c, kRecvWrid))
-      die("rping: iteration " + std::to_string(n) + ": server " + c.why);
+      die("rping: iteration " + std::to_string(n) + ": " + (c.peer_ended ? "server disconnected (" + c.why + ")" : c.why));
     if (o.verbose) std::printf("ping data: %s\n", reinterpret_cast<const char*>(sink));
     if (std::memcmp(start, sink, size) != 0) {
       size_t at = 0;
@@ -339,7 +340,7 @@ int main(int argc, char** argv) {
   app.add_option("-a,--addr", o.addr, "server: the address to bind (default: any); client: the server's");
   app.add_option("-I,--bind", o.bind, "client: the source address");
   app.add_option("-p,--port", o.port, "port (default 7174)");
-  app.add_option("-C,--count", o.count, "client: iterations (default 10); server: expected iterations (0: any)");
+  app.add_option("-C,--count", o.count, "client: iterations (default 10); server: the iterations a client must do (default: any)");
   app.add_option("-S,--size", o.size, "client: ping buffer size (default 64, at least 32)");
   app.add_flag("-v,--verbose", o.verbose, "print each ping's data");
   app.add_flag("-V,--verify", o.verify, "verify the data (exit 1 on a mismatch)");

@@ -319,6 +319,17 @@ int cm_command(int fd, bool as_json) {
   return 0;
 }
 
+// enum rdma_port_space's names (docs/cma.md "Wire").
+std::string port_space_name(unsigned ps) {
+  switch (ps) {
+    case proto::kRdmaPsTcp: return "tcp";
+    case proto::kRdmaPsUdp: return "udp";
+    case proto::kRdmaPsIb: return "ib";
+    case proto::kRdmaPsIpoib: return "ipoib";
+    default: return std::to_string(ps);
+  }
+}
+
 // `cma`: the RDMA CM (CMA_INFO, docs/cma.md "In ibd"). Whatever CMA_INFO
 // reports, generically: its numbers first, then each object as key/value
 // lines and each list of objects as a table (the columns every row has).
@@ -338,17 +349,31 @@ int cma_command(int fd, bool as_json) {
       for (const auto& [k2, v2] : v.items()) flat[k2] = v2.is_structured() ? json(v2.dump()) : v2;
       key_values(flat);
     } else if (v.is_array()) {
+      // An id's usual fields first, in this order; then the rest.
       std::vector<std::string> cols;
-      for (const auto& row : v)
-        if (row.is_object())
-          for (const auto& [k2, v2] : row.items())
-            if (std::find(cols.begin(), cols.end(), k2) == cols.end()) cols.push_back(k2);
+      for (const char* c : {"id", "client", "state", "ps", "port", "src", "dst", "qpn"})
+        for (const auto& row : v)
+          if (row.is_object() && row.contains(c)) {
+            cols.push_back(c);
+            break;
+          }
+      json rows = json::array();
+      for (const auto& row : v) {
+        if (!row.is_object()) continue;
+        json r = row;
+        for (const auto& [k2, v2] : row.items()) {
+          if (std::find(cols.begin(), cols.end(), k2) == cols.end()) cols.push_back(k2);
+          if (v2.is_string() && v2.get<std::string>().empty()) r[k2] = nullptr;  // "-"
+        }
+        if (r.contains("ps") && r["ps"].is_number_unsigned()) r["ps"] = port_space_name(r["ps"].get<unsigned>());
+        rows.push_back(std::move(r));
+      }
       std::printf("\n%s:\n", k.c_str());
       if (cols.empty()) {
         for (const auto& row : v) std::printf("%s\n", cell(row).c_str());
         continue;
       }
-      table(v, cols);
+      table(rows, cols);
     }
   }
   return 0;
