@@ -29,7 +29,7 @@ build=$(cd "$build" && pwd)
 [[ $(id -u) == 0 ]] || { echo "cma.sh: must run as root" >&2; exit 1; }
 here=$bench/../test/sandbox
 # shellcheck source=../test/sandbox/lib.sh
-source "$here/lib.sh"  # sb, counter; fail, ok
+source "$here/lib.sh"  # sb, counter, ib0_up; fail, ok
 sandbox_test sbb 198.18.33 cma-bench
 export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0 --client-max-qps 12000 --uid-max-qps 12000"
 topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
@@ -42,12 +42,7 @@ cleanup_bench() {
 trap cleanup_bench EXIT
 
 sb up "$topo" --sm Hca1 >/dev/null || fail "sandbox up"
-for h in 1 2; do
-  for _ in $(seq 150); do sb run Hca$h ip link show ib0 >/dev/null 2>&1 && break; sleep 0.2; done
-  sb run Hca$h ip addr add 198.19.33.$h/24 dev ib0
-  sb run Hca$h ip link set ib0 up
-  for _ in $(seq 150); do [[ $(sb run Hca$h cat /sys/class/net/ib0/carrier 2>/dev/null) == 1 ]] && break; sleep 0.2; done
-done
+for h in 1 2; do ib0_up Hca$h 198.19.33.$h/24; done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # cmtime_run: one client run against a fresh server; its JSON.

@@ -109,10 +109,7 @@ Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
       if (!m.body.empty()) return err(EINVAL, "CMA_INFO takes no body");
       const std::string text = cma_->json();
       if (text.size() > proto::kMaxMessage - proto::kHeaderSize - 64) return err(EMSGSIZE, "RDMA CM state too large");
-      Reply r;
-      r.payload.resize(text.size());
-      std::memcpy(r.payload.data(), text.data(), text.size());
-      done(std::move(r));
+      done(Reply::text(text));
       return ok();
     }
     default: break;

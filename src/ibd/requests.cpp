@@ -622,10 +622,7 @@ void Server::info_ports(uint32_t id, uint32_t flags, std::vector<std::optional<h
     Client* cl = client(id);
     if (!cl) return done(err(ENOTCONN, "client gone"));
     const std::string text = info_json(*cl, flags, got);
-    Reply r;
-    r.payload.resize(text.size());
-    std::memcpy(r.payload.data(), text.data(), text.size());
-    return done(std::move(r));
+    return done(Reply::text(text));
   }
   hca_.query_port_async(port, guard<hca::PortAttr>([this, id, flags, got = std::move(got),
                                                     done = std::move(done)](Result<hca::PortAttr> r) mutable {
@@ -775,10 +772,7 @@ Result<Server::Reply> Server::op_path_list(Client& c, proto::Message& m) {
   OPENIB_TRY(expect_fds(m, 0));
   // The reply's header and status word come on top of the text.
   const std::string text = sa_->list_json(req.port, req.start, proto::kMaxMessage - proto::kHeaderSize - 64);
-  Reply r;
-  r.payload.resize(text.size());
-  std::memcpy(r.payload.data(), text.data(), text.size());
-  return r;
+  return Reply::text(text);
 }
 
 // PATH_FLUSH: management, as the user-MAD service (root or CAP_NET_ADMIN,
@@ -809,10 +803,7 @@ Result<Server::Reply> Server::op_ipoib_info(Client& c, proto::Message& m) {
   if (!m.body.empty()) return err(EINVAL, "IPOIB_INFO takes no body");
   OPENIB_TRY(expect_fds(m, 0));
   const std::string text = ipoib_->json(proto::kMaxMessage - proto::kHeaderSize - 64);
-  Reply r;
-  r.payload.resize(text.size());
-  std::memcpy(r.payload.data(), text.data(), text.size());
-  return r;
+  return Reply::text(text);
 }
 
 }  // namespace openib::ibd
@@ -901,10 +892,7 @@ Result<void> Server::op_cm(Client& c, proto::Message& m, Respond& done) {
       if (!m.body.empty()) return err(EINVAL, "CM_INFO takes no body");
       const std::string text = cm_->json();
       if (text.size() > proto::kMaxMessage - proto::kHeaderSize - 64) return err(EMSGSIZE, "CM state too large");
-      Reply r;
-      r.payload.resize(text.size());
-      std::memcpy(r.payload.data(), text.data(), text.size());
-      done(std::move(r));
+      done(Reply::text(text));
       return ok();
     }
     default: break;

@@ -4,6 +4,9 @@
 // routed to their owners, INFO. Single-threaded on one io_context.
 #pragma once
 
+#include <cstring>
+#include <string_view>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -102,6 +105,13 @@ class Server {
   struct Reply {
     proto::Bytes payload;
     std::vector<UniqueFd> fds;
+    // A reply of UTF-8 text (INFO, CM_INFO, CMA_INFO, ...).
+    static Reply text(std::string_view t) {
+      Reply r;
+      r.payload.resize(t.size());
+      if (!t.empty()) std::memcpy(r.payload.data(), t.data(), t.size());
+      return r;
+    }
   };
   struct Owner {
     uint32_t client = 0, handle = 0;

@@ -24,52 +24,23 @@ sandbox_test sbx 198.18.32 cma-test
 # 1,000 connections: more QPs per client and uid than the default quota.
 export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0 --client-max-qps 4000 --uid-max-qps 4000"
 ex=$build/examples
-bg_pids=()
 cleanup_cma() {
-  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  kill_bg
   sandbox_cleanup
 }
 trap cleanup_cma EXIT
 hosts=(Hca1 Hca2 Hca3 Hca4)
 declare -A ip4
 for i in 1 2 3 4; do ip4[Hca$i]=198.19.32.$((10 + i)); done
-log_of() { echo "$OPENIB_SANDBOX/$1.log"; }
-# bg NAME HOST CMD...: CMD in HOST's namespace in the background, output in log_of NAME; sets bg.
-bg() {
-  local name=$1 host=$2
-  shift 2
-  bash "$sandbox" run "$host" "$@" >"$(log_of "$name")" 2>&1 &  # execs: $! is the command
-  bg=$!
-  bg_pids+=("$bg")
-}
-# waitfor NAME TEXT [TRIES]: until the log shows TEXT (0.1 s apart).
-waitfor() {
-  for _ in $(seq "${3:-300}"); do grep -q -- "$2" "$(log_of "$1")" 2>/dev/null && return 0; sleep 0.1; done
-  fail "$1 never printed '$2': $(cat "$(log_of "$1")")"
-}
 # finish NAME PID: waits for PID (bounded by the example's own timeouts); its status in rc.
 finish() {
   rc=0
   wait "$2" || rc=$?
 }
 cma_counters() { ibdctl_counters "$1" | grep -E '^(cma|arp)\.' | grep -v ' 0$' | tr '\n' ' '; }
-until_ok() {
-  local n=$1
-  shift
-  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-  return 1
-}
-carrier() { sb run "$1" cat /sys/class/net/ib0/carrier 2>/dev/null || echo none; }
-has_carrier() { [[ $(carrier "$1") == 1 ]]; }
-has_ib0() { sb run "$1" ip link show ib0; }
 
 sb up "$topo" --sm Hca1 || fail "sandbox up"
-for h in "${hosts[@]}"; do
-  until_ok 150 has_ib0 "$h" || fail "$h: no ib0"
-  sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
-  sb run "$h" ip link set ib0 up
-  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier"
-done
+for h in "${hosts[@]}"; do ib0_up "$h" "${ip4[$h]}/24"; done
 ok "ib0 up with an address on every host"
 
 # --- rping across both switches, by IP address, data verified --------------

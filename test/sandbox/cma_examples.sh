@@ -17,26 +17,11 @@ source "$here/lib.sh"
 sandbox_test sbe 198.18.31.0/25 cma-examples-test
 export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0"
 ex=$build/examples
-bg_pids=()
 cleanup_cma() {
-  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  kill_bg
   sandbox_cleanup
 }
 trap cleanup_cma EXIT
-log_of() { echo "$OPENIB_SANDBOX/$1.log"; }
-# bg NAME HOST CMD...: in the background, output in log_of NAME; sets bg.
-bg() {
-  local name=$1 host=$2
-  shift 2
-  bash "$sandbox" run "$host" "$@" >"$(log_of "$name")" 2>&1 &  # execs: $! is the command
-  bg=$!
-  bg_pids+=("$bg")
-}
-# waitfor NAME TEXT [TRIES]: until the log shows TEXT (0.1 s apart).
-waitfor() {
-  for _ in $(seq "${3:-300}"); do grep -q -- "$2" "$(log_of "$1")" 2>/dev/null && return 0; sleep 0.1; done
-  fail "$1 never printed '$2': $(cat "$(log_of "$1")")"
-}
 # fg HOST CMD...: in the foreground (at most 120 s); output in out, status in rc.
 fg() {
   local host=$1
@@ -44,14 +29,6 @@ fg() {
   rc=0
   out=$(sb run "$host" timeout 120 "$@" 2>&1) || rc=$?
 }
-until_ok() {
-  local n=$1
-  shift
-  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-  return 1
-}
-has_ib0() { sb run "$1" ip link show ib0; }
-has_carrier() { [[ $(sb run "$1" cat /sys/class/net/ib0/carrier 2>/dev/null) == 1 ]]; }
 ping4() { sb run "$1" ping -c 1 -W 1 "$2"; }
 
 hosts=(Hca1 Hca2 Hca3 Hca4)
@@ -59,12 +36,7 @@ declare -A ip
 for i in 1 2 3 4; do ip[Hca$i]=198.18.31.$((130 + i)); done
 
 sb up "$topo" --sm Hca1 || fail "sandbox up"
-for h in "${hosts[@]}"; do
-  until_ok 150 has_ib0 "$h" || fail "$h: no ib0"
-  sb run "$h" ip addr add "${ip[$h]}/25" dev ib0
-  sb run "$h" ip link set ib0 up
-  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier"
-done
+for h in "${hosts[@]}"; do ib0_up "$h" "${ip[$h]}/25"; done
 until_ok 25 ping4 Hca1 "${ip[Hca2]}" || fail "no ping Hca1 -> Hca2"
 ok "ib0 up with an address on every host"
 

@@ -95,3 +95,39 @@ $theirs"
 $mine
 $theirs"
 }
+
+# Commands in the hosts' namespaces in the background (the RDMA CM tests):
+# bg NAME HOST CMD... runs CMD there with its output in log_of NAME and its
+# PID in bg; kill_bg (in the test's EXIT trap) ends those still running;
+# waitfor NAME TEXT [TRIES] waits (0.1 s apart) until the output shows TEXT.
+bg_pids=()
+log_of() { echo "$OPENIB_SANDBOX/$1.log"; }
+bg() {
+  local name=$1 host=$2
+  shift 2
+  bash "$sandbox" run "$host" "$@" >"$(log_of "$name")" 2>&1 &  # execs: $! is the command
+  bg=$!
+  bg_pids+=("$bg")
+}
+kill_bg() { for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+waitfor() {
+  for _ in $(seq "${3:-300}"); do grep -q -- "$2" "$(log_of "$1")" 2>/dev/null && return 0; sleep 0.1; done
+  fail "$1 never printed '$2': $(cat "$(log_of "$1")")"
+}
+# until_ok TRIES CMD...: CMD until it succeeds, 0.2 s apart.
+until_ok() {
+  local n=$1
+  shift
+  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  return 1
+}
+# ib0_up HOST ADDR/LEN: ibd's IPoIB interface (--ipoib ib0) up with the
+# address, once it exists; waits for its carrier (the broadcast group joined).
+ib0_up() {
+  local h=$1
+  until_ok 150 sb run "$h" ip link show ib0 || fail "$h: no ib0"
+  sb run "$h" ip addr add "$2" dev ib0
+  sb run "$h" ip link set ib0 up
+  until_ok 150 test_carrier "$h" || fail "$h: ib0 has no carrier"
+}
+test_carrier() { [[ $(sb run "$1" cat /sys/class/net/ib0/carrier 2>/dev/null) == 1 ]]; }
