@@ -601,7 +601,6 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) 
   if (q->type > 1) return done(err(EINVAL, "a connection takes an RC or UC QP"));
   id->qp = r.qp;
   id->qpn = q->qpn;
-  release_parent(*id);
   proto::CmAcceptReq a;
   a.id = id->cm;
   a.qp = token(client, r.qp);
@@ -610,7 +609,15 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) 
   a.rnr_retry_count = r.rnr_retry_count;
   a.private_len = r.private_len;
   a.private_data = r.private_data;
-  cm_.accept(kCmaCmOwner, a, std::move(done));
+  // The request stays the listener's until the IB CM took the accept: a
+  // refused one (a QP in the wrong state) may be accepted again or rejected.
+  cm_.accept(kCmaCmOwner, a,
+             [this, alive = std::weak_ptr<bool>(alive_), release_parent, client, h = r.id, done = std::move(done)](
+                 Result<void> res) mutable {
+               if (alive.expired()) return done(err(ECANCELED, "ibd is stopping"));
+               if (Id* i = res ? find_id(client, h) : nullptr) release_parent(*i);
+               done(std::move(res));
+             });
 }
 
 Result<void> CmaService::reject(uint32_t client, const proto::CmaRejectReq& r) {

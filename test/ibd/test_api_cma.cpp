@@ -44,6 +44,23 @@ RdmaCmEvent expect_cma_event(RdmaEventChannel& ch, RdmaCmEventType want, int tim
 
 constexpr uint8_t kStateAddrBound = 7, kStateListen = 8;
 
+// An Ep on ibd A with an RDMA CM channel and a TCP id listening on `port`
+// (the channel is closed before the Ep's Context).
+struct Listener {
+  std::unique_ptr<Ep> ep;
+  std::unique_ptr<RdmaEventChannel> ch;
+  uint32_t id = 0;
+};
+Listener listen_on_a(uint16_t port) {
+  Listener l;
+  l.ep = open_ep(sock_a());
+  l.ch = must(RdmaEventChannel::open(*l.ep->ctx), "RdmaEventChannel::open");
+  l.id = must(l.ch->create_id(RdmaPortSpace::kTcp), "create_id");
+  must(l.ch->bind_addr(l.id, v4(0, 0, 0, 0, port)), "bind_addr");
+  must(l.ch->listen(l.id), "listen");
+  return l;
+}
+
 }  // namespace
 
 TEST_CASE("RDMA CM: create, bind, query, listen, destroy; ports taken and freed", "[api][cma]") {
@@ -147,11 +164,10 @@ TEST_CASE("RDMA CM without IPoIB: address resolution ends in ADDR_ERROR, nothing
 
 TEST_CASE("RDMA CM passive side: a REQ with rdma_cm's service ID and CMA header, accepted, data, disconnect",
           "[api][cma]") {
-  auto a = open_ep(sock_a());
-  auto ch = must(RdmaEventChannel::open(*a->ctx), "RdmaEventChannel::open");
-  const uint32_t lid = must(ch->create_id(RdmaPortSpace::kTcp), "create_id");
-  must(ch->bind_addr(lid, v4(0, 0, 0, 0, 7600)), "bind_addr");
-  must(ch->listen(lid), "listen");
+  Listener l = listen_on_a(7600);
+  auto& a = l.ep;
+  auto& ch = l.ch;
+  const uint32_t lid = l.id;
 
   // The connector: an IB CM client on ibd B writing what rdma_connect writes.
   auto b = open_ep(sock_b());
@@ -281,4 +297,48 @@ TEST_CASE("RDMA CM UD ids on the loopback address: init_qp to RTS with RDMA_UDP_
   CHECK(error_of(cha->join_multicast(tcp, group, *a->qp)) == EINVAL);                 // not a UD id
   must(cha->destroy_id(ida), "destroy_id");
   must(chb->destroy_id(idb), "destroy_id");
+}
+
+// An accept the IB CM refuses (the QP is not in RESET or INIT) leaves the
+// request the application's: it may accept again with another QP, or
+// reject (rdma_accept failing leaves the id to its owner, as in librdmacm).
+TEST_CASE("RDMA CM: after an accept the IB CM refused, the request can be rejected or accepted again",
+          "[api][cma]") {
+  Listener l = listen_on_a(7700);
+  auto& a = l.ep;
+  auto& ch = l.ch;
+  must(to_rts(*a->qp, 1, 1, a->gid), "A's QP to RTS");  // no QP for an accept
+  QpInit init;
+  init.type = QpType::kRc;
+  init.send_cq = init.recv_cq = a->cq.get();
+  auto fresh = must(a->ctx->create_qp(*a->pd, init), "create_qp");
+
+  CmConnParams cp;
+  cp.private_data = with_cma_header(ipv4<cma::Addr>(198, 18, 0, 2, 40000), ipv4<cma::Addr>(198, 18, 0, 1, 7700), {});
+  for (bool accept_again : {false, true}) {
+    INFO((accept_again ? "accepted again" : "rejected"));
+    auto b = open_ep(sock_b());
+    auto bcm = must(CmChannel::open(*b->ctx), "CmChannel::open");
+    const PathRecord path = decode_path_record(wire_path(b->lid, a->lid, b->gid.raw, a->gid.raw));
+    must(bcm->connect(*b->qp, path, cma::service_id(cma::kPsTcp, 7700), cp), "IB CM connect");
+    RdmaCmEvent req = expect_cma_event(*ch, RdmaCmEventType::kConnectRequest);
+    CHECK(error_of(ch->accept(req.id, a->qp.get(), {})) == EINVAL);
+    if (!accept_again) {
+      must(ch->reject(req.id), "reject");
+      auto rej = bcm->get_event(kWaitMs);
+      REQUIRE(rej.ok());
+      CHECK(rej->type == CmEventType::kRejected);
+      continue;
+    }
+    must(ch->accept(req.id, fresh.get(), {}), "accept with a QP in RESET");
+    auto rep = bcm->get_event(kWaitMs);
+    REQUIRE(rep.ok());
+    CHECK(rep->type == CmEventType::kReply);
+    auto est = bcm->get_event(kWaitMs);
+    REQUIRE(est.ok());
+    CHECK(est->type == CmEventType::kEstablished);
+    CHECK(expect_cma_event(*ch, RdmaCmEventType::kEstablished).id == req.id);
+    CHECK(must(fresh->query(), "query QP").state == QpState::kRts);
+    CHECK(must(ch->query(req.id), "query").qpn == fresh->qp_num());
+  }
 }
