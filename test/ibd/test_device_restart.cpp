@@ -11,6 +11,7 @@
 //    brought up again, its clients told DEVICE_FATAL then ENODEV.
 // Each ends with a new pair of clients running an RC ping-pong.
 #include <poll.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -19,13 +20,16 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <map>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "clientproto/socket.hpp"
+#include "openib/cma.hpp"
 #include "harness.hpp"
 #include "rc_link.hpp"
 
@@ -268,4 +272,61 @@ TEST_CASE("a device reporting its own fatal error is reset and brought up again"
   // The same simhca process: recovered by a reset, not a new device.
   CHECK(::kill(sim->pid(), 0) == 0);
   REQUIRE(ibd.alive());
+}
+
+// The RDMA CM (docs/cma.md "In ibd"): the device going ends every id that
+// is on it with DEVICE_REMOVAL (status -ENODEV); an id on no device yet
+// (unbound) hears nothing. The event socket outlives the device.
+TEST_CASE("the device lost: RDMA CM ids on it get DEVICE_REMOVAL, an unbound one nothing", "[restart][cma]") {
+  TempDir dir;
+  IbdOptions o;
+  o.log = "info";
+  Ibd ibd(dir.path(), "cma-removal", o);
+  ContextOptions co;
+  co.socket = ibd.socket();
+  auto ctx = Context::open(co);
+  REQUIRE(ctx.ok());
+  auto ch = RdmaEventChannel::open(**ctx);
+  REQUIRE(ch.ok());
+  auto& c = **ch;
+  auto bound = c.create_id(RdmaPortSpace::kUdp);
+  auto listening = c.create_id(RdmaPortSpace::kTcp);
+  auto idle = c.create_id(RdmaPortSpace::kTcp);
+  REQUIRE((bound.ok() && listening.ok() && idle.ok()));
+  IpEndpoint lo;
+  lo.family = AF_INET;
+  lo.addr = {127, 0, 0, 1};
+  REQUIRE(c.bind_addr(*bound, lo).ok());  // the loopback address: port 1 of the device
+  lo.port = 7174;
+  REQUIRE(c.bind_addr(*listening, lo).ok());
+  // The IB CM listens once the port's MAD layer is open (ENETDOWN until then).
+  auto l = c.listen(*listening);
+  for (int i = 0; i < 100 && !l.ok() && l.error().code == ENETDOWN; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    l = c.listen(*listening);
+  }
+  INFO((l.ok() ? std::string() : l.error().str()));
+  REQUIRE(l.ok());
+  const pid_t sim = ibd.simhca_pid();
+  REQUIRE(sim > 0);
+  REQUIRE(::kill(sim, SIGKILL) == 0);
+  std::map<uint32_t, int> removed;
+  for (int i = 0; i < 2; ++i) {
+    auto ev = c.get_event(10000);
+    INFO((ev ? std::string(rdma_event_str(ev->type)) : ev.error().str()) << "\n" << ibd.log_tail());
+    REQUIRE(ev.ok());
+    CHECK(ev->type == RdmaCmEventType::kDeviceRemoval);
+    CHECK(ev->status == -ENODEV);
+    removed[ev->id] = ev->status;
+  }
+  CHECK(removed.count(*bound) == 1);
+  CHECK(removed.count(*listening) == 1);
+  auto more = c.get_event(500);
+  INFO((more ? std::string(rdma_event_str(more->type)) + " on id " + std::to_string(more->id) : more.error().str()));
+  CHECK(!more.ok());  // the unbound id heard nothing
+  // The Context said HELLO to the device that went: its requests are
+  // ENODEV now (docs/client-protocol.md §6.1); its ids go when it closes.
+  auto d = c.destroy_id(*idle);
+  REQUIRE(!d.ok());
+  CHECK(d.error().code == ENODEV);
 }
