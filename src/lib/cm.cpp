@@ -87,7 +87,7 @@ class CmChannelImpl final : public CmChannel {
     proto::CmConnectReq q;
     q.port = port;
     q.flags = p.manual_qp ? proto::kCmManualQp : 0;
-    q.qp = static_cast<QpImpl&>(qp).handle();
+    OPENIB_TRY_ASSIGN(q.qp, qp_handle_on(ctx_, qp));
     q.service_id = service_id;
     q.path = path.raw;
     q.responder_resources = p.responder_resources;
@@ -104,7 +104,7 @@ class CmChannelImpl final : public CmChannel {
   Result<void> accept(uint32_t id, Qp& qp, const CmConnParams& p) override {
     proto::CmAcceptReq q;
     q.id = id;
-    q.qp = static_cast<QpImpl&>(qp).handle();
+    OPENIB_TRY_ASSIGN(q.qp, qp_handle_on(ctx_, qp));
     q.flags = p.manual_qp ? proto::kCmManualQp : 0;
     q.responder_resources = p.responder_resources;
     q.initiator_depth = p.initiator_depth;
@@ -151,7 +151,9 @@ class CmChannelImpl final : public CmChannel {
     proto::CmSidrReplyReq q;
     q.id = id;
     q.status = status;
-    q.qp = qp ? static_cast<QpImpl*>(qp)->handle() : 0;
+    if (qp) {
+      OPENIB_TRY_ASSIGN(q.qp, qp_handle_on(ctx_, *qp));
+    }
     q.qkey = qkey;
     OPENIB_TRY_ASSIGN(q.private_len,
                       put_private(q.private_data, private_data, cm_private::kSidrRep, "a SIDR_REP"));

@@ -246,7 +246,8 @@ class RdmaEventChannelImpl final : public RdmaEventChannel {
   }
 
   Result<void> init_qp(uint32_t id, Qp& qp) override {
-    return ctx_.conn().call_void(Op::kCmaInitQp, proto::CmaQpReq{id, static_cast<QpImpl&>(qp).handle()});
+    OPENIB_TRY_ASSIGN(uint32_t h, qp_handle_on(ctx_, qp));
+    return ctx_.conn().call_void(Op::kCmaInitQp, proto::CmaQpReq{id, h});
   }
 
   Result<void> connect(uint32_t id, Qp& qp, const RdmaConnParam& p) override {
@@ -280,7 +281,7 @@ class RdmaEventChannelImpl final : public RdmaEventChannel {
   Result<void> join_multicast(uint32_t id, const IpEndpoint& group, Qp& qp) override {
     proto::CmaJoinReq q;
     q.id = id;
-    q.qp = static_cast<QpImpl&>(qp).handle();
+    OPENIB_TRY_ASSIGN(q.qp, qp_handle_on(ctx_, qp));
     q.group = to_proto(group);
     return ctx_.conn().call_void(Op::kCmaJoin, q);
   }
@@ -318,11 +319,12 @@ class RdmaEventChannelImpl final : public RdmaEventChannel {
     return it == spaces_.end() ? 0 : it->second;
   }
 
-  static Result<proto::CmaConnReq> conn_req(uint32_t id, Qp* qp, const RdmaConnParam& p, size_t max,
-                                            const char* msg) {
+  Result<proto::CmaConnReq> conn_req(uint32_t id, Qp* qp, const RdmaConnParam& p, size_t max, const char* msg) {
     proto::CmaConnReq q;
     q.id = id;
-    q.qp = qp ? static_cast<QpImpl*>(qp)->handle() : 0;
+    if (qp) {
+      OPENIB_TRY_ASSIGN(q.qp, qp_handle_on(ctx_, *qp));
+    }
     q.responder_resources = p.responder_resources;
     q.initiator_depth = p.initiator_depth;
     q.retry_count = p.retry_count;

@@ -145,6 +145,7 @@ class QpImpl final : public Qp {
   int post_send(const SendWr& wr) override;
   int post_recv(const RecvWr& wr) override;
   uint32_t handle() const { return handle_; }
+  const ContextImpl& context() const { return ctx_; }
 
   // The CQ poller: a CQE of this QP (§12.4) frees its slots.
   void on_cqe(uint8_t opcode, uint16_t wqe_index) {
@@ -179,6 +180,15 @@ class QpImpl final : public Qp {
   uint32_t sq_prod_ = 0, rq_prod_ = 0;               // the poster's
   std::atomic<uint32_t> sq_cons_{0}, rq_cons_{0};   // the poller's
 };
+
+// The handle of `qp` on `ctx`'s connection, for requests that name a QP (the
+// CM's, the RDMA CM's): EINVAL for a QP of another Context, whose handle
+// would name another object (or nothing) on this connection.
+inline Result<uint32_t> qp_handle_on(const ContextImpl& ctx, const Qp& qp) {
+  const auto& q = static_cast<const QpImpl&>(qp);
+  if (&q.context() != &ctx) return err(EINVAL, "the QP belongs to another Context");
+  return q.handle();
+}
 
 // qpn -> QpImpl, read lock-free by CQ pollers (two levels of 4096: QPNs are
 // 24-bit and allocated from low numbers, §6).

@@ -256,6 +256,8 @@ TEST_CASE("RDMA CM UD ids on the loopback address: init_qp to RTS with RDMA_UDP_
   const uint32_t tcp = must(cha->create_id(RdmaPortSpace::kTcp), "create_id");
   CHECK(error_of(cha->init_qp(tcp, *a->qp)) == EINVAL);
 
+  // A QP of another Context names nothing on this channel's connection.
+  CHECK(error_of(cha->init_qp(ida, *b->qp)) == EINVAL);
   must(cha->init_qp(ida, *a->qp), "init_qp");
   must(chb->init_qp(idb, *b->qp), "init_qp");
   for (Ep* e : {a.get(), b.get()}) {
