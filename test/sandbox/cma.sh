@@ -22,11 +22,17 @@ topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
 source "$here/lib.sh"
 sandbox_test sbx 198.18.32 cma-test
 # 1,000 connections: more QPs per client and uid than the default quota.
-export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0 --client-max-qps 4000 --uid-max-qps 4000"
+# A 0666 socket: user nobody binds too (through a link in a directory it can reach).
+export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0 --client-max-qps 4000 --uid-max-qps 4000 --socket-mode 0666"
+# shellcheck source=../../scripts/unprivileged.sh
+source "$here/../../scripts/unprivileged.sh"
+nb=$(mktemp -d)
+chmod 755 "$nb"
 ex=$build/examples
 cleanup_cma() {
   kill_bg
   sandbox_cleanup
+  rm -rf "$nb"
 }
 trap cleanup_cma EXIT
 hosts=(Hca1 Hca2 Hca3 Hca4)
@@ -147,9 +153,13 @@ kill "$bound" 2>/dev/null || true
 ok "198.19.32.53 removed from Hca3's ib0: the listener bound to it got ADDR_CHANGE"
 
 # Ports: below 1024 for root only; one port, one bind.
-out=$(sb run Hca2 setpriv --reuid=65534 --regid=65534 --clear-groups "$ex/openib-rping" -s -a "${ip4[Hca2]}" -p 100 2>&1) &&
-  fail "an unprivileged client bound port 100: $out"
-grep -q 'Permission denied\|EACCES' <<<"$out" || fail "unprivileged bind of port 100: $out"
+# The build tree may be out of nobody's reach (a clone under /root): a copy,
+# and a hard link to Hca2's ibd socket (its directory is root's).
+reachable_copy "$nb/bin" "$ex/openib-rping"
+ln "$OPENIB_SANDBOX/Hca2/ibd.sock" "$nb/ibd.sock"
+out=$(sb run Hca2 "${AS_NOBODY[@]}" env LD_LIBRARY_PATH="$nb/bin/lib" "$nb/bin/openib-rping" --socket "$nb/ibd.sock" \
+  -s -a "${ip4[Hca2]}" -p 100 2>&1) && fail "an unprivileged client bound port 100: $out"
+grep -q 'below 1024.*Permission denied' <<<"$out" || fail "unprivileged bind of port 100: $out"
 ok "an unprivileged client binding port 100: $(grep -m1 'denied\|EACCES' <<<"$out")"
 bg rping-first Hca2 "$ex/openib-rping" -s -a "${ip4[Hca2]}" -p 7178 --timeout 30
 first=$bg
