@@ -142,6 +142,11 @@ CmaService::Id* CmaService::find_id(uint32_t client, uint32_t handle) {
   return r ? *r : nullptr;
 }
 
+CmaService::Id* CmaService::waiting(uint32_t client, uint32_t handle, uint64_t op, proto::CmaState state) {
+  Id* i = find_id(client, handle);
+  return i && i->op == op && i->state == state ? i : nullptr;
+}
+
 size_t CmaService::ids_of(uint32_t client) const {
   auto it = sessions_.find(client);
   return it == sessions_.end() ? 0 : it->second.ids.size();
@@ -203,17 +208,12 @@ Result<void> CmaService::do_bind(Id& id, const cma::Addr& a, bool privileged) {
     if (is_multicast(a)) return err(EADDRNOTAVAIL, "{} is a multicast address", a.str());
     std::optional<arp::Link> link;
     if (arp_) link = arp_->link_of_address(to_ip(a));
-    if (!link && is_loopback(a) && arp_) {
-      // Loopback: the first IPoIB interface's port, as rdma_cm's loopback binding.
-      if (auto r = arp_->link_of_address(to_ip(a)); r) link = r;
-    }
     if (!link && !is_loopback(a)) return err(EADDRNOTAVAIL, "{} is no address of an IPoIB interface of this ibd", a.str());
+    // A loopback address takes port 1 (rdma_cm's loopback binding takes a device's first port).
+    port = link ? link->port : 1;
     if (link) {
-      port = link->port;
       id.sgid = link->gid;
       id.pkey = link->pkey;
-    } else {
-      port = 1;
     }
   }
   OPENIB_TRY_ASSIGN(uint16_t p, ports_.bind(owner_key(id.client, id.handle), id.ps, a, privileged));
@@ -253,8 +253,8 @@ Result<void> CmaService::resolve_addr(uint32_t client, const proto::CmaResolveAd
   const uint64_t op = ++id->op;
   auto answer = [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, op](Result<arp::Resolved> res) {
     if (alive.expired()) return;
-    Id* i = find_id(client, h);
-    if (!i || i->op != op || i->state != S::kAddrQuery) return;
+    Id* i = waiting(client, h, op, S::kAddrQuery);
+    if (!i) return;
     proto::CmaEventMsg m;
     if (!res) {
       i->state = S::kAddrBound;
@@ -314,8 +314,8 @@ Result<void> CmaService::resolve_route(uint32_t client, const proto::CmaIdTimeou
   q.dgid = id->dgid;
   sa_.path_query(q, [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, op](Result<proto::PathRep> p) {
     if (alive.expired()) return;
-    Id* i = find_id(client, h);
-    if (!i || i->op != op || i->state != S::kRouteQuery) return;
+    Id* i = waiting(client, h, op, S::kRouteQuery);
+    if (!i) return;
     proto::CmaEventMsg m;
     if (!p) {
       i->state = S::kAddrResolved;
@@ -803,8 +803,6 @@ void CmaService::join(uint32_t client, const proto::CmaJoinReq& r, Done done) {
   j.flags = proto::kMcastCreate;
   j.mgid = *mg;
   j.qkey = qkey;
-  const uint64_t op = id->op;
-  (void)op;
   sa_.mcast_join(client | kCmaJoinOwnerBit, j,
                  [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, mgid = *mg, g](
                      Result<proto::McastJoinRep> rep) {

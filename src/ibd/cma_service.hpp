@@ -142,6 +142,9 @@ class CmaService {
 
   Result<Id*> find(uint32_t client, uint32_t handle);
   Id* find_id(uint32_t client, uint32_t handle);
+  // The id a late answer (address, route) is for, if it still waits for
+  // that answer: the same request (`op`) and still in `state`; else nullptr.
+  Id* waiting(uint32_t client, uint32_t handle, uint64_t op, proto::CmaState state);
   void emit(const Id& id, proto::CmaEventMsg m);
   void emit_to(uint32_t client, proto::CmaEventMsg m);
   Result<void> do_bind(Id& id, const cma::Addr& a, bool privileged);

@@ -233,6 +233,48 @@ TEST_CASE("RDMA CM passive side: a REQ with rdma_cm's service ID and CMA header,
   must(ch->destroy_id(lid), "destroy_id");
 }
 
+TEST_CASE("RDMA CM passive side: REQs no listener can take are refused (REJ 28), the listener hears nothing",
+          "[api][cma]") {
+  Listener l = listen_on_a(7601);  // 0.0.0.0:7601
+  auto& a = l.ep;
+  auto b = open_ep(sock_b());
+  auto bcm = must(CmChannel::open(*b->ctx), "CmChannel::open");
+  const PathRecord path = decode_path_record(wire_path(b->lid, a->lid, b->gid.raw, a->gid.raw));
+  const auto src = ipv4<cma::Addr>(198, 18, 0, 2, 40001);
+  std::vector<uint8_t> bad_version = with_cma_header(src, ipv4<cma::Addr>(198, 18, 0, 1, 7601), {});
+  bad_version[0] = 0x55;  // cma_version: only 0x00 exists
+  cma::Addr v6{}, src6{};
+  v6.family = src6.family = AF_INET6;
+  v6.port = 7601;
+  v6.addr[15] = 1;  // ::1, which an IPv4 wildcard does not take
+  src6.port = 40001;
+  src6.addr[0] = 0xfd;
+  src6.addr[15] = 2;
+  const std::vector<std::vector<uint8_t>> cases = {
+      bad_version,
+      with_cma_header(src6, v6, {}),
+      {},  // no header at all (the REQ's 92 bytes are zeros: version 0, IP version 0)
+  };
+  for (const auto& pd : cases) {
+    QpInit init;
+    init.type = QpType::kRc;
+    init.send_cq = init.recv_cq = b->cq.get();
+    auto qp = must(b->ctx->create_qp(*b->pd, init), "create_qp");
+    CmConnParams cp;
+    cp.private_data = pd;
+    must(bcm->connect(*qp, path, cma::service_id(cma::kPsTcp, 7601), cp), "IB CM connect");
+    auto rej = bcm->get_event(kWaitMs);
+    REQUIRE(rej.ok());
+    INFO("case " << &pd - cases.data() << ": event " << cm_event_str(rej->type));
+    CHECK(rej->type == CmEventType::kRejected);
+    CHECK(rej->reason == cm_rej::kConsumerReject);
+  }
+  auto none = l.ch->get_event(300);
+  INFO((none ? std::string(rdma_event_str(none->type)) : none.error().str()));
+  CHECK(!none.ok());
+  must(l.ch->destroy_id(l.id), "destroy_id");
+}
+
 TEST_CASE("RDMA CM UD ids on the loopback address: init_qp to RTS with RDMA_UDP_QKEY, a datagram; a join without an SM fails",
           "[api][cma]") {
   EpOptions ud;
