@@ -4,13 +4,14 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 namespace openib::ibd {
 
 Result<std::pair<std::unique_ptr<EventSocket>, UniqueFd>> EventSocket::open(boost::asio::io_context& io,
-                                                                          size_t max_queued) {
+                                                                          size_t max_queued, Charge charge) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
     return err(errno, "socketpair: {}", std::strerror(errno));
@@ -22,12 +23,12 @@ Result<std::pair<std::unique_ptr<EventSocket>, UniqueFd>> EventSocket::open(boos
   ::shutdown(ours.get(), SHUT_RD);  // ibd's to write only: the client's writes fail
   // The client's end blocks (the library polls first).
   if (int fl = ::fcntl(theirs.get(), F_GETFL); fl >= 0) (void)::fcntl(theirs.get(), F_SETFL, fl & ~O_NONBLOCK);
-  std::unique_ptr<EventSocket> s(new EventSocket(io, ours.release(), max_queued ? max_queued : 1));
+  std::unique_ptr<EventSocket> s(new EventSocket(io, ours.release(), max_queued ? max_queued : 1, charge));
   return std::pair<std::unique_ptr<EventSocket>, UniqueFd>{std::move(s), std::move(theirs)};
 }
 
-EventSocket::EventSocket(boost::asio::io_context& io, int fd, size_t max_queued)
-    : sd_(std::make_unique<boost::asio::posix::stream_descriptor>(io, fd)), max_queued_(max_queued) {}
+EventSocket::EventSocket(boost::asio::io_context& io, int fd, size_t max_queued, Charge charge)
+    : sd_(std::make_unique<boost::asio::posix::stream_descriptor>(io, fd)), max_queued_(max_queued), charge_(charge) {}
 
 EventSocket::~EventSocket() {
   *alive_ = false;
@@ -36,14 +37,17 @@ EventSocket::~EventSocket() {
 
 size_t EventSocket::queued_bytes() const {
   size_t n = 0;
-  for (const auto& b : out_) n += b.size() + sizeof(b);
+  for (const auto& b : out_) n += cost(b);
   return n;
 }
 
 EventSocket::Push EventSocket::push(std::vector<std::byte> event) {
   if (!sd_) return Push::kClosed;
+  const size_t c = cost(event);
+  const bool over_bytes = charge_.bytes && !charge_.bytes->take(charge_.client, charge_.uid, c);
+  if (!over_bytes) charged_ += charge_.bytes ? c : 0;
   out_.push_back(std::move(event));
-  if (out_.size() > max_queued_) {
+  if (over_bytes || out_.size() > max_queued_) {
     // The client reads none of its events: the socket is closed, so it
     // learns (EOF) instead of missing some silently.
     close();
@@ -69,12 +73,19 @@ void EventSocket::flush() {
       return;
     }
     if (n < 0) return close();  // the client closed its end: nothing more to tell it
+    if (charge_.bytes) {
+      const size_t c = std::min(charged_, cost(b));
+      charge_.bytes->give(charge_.client, charge_.uid, c);
+      charged_ -= c;
+    }
     out_.pop_front();
   }
 }
 
 void EventSocket::close() {
   out_.clear();
+  if (charge_.bytes && charged_) charge_.bytes->give(charge_.client, charge_.uid, charged_);
+  charged_ = 0;
   if (!sd_) return;
   boost::system::error_code ec;
   sd_->cancel(ec);

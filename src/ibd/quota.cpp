@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <tuple>
 
 namespace openib::ibd {
 
@@ -72,11 +73,24 @@ void add_limit_options(CLI::App& app, Limits& l) {
   app.add_option("--umad-max-outstanding", l.umad_max_outstanding,
                  "at most this many MAD requests awaiting a response per user-MAD agent")
       ->capture_default_str();
-  app.add_option("--client-max-mcast-joins", l.client_max_mcast_joins,
-                 "at most this many multicast groups joined per client (MCAST_JOIN; EDQUOT past it)")
+  for (auto [flag, what, b] : {std::tuple{"cm-ids", "CM ids (listeners, connections, SIDR requests)", &l.cm_ids},
+                               std::tuple{"cma-ids", "RDMA CM ids", &l.cma_ids},
+                               std::tuple{"mcast-joins", "multicast groups joined (MCAST_JOIN and RDMA CM joins)",
+                                          &l.mcast_joins},
+                               std::tuple{"services", "services registered (SERVICE_SET)", &l.services},
+                               std::tuple{"event-bytes", "bytes of unread CM and RDMA CM events", &l.event_bytes}}) {
+    app.add_option(std::string("--client-max-") + flag, b->per_client,
+                   std::string("at most this many ") + what + " per client (EDQUOT past it)")
+        ->capture_default_str();
+    app.add_option(std::string("--uid-max-") + flag, b->per_uid,
+                   std::string("at most this many ") + what + " per uid, uid 0 exempt (EDQUOT past it)")
+        ->capture_default_str();
+  }
+  app.add_option("--uid-sa-queries-per-sec", l.uid_sa_queries_per_sec,
+                 "fresh SA queries (path-cache misses) per second per uid, uid 0 exempt (EAGAIN past it; 0: no bound)")
       ->capture_default_str();
-  app.add_option("--client-max-services", l.client_max_services,
-                 "at most this many services registered per client (SERVICE_SET; EDQUOT past it)")
+  app.add_option("--uid-sa-query-burst", l.uid_sa_query_burst,
+                 "fresh SA queries a uid may make at once before --uid-sa-queries-per-sec applies")
       ->capture_default_str();
 }
 

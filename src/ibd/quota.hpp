@@ -22,6 +22,7 @@
 
 #include "clientproto/socket.hpp"
 #include "common/result.hpp"
+#include "ibd/budget.hpp"
 #include "ibd/client.hpp"
 
 namespace CLI {
@@ -43,10 +44,22 @@ struct Limits {
   Usage per_uid;
   uint32_t hello_timeout_ms = 5000;  // 0: never closed for it
   uint32_t umad_max_outstanding = 256;  // per user-MAD agent (src/mad/layer.hpp)
-  // Per client: multicast groups joined and services registered through
-  // ibd's SA client (docs/sa.md), so no client makes ibd join without bound.
-  uint32_t client_max_mcast_joins = 64;
-  uint32_t client_max_services = 16;
+  // What ibd's services hold for a client (budget.hpp; docs/operations.md
+  // "Security model"), per client and per uid (uid 0 exempt from the latter):
+  // CM ids (listeners, connections, SIDR requests, and the passive
+  // connections REQs create for a listener), RDMA CM ids, multicast groups
+  // joined (MCAST_JOIN and the RDMA CM's joins together), services
+  // registered through ibd's SA client (docs/sa.md), and the bytes of
+  // events queued for a client that does not read them (CM and RDMA CM).
+  BudgetLimit cm_ids{1024, 4096};
+  BudgetLimit cma_ids{1024, 4096};
+  BudgetLimit mcast_joins{64, 256};
+  BudgetLimit services{16, 64};
+  BudgetLimit event_bytes{1u << 20, 8u << 20};
+  // Fresh SA queries (path-cache misses) a uid may cause per second, and the
+  // burst it may spend at once (a token bucket; uid 0 exempt; 0: no bound).
+  uint32_t uid_sa_queries_per_sec = 200;
+  uint32_t uid_sa_query_burst = 1000;
   Limits();
 };
 

@@ -723,9 +723,9 @@ Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
   switch (static_cast<Op>(m.header.op)) {
     case Op::kMcastJoin: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::McastJoinReq>(m.body));
-      if (sa_->joins_of(c.id) >= l.client_max_mcast_joins)
+      if (sa_->joins_of(c.id) >= l.mcast_joins.per_client)
         return err(EDQUOT, "at most {} multicast groups per client (--client-max-mcast-joins)",
-                   l.client_max_mcast_joins);
+                   l.mcast_joins.per_client);
       sa_->mcast_join(c.id, req, guard<proto::McastJoinRep>([done = std::move(done)](auto r) mutable {
         if (!r) return done(r.take_error());
         done(Reply{body(*r), {}});
@@ -738,8 +738,8 @@ Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
       // node: management, as the user-MAD service is (DESIGN.md).
       if (!c.net_admin && std::any_of(req.record.begin() + 8, req.record.begin() + 24, [](uint8_t b) { return b; }))
         return err(EPERM, "a ServiceGID other than 0 (the port's own) is for root or CAP_NET_ADMIN");
-      if (sa_->services_of(c.id) >= l.client_max_services)
-        return err(EDQUOT, "at most {} services per client (--client-max-services)", l.client_max_services);
+      if (sa_->services_of(c.id) >= l.services.per_client)
+        return err(EDQUOT, "at most {} services per client (--client-max-services)", l.services.per_client);
       sa_->service_set(c.id, req, guard<proto::ServiceRep>([done = std::move(done)](auto r) mutable {
         if (!r) return done(r.take_error());
         done(Reply{body(*r), {}});
