@@ -24,7 +24,8 @@ void McastJoins::join(Owner owner, const JoinRequest& req, JoinFn done) {
   if (m.waiting) return done(err(EBUSY, "a join of this group is already waiting"));
   ++counters_.joins;
   m.state |= req.join_state;
-  if (req.create && !g.create) g.create = req;
+  m.trusted = m.trusted || req.trusted;
+  if (req.create) m.create = req;  // its own: never another member's (issue 29 finding 7)
   if (!g.busy && g.rec && (m.state & ~g.joined) == 0) {
     ++counters_.cached;
     m.granted = m.state;
@@ -87,6 +88,11 @@ std::size_t McastJoins::memberships(Owner owner) const {
   return n;
 }
 
+bool McastJoins::is_member(Owner owner, std::uint8_t port, const Gid& mgid) const {
+  auto it = groups_.find(Key{port, mgid});
+  return it != groups_.end() && it->second.members.contains(owner);
+}
+
 std::uint8_t McastJoins::joined_state(std::uint8_t port, const Gid& mgid) const {
   auto it = groups_.find(Key{port, mgid});
   return it == groups_.end() ? 0 : it->second.joined;
@@ -127,13 +133,14 @@ void McastJoins::answer_waiting(Group& g) {
 // IBA 15.2.5.17: MGID, PortGID and JoinState select the membership; a
 // creating Set adds the group's parameters (o15-0.2.3; OpenSM's
 // REQUIRED_MC_CREATE_COMP_MASK: Q_Key, P_Key, SL, FlowLabel, TClass).
-McMemberRecord McastJoins::record_for(const Key& k, const Group& g, std::uint8_t bits, std::uint64_t& mask) const {
+McMemberRecord McastJoins::record_for(const Key& k, const JoinRequest* create, std::uint8_t bits,
+                                      std::uint64_t& mask) const {
   McMemberRecord r;
   r.mgid = k.second;
   r.join_state = bits;
   mask = mcm_mask::kMgid | mcm_mask::kPortGid | mcm_mask::kJoinState;
-  if (!g.create) return r;
-  const JoinRequest& c = *g.create;
+  if (!create) return r;
+  const JoinRequest& c = *create;
   r.qkey = c.qkey;
   r.pkey = c.pkey;
   r.sl = c.sl;
@@ -158,13 +165,31 @@ McMemberRecord McastJoins::record_for(const Key& k, const Group& g, std::uint8_t
   return r;
 }
 
+// Whose creation components a Set carries: a trusted member's (ibd's own
+// group: none if it asked none, the SM made the group), else a waiting
+// joiner's, else any member's (a rejoin of a group the SA may have lost).
+std::optional<Owner> McastJoins::pick_creator(const Group& g) const {
+  bool trusted = false;
+  for (const auto& [o, m] : g.members) {
+    if (m.trusted && m.create) return o;
+    trusted = trusted || m.trusted;
+  }
+  if (trusted) return std::nullopt;
+  for (const auto& [o, m] : g.members)
+    if (m.waiting && m.create) return o;
+  for (const auto& [o, m] : g.members)
+    if (m.create) return o;
+  return std::nullopt;
+}
+
 void McastJoins::send(const Key& k, std::uint8_t method, std::uint8_t bits) {
   Group& g = groups_.at(k);
   g.busy = true;
-  std::uint64_t mask = 0;
-  McMemberRecord rec = record_for(k, g, bits, mask);
   // A Delete carries only the selecting components (IBA 15.2.5.17.3).
-  if (method == mad::method::kDelete) rec = record_for(k, Group{}, bits, mask);
+  g.creator = method == mad::method::kSet ? pick_creator(g) : std::nullopt;
+  const JoinRequest* create = g.creator ? &*g.members.at(*g.creator).create : nullptr;
+  std::uint64_t mask = 0;
+  McMemberRecord rec = record_for(k, create, bits, mask);
   ++(method == mad::method::kSet ? counters_.sets : counters_.deletes);
   std::weak_ptr<char> alive = alive_;
   sa_.port_gid(k.first, [this, k, method, bits, rec, mask, alive](Result<Gid> gid) mutable {
@@ -188,6 +213,17 @@ void McastJoins::send(const Key& k, std::uint8_t method, std::uint8_t bits) {
 }
 
 void McastJoins::answered(const Key& k, std::uint8_t method, std::uint8_t bits, Result<McMemberRecord> r) {
+  std::vector<Owner> lost;
+  struct TellLost {
+    McastJoins* self;
+    const Key& k;
+    const std::vector<Owner>& lost;
+    const Result<McMemberRecord>& r;
+    ~TellLost() {
+      if (self->on_lost_ && !r)
+        for (Owner o : lost) self->on_lost_(k.first, k.second, o, r.error());
+    }
+  } tell{this, k, lost, r};
   auto it = groups_.find(k);
   if (it == groups_.end()) return;
   Group& g = it->second;
@@ -211,11 +247,41 @@ void McastJoins::answered(const Key& k, std::uint8_t method, std::uint8_t bits, 
     g.rec = *r;
   } else {
     ++counters_.errors;
-    g.failed = true;
     log->info("port {}: joining group {:016x}:{:016x} (JoinState {:#x}): {}", k.first, gid_prefix(k.second),
               gid_guid(k.second), bits, r.error().str());
-    // The joins that waited for it fail; what members had been granted stays.
     std::vector<JoinFn> failed;
+    const std::optional<Owner> creator = std::exchange(g.creator, std::nullopt);
+    auto c = creator ? g.members.find(*creator) : g.members.end();
+    if (c != g.members.end() && !c->second.trusted && r.error().code == EREMOTEIO) {
+      // The SA refused the group as this member would create it: that
+      // member fails alone, its components dropped (issue 29 finding 7).
+      ++counters_.bad_create;
+      log->info("port {}: group {:016x}:{:016x}: owner {:#x}'s creation components refused; not used again",
+                k.first, gid_prefix(k.second), gid_guid(k.second), c->first);
+      if (c->second.waiting) failed.push_back(std::exchange(c->second.waiting, nullptr));
+      c->second.create.reset();
+      c->second.state = c->second.granted;
+      if (!c->second.state) g.members.erase(c);
+      bool again = false;
+      for (const auto& [o, m] : g.members) again = again || m.waiting || m.create;
+      if (again) {
+        if (std::exchange(g.redo, false)) g.joined = 0;
+        reconcile(k);  // asked again (busy) before the failed owner hears: its calls wait
+        for (auto& f : failed) f(r.error());
+        return;
+      }
+    }
+    g.failed = true;
+    // A rejoin that failed: the SA holds nothing of the group for the
+    // port, though members were granted it; they are told.
+    // (Told once this answer is dealt with: the handler may leave.)
+    if (g.joined == 0)
+      for (const auto& [o, m] : g.members)
+        if (m.granted && !m.waiting) {
+          ++counters_.lost;
+          lost.push_back(o);
+        }
+    // The joins that waited for it fail; what members had been granted stays.
     for (auto m = g.members.begin(); m != g.members.end();) {
       if (m->second.waiting) failed.push_back(std::exchange(m->second.waiting, nullptr));
       m->second.state = m->second.granted;

@@ -14,6 +14,14 @@
 //    with `create` also Q_Key, P_Key, SL, FlowLabel, TClass (the
 //    components IBA o15-0.2.3 / OpenSM require to create a group) and,
 //    when given, MTU, rate (selector "exactly") and HopLimit;
+//  - creation components are each member's own (issue 29 finding 7): a
+//    Set carries those of a `trusted` member (ibd's own: IPoIB) if one is
+//    a member (none at all when it asked none: the group is the SM's),
+//    else a waiting joiner's, else any member's. A Set the SA refuses
+//    (EREMOTEIO) with an untrusted member's components fails that member
+//    only: its components are dropped and the Set is asked again with
+//    another's (or none), so one owner's bogus parameters never stick to
+//    the group nor reach a later rejoin;
 //  - a leave removes the owner; the bits no member needs any more go in a
 //    SubnAdmDelete(MCMemberRecord) with JoinState = those bits
 //    (IBA 15.2.5.17.3), sent in the background;
@@ -23,7 +31,10 @@
 //    again by retry(), which the owner calls periodically;
 //  - a Set the SA refuses fails the joins waiting for it with EREMOTEIO
 //    naming the SA status (sa_answer_record()); the transport's errors
-//    (ETIMEDOUT, ENETUNREACH, ...) as they are.
+//    (ETIMEDOUT, ENETUNREACH, ...) as they are;
+//  - a rejoin or retry that fails takes nothing from the members but is
+//    told to the lost handler, per member (set_lost_handler: IPoIB goes
+//    down rather than claim a group the SA no longer has for it).
 //
 // Single-threaded; callbacks may call back in. Destruction completes
 // waiting joins with ECANCELED; answers arriving later are dropped.
@@ -56,6 +67,7 @@ struct JoinRequest {
   std::uint8_t mtu = 0;        // IBA MTU code; 0: not selected (the SA picks)
   std::uint8_t rate = 0;       // IBA rate code; 0: not selected
   std::uint8_t hop_limit = 0;  // 0: not selected
+  bool trusted = false;  // ibd's own join: its creation components are the group's
 };
 // The JoinState bits a JoinRequest may carry.
 inline constexpr std::uint8_t kJoinStateBits =
@@ -71,6 +83,8 @@ struct McastCounters {
   std::uint64_t errors = 0;      // Sets and Deletes that failed
   std::uint64_t rejoins = 0;     // groups asked again by rejoin()
   std::uint64_t mlid_changes = 0;  // a Set answered another MLID than the last
+  std::uint64_t bad_create = 0;    // members whose creation components the SA refused
+  std::uint64_t lost = 0;          // memberships a failed rejoin or retry left without the SA's
 };
 
 class McastJoins {
@@ -79,6 +93,10 @@ class McastJoins {
   // A Set answered a record with another MLID than the one before (the
   // SM restarted): who sends to the group must use the new one.
   using ChangeFn = std::function<void(std::uint8_t port, const McMemberRecord& rec)>;
+  // A rejoin or retry of a group `owner` holds failed (the SA may have
+  // forgotten the group: the owner's traffic to it is lost until a retry
+  // succeeds).
+  using LostFn = std::function<void(std::uint8_t port, const Gid& mgid, Owner owner, const Error& e)>;
 
   explicit McastJoins(SaRequester& sa) : sa_(sa) {}
   ~McastJoins();
@@ -100,9 +118,11 @@ class McastJoins {
   // Groups whose last Set failed with no join waiting (a rejoin) are asked again.
   void retry();
   void set_change_handler(ChangeFn f) { on_change_ = std::move(f); }
+  void set_lost_handler(LostFn f) { on_lost_ = std::move(f); }
 
   // Groups `owner` is a member of (the quota's count).
   std::size_t memberships(Owner owner) const;
+  bool is_member(Owner owner, std::uint8_t port, const Gid& mgid) const;
   std::size_t groups() const { return groups_.size(); }
   // The port's JoinState bits at the SA for the group (0: none / unknown).
   std::uint8_t joined_state(std::uint8_t port, const Gid& mgid) const;
@@ -114,12 +134,14 @@ class McastJoins {
     std::uint8_t state = 0;    // bits asked
     std::uint8_t granted = 0;  // bits the SA has granted it
     JoinFn waiting;
+    std::optional<JoinRequest> create;  // its own creation components (its latest creating join)
+    bool trusted = false;
   };
   struct Group {
     std::map<Owner, Member> members;
     std::uint8_t joined = 0;  // bits the SA holds for the port
     std::optional<McMemberRecord> rec;
-    std::optional<JoinRequest> create;  // the first creating join's components
+    std::optional<Owner> creator;  // whose creation components the Set out carries
     bool busy = false;    // a Set or Delete is out
     bool redo = false;    // rejoin() while busy: ask again after the answer
     bool failed = false;  // the last Set failed: wait for retry() or a new join
@@ -129,12 +151,18 @@ class McastJoins {
   void answer_waiting(Group& g);
   void send(const Key& k, std::uint8_t method, std::uint8_t bits);
   void answered(const Key& k, std::uint8_t method, std::uint8_t bits, Result<McMemberRecord> r);
-  McMemberRecord record_for(const Key& k, const Group& g, std::uint8_t bits, std::uint64_t& mask) const;
+  McMemberRecord record_for(const Key& k, const JoinRequest* create, std::uint8_t bits, std::uint64_t& mask) const;
+  // The member whose creation components a Set carries (see above), or none.
+  std::optional<Owner> pick_creator(const Group& g) const;
+  // A Set with `creator`'s components refused: that member fails alone;
+  // true if the Set is worth asking again (others wait or hold components).
+  bool drop_creator(Group& g, Owner creator, const Error& e);
 
   SaRequester& sa_;
   std::map<Key, Group> groups_;
   McastCounters counters_;
   ChangeFn on_change_;
+  LostFn on_lost_;
   std::shared_ptr<char> alive_ = std::make_shared<char>();
 };
 

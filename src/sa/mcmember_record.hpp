@@ -65,4 +65,12 @@ struct McMemberRecord {
 void encode_mcmember_record(MutBytes out, const McMemberRecord& v);
 Result<McMemberRecord> decode_mcmember_record(ConstBytes in);
 
+// IPoIB's signature MGIDs (RFC 4391 section 4): FF1<scope>:401B:<P_Key>::
+// for IPv4 (the broadcast group FF12:401B:<P_Key>::FFFF:FFFF among them)
+// and FF1<scope>:601B:<P_Key>:: for IPv6: flags 1 (transient), the
+// signature in bytes 2..3.
+constexpr bool is_ipoib_mgid(const Gid& g) {
+  return g[0] == 0xFF && (g[1] & 0xF0) == 0x10 && (g[2] == 0x40 || g[2] == 0x60) && g[3] == 0x1B;
+}
+
 }  // namespace openib::sa

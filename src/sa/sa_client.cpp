@@ -80,7 +80,8 @@ void SaClient::detach() {
 
 void SaClient::fail_all(int code, const char* why) {
   std::map<std::uint32_t, Pending> gone;
-  gone.swap(pending_);  // callbacks may make new queries: those are not in `gone`
+  gone.swap(pending_);
+  blocked_.clear();  // callbacks may make new queries: those are not in `gone`
   for (auto& [tid, p] : gone) {
     if (p.busy_timer) p.busy_timer->cancel();
     AnswerFn done = std::move(p.done);
@@ -165,8 +166,21 @@ void SaClient::send(std::uint32_t tid) {
       to.lid = redirect_->lid;
       to.sl = redirect_->sl;
     }
-    if (auto s = layer_->send(agent_, to, *m, timeout_ms_, cfg_.retries); !s) finish(tid, s.take_error());
+    if (auto s = layer_->send(agent_, to, *m, timeout_ms_, cfg_.retries); !s) {
+      if (s.error().code != ENOBUFS) return finish(tid, s.take_error());
+      // The agent's outstanding limit: sent when an earlier query completes.
+      ++counters_.queued;
+      blocked_.push_back(tid);
+    }
   });
+}
+
+void SaClient::send_blocked() {
+  while (!blocked_.empty()) {
+    const std::uint32_t tid = blocked_.front();
+    blocked_.pop_front();
+    if (pending_.count(tid)) return send(tid);  // refused again: back in the queue
+  }
 }
 
 void SaClient::on_delivery(const mad::Delivery& d) {
@@ -210,6 +224,7 @@ void SaClient::on_delivery(const mad::Delivery& d) {
       return finish(tid, err(EBUSY, "SA query {:#06x}: SA still busy after {} re-asks", p.req.attr_id,
                              cfg_.busy_retries));
     --p.busy_left;
+    send_blocked();  // its slot is free until the re-ask
     const std::uint32_t wait = p.busy_wait_ms;
     p.busy_wait_ms = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(std::uint64_t{wait} * 2, std::numeric_limits<std::uint32_t>::max()));
@@ -236,6 +251,7 @@ void SaClient::finish(std::uint32_t tid, Result<mad::ByteVec> r) {
   if (it == pending_.end()) return;
   AnswerFn done = std::move(it->second.done);
   pending_.erase(it);  // before done: it may query again
+  send_blocked();      // its slot (if it had one) goes to the oldest waiting
   if (done) done(std::move(r));
 }
 

@@ -22,6 +22,12 @@
 //  - an answer with MAD status BUSY is asked again (same TID) after
 //    Config::busy_ms, doubling, up to Config::busy_retries times; then EBUSY.
 //  - an answer that is not an SA response to the attribute asked is EPROTO.
+//  - a query the MAD layer refuses for its agent's outstanding limit
+//    (ENOBUFS: MadLayer::set_max_outstanding, the user-MAD service's
+//    --umad-max-outstanding, which binds every agent of the layer) is not
+//    failed: it waits, in order, and is sent as earlier queries complete
+//    (issue 29 finding 6: ibd's own Deletes, rejoins and registrations are
+//    never dropped). Counted in `queued`.
 //  - a multi-record answer (GetTableResp) arrives reassembled by the MAD
 //    layer's RMPP.
 //  - PathQuerier: query_path() is a SubnAdmGet(PathRecord) (path_query.hpp),
@@ -38,6 +44,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -92,6 +99,7 @@ struct SaClientCounters {
   std::uint64_t redirects = 0;       // redirects followed (a new target taken)
   std::uint64_t redirect_fallbacks = 0;  // a silent target dropped: back to the SM
   std::uint64_t reports = 0;         // Reports received and answered
+  std::uint64_t queued = 0;          // sends that waited for the agent's outstanding limit
 };
 
 class SaClient final : public PathQuerier {
@@ -164,6 +172,7 @@ class SaClient final : public PathQuerier {
   };
 
   void send(std::uint32_t tid);
+  void send_blocked();  // a slot of the agent's outstanding limit may be free: the oldest waiting query
   void on_delivery(const mad::Delivery& d);
   void finish(std::uint32_t tid, Result<mad::ByteVec> r);
   void fail_all(int code, const char* why);  // every pending query, erased first
@@ -186,6 +195,7 @@ class SaClient final : public PathQuerier {
   std::uint32_t attach_gen_ = 0;  // deliveries from an earlier attach's agent are ignored
   std::uint32_t next_tid_ = 1;  // the TID's low 32 bits (the layer owns the high ones)
   std::map<std::uint32_t, Pending> pending_;
+  std::deque<std::uint32_t> blocked_;  // TIDs the layer refused for its outstanding limit, oldest first
   std::uint32_t timeout_ms_ = 0;
   std::optional<mad::ClassPortInfo> cpi_;
   std::optional<SaRedirect> redirect_;

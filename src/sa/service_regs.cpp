@@ -25,6 +25,17 @@ ServiceRegs::~ServiceRegs() {
 }
 
 void ServiceRegs::register_service(Owner owner, std::uint8_t port, const ServiceRecord& rec, SetFn done) {
+  if (rec.service_gid != Gid{}) return register_keyed(owner, port, rec, false, std::move(done));
+  // IBA 15.2.5.14: the SA keys the record by the GID itself; zero stands
+  // for the port's, so the key is taken with the port's GID.
+  with_gid(port, rec, [this, owner, port, done = std::move(done)](Result<ServiceRecord> full) mutable {
+    if (!full) return done(full.take_error());
+    register_keyed(owner, port, *full, true, std::move(done));
+  });
+}
+
+void ServiceRegs::register_keyed(Owner owner, std::uint8_t port, const ServiceRecord& rec, bool port_gid,
+                                 SetFn done) {
   const Key k{port, rec.service_id, rec.service_gid, rec.service_pkey};
   auto it = regs_.find(k);
   if (it != regs_.end() && it->second.owner != owner)
@@ -34,6 +45,7 @@ void ServiceRegs::register_service(Owner owner, std::uint8_t port, const Service
   Reg& r = regs_[k];
   r.owner = owner;
   r.rec = rec;
+  r.port_gid = port_gid;
   r.waiting = std::move(done);
   ++counters_.registered;
   if (r.busy) {
@@ -43,11 +55,35 @@ void ServiceRegs::register_service(Owner owner, std::uint8_t port, const Service
   send_set(k, false);
 }
 
+// `owner`'s registration of the key (ServiceGID zero: the one it gave as
+// the port's), or end().
+std::map<ServiceRegs::Key, ServiceRegs::Reg>::const_iterator ServiceRegs::find(Owner owner, std::uint8_t port,
+                                                                             std::uint64_t id, const Gid& gid,
+                                                                             std::uint16_t pkey) const {
+  auto it = gid == Gid{} ? std::find_if(regs_.begin(), regs_.end(),
+                                        [&](const auto& kv) {
+                                          return std::get<0>(kv.first) == port && std::get<1>(kv.first) == id &&
+                                                 std::get<3>(kv.first) == pkey && kv.second.owner == owner &&
+                                                 kv.second.port_gid;
+                                        })
+                         : regs_.find(Key{port, id, gid, pkey});
+  return it != regs_.end() && it->second.owner == owner ? it : regs_.end();
+}
+
+bool ServiceRegs::holds(Owner owner, std::uint8_t port, std::uint64_t id, const Gid& gid, std::uint16_t pkey) const {
+  return find(owner, port, id, gid, pkey) != regs_.end();
+}
+
 Result<void> ServiceRegs::unregister(Owner owner, std::uint8_t port, std::uint64_t id, const Gid& gid,
                                      std::uint16_t pkey) {
-  auto it = regs_.find(Key{port, id, gid, pkey});
-  if (it == regs_.end() || it->second.owner != owner)
-    return err(ENOENT, "no registration of service {:#x} on port {}", id, port);
+  auto c = find(owner, port, id, gid, pkey);
+  if (c == regs_.end()) return err(ENOENT, "no registration of service {:#x} on port {}", id, port);
+  remove(regs_.erase(c, c));  // the mutable iterator of `c`
+  return ok();
+}
+
+void ServiceRegs::remove(std::map<Key, Reg>::iterator it) {
+  const std::uint8_t port = std::get<0>(it->first);
   Reg r = std::move(it->second);
   regs_.erase(it);
   ++counters_.removed;
@@ -55,14 +91,14 @@ Result<void> ServiceRegs::unregister(Owner owner, std::uint8_t port, std::uint64
   // the same port, so the SA sees them in that order (one SA, one QP1).
   send_delete(port, r.rec);
   if (r.waiting) r.waiting(err(ECANCELED, "unregistered before the SA answered"));
-  return ok();
 }
 
 void ServiceRegs::owner_gone(Owner owner) {
   std::vector<Key> keys;
   for (const auto& [k, r] : regs_)
     if (r.owner == owner) keys.push_back(k);
-  for (const Key& k : keys) (void)unregister(owner, std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k));
+  for (const Key& k : keys)
+    if (auto it = regs_.find(k); it != regs_.end() && it->second.owner == owner) remove(it);
 }
 
 void ServiceRegs::reregister(std::uint8_t port) {

@@ -5,7 +5,10 @@
 //
 //  - a registration is (port, ServiceID, ServiceGID, ServiceP_Key), the
 //    SA's own key for a ServiceRecord; one owner each (another owner's
-//    Set of the same key is EEXIST; the same owner's replaces it);
+//    Set of the same key is EEXIST; the same owner's replaces it). A
+//    ServiceGID of zero is made the port's GID 0 before the key is taken
+//    (issue 29 finding 2): the SA keeps one record for both, so a record
+//    given with GID 0 and one naming the port's GID are the same key;
 //  - register: SubnAdmSet(ServiceRecord) selecting every component (a
 //    ServiceGID of zero is the port's GID 0); the SA's echo goes back;
 //  - a finite lease (seconds; 0xFFFFFFFF none) is renewed by the same Set
@@ -56,9 +59,12 @@ class ServiceRegs {
   // `done` gets the SA's echo of the record; EEXIST if another owner holds
   // the key; EBUSY if this owner's earlier Set of it is still out.
   void register_service(Owner owner, std::uint8_t port, const ServiceRecord& rec, SetFn done);
-  // ENOENT if `owner` holds no such registration.
+  // ENOENT if `owner` holds no such registration (`gid` zero: the one it
+  // gave with ServiceGID zero, the port's).
   Result<void> unregister(Owner owner, std::uint8_t port, std::uint64_t id, const Gid& gid, std::uint16_t pkey);
   void owner_gone(Owner owner);
+  // Does `owner` hold it (unregister()'s lookup)?
+  bool holds(Owner owner, std::uint8_t port, std::uint64_t id, const Gid& gid, std::uint16_t pkey) const;
   void reregister(std::uint8_t port);
   // Renews the leases due, retries the failed Sets.
   void tick();
@@ -71,7 +77,8 @@ class ServiceRegs {
   using Key = std::tuple<std::uint8_t, std::uint64_t, Gid, std::uint16_t>;
   struct Reg {
     Owner owner = 0;
-    ServiceRecord rec;  // as given (ServiceGID zero: the port's)
+    ServiceRecord rec;  // ServiceGID zero made the port's
+    bool port_gid = false;  // given with ServiceGID zero
     SetFn waiting;
     bool busy = false;
     bool redo = false;    // set again after the answer out (reregister while busy, a newer record)
@@ -80,7 +87,12 @@ class ServiceRegs {
     Clock::time_point renew_at{};
   };
 
+  // register_service() once the ServiceGID is known.
+  void register_keyed(Owner owner, std::uint8_t port, const ServiceRecord& rec, bool port_gid, SetFn done);
   void send_set(const Key& k, bool renewal);
+  void remove(std::map<Key, Reg>::iterator it);
+  std::map<Key, Reg>::const_iterator find(Owner owner, std::uint8_t port, std::uint64_t id, const Gid& gid,
+                                          std::uint16_t pkey) const;  // its Delete sent, its waiting Set cancelled
   void set_answered(const Key& k, Result<ServiceRecord> r);
   void send_delete(std::uint8_t port, ServiceRecord rec);
   void send_record(std::uint8_t port, std::uint8_t method, std::uint64_t mask, ServiceRecord rec,

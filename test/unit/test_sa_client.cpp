@@ -18,6 +18,7 @@
 #include "mad/pma_attrs.hpp"
 #include "mad/rmpp.hpp"
 #include "sa/inform_info.hpp"
+#include "sa/mcmember_record.hpp"
 #include "sa/path_query.hpp"
 #include "sa/sa_client.hpp"
 
@@ -783,4 +784,52 @@ TEST_CASE("without a report handler the agent takes no Reports", "[sa][sa-client
   CHECK(f.client->counters().reports == 0);
   CHECK(f.layer->counters().unclaimed_requests == 1);
   CHECK(f.sa->queries.empty());  // no ReportResp from this agent
+}
+
+// Issue 29 finding 6: the MAD layer's outstanding limit binds ibd's own SA
+// agent too (--umad-max-outstanding). Requests past it are not dropped:
+// they wait and go out, in order, as earlier ones are answered.
+TEST_CASE("past the agent's outstanding limit, requests wait and are all sent and answered in order",
+          "[sa][sa-client]") {
+  Fixture f;
+  f.layer->set_max_outstanding(4);
+  f.attach();
+  std::vector<Result<mad::ByteVec>> got;
+  const mad::ByteVec rec(kMcMemberRecordBytes);
+  for (int i = 0; i < 10; ++i)
+    f.client->query(SaRequest{.method = mad::method::kDelete, .attr_id = attr::kMcMemberRecord,
+                              .comp_mask = static_cast<std::uint64_t>(i)},
+                    rec, [&](Result<mad::ByteVec> r) { got.push_back(std::move(r)); });
+  f.run_until([&] { return f.sa->queries.size() == 4; });
+  f.run_for(20);
+  CHECK(f.sa->queries.size() == 4);  // the limit holds on the wire
+  CHECK(got.empty());                // and nothing failed for it
+  CHECK(f.client->counters().queued == 6);
+  // Each answer lets one more out, the oldest first.
+  for (std::size_t answered = 0; answered < 10; ++answered) {
+    f.run_until([&] { return f.sa->queries.size() > answered; });
+    REQUIRE(f.sa->queries.size() > answered);
+    CHECK(mad::get64(f.sa->queries[answered], 48) == answered);  // ComponentMask: the order asked
+    f.sa->deliver(response_to(f.sa->queries[answered], 0));
+    f.run_until([&] { return got.size() > answered; });
+  }
+  REQUIRE(got.size() == 10);
+  for (const auto& r : got) CHECK(r.ok());
+  CHECK(f.sa->queries.size() == 10);
+}
+
+TEST_CASE("requests waiting for the outstanding limit fail with the others when the layer goes", "[sa][sa-client]") {
+  Fixture f;
+  f.layer->set_max_outstanding(1);
+  f.attach();
+  std::vector<int> codes;
+  const mad::ByteVec rec(kMcMemberRecordBytes);
+  for (int i = 0; i < 3; ++i)
+    f.client->query(SaRequest{.method = mad::method::kDelete, .attr_id = attr::kMcMemberRecord}, rec,
+                    [&](Result<mad::ByteVec> r) { codes.push_back(r ? 0 : r.error().code); });
+  f.run_until([&] { return f.client->counters().queued == 2; });
+  f.client->detach();
+  CHECK(codes == std::vector<int>{EIO, EIO, EIO});
+  f.run_for(20);
+  CHECK(f.sa->queries.size() == 1);
 }

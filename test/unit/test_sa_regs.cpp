@@ -499,3 +499,191 @@ TEST_CASE("reregister sets every registration of the port again; a refusal is to
   CHECK(b.r->error().message.find("ERR_REQ_DENIED") != std::string::npos);
   CHECK(regs.size() == 1);
 }
+
+// ---- issue 29: one owner's record or parameters never another's ------------
+
+// Finding 2: the SA keys a ServiceRecord by (ServiceID, ServiceGID,
+// ServiceP_Key) with the GID itself; GID 0 is the port's. A record given
+// with GID 0 and one naming the port's GID are one record: a second owner
+// can neither replace nor delete the first's.
+TEST_CASE("ServiceGID 0 and the port's GID are one key: another owner's is EEXIST and not its to delete",
+          "[sa][service]") {
+  FakeSa sa;
+  FakeClock clock;
+  ServiceRegs regs(sa, clock);
+  ServiceRecord named = service(0x10000CE100415453ull, kInfiniteLease);
+  named.service_gid = kPortGid;  // as ibd's ATS record names it
+  GotSr own, other, other2;
+  regs.register_service(0xFFFFFFF0u, 1, named, own.fn());
+  sa.answer();
+  REQUIRE(own.r);
+  REQUIRE(*own.r);
+  // Another owner gives GID 0: the same record at the SA.
+  regs.register_service(7, 1, service(0x10000CE100415453ull, kInfiniteLease), other.fn());
+  REQUIRE(other.r);
+  CHECK(other.r->error().code == EEXIST);
+  CHECK(sa.asked.empty());  // nothing replaced at the SA
+  CHECK(!regs.unregister(7, 1, 0x10000CE100415453ull, Gid{}, 0xFFFF));
+  CHECK(!regs.unregister(7, 1, 0x10000CE100415453ull, kPortGid, 0xFFFF));
+  regs.owner_gone(7);
+  CHECK(sa.asked.empty());  // no Delete of the record on its way out
+  CHECK(regs.size() == 1);
+  // The other way round: GID 0 first, the port's GID named second.
+  GotSr zero;
+  regs.register_service(8, 1, service(0x2000, kInfiniteLease), zero.fn());
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.front_sr().service_gid == kPortGid);
+  sa.answer();
+  ServiceRecord full = service(0x2000, kInfiniteLease);
+  full.service_gid = kPortGid;
+  regs.register_service(9, 1, full, other2.fn());
+  REQUIRE(other2.r);
+  CHECK(other2.r->error().code == EEXIST);
+  CHECK(regs.holds(8, 1, 0x2000, Gid{}, 0xFFFF));
+  CHECK(!regs.holds(9, 1, 0x2000, kPortGid, 0xFFFF));
+  // Its owner deletes it by the GID it gave (0): the Delete names the port's.
+  REQUIRE(regs.unregister(8, 1, 0x2000, Gid{}, 0xFFFF));
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kDelete);
+  CHECK(sa.front_sr().service_gid == kPortGid);
+}
+
+// Finding 7: the first creating join's parameters used to be the group's
+// for every later Set, a rejoin after an SM change included.
+TEST_CASE("a trusted member's group: another member's creation components are never sent", "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got ipoib, bogus;
+  JoinRequest own = join_of(join_state::kFullMember);
+  own.trusted = true;  // IPoIB's broadcast join: the SM made the group
+  joins.join(0xFFFFFFF0u, own, ipoib.fn());
+  sa.answer();
+  JoinRequest bad = join_of(join_state::kNonMember);
+  bad.create = true;
+  bad.qkey = 0xBAD;
+  bad.mtu = 1;
+  joins.join(5, bad, bogus.fn());
+  REQUIRE(sa.asked.size() == 1);
+  CHECK((sa.asked[0].req.comp_mask & (mcm_mask::kQKey | mcm_mask::kMtu)) == 0);
+  sa.answer();
+  REQUIRE(bogus.r);
+  CHECK(*bogus.r);
+  // The SM restarts: the rejoin carries nothing of the client's.
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 1);
+  CHECK((sa.asked[0].req.comp_mask & (mcm_mask::kQKey | mcm_mask::kMtu)) == 0);
+  sa.answer();
+  CHECK(joins.joined_state(1, kMgid) == (join_state::kFullMember | join_state::kNonMember));
+  // IPoIB's own creation components are the ones sent, whoever came first.
+  Got created;
+  JoinRequest own2 = join_of(join_state::kFullMember, kMgid2);
+  JoinRequest bad2 = join_of(join_state::kFullMember, kMgid2);
+  bad2.create = true;
+  bad2.qkey = 0xBAD;
+  joins.join(5, bad2, bogus.fn());
+  sa.answer();
+  own2.trusted = own2.create = true;
+  own2.qkey = 0x0B1B;
+  own2.join_state = join_state::kNonMember;
+  joins.join(0xFFFFFFF0u, own2, created.fn());
+  sa.answer();
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 2);
+  sa.answer();
+  CHECK(sa.front_mcm().mgid == kMgid2);
+  CHECK(sa.front_mcm().qkey == 0x0B1B);
+}
+
+TEST_CASE("creation components the SA refuses fail only their owner; the Set goes again with another's",
+          "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  Got good, bad;
+  JoinRequest g = join_of(join_state::kFullMember);
+  g.create = true;
+  g.qkey = 0x11;
+  joins.join(2, g, good.fn());
+  sa.answer();
+  REQUIRE(good.r);
+  REQUIRE(*good.r);
+  // A second owner asks to create it with other parameters (and new bits):
+  // the SA refuses them; the first owner's membership is untouched.
+  JoinRequest b = join_of(join_state::kNonMember);
+  b.create = true;
+  b.qkey = 0xBAD;
+  joins.join(1, b, bad.fn());
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.front_mcm().qkey == 0xBAD);
+  sa.answer(status::kReqInvalid, [](ByteVec&) {});
+  REQUIRE(bad.r);
+  CHECK(bad.r->error().code == EREMOTEIO);
+  CHECK(joins.memberships(1) == 0);
+  CHECK(joins.memberships(2) == 1);
+  CHECK(joins.counters().bad_create == 1);
+  // The group as the SA now holds it: asked again without the refused bits.
+  CHECK(sa.asked.empty());
+  // The bogus owner joins without creating, then the SM restarts: the
+  // rejoin carries the first owner's components, never the refused ones.
+  Got plain;
+  joins.join(1, join_of(join_state::kNonMember), plain.fn());
+  sa.answer();
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.front_mcm().qkey == 0x11);
+  sa.answer();
+  // Two creators, the one picked refused at a rejoin: the other's next.
+  Got c3;
+  JoinRequest b3 = join_of(join_state::kFullMember, kMgid2);
+  b3.create = true;
+  b3.qkey = 0xBAD;
+  joins.join(1, b3, c3.fn());
+  sa.answer();
+  JoinRequest g3 = b3;
+  g3.qkey = 0x33;
+  joins.join(2, g3, c3.fn());  // cached: the port holds the bits
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 2);
+  sa.answer();  // kMgid
+  CHECK(sa.front_mcm().qkey == 0xBAD);  // owner 1's, picked first
+  sa.answer(status::kReqInvalid, [](ByteVec&) {});
+  REQUIRE(sa.asked.size() == 1);  // asked again at once, with owner 2's
+  CHECK(sa.front_mcm().qkey == 0x33);
+  sa.answer();
+  CHECK(joins.joined_state(1, kMgid2) == join_state::kFullMember);
+  CHECK(joins.memberships(1) == 2);  // its membership stays; its components are gone
+}
+
+TEST_CASE("a failed rejoin is told to the lost handler for each member that held the group", "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  std::vector<std::pair<Owner, int>> lost;
+  joins.set_lost_handler([&](std::uint8_t, const Gid& mgid, Owner o, const Error& e) {
+    CHECK(mgid == kMgid);
+    lost.emplace_back(o, e.code);
+    (void)joins.leave(o, 1, mgid);  // IPoIB goes down: it leaves
+  });
+  Got a, b;
+  joins.join(0xFFFFFFF0u, join_of(join_state::kFullMember), a.fn());
+  sa.answer();
+  joins.join(3, join_of(join_state::kFullMember), b.fn());
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 1);
+  sa.fail(err(ETIMEDOUT, "no answer"));
+  CHECK(lost == std::vector<std::pair<Owner, int>>{{3, ETIMEDOUT}, {0xFFFFFFF0u, ETIMEDOUT}});
+  CHECK(joins.counters().lost == 2);
+  CHECK(joins.groups() == 0);
+  // A join that fails when first asked is the joiner's error, nothing lost.
+  Got c;
+  joins.join(4, join_of(join_state::kFullMember), c.fn());
+  sa.fail(err(ETIMEDOUT, "no answer"));
+  CHECK(lost.size() == 2);
+}
+
+TEST_CASE("IPoIB's signature MGIDs (RFC 4391 section 4)", "[sa][mcast]") {
+  CHECK(is_ipoib_mgid(make_gid(0xff12401bffff0000ull, 0x00000000ffffffffull)));  // broadcast, P_Key 0xffff
+  CHECK(is_ipoib_mgid(make_gid(0xff15401b80010000ull, 0x00000000e0000001ull)));  // site-local IPv4
+  CHECK(is_ipoib_mgid(make_gid(0xff12601bffff0000ull, 0x0000000000000001ull)));  // IPv6 all-nodes
+  CHECK(!is_ipoib_mgid(make_gid(0xff12123400000000ull, 1)));
+  CHECK(!is_ipoib_mgid(make_gid(0xff02401bffff0000ull, 1)));  // not transient: not IPoIB's mapping
+  CHECK(!is_ipoib_mgid(make_gid(0xfe80000000000000ull, 1)));
+}
