@@ -17,7 +17,6 @@ namespace {
 
 auto logger() { return log::get("ipoib"); }
 
-constexpr uint32_t kIpoibQkey = 0x0b1b;  // the Q_Key Linux's ipoib creates the broadcast group with
 constexpr size_t kMaxFrame = 65536 + 14;  // the TAP's MTU may be raised by hand: such frames are dropped by size
 constexpr int kReadsPerTurn = 64;
 constexpr size_t kSlotMargin = 8;  // free send slots kept for the packets a resolution releases
@@ -106,7 +105,9 @@ void IpoibService::bring_up() {
 
 // RFC 4391 §5: the broadcast group must exist before the interface works;
 // when the SA does not have it, the join is made again with the creation
-// components (as Linux's ipoib does: Q_Key 0x0b1b, the port's MTU).
+// components (as Linux's ipoib does: the port's MTU, Q_Key 0x0b1b unless
+// configured: a controlled one, bit 31 set, keeps unprivileged senders out,
+// docs/ipoib.md "Security").
 void IpoibService::joined_broadcast(uint64_t ep, const hca::PortAttr& pa, Result<sa::McMemberRecord> r, bool created) {
   const ipoib::Gid mgid = ipoib::broadcast_mgid(cfg_.pkey);
   if (ep != epoch_) {
@@ -121,7 +122,7 @@ void IpoibService::joined_broadcast(uint64_t ep, const hca::PortAttr& pa, Result
     j.pkey = cfg_.pkey;
     j.mgid = mgid;
     j.flags = proto::kMcastCreate;
-    j.qkey = kIpoibQkey;
+    j.qkey = cfg_.qkey;
     j.mtu = pa.active_mtu;
     sa_.mcast_join(kIpoibOwner, j, [this, ep, pa, alive = std::weak_ptr<bool>(alive_)](Result<proto::McastJoinRep> r2) {
       if (alive.expired()) return;
@@ -268,6 +269,13 @@ void IpoibService::mcast_changed(uint8_t port, const sa::McMemberRecord& rec) {
   if (port != cfg_.port || state_ != State::kUp || !qp_) return;
   auto it = groups_.find(rec.mgid);
   if (it == groups_.end()) return;
+  // A new SM may have made the broadcast group again with another Q_Key
+  // (its partitions.conf): the QP's own Q_Key is set at bring-up, so the
+  // interface comes up again with the new one (docs/ipoib.md "Security").
+  if (rec.mgid == ipoib::broadcast_mgid(cfg_.pkey) && rec.qkey != bcast_.qkey) {
+    logger()->info("{}: the broadcast group's Q_Key is now {:#x} (was {:#x})", cfg_.name, rec.qkey, bcast_.qkey);
+    return go_down("the broadcast group's Q_Key changed", false);
+  }
   const bool full = it->second.full;
   if (it->second.attached) {
     hca_.detach_mcast_async(qp_->qpn(), rec.mgid, it->second.mlid, [](Result<void>) {});
@@ -536,7 +544,7 @@ std::vector<std::pair<std::string, uint64_t>> IpoibService::counter_list() const
              {"arp_out", c.arp_out}, {"arp_in", c.arp_in}, {"nd_out", c.nd_out}, {"nd_in", c.nd_in},
              {"drop_malformed_frame", c.drop_malformed_frame}, {"drop_ethertype", c.drop_ethertype},
              {"drop_too_big", c.drop_too_big}, {"drop_unknown_mac", c.drop_unknown_mac},
-             {"drop_malformed_packet", c.drop_malformed_packet}, {"drop_own", c.drop_own},
+             {"drop_malformed_packet", c.drop_malformed_packet}, {"drop_own", c.drop_own}, {"drop_spoofed", c.drop_spoofed},
              {"drop_no_path", c.drop_no_path}, {"drop_no_group", c.drop_no_group},
              {"drop_queue_full", c.drop_queue_full}, {"drop_down", c.drop_down}})
       v.emplace_back(std::string("ipoib.") + k, x);

@@ -54,6 +54,7 @@ struct IpoibConfig {
   std::string name;        // the TAP interface's name; empty: IPoIB off
   uint16_t pkey = 0xFFFF;  // with the full-member bit
   uint8_t port = 1;
+  uint32_t qkey = 0x0b1b;  // the broadcast group's when ibd creates it (Linux's ipoib's)
 };
 
 // The owner of IPoIB's joins and registrations in the SA service (client

@@ -168,7 +168,7 @@ int run(const Options& o) {
   // IPoIB on a TAP interface (docs/ipoib.md).
   std::unique_ptr<IpoibService> ipoib;
   if (!o.ipoib.empty()) {
-    ipoib = std::make_unique<IpoibService>(io, *hca, *sa_service, IpoibConfig{o.ipoib, o.ipoib_pkey, o.ipoib_port});
+    ipoib = std::make_unique<IpoibService>(io, *hca, *sa_service, IpoibConfig{o.ipoib, o.ipoib_pkey, o.ipoib_port, o.ipoib_qkey});
     server.set_ipoib(ipoib.get());
   }
   // The connection manager on each port's MAD layer (docs/cm.md).

@@ -124,6 +124,10 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.add_option("--ipoib-pkey", o.ipoib_pkey, "IPoIB: the P_Key (must be the port's P_Key at index 0)")
       ->capture_default_str();
   app.add_option("--ipoib-port", o.ipoib_port, "IPoIB: the HCA port")->capture_default_str();
+  app.add_option("--ipoib-qkey", o.ipoib_qkey,
+                 "IPoIB: the Q_Key of the broadcast group when ibd creates it (bit 31 set: a controlled Q_Key, "
+                 "docs/ipoib.md \"Security\"); a group the SM made keeps its own")
+      ->capture_default_str();
   app.add_option("--cm-max-queued-events", o.cm_max_queued_events,
                  "CM events kept for a client that does not read its CM socket; past that its CM socket is "
                  "closed (docs/client-protocol.md \"Connection manager\")")

@@ -30,6 +30,10 @@ struct Options {
   std::string ipoib;
   uint16_t ipoib_pkey = 0xFFFF;
   uint8_t ipoib_port = 1;
+  // The Q_Key ibd creates the broadcast group with when the SA has none
+  // (docs/ipoib.md "Security": bit 31 set, a controlled Q_Key no
+  // unprivileged client can send with).
+  uint32_t ipoib_qkey = 0x0b1b;
   // The connection manager (docs/cm.md): CM events ibd keeps for a client
   // that does not read its CM socket before closing it (overrun).
   uint32_t cm_max_queued_events = 65536;

@@ -174,6 +174,7 @@ struct Bridge::Impl {
   void from_tap(wire::Bytes frame);
   void from_ib(const RxInfo& info, wire::Bytes packet);
   Mac source_mac(const RxInfo& info);
+  bool may_claim(const RxInfo& info, const HwAddr& a) const;
 };
 
 // ---- TAP -> IB ----------------------------------------------------------
@@ -257,6 +258,25 @@ Mac Bridge::Impl::source_mac(const RxInfo& info) {
              static_cast<std::uint8_t>(info.slid)};
 }
 
+// docs/ipoib.md "Security": whether a packet's source may name `a` as its
+// own 20-byte address (RFC 4391 §9.1.1: flags, QPN, GID) in ARP or ND.
+// The QPN must be the DETH's source QPN (IBA 9.8.4.2: the device writes
+// it, no consumer chooses it). The GID must be the GRH's SGID (which the
+// device takes from its own GID table, IBA 8.3); without a GRH only the
+// SLID is known: a GID whose path has another LID, or a LID whose path
+// belongs to another GID, cannot be the source's. A LID seen on no path
+// tells nothing: then only the QPN is checked.
+bool Bridge::Impl::may_claim(const RxInfo& info, const HwAddr& a) const {
+  if (a.qpn != (info.src_qpn & 0xFFFFFF)) return false;
+  if (info.sgid) return *info.sgid == a.gid;
+  for (const auto& [addr, n] : nt.all()) {
+    if (!n.lid) continue;
+    if (addr.gid == a.gid && *n.lid != info.slid) return false;
+    if (addr.gid != a.gid && *n.lid == info.slid) return false;
+  }
+  return true;
+}
+
 void Bridge::Impl::from_ib(const RxInfo& info, wire::Bytes packet) {
   ++cnt.ib_rx;
   if (!carrier) return void(++cnt.drop_down);
@@ -271,9 +291,12 @@ void Bridge::Impl::from_ib(const RxInfo& info, wire::Bytes packet) {
   std::vector<std::uint8_t> body;
   Mac dst = multicast ? kBroadcastMac : nt.own_mac();
   std::optional<Mac> src;
+  const SenderCheck claim_ok = [&](const HwAddr& a) { return may_claim(info, a); };
   if (type == wire::kEtherArp) {
     HwAddr sender;
-    if (arp_from_ib(payload, nt, body, sender) != Verdict::ok) return void(++cnt.drop_malformed_packet);
+    const Verdict v = arp_from_ib(payload, nt, body, sender, claim_ok);
+    if (v == Verdict::spoofed) return void(++cnt.drop_spoofed);
+    if (v != Verdict::ok) return void(++cnt.drop_malformed_packet);
     src = nt.mac_for(sender);
     ++cnt.arp_in;
   } else if (type == wire::kEtherIpv4) {
@@ -285,7 +308,9 @@ void Bridge::Impl::from_ib(const RxInfo& info, wire::Bytes packet) {
       dst = Mac{0x01, 0x00, 0x5E, static_cast<std::uint8_t>(body[17] & 0x7F), body[18], body[19]};
   } else if (type == wire::kEtherIpv6) {
     bool nd = false;
-    if (nd_from_ib(payload, nt, body, &nd) != Verdict::ok) return void(++cnt.drop_malformed_packet);
+    const Verdict v = nd_from_ib(payload, nt, body, &nd, claim_ok);
+    if (v == Verdict::spoofed) return void(++cnt.drop_spoofed);
+    if (v != Verdict::ok) return void(++cnt.drop_malformed_packet);
     if (nd) ++cnt.nd_in;
     // RFC 2464 §7: 33:33 and the low 32 bits of the group.
     if (multicast && body[24] == 0xFF) dst = Mac{0x33, 0x33, body[36], body[37], body[38], body[39]};

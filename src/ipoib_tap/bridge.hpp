@@ -116,6 +116,7 @@ struct BridgeCounters {
   std::uint64_t drop_unknown_mac = 0;      // unicast to a MAC that is no neighbour
   std::uint64_t drop_malformed_packet = 0; // short or inconsistent IPoIB/ARP/ND from the fabric
   std::uint64_t drop_own = 0;              // our own multicast looped back
+  std::uint64_t drop_spoofed = 0;          // ARP/ND naming another 20-byte address than its source's
   std::uint64_t drop_no_path = 0;          // path resolution failed (queued packets too)
   std::uint64_t drop_no_group = 0;         // multicast join failed
   std::uint64_t drop_queue_full = 0;       // older pending packets pushed out

@@ -92,8 +92,9 @@ Verdict option_from_ib(wire::Bytes opt, NeighbourTable& nt, std::vector<std::uin
 
 // lla_units: the length (in 8-byte units) of the link-layer address
 // options on the side `p` comes from: 1 on Ethernet, 3 on IPoIB.
+// sender_ok: from IB only (translate's callers, nd_from_ib).
 Verdict translate(wire::Bytes p, NeighbourTable& nt, std::vector<std::uint8_t>& out, bool* is_nd,
-                  OptionFn fn, std::uint8_t lla_units) {
+                  OptionFn fn, std::uint8_t lla_units, const SenderCheck& sender_ok = {}) {
   *is_nd = false;
   if (p.size() < wire::kIpv6Header || (p[0] >> 4) != 6) return Verdict::malformed;
   const std::size_t total = wire::kIpv6Header + wire::be16(p, 4);
@@ -109,16 +110,23 @@ Verdict translate(wire::Bytes p, NeighbourTable& nt, std::vector<std::uint8_t>& 
   *is_nd = true;
   const std::size_t first_opt = wire::kIpv6Header + opts;
   if (total < first_opt || folded_sum(p, false) != 0xFFFF) return Verdict::malformed;
-  // Every option's framing and every link-layer option's length first:
-  // a message dropped as malformed teaches the neighbour table nothing.
+  const std::uint8_t type = p[wire::kIpv6Header];
+  // Every option's framing and every link-layer option's length first,
+  // then the sender's claims: a message dropped as malformed or spoofed
+  // teaches the neighbour table nothing.
+  bool spoofed = false;
   for (std::size_t off = first_opt; off < total;) {
     if (total - off < 2 || p[off + 1] == 0 || total - off < std::size_t{p[off + 1]} * 8)
       return Verdict::malformed;
-    if ((p[off] == kOptSlla || p[off] == kOptTlla) && p[off + 1] != lla_units) return Verdict::malformed;
+    const bool lla = p[off] == kOptSlla || p[off] == kOptTlla;
+    if (lla && p[off + 1] != lla_units) return Verdict::malformed;
+    if (sender_ok && (p[off] == kOptSlla || (p[off] == kOptTlla && type == kNaType)) &&
+        !sender_ok(decode_hwaddr(std::span<const std::uint8_t, kHwAddrBytes>(p.subspan(off + 4, kHwAddrBytes)))))
+      spoofed = true;
     off += std::size_t{p[off + 1]} * 8;
   }
+  if (spoofed) return Verdict::spoofed;
   out.assign(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(first_opt));
-  const std::uint8_t type = p[wire::kIpv6Header];
   for (std::size_t off = first_opt; off < total;) {
     if (total - off < 2 || p[off + 1] == 0 || total - off < std::size_t{p[off + 1]} * 8)
       return Verdict::malformed;
@@ -153,8 +161,9 @@ Verdict nd_to_ib(wire::Bytes ipv6, NeighbourTable& nt, std::vector<std::uint8_t>
   return translate(ipv6, nt, out, is_nd, option_to_ib, 1);
 }
 
-Verdict nd_from_ib(wire::Bytes ipv6, NeighbourTable& nt, std::vector<std::uint8_t>& out, bool* is_nd) {
-  return translate(ipv6, nt, out, is_nd, option_from_ib, 3);
+Verdict nd_from_ib(wire::Bytes ipv6, NeighbourTable& nt, std::vector<std::uint8_t>& out, bool* is_nd,
+                   const SenderCheck& sender_ok) {
+  return translate(ipv6, nt, out, is_nd, option_from_ib, 3, sender_ok);
 }
 
 }  // namespace openib::ipoib

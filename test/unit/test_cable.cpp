@@ -14,7 +14,9 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1308,4 +1310,77 @@ TEST_CASE("UdpLink pcap tap records a received datagram before validation", "[ca
   }
   CHECK(fs::file_size(path) == kPcapFileHeaderBytes + kPcapRecordHeaderBytes + kErfHeaderBytes + packet(1).size());
   fs::remove(path);
+}
+
+// Issue 29 (lower finding): a local user binding a stopped end's port.
+// docs/cables.md "Who may take a cable's port".
+TEST_CASE("takeable_ports_warning names the ends any local user could bind", "[cable][udp]") {
+  auto e = [](const char* s) { return parse_endpoint(s).value(); };
+  CHECK(takeable_ports_warning(e("127.0.0.1:700"), nullptr, 1024).empty());
+  const Endpoint low = e("127.0.0.1:701");
+  CHECK(takeable_ports_warning(e("127.0.0.1:700"), &low, 1024).empty());
+  const Endpoint high = e("127.0.0.1:7002");
+  const std::string w = takeable_ports_warning(e("127.0.0.1:700"), &high, 1024);
+  CHECK(w.find("peer 127.0.0.1:7002") != std::string::npos);
+  CHECK(w.find("local 127") == std::string::npos);
+  CHECK(takeable_ports_warning(e("127.0.0.1:0"), nullptr, 1024).find("(ephemeral)") != std::string::npos);
+  // A lowered net.ipv4.ip_unprivileged_port_start makes every port takeable.
+  CHECK_FALSE(takeable_ports_warning(e("127.0.0.1:700"), &low, 0).empty());
+}
+
+namespace {
+// A free UDP port below 1024 on 127.0.0.1 (root only), or 0.
+std::uint16_t free_privileged_port(std::uint16_t from) {
+  for (std::uint16_t p = from; p < 1000; ++p) {
+    auto e = parse_endpoint("127.0.0.1:" + std::to_string(p)).value();
+    openib::UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&e.addr), e.len) == 0) return p;
+  }
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("user nobody can neither take a stopped end's privileged port nor inject into a cable", "[cable][udp]") {
+  if (::geteuid() != 0 || unprivileged_port_start() <= 1000) {
+    WARN("needs root and net.ipv4.ip_unprivileged_port_start above 1000: skipped");
+    return;
+  }
+  const std::uint16_t mine = free_privileged_port(900);
+  const std::uint16_t stopped = free_privileged_port(static_cast<std::uint16_t>(mine + 1));
+  REQUIRE(mine != 0);
+  REQUIRE(stopped != 0);
+  UdpLinkOptions o;
+  o.name = "victim";
+  o.local = "127.0.0.1:" + std::to_string(mine);
+  o.peer = "127.0.0.1:" + std::to_string(stopped);  // its daemon is stopped: nobody holds the port
+  auto link = must_link(o);
+  Sink sink;
+  link->set_receiver(sink.receiver());
+  const Endpoint victim = link->local_endpoint();
+  const Bytes forged = packet(42);
+  const Endpoint peer = parse_endpoint(o.peer).value();
+
+  // The child (system calls only: the link's thread runs in the parent), as nobody: bind the stopped end's port (refused), then
+  // send a well-formed packet from a port of its own (a foreign source).
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) ::_exit(14);
+    const int b = ::bind(fd, reinterpret_cast<const sockaddr*>(&peer.addr), peer.len);
+    if (b == 0) ::_exit(11);
+    if (errno != EACCES) ::_exit(12);
+    if (::sendto(fd, forged.data(), forged.size(), 0, reinterpret_cast<const sockaddr*>(&victim.addr),
+                 victim.len) != static_cast<ssize_t>(forged.size()))
+      ::_exit(13);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 11: nobody bound the port; 12: another error than EACCES
+  REQUIRE(wait_until([&] { return link->stats().rx_dropped_foreign == 1; }));
+  CHECK(link->stats().rx_packets == 0);
+  CHECK(sink.size() == 0);
 }

@@ -2,6 +2,8 @@
 // both ways (RFC 4391 §8), unicast through a neighbour's path with its
 // queue of pending packets, received packets' Ethernet headers, and the
 // drops by reason. Expected bytes are written from RFC 826 / RFC 4391.
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "ipoib_fixture.hpp"
@@ -239,4 +241,71 @@ TEST_CASE("packets the bridge cannot translate are dropped by reason", "[ipoib]"
   CHECK(c.drop_own == 1);
   CHECK(c.ib_rx == 7);
   CHECK(f.io.frames.empty());
+}
+
+// Issue 29, finding 11 (docs/ipoib.md "Security"): an unprivileged user on
+// a third host (its UD QP 0x51, LID 3, GID ...03; that host's IPoIB QP is
+// 0x4a) sends this host forged ARP replies saying that the peer's address
+// 198.18.0.2 is at another 20-byte address than the packet's source.
+namespace {
+const Gid kThirdGid = gid_of("fe80000000000000 0002c90300000003");
+const Bytes kThirdIpoibHw = cat({hx("00 00004a"), bytes(kThirdGid)});
+const Bridge::RxInfo kFromAttacker{0x51, 3, std::nullopt, std::nullopt};
+
+Bytes arp_reply(const Bytes& sender_hw, const Bytes& sender_ip) {
+  return cat({hx("0806 0000 0020 0800 14 04 0002"), sender_hw, sender_ip, kOwnHw, kOwnIp});
+}
+
+// The peer known, with its path (LID 2) resolved; what the table says of
+// 198.18.0.2: the MAC of the neighbour holding it.
+struct Victim : Fixture {
+  Bytes peer_mac;
+  Victim() {
+    peer_mac = learn_peer();
+    bridge.path_lid(kPeerGid, 2);
+    bridge.path_resolved(kPeerGid, true);
+  }
+  std::vector<Bytes> holders_of(const std::string& ip) const {
+    std::vector<Bytes> out;
+    for (const auto& n : bridge.neighbours())
+      if (std::find(n.ips.begin(), n.ips.end(), ip) != n.ips.end()) out.push_back(bytes(n.mac));
+    return out;
+  }
+};
+}  // namespace
+
+TEST_CASE("a forged ARP naming another QPN than its source is dropped and counted", "[ipoib][security]") {
+  Victim v;
+  // Another host's IPoIB QP, and the peer's own address, claimed from the attacker's QP.
+  v.bridge.from_ib(kFromAttacker, arp_reply(kThirdIpoibHw, kPeerIp));
+  v.bridge.from_ib(kFromAttacker, arp_reply(kPeerHw, kPeerIp));
+  // The same with a GRH: the SGID is the attacker's host's.
+  v.bridge.from_ib(Bridge::RxInfo{0x51, 3, kThirdGid, std::nullopt}, arp_reply(kThirdIpoibHw, kPeerIp));
+  CHECK(v.bridge.counters().drop_spoofed == 3);
+  CHECK(v.bridge.counters().arp_in == 1);  // the peer's own, at the start
+  CHECK(v.io.frames.empty());              // the kernel heard nothing
+  CHECK(v.holders_of("198.18.0.2") == std::vector<Bytes>{v.peer_mac});
+  CHECK(v.bridge.neighbours().size() == 1);
+}
+
+TEST_CASE("a forged ARP from a QPN that repeats the claimed one is told apart by SGID or SLID", "[ipoib][security]") {
+  Victim v;
+  const Bytes third_hw_as_peer_qpn = cat({hx("00 000049"), bytes(kThirdGid)});
+  // The attacker got QPN 0x49 on its host, as the peer's IPoIB QP is there.
+  // With a GRH: its own SGID is not the peer's.
+  v.bridge.from_ib(Bridge::RxInfo{0x49, 3, kThirdGid, std::nullopt}, arp_reply(kPeerHw, kPeerIp));
+  // Without: LID 3 is not the peer's path's LID 2.
+  v.bridge.from_ib(Bridge::RxInfo{0x49, 3, std::nullopt, std::nullopt}, arp_reply(kPeerHw, kPeerIp));
+  // Nor may LID 2 (the peer's) speak for another GID.
+  v.bridge.from_ib(Bridge::RxInfo{0x49, 2, std::nullopt, std::nullopt}, arp_reply(third_hw_as_peer_qpn, kPeerIp));
+  CHECK(v.bridge.counters().drop_spoofed == 3);
+  CHECK(v.io.frames.empty());
+  CHECK(v.holders_of("198.18.0.2") == std::vector<Bytes>{v.peer_mac});
+  // What stays possible (documented): the attacker's QP claiming an address for itself.
+  v.bridge.from_ib(kFromAttacker, arp_reply(cat({hx("00 000051"), bytes(kThirdGid)}), hx("c6120009")));
+  CHECK(v.bridge.counters().drop_spoofed == 3);
+  CHECK(v.io.frames.size() == 1);
+  // And the peer still answers for itself.
+  v.bridge.from_ib(Bridge::RxInfo{0x49, 2, std::nullopt, std::nullopt}, arp_reply(kPeerHw, kPeerIp));
+  CHECK(v.io.frames.size() == 2);
 }

@@ -159,3 +159,25 @@ TEST_CASE("RS and Redirect from the TAP are translated too", "[ipoib]") {
   CHECK(icmpv6_checksum_ok(Bytes(rs.begin() + 4, rs.end())));
   CHECK(f.bridge.counters().nd_out == 2);
 }
+
+// Issue 29, finding 11 (docs/ipoib.md "Security"): ND claims checked like
+// ARP's. From QPN 0x51 (LID 3) an NA whose TLLA is the peer's 20-byte
+// address, and an NS whose SLLA is; a Redirect's TLLA names another node
+// and is not held to its source.
+TEST_CASE("NA and NS claiming another QPN than their source are dropped and counted", "[ipoib][security]") {
+  Fixture f;
+  const Bridge::RxInfo attacker{0x51, 3, std::nullopt, std::nullopt};
+  const Bytes na = ipv6_icmp(kPeerLl, kOwnLl, cat({hx("88 00 0000 60000000"), kPeerLl, hx("02 03 0000"), kPeerHw}));
+  const Bytes ns = ipv6_icmp(kPeerLl, kOwnLl, cat({hx("87 00 0000 00000000"), kOwnLl, hx("01 03 0000"), kPeerHw}));
+  f.bridge.from_ib(attacker, cat({hx("86dd 0000"), na}));
+  f.bridge.from_ib(attacker, cat({hx("86dd 0000"), ns}));
+  CHECK(f.bridge.counters().drop_spoofed == 2);
+  CHECK(f.bridge.counters().nd_in == 0);
+  CHECK(f.io.frames.empty());
+  CHECK(f.bridge.neighbours().empty());
+  // From the peer's own QPN both pass.
+  f.bridge.from_ib(Bridge::RxInfo{0x49, 2, std::nullopt, std::nullopt}, cat({hx("86dd 0000"), na}));
+  f.bridge.from_ib(Bridge::RxInfo{0x49, 2, std::nullopt, std::nullopt}, cat({hx("86dd 0000"), ns}));
+  CHECK(f.bridge.counters().nd_in == 2);
+  CHECK(f.io.frames.size() == 2);
+}

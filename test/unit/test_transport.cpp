@@ -736,3 +736,48 @@ TEST_CASE("CQ: overrun puts the CQ in error; arming raises one event", "[transpo
   auto got = w.b.poll(small);
   CHECK(got.size() == 2);
 }
+
+// Issue 29, finding 11a (docs/simhca.md §12.8, docs/ipoib.md "Security"):
+// a UD send WQE's Q_Key with bit 31 set is replaced by the QP's own Q_Key
+// (IBA 10.2.4, C10-15), so a QP whose Q_Key is not controlled (every QP
+// of an unprivileged client: ibd refuses it the MODIFY_QP) sends no
+// controlled Q_Key, whatever its WQEs say; a receiver with a controlled
+// Q_Key drops and counts what it sends.
+TEST_CASE("UD: a WQE's controlled Q_Key is the QP's own; a controlled receiver drops the rest", "[transport][ud]") {
+  Wire w;
+  TQp attacker = w.a.create_qp(kQpUd), owner = w.a.create_qp(kQpUd), victim = w.b.create_qp(kQpUd);
+  Node::Path unprivileged, controlled;
+  unprivileged.qkey = 0x0000000b;
+  controlled.qkey = 0x8000000b;
+  w.a.connect(attacker, unprivileged);
+  w.a.connect(owner, controlled);
+  w.b.connect(victim, controlled);
+  const uint64_t ba = w.a.alloc(4096, 4096), bb = w.b.alloc(8192, 4096);
+  const uint32_t ka = w.a.reg_mr(ba, 4096, kMrLocalWrite), kb = w.b.reg_mr(bb, 8192, kMrLocalWrite);
+  const uint32_t ah = w.a.create_ah(2);
+  auto send = [&](TQp& from, uint32_t qkey) {
+    Wr s;
+    s.opcode = kWrSend;
+    s.ahn = ah;
+    s.dest_qpn = victim.qpn;
+    s.qkey = qkey;
+    s.sges = {{64, ka, Node::va(ba)}};
+    w.a.post_send(from, s);
+  };
+  w.b.post_recv(victim, 7, {{4096 + 40, kb, Node::va(bb)}});
+  send(attacker, 0x8000000b);  // bit 31: the attacker's own 0x0000000b goes
+  send(attacker, 0x0000000b);  // the low bits alone
+  REQUIRE(w.run([&] { return w.b.hca.data_stats().rx_bad_qkey == 2; }));
+  CHECK(w.b.poll(w.b.cq).empty());
+  // The QP that holds the controlled Q_Key reaches the victim with it.
+  send(owner, 0x80000000);
+  std::vector<Cqe> rx;
+  REQUIRE(w.run([&] {
+    for (auto& c : w.b.poll(w.b.cq)) rx.push_back(c);
+    return !rx.empty();
+  }));
+  CHECK(rx[0].status == kWcSuccess);
+  CHECK(rx[0].wr_id == 7);
+  CHECK(rx[0].src_qp == owner.qpn);
+  CHECK(w.b.hca.data_stats().rx_bad_qkey == 2);
+}

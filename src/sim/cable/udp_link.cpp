@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <system_error>
 #include <vector>
 
@@ -60,6 +61,27 @@ void raise_buffer(int fd, int force_opt, int opt, int bytes) {
 
 }  // namespace
 
+int unprivileged_port_start() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_unprivileged_port_start");
+  int v = 1024;
+  if (!(f >> v) || v < 0) return 1024;
+  return v;
+}
+
+std::string takeable_ports_warning(const Endpoint& local, const Endpoint* peer, int start) {
+  std::string ends;
+  auto note = [&](const char* what, const Endpoint& e) {
+    if (e.port() != 0 && e.port() < start) return;
+    ends += fmt::format("{}{} {}", ends.empty() ? "" : ", ", what, e.port() == 0 ? e.str() + " (ephemeral)" : e.str());
+  };
+  note("local", local);
+  if (peer && peer->len) note("peer", *peer);
+  if (ends.empty()) return {};
+  return fmt::format("{} at or above net.ipv4.ip_unprivileged_port_start ({}): while that end is stopped any "
+                     "local user can bind its port and send into the cable (docs/cables.md)",
+                     ends, start);
+}
+
 Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
   OPENIB_TRY_ASSIGN(Endpoint local, parse_endpoint(opts.local));
   Endpoint peer;
@@ -70,6 +92,11 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
                  peer.str(), local.str());
   }
   if (opts.pcap_iface > 3) return err(EINVAL, "{}: pcap interface {} (ERF has 0-3)", opts.name, opts.pcap_iface);
+  // Run as root, the cable's ends are meant to be root's alone.
+  if (::geteuid() == 0) {
+    if (auto w = takeable_ports_warning(local, &peer, unprivileged_port_start()); !w.empty())
+      logger()->warn("{}: {}", opts.name, w);
+  }
 
   UniqueFd sock(::socket(local.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!sock) return sys_err("{}: socket", opts.name);

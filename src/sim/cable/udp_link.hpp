@@ -110,6 +110,15 @@ struct UdpLinkOptions {
   std::shared_ptr<UdpRxRing> rx_ring;
 };
 
+// docs/cables.md "Who may take a cable's port": a UDP port at or above
+// net.ipv4.ip_unprivileged_port_start (read from /proc; 1024 when it
+// cannot be) can be bound by any local user while its end is stopped, and
+// what that user sends then comes from the peer's address:port. The
+// ports of `local` and `peer` (port 0: an ephemeral one) that are so, as
+// the warning create() logs when run as root (empty: none).
+int unprivileged_port_start();
+std::string takeable_ports_warning(const Endpoint& local, const Endpoint* peer, int unprivileged_start);
+
 class UdpLink final : public Link {
  public:
   static Result<std::unique_ptr<UdpLink>> create(const UdpLinkOptions& opts);
