@@ -35,6 +35,9 @@ constexpr uint8_t kGone = 2;       // destroy()ed: no more events; erased when i
 constexpr uint8_t kLinger = 4;     // idle after a REJ, kept to answer a duplicate REQ with it
 constexpr uint8_t kQpnBound = 8;   // local_qpn is in Impl::local_qpn_
 constexpr uint8_t kUc = 16;        // transport UC (else RC)
+constexpr uint8_t kExpireNext = 32;  // passive, unanswered: the armed deadline is its expiry (EngineLimits)
+constexpr uint8_t kSidrSpace = 64;   // listener: of SIDR_REQs (else of REQs)
+constexpr uint64_t kExactMask = ~uint64_t{0};
 
 // IBA 12.7.34 / 9.7.6.1.3 and Linux's cm_ack_timeout(): the local ACK
 // timeout covering twice the packet lifetime plus the target's ACK delay,
@@ -116,7 +119,14 @@ struct Engine::Impl {
   // (remote QPN, remote CA GUID) -> id of a connection that is not yet in timewait: stale REQs.
   std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, PairHash> remote_qpn;
   std::unordered_map<uint32_t, uint32_t> local_qpn;  // local QPN -> id, until timewait exit
-  std::set<uint32_t> listeners;                      // ids of kind kListen (few)
+  // Listeners, one space for REQs and one for SIDR_REQs (engine.hpp
+  // listen()): exact service IDs by hash; masked ones in a short list.
+  struct Listeners {
+    std::unordered_map<uint64_t, uint32_t> exact;
+    std::vector<uint32_t> masked;
+  };
+  std::array<Listeners, 2> spaces;
+  EngineLimits limits;
 
   Counters& ctr() { return self.counters_; }
 
@@ -274,7 +284,14 @@ struct Engine::Impl {
     disarm(c);
     unbind_qpn(c);
     unbind_remote(c);
-    if (c.kind == Kind::kListen) listeners.erase(c.id);
+    if (c.kind == Kind::kListen) {
+      Listeners& L = spaces[(c.flags & kSidrSpace) ? 1 : 0];
+      if (c.remote_guid == kExactMask) {
+        L.exact.erase(c.service_id);
+      } else {
+        std::erase(L.masked, c.id);
+      }
+    }
     conns.erase(c.id);
   }
   // Idle: nothing more to send or answer. A destroyed id goes; a live one
@@ -341,7 +358,15 @@ struct Engine::Impl {
       case State::kSidrReqSent:
         return retry(c);
       case State::kReqRcvd:  // IBA 12.6.6: MRA when the consumer is slow
-        return auto_mra(c, MsgMraed::kReq, State::kMraReqSent);
+        if (c.flags & kExpireNext) return expire_passive(c);
+        auto_mra(c, MsgMraed::kReq, State::kMraReqSent);
+        c.flags |= kExpireNext;
+        return arm(c, passive_bound(c) - ns(c.my_cm_timeout) / 2);
+      case State::kMraReqSent:
+        if (c.flags & kExpireNext) expire_passive(c);
+        return;
+      case State::kSidrReqRcvd:
+        return expire_passive(c);
       case State::kRepRcvd:
         return auto_mra(c, MsgMraed::kRep, State::kMraRepSent);
       case State::kTimewait: {
@@ -358,6 +383,36 @@ struct Engine::Impl {
       default:
         return;
     }
+  }
+  // How long a passive id may wait for its consumer: what the peer waits
+  // for us (its Remote CM Response Timeout, doubled by our MRA's service
+  // timeout, IBA 12.6.6), times its Max CM Retries + 1 (IBA 12.6.5), at
+  // most EngineLimits::passive_timeout_cap; a SIDR_REQ states neither: the cap.
+  std::chrono::nanoseconds passive_bound(const Conn& c) const {
+    if (c.kind == Kind::kSidrIn) return limits.passive_timeout_cap;
+    auto per_try = ns(static_cast<uint8_t>(std::min(31, c.my_cm_timeout + 1))) + ns(c.packet_life);
+    std::chrono::nanoseconds wait = per_try * (int64_t{c.max_retries} + 1);
+    return std::min(wait, limits.passive_timeout_cap);
+  }
+  // The consumer never answered: the peer hears REJ(Timeout) (IBA 12.6.7.2
+  // reason 4; SIDR_REP "rejected", IBA 12.11.2), the owner kTimeout (attr REQ
+  // or SIDR_REQ), and the id is idle (gone, if already destroyed).
+  void expire_passive(Conn& c) {
+    ctr().passive_expired++;
+    c.flags &= ~kExpireNext;
+    uint32_t id = c.id;
+    Event e = event(c, EventType::kTimeout, c.kind == Kind::kSidrIn ? attr::kSidrReq : attr::kReq);
+    if (c.kind == Kind::kSidrIn) {
+      SidrRep p;
+      p.request_id = c.remote_id;
+      p.status = SidrStatus::kRejected;
+      p.service_id = c.service_id;
+      send(c, p, false);
+    } else {
+      send_rej_timeout(c, MsgRejected::kReq);
+    }
+    to_idle(c);
+    emit(id, e);
   }
   void auto_mra(Conn& c, MsgMraed what, State next) {
     Mra m;
@@ -415,20 +470,40 @@ struct Engine::Impl {
   void on_sidr_rep(const SidrRep& p, const Message& msg);
   void on_lap(const mad::MadAddress& from, const Lap& l, const Message& msg);
 
-  Conn* listener_for(uint64_t service_id) {
-    for (uint32_t id : listeners) {
+  // The listener of a REQ (sidr false) or SIDR_REQ: the exact one by
+  // hash, else the first masked one that matches (listen() keeps them
+  // disjoint).
+  Conn* listener_for(uint64_t service_id, bool sidr) {
+    Listeners& L = spaces[sidr ? 1 : 0];
+    if (auto it = L.exact.find(service_id); it != L.exact.end()) return find(it->second);
+    for (uint32_t id : L.masked) {
       Conn& c = conns.at(id);
       if (((service_id ^ c.service_id) & c.remote_guid) == 0) return &c;
     }
     return nullptr;
   }
   // The connection a message names by our comm ID (its remote comm ID), if
-  // its own comm ID agrees with what we know of the peer's.
-  Conn* conn_for(uint32_t our_id, uint32_t their_id) {
+  // its own comm ID is the peer's: both must match once the peer's is known
+  // (as Linux's cm_acquire_id); before that (REQ sent, no REP or MRA yet)
+  // only a REP, an MRA or a REJ of our REQ can come, and it may carry any
+  // (a REJ with no listener behind it carries 0; cm_acquire_rejected_id).
+  // So a REJ, DREQ, DREP or RTU of comm ID 0 names nothing established.
+  Conn* conn_for(uint32_t our_id, uint32_t their_id, bool first_answer = false) {
     Conn* c = find(our_id);
     if (!c || c->kind != Kind::kConn) return nullptr;
-    if (c->remote_id != 0 && their_id != 0 && c->remote_id != their_id) return nullptr;
-    return c;
+    if (c->remote_id != 0) return c->remote_id == their_id ? c : nullptr;
+    const bool req_outstanding = (c->flags & kActive) && (c->state == State::kReqSent || c->state == State::kMraReqRcvd);
+    return first_answer && req_outstanding ? c : nullptr;
+  }
+  // IBA 12.9.8.3.1: only the old connection's peer can find it stale: the
+  // REQ must come from the peer's port as we know it (source LID, with its
+  // path bits, as the connection's QP1 address or path named it; source GID
+  // when the peer is behind a router or a GRH came).
+  static bool from_peer(const Conn& old, const mad::MadAddress& from) {
+    if (from.lid != old.peer.lid && from.lid != old.path.remote_lid) return false;
+    if (old.peer.grh && !from.grh) return false;
+    if (from.grh && from.gid != old.peer.gid && from.gid != old.path.remote_gid) return false;
+    return true;
   }
   void drop_unknown() { ctr().dropped_unknown_id++; }
   void drop_state() { ctr().dropped_bad_state++; }
@@ -467,17 +542,30 @@ void Engine::Impl::on_req(const mad::MadAddress& from, const Req& q, const Messa
   }
   if (auto it = remote_qpn.find({q.local_qpn, q.local_ca_guid}); it != remote_qpn.end()) {
     reply_rej(from, q, RejReason::kStaleConn);
-    if (Conn* old = find(it->second)) stale(*old);
+    Conn* old = find(it->second);
+    // Not from the old connection's peer: someone who knows its CA GUID and
+    // guessed its QPN. The REQ is refused (no new connection can take that
+    // QPN of that CA anyway) and the old connection is left alone.
+    if (old && !from_peer(*old, from)) {
+      ctr().stale_foreign++;
+      return;
+    }
+    if (old) stale(*old);
     return;
   }
   if (q.transport_service_type != transport::kRc && q.transport_service_type != transport::kUc) {
     reply_rej(from, q, RejReason::kInvalidTransportType);
     return;
   }
-  Conn* l = listener_for(q.service_id);
+  Conn* l = listener_for(q.service_id, false);
   if (!l) {  // IBA 12.6.7.2: reason 8, invalid service ID
     ctr().rej_no_listener++;
     reply_rej(from, q, RejReason::kInvalidServiceId);
+    return;
+  }
+  if (env.admit && !env.admit(l->owner, l->id)) {  // IBA 12.6.7.2: reason 3, no resources
+    ctr().rej_no_resources++;
+    reply_rej(from, q, RejReason::kNoResources);
     return;
   }
   uint64_t owner = l->owner;
@@ -513,7 +601,13 @@ void Engine::Impl::on_req(const mad::MadAddress& from, const Req& q, const Messa
   c.target_ack_delay = port.ca_ack_delay;
   c.ack_timeout = ack_timeout(c.target_ack_delay, c.packet_life);
   bind_remote(c);
-  arm(c, ns(c.my_cm_timeout) / 2);
+  // The auto MRA at half the time we were given, or the expiry first.
+  if (passive_bound(c) <= ns(c.my_cm_timeout) / 2) {
+    c.flags |= kExpireNext;
+    arm(c, passive_bound(c));
+  } else {
+    arm(c, ns(c.my_cm_timeout) / 2);
+  }
   Event e = event(c, EventType::kReqReceived, attr::kReq, &msg, as_bytes(q.private_data));
   e.starting_psn = q.starting_psn;
   e.responder_resources = q.responder_resources;
@@ -530,7 +624,7 @@ void Engine::Impl::on_req(const mad::MadAddress& from, const Req& q, const Messa
 
 // ---- REP (IBA 12.9.5.2 active side) ----
 void Engine::Impl::on_rep(const Rep& p, const Message& msg) {
-  Conn* c = conn_for(p.remote_comm_id, p.local_comm_id);
+  Conn* c = conn_for(p.remote_comm_id, p.local_comm_id, true);
   if (!c || !(c->flags & kActive)) return drop_unknown();
   switch (c->state) {
     case State::kReqSent:
@@ -591,7 +685,7 @@ void Engine::Impl::on_rtu(const Rtu& r, const Message& msg) {
 
 // ---- MRA (IBA 12.6.6, 12.7.24) ----
 void Engine::Impl::on_mra(const Mra& m, const Message& msg) {
-  Conn* c = conn_for(m.remote_comm_id, m.local_comm_id);
+  Conn* c = conn_for(m.remote_comm_id, m.local_comm_id, m.message_mraed == MsgMraed::kReq);
   if (!c) return drop_unknown();
   if (m.message_mraed == MsgMraed::kReq && c->state == State::kReqSent) {
     c->state = State::kMraReqRcvd;
@@ -614,7 +708,7 @@ void Engine::Impl::on_mra(const Mra& m, const Message& msg) {
 
 // ---- REJ (IBA 12.9.5, 12.9.6; Linux cm_rej_handler's table) ----
 void Engine::Impl::on_rej(const Rej& r, const Message& msg) {
-  Conn* c = conn_for(r.remote_comm_id, r.local_comm_id);
+  Conn* c = conn_for(r.remote_comm_id, r.local_comm_id, r.message_rejected == MsgRejected::kReq);
   if (!c) return drop_unknown();
   bool stale_or_later = r.reason == RejReason::kStaleConn;
   switch (c->state) {
@@ -722,7 +816,18 @@ void Engine::Impl::on_sidr_req(const mad::MadAddress& from, const SidrReq& q, co
   }
   mad::MadAddress to = from;
   to.qkey = mad::kGsiQkey;
-  Conn* l = listener_for(q.service_id);
+  Conn* l = listener_for(q.service_id, true);
+  auto refuse = [&](SidrStatus st) {
+    SidrRep p;
+    p.request_id = q.request_id;
+    p.status = st;
+    p.service_id = q.service_id;
+    send_to(to, p);
+  };
+  if (l && env.admit && !env.admit(l->owner, l->id)) {  // IBA 12.11.2 Table 121: status 2, rejected
+    ctr().rej_no_resources++;
+    return refuse(SidrStatus::kRejected);
+  }
   if (!l) {  // IBA 12.11.2 Table 121: status 1, service ID not supported
     ctr().sidr_no_listener++;
     SidrRep p;
@@ -743,6 +848,7 @@ void Engine::Impl::on_sidr_req(const mad::MadAddress& from, const SidrReq& q, co
   c.service_id = q.service_id;
   c.pkey = q.pkey;
   remote[{q.request_id, who}] = c.id;
+  arm(c, passive_bound(c));
   Event e = event(c, EventType::kSidrReqReceived, attr::kSidrReq, &msg, as_bytes(q.private_data));
   e.pkey = q.pkey;
   e.remote_ca_guid = 0;
@@ -795,20 +901,41 @@ Engine::~Engine() {
 }
 
 void Engine::set_port(const PortInfo& port) { impl_->port = port; }
+void Engine::set_limits(const EngineLimits& l) { impl_->limits = l; }
 
-Result<uint32_t> Engine::listen(uint64_t service_id, uint64_t mask, uint64_t owner) {
-  for (uint32_t lid : impl_->listeners) {
-    const Conn& c = impl_->conns.at(lid);
-    // Two (id, mask) pairs overlap if some service ID matches both.
-    if (((service_id ^ c.service_id) & mask & c.remote_guid) == 0)
-      return err(EADDRINUSE, "cm: service ID {:#x}/{:#x} overlaps listener {:#x}/{:#x}", service_id, mask,
-                 c.service_id, c.remote_guid);
+Result<uint32_t> Engine::listen(uint64_t service_id, uint64_t mask, uint64_t owner, bool sidr) {
+  auto& I = *impl_;
+  Impl::Listeners& L = I.spaces[sidr ? 1 : 0];
+  const char* space = sidr ? "SIDR" : "REQ";
+  service_id &= mask;
+  // Two (id, mask) pairs overlap if some service ID matches both.
+  auto overlap = [&](const Conn& c) {
+    return err(EADDRINUSE, "cm: {} listen on service ID {:#x}/{:#x} overlaps listener {:#x}/{:#x}", space, service_id,
+               mask, c.service_id, c.remote_guid);
+  };
+  for (uint32_t id : L.masked) {
+    const Conn& c = I.conns.at(id);
+    if (((service_id ^ c.service_id) & mask & c.remote_guid) == 0) return overlap(c);
   }
-  Conn& c = impl_->add(Kind::kListen, owner);
+  if (mask == kExactMask) {
+    if (auto it = L.exact.find(service_id); it != L.exact.end()) return overlap(I.conns.at(it->second));
+  } else {
+    if (L.masked.size() >= I.limits.max_masked_listeners)
+      return err(ENOSPC, "cm: {} masked {} listeners already (at most {})", L.masked.size(), space,
+                 I.limits.max_masked_listeners);
+    for (const auto& [sid, id] : L.exact)  // few masked listens, and only by privileged users
+      if (((service_id ^ sid) & mask) == 0) return overlap(I.conns.at(id));
+  }
+  Conn& c = I.add(Kind::kListen, owner);
   c.state = State::kListen;
-  c.service_id = service_id & mask;
+  c.service_id = service_id;
   c.remote_guid = mask;
-  impl_->listeners.insert(c.id);
+  if (sidr) c.flags |= kSidrSpace;
+  if (mask == kExactMask) {
+    L.exact.emplace(service_id, c.id);
+  } else {
+    L.masked.push_back(c.id);
+  }
   return c.id;
 }
 
@@ -886,6 +1013,7 @@ Result<void> Engine::accept(uint32_t id, const AcceptParams& p) {
   c->target_ack_delay = p.target_ack_delay;
   c->ack_timeout = ack_timeout(p.target_ack_delay, c->packet_life);
   c->srq = p.srq;
+  c->flags &= ~kExpireNext;
   I.bind_qpn(*c);
   // IBA 12.6.8 Table 105
   r.local_comm_id = c->id;
@@ -1039,6 +1167,7 @@ Result<void> Engine::sidr_reply(uint32_t id, uint8_t status, uint32_t qpn, uint3
   p.qkey = qkey;
   p.service_id = c->service_id;
   c->state = State::kIdle;
+  I.disarm(*c);
   I.send(*c, p, true);  // kept: a repeated SIDR_REQ gets it again until destroy()
   return {};
 }
@@ -1234,6 +1363,9 @@ std::size_t Engine::memory_bytes() const {
        (I.remote.bucket_count() + I.remote_qpn.bucket_count()) * sizeof(void*);
   b += I.local_qpn.size() * (8 + 2 * sizeof(void*)) + I.local_qpn.bucket_count() * sizeof(void*);
   b += I.timers.size() * (sizeof(std::pair<Clock::time_point, uint32_t>) + 4 * sizeof(void*));
+  for (const auto& L : I.spaces)
+    b += L.exact.size() * (16 + 2 * sizeof(void*)) + L.exact.bucket_count() * sizeof(void*) +
+         L.masked.capacity() * sizeof(uint32_t);
   return b;
 }
 
@@ -1263,6 +1395,9 @@ std::string Engine::json() const {
                   {"bad_state", c.dropped_bad_state}};
   j["rej_no_listener"] = c.rej_no_listener;
   j["sidr_no_listener"] = c.sidr_no_listener;
+  j["rej_no_resources"] = c.rej_no_resources;
+  j["stale_foreign"] = c.stale_foreign;
+  j["passive_expired"] = c.passive_expired;
   j["memory_bytes"] = memory_bytes();
   return j.dump();
 }

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -96,6 +97,23 @@ struct Env {
   std::function<Result<void>(const mad::MadAddress& to, mad::ByteVec mad)> send;
   std::function<void(const Event&)> event;
   std::function<void(uint32_t n, uint8_t* out)> random;  // optional; default getrandom()
+  // Optional: may the listener `listen_id` of `owner` take one more passive
+  // id (a REQ or SIDR_REQ that matched it)? False: REJ "No resources" (IBA
+  // 12.6.7.2 reason 3) or SIDR_REP "rejected" (IBA 12.11.2), counted in
+  // Counters::rej_no_resources; no id is made. Unset: always.
+  std::function<bool(uint64_t owner, uint32_t listen_id)> admit;
+};
+
+// Bounds against a hostile peer or a crowd of listeners (docs/cm.md "Security").
+struct EngineLimits {
+  // A passive id (REQ received, MRA sent, SIDR_REQ received) its consumer
+  // never answers expires after the time the peer itself would wait (its
+  // CM response timeout for us, doubled by our MRA, times its retries + 1;
+  // IBA 12.6.5, 12.6.6), at most this: REJ(Timeout) to the peer, kTimeout
+  // to the owner, the id idle.
+  std::chrono::nanoseconds passive_timeout_cap = std::chrono::seconds(60);
+  // Listeners with a mask other than all ones (matched by a scan, not a hash).
+  std::size_t max_masked_listeners = 64;
 };
 
 // IBA 12.6.5 REQ fields the active side chooses.
@@ -177,6 +195,9 @@ struct Counters {
   uint64_t mra_sent_auto = 0;
   uint64_t dropped_malformed = 0, dropped_unknown_id = 0, dropped_bad_state = 0;
   uint64_t rej_no_listener = 0, sidr_no_listener = 0;
+  uint64_t rej_no_resources = 0;   // passive ids refused by Env::admit (REJ 3 / SIDR_REP rejected)
+  uint64_t stale_foreign = 0;      // "stale" REQs not from the old connection's peer: REJ'd, old one kept
+  uint64_t passive_expired = 0;    // passive ids never answered (EngineLimits::passive_timeout_cap)
 };
 
 class Engine {
@@ -187,9 +208,16 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   void set_port(const PortInfo& port);
+  void set_limits(const EngineLimits& l);
 
-  // EADDRINUSE if (service_id, mask) overlaps another listener.
-  Result<uint32_t> listen(uint64_t service_id, uint64_t mask, uint64_t owner);
+  // REQ listeners (sidr false) and SIDR_REQ listeners (sidr true) are two
+  // spaces: a REQ reaches only a REQ listener, a SIDR_REQ only a SIDR one,
+  // and both may hold the same service ID. EADDRINUSE if (service_id, mask)
+  // overlaps another listener of the same space; ENOSPC past
+  // EngineLimits::max_masked_listeners. Exact listeners (mask all ones) are
+  // found by a hash, masked ones by a scan of a short list. Who may listen
+  // where is the caller's policy (ibd: docs/cm.md "Security").
+  Result<uint32_t> listen(uint64_t service_id, uint64_t mask, uint64_t owner, bool sidr = false);
   // Sends REQ. EBUSY if `qpn` is connected or still in timewait; EINVAL on bad parameters.
   Result<uint32_t> connect(const ConnectParams& p, uint64_t owner);
   // REQ received (or MRA sent): sends REP. EBUSY: qpn in use or in timewait.

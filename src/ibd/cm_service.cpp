@@ -92,6 +92,42 @@ void fill_private(proto::CmEventMsg& m, cm::Bytes pd) {
   m.private_len = static_cast<uint8_t>(n);
 }
 
+// Service-ID ownership for CM_LISTEN (docs/cm.md "Security"). A range is
+// (value, mask): the service IDs x with (x ^ value) & mask == 0.
+struct SidRange {
+  uint64_t value, mask;
+  const char* what;
+};
+// The RDMA CM's: (port space << 16) + port (IBA Annex A11.3.1; Linux's
+// rdma_get_service_id) for IPoIB 0x0002, TCP 0x0106, UDP 0x0111, IB 0x013F.
+constexpr uint64_t kPortMask = ~uint64_t{0xffff};
+constexpr SidRange kCmaRanges[] = {{uint64_t{0x0002} << 16, kPortMask, "IPoIB"},
+                                   {uint64_t{0x0106} << 16, kPortMask, "TCP"},
+                                   {uint64_t{0x0111} << 16, kPortMask, "UDP"},
+                                   {uint64_t{0x013F} << 16, kPortMask, "IB"}};
+// IPoIB connected mode's (RFC 4755; Linux's IPOIB_CM_IETF_ID | QPN).
+constexpr SidRange kIpoibCmRange{uint64_t{0x10} << 56, uint64_t{0xff} << 56, "IPoIB-CM"};
+
+bool overlaps(uint64_t sid, uint64_t mask, const SidRange& r) { return ((sid ^ r.value) & mask & r.mask) == 0; }
+
+Result<void> may_listen(uint64_t sid, uint64_t mask, bool internal, bool privileged) {
+  if (internal) return ok();  // the RDMA CM, after its own bind rules
+  for (const auto& r : kCmaRanges)
+    if (overlaps(sid, mask, r))
+      return err(EACCES,
+                 "service ID {:#x}/{:#x} is in the RDMA CM's {} port space ({:#x}/{:#x}): listen there through the "
+                 "RDMA CM (rdma_bind_addr/rdma_listen), which owns those ports",
+                 sid, mask, r.what, r.value, r.mask);
+  if (privileged) return ok();
+  if (mask != ~uint64_t{0})
+    return err(EACCES, "a listen with a service ID mask ({:#x}) takes root or CAP_NET_ADMIN; listen on one service ID "
+                       "(mask all ones)", mask);
+  if (overlaps(sid, mask, kIpoibCmRange))
+    return err(EACCES, "service ID {:#x} is in the {} range ({:#x}/{:#x}): root or CAP_NET_ADMIN only", sid,
+               kIpoibCmRange.what, kIpoibCmRange.value, kIpoibCmRange.mask);
+  return ok();
+}
+
 }  // namespace
 
 CmService::CmService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports)
@@ -176,7 +212,9 @@ void CmService::make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a) 
     return pt.layer->send(pt.agent, to, mad, 0, 0);
   };
   env.event = [this, port](const cm::Event& e) { on_engine_event(port, e); };
+  env.admit = [this, port](uint64_t, uint32_t listen_id) { return admit(port, listen_id); };
   P.engine = std::make_unique<cm::Engine>(io_, std::move(env), info);
+  P.engine->set_limits(engine_limits_);
   log::get("cm")->info("port {}: the connection manager is up (LID {}, CA GUID {:#018x})", port, a.lid,
                        info.ca_guid);
 }
@@ -190,13 +228,20 @@ void CmService::port_changed(uint8_t port) {
   });
 }
 
+void CmService::set_engine_limits(const cm::EngineLimits& l) {
+  engine_limits_ = l;
+  for (auto& [p, port] : ports_)
+    if (port.engine) port.engine->set_limits(l);
+}
+
 // ---- sessions and events ---------------------------------------------------
 
-Result<UniqueFd> CmService::open(uint32_t client) {
+Result<UniqueFd> CmService::open(uint32_t client, uid_t uid) {
   if (sessions_.count(client)) return err(EBUSY, "this connection has its CM socket already");
-  OPENIB_TRY_ASSIGN(auto pair, EventSocket::open(io_, max_queued_));
+  OPENIB_TRY_ASSIGN(auto pair, EventSocket::open(io_, max_queued_, EventCharge{event_budget_, client, uid}));
   Session s;
   s.client = client;
+  s.uid = uid;
   s.events = std::move(pair.first);
   sessions_.emplace(client, std::move(s));
   ++counters_.opens;
@@ -252,9 +297,35 @@ void CmService::emit(uint32_t client, proto::CmEventMsg m) {
   }
 }
 
+Result<void> CmService::charge(const Session& s) {
+  if (!s.sink) return ids_budget_.take(s.client, s.uid);
+  if (s.ids.size() >= kMaxInternalIds)
+    return err(EDQUOT, "the RDMA CM's CM session holds {} ids already (at most {})", s.ids.size(), kMaxInternalIds);
+  return ok();
+}
+
+void CmService::uncharge(uint32_t client, uint64_t n) {
+  auto it = sessions_.find(client);
+  if (it != sessions_.end() && !it->second.sink) ids_budget_.give(client, it->second.uid, n);
+}
+
+// A REQ or SIDR_REQ matched the listener `listen_id`: its session pays for
+// the passive id (docs/cm.md "Security"); refused, the engine answers REJ
+// "No resources". The id's record follows in on_engine_event, at once.
+bool CmService::admit(uint8_t port, uint32_t listen_id) {
+  Port& P = ports_[port];
+  auto lo = P.owners.find(listen_id);
+  auto s = lo == P.owners.end() ? sessions_.end() : sessions_.find(lo->second.first);
+  if (s == sessions_.end()) return true;  // nobody to charge: on_engine_event rejects it
+  if (charge(s->second)) return true;
+  ++refused_passive_;
+  return false;
+}
+
 void CmService::close_session(uint32_t client) {
   auto it = sessions_.find(client);
   if (it == sessions_.end()) return;
+  uncharge(client, it->second.ids.size());
   for (auto& [h, rec] : it->second.ids) {
     if (!rec.engine_id) continue;
     auto p = ports_.find(rec.port);
@@ -378,16 +449,22 @@ void CmService::qp_to_error(uint32_t client, const IdRec& rec) {
 
 // ---- requests ----------------------------------------------------------------
 
-Result<uint32_t> CmService::listen(uint32_t client, const proto::CmListenReq& r) {
+Result<uint32_t> CmService::listen(uint32_t client, const proto::CmListenReq& r, bool privileged) {
   auto s = sessions_.find(client);
   if (s == sessions_.end()) return err(ENOTCONN, "CM_OPEN first");
   if (r.flags & ~proto::kCmListenSidr) return err(EINVAL, "unknown CM_LISTEN flags {:#x}", r.flags);
+  OPENIB_TRY(may_listen(r.service_id, r.service_mask, s->second.sink != nullptr, privileged));
   OPENIB_TRY_ASSIGN(cm::Engine * e, engine(r.port));
-  OPENIB_TRY_ASSIGN(uint32_t eid, e->listen(r.service_id, r.service_mask, client));
+  OPENIB_TRY(charge(s->second));
+  auto eid = e->listen(r.service_id, r.service_mask, client, r.flags & proto::kCmListenSidr);
+  if (!eid) {
+    uncharge(client);
+    return eid.take_error();
+  }
   IdRec rec;
   rec.port = r.port;
   rec.kind = kListen;
-  rec.engine_id = eid;
+  rec.engine_id = *eid;
   return add_id(s->second, rec);
 }
 
@@ -405,6 +482,12 @@ void CmService::connect(uint32_t client, const proto::CmConnectReq& r, IdDone do
   if (qp->type > 1) return done(err(EINVAL, "CM_CONNECT takes an RC or UC QP (UD: SIDR)"));
   const bool manual = r.flags & proto::kCmManualQp;
   if (!manual && qp->state > 1) return done(err(EINVAL, "the QP must be in RESET or INIT, not state {}", qp->state));
+  if (auto c = charge(s->second); !c) return done(c.take_error());
+  // The id is paid for now; a connect that fails gives it back.
+  done = [this, client, done = std::move(done)](Result<uint32_t> h) mutable {
+    if (!h) uncharge(client);
+    done(std::move(h));
+  };
   // Sends the REQ once the QP is in INIT (or at once for a manual QP).
   auto send_req = [this, client, r, path = *path, qpn = qp->qpn, type = qp->type, manual](IdDone fin) mutable {
     auto ss = sessions_.find(client);
@@ -549,6 +632,7 @@ Result<void> CmService::destroy(uint32_t client, uint32_t id) {
   OPENIB_TRY_ASSIGN(auto f, find(client, id));
   IdRec rec = *f.second;
   f.first->ids.erase(id);
+  uncharge(client);
   if (rec.engine_id) {
     auto p = ports_.find(rec.port);
     if (p != ports_.end()) {
@@ -574,12 +658,17 @@ Result<uint32_t> CmService::sidr_query(uint32_t client, const proto::CmSidrQuery
   p.max_cm_retries = r.max_cm_retries;
   p.cm_response_timeout = r.cm_response_timeout;
   p.private_data = private_span(r.private_data, r.private_len);
-  OPENIB_TRY_ASSIGN(uint32_t eid, e->sidr_request(p, client));
+  OPENIB_TRY(charge(s->second));
+  auto eid = e->sidr_request(p, client);
+  if (!eid) {
+    uncharge(client);
+    return eid.take_error();
+  }
   IdRec rec;
   rec.port = r.port;
   rec.kind = kSidr;
   rec.active = true;
-  rec.engine_id = eid;
+  rec.engine_id = *eid;
   return add_id(s->second, rec);
 }
 
@@ -761,7 +850,9 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
         m.type = static_cast<uint8_t>(T::kDisconnected);
       } else {
         m.type = static_cast<uint8_t>(T::kTimeout);
-        if (e.attr_id == kAttrSidrReq) forget();
+        // A SIDR request done, or a passive id its consumer never answered
+        // (cm::EngineLimits): the engine's id goes; the handle stays.
+        if (e.attr_id == kAttrSidrReq || (e.attr_id == kAttrReq && !rec.active)) forget();
         if (e.attr_id == kAttrReq || e.attr_id == kAttrRep) qp_to_error(client, rec);
       }
       return emit(client, m);
@@ -781,7 +872,7 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
 
 // ---- INFO ----------------------------------------------------------------------
 
-std::string CmService::json() const {
+std::string CmService::json(std::optional<uint32_t> viewer) const {
   nlohmann::json j;
   size_t ids = 0, internal = 0, internal_ids = 0;
   auto& clients = j["clients"];
@@ -793,6 +884,7 @@ std::string CmService::json() const {
       continue;
     }
     ids += s.ids.size();
+    if (viewer && *viewer != c) continue;  // another user's session: counted, not shown
     clients.push_back({{"client", c}, {"ids", s.ids.size()}, {"queued", s.events ? s.events->queued() : 0},
                        {"open", s.sink || (s.events && s.events->is_open())}});
   }
@@ -821,6 +913,8 @@ std::vector<std::pair<std::string, uint64_t>> CmService::counter_list() const {
       {"cm.qp_transitions", counters_.qp_transitions},
       {"cm.qp_transition_errors", counters_.qp_transition_errors},
       {"cm.requests_without_engine", counters_.requests_without_engine},
+      {"cm.ids_denied", ids_budget_.denied()},
+      {"cm.passive_refused", refused_passive_},
   };
   // Gauges: the clients' ids and ibd's memory for the CM (docs/cm.md "Memory").
   uint64_t ids = 0;
@@ -842,6 +936,9 @@ std::vector<std::pair<std::string, uint64_t>> CmService::counter_list() const {
     v.emplace_back(pre + "stale", c.stale);
     v.emplace_back(pre + "dropped_malformed", c.dropped_malformed);
     v.emplace_back(pre + "dropped_unknown_id", c.dropped_unknown_id);
+    v.emplace_back(pre + "rej_no_resources", c.rej_no_resources);
+    v.emplace_back(pre + "stale_foreign", c.stale_foreign);
+    v.emplace_back(pre + "passive_expired", c.passive_expired);
   }
   return v;
 }

@@ -31,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -40,6 +41,7 @@
 #include "cm/engine.hpp"
 #include "common/fd.hpp"
 #include "hca/hca.hpp"
+#include "ibd/budget.hpp"
 #include "ibd/event_socket.hpp"
 #include "ibd/umad_service.hpp"
 #include "mad/layer.hpp"
@@ -71,6 +73,10 @@ class CmService {
   using IdDone = hca::Completer<Result<uint32_t>>;
 
   static constexpr size_t kMaxQueuedEvents = 1u << 16;
+  // The ids an in-ibd user's session (the RDMA CM) may hold: exempt from
+  // the per-client budget (the RDMA CM bounds its own clients), not from
+  // this hard cap, which also bounds the passive ids REQs make there.
+  static constexpr size_t kMaxInternalIds = 1u << 18;
 
   CmService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports);
   ~CmService();
@@ -80,6 +86,15 @@ class CmService {
   void set_qp_ops(QpOps ops) { qp_ = std::move(ops); }
   // Events kept for a client that does not read them (ibd --cm-max-queued-events).
   void set_max_queued_events(size_t n) { max_queued_ = n ? n : 1; }
+  // CM ids per client and per uid (--client-max-cm-ids, --uid-max-cm-ids):
+  // every id a client's session holds counts, the passive ones REQs and
+  // SIDR_REQs make at its listeners too (past it: REJ "No resources").
+  void set_id_limits(BudgetLimit l) { ids_budget_.set_limit(l); }
+  // The bytes of events waiting in clients' CM sockets (shared with the RDMA
+  // CM; outlives this service). Sessions opened afterwards are charged.
+  void set_event_budget(Budget* b) { event_budget_ = b; }
+  // Bounds against hostile peers and crowds of listeners, for every engine.
+  void set_engine_limits(const cm::EngineLimits& l);
   // Asks the user-MAD service for each port's MAD layer (the CM agent is
   // registered whenever one is open).
   void start();
@@ -87,14 +102,18 @@ class CmService {
   void port_changed(uint8_t port);
 
   // Client requests (client = ibd's connection id).
-  Result<UniqueFd> open(uint32_t client);
+  Result<UniqueFd> open(uint32_t client, uid_t uid);
   // An in-ibd user (the RDMA CM, docs/cma.md): a session named `owner` (not
   // a client's id) whose events go to `sink`, posted to the loop (never
   // called inside a request), and whose QP handles `qp` resolves. Requests
   // then name `owner` as their client; client_gone(owner) closes it.
   using Sink = std::function<void(const proto::CmEventMsg&)>;
   Result<void> open_internal(uint32_t owner, QpOps qp, Sink sink);
-  Result<uint32_t> listen(uint32_t client, const proto::CmListenReq& r);
+  // Service-ID ownership (docs/cm.md "Security"): the RDMA CM's ranges
+  // ((port space << 16) + port) only for the RDMA CM's own session, EACCES
+  // for every client; a masked listen and the IPoIB-CM range (top byte
+  // 0x10) only for `privileged` clients (uid 0 or CAP_NET_ADMIN).
+  Result<uint32_t> listen(uint32_t client, const proto::CmListenReq& r, bool privileged = false);
   void connect(uint32_t client, const proto::CmConnectReq& r, IdDone done);
   void accept(uint32_t client, const proto::CmAcceptReq& r, Done done);
   Result<void> reject(uint32_t client, const proto::CmRejectReq& r);
@@ -107,7 +126,9 @@ class CmService {
   // How many ids the client holds (quota).
   size_t ids_of(uint32_t client) const;
 
-  std::string json() const;
+  // `viewer`: only that client's own session is listed (an unprivileged
+  // caller); nullopt: every session. Counters are global either way.
+  std::string json(std::optional<uint32_t> viewer = std::nullopt) const;
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;
   // ibd's memory for the CM: the engines' and the sessions' (bench).
   size_t memory_bytes() const;
@@ -126,6 +147,7 @@ class CmService {
   };
   struct Session {
     uint32_t client = 0;
+    uid_t uid = 0;
     std::unique_ptr<EventSocket> events;  // a client's
     Sink sink;                            // an in-ibd user's
     std::unique_ptr<QpOps> qp;            // an in-ibd user's QPs
@@ -151,6 +173,11 @@ class CmService {
   Result<QpInfo> qp_lookup(uint32_t client, uint32_t handle);
   void qp_modify(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a, Done done);
   void close_session(uint32_t client);
+  // The CM-ids budget: one id more for the session (EDQUOT past it; the
+  // internal session: its hard cap), and back.
+  Result<void> charge(const Session& s);
+  void uncharge(uint32_t client, uint64_t n = 1);
+  bool admit(uint8_t port, uint32_t listen_id);
   // QP transitions, one after another; `done` after the last (or the first failure).
   void move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
                std::vector<uint8_t> states, uint32_t sq_psn, Done done);
@@ -164,6 +191,10 @@ class CmService {
   uint8_t num_ports_;
   QpOps qp_;
   size_t max_queued_ = kMaxQueuedEvents;
+  Budget ids_budget_{"CM ids", "cm-ids", BudgetLimit{1024, 4096}};
+  Budget* event_budget_ = nullptr;
+  cm::EngineLimits engine_limits_;
+  uint64_t refused_passive_ = 0;
   std::map<uint8_t, Port> ports_;
   std::map<uint32_t, Session> sessions_;
   CmServiceCounters counters_;

@@ -172,8 +172,13 @@ int run(const Options& o) {
     server.set_ipoib(ipoib.get());
   }
   // The connection manager on each port's MAD layer (docs/cm.md).
+  // Queued event bytes per client and per uid, shared by the CM and the
+  // RDMA CM (docs/operations.md "Limits"); it outlives both services.
+  Budget event_bytes("queued event bytes", "event-bytes", o.limits.event_bytes);
   auto cm = std::make_unique<CmService>(io, *hca, *umad, hca->caps().num_ports);
   cm->set_max_queued_events(o.cm_max_queued_events);
+  cm->set_event_budget(&event_bytes);
+  cm->set_id_limits(o.limits.cm_ids);
   server.set_cm(cm.get());
   // The RDMA CM over it, with the ARP module on the IPoIB interface
   // (docs/cma.md, docs/arp.md).

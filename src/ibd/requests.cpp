@@ -817,11 +817,13 @@ Result<void> Server::op_cm(Client& c, proto::Message& m, Respond& done) {
   using proto::Op;
   if (!cm_) return err(EOPNOTSUPP, "this ibd runs no connection manager");
   OPENIB_TRY(expect_fds(m, 0));
+  // docs/cm.md "Security": masked listens and reserved service IDs, other sessions in CM_INFO.
+  const bool privileged = c.uid == 0 || c.net_admin;
   auto reply_handle = [](uint32_t h) { return Reply{body(proto::HandleRep{h}), {}}; };
   switch (static_cast<Op>(m.header.op)) {
     case Op::kCmOpen: {
       if (!m.body.empty()) return err(EINVAL, "CM_OPEN takes no body");
-      OPENIB_TRY_ASSIGN(UniqueFd fd, cm_->open(c.id));
+      OPENIB_TRY_ASSIGN(UniqueFd fd, cm_->open(c.id, c.uid));
       Reply r;
       r.fds.push_back(std::move(fd));
       done(std::move(r));
@@ -829,14 +831,12 @@ Result<void> Server::op_cm(Client& c, proto::Message& m, Respond& done) {
     }
     case Op::kCmListen: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmListenReq>(m.body));
-      if (cm_->ids_of(c.id) >= kMaxCmIdsPerClient) return err(ENOSPC, "too many CM ids for one client");
-      OPENIB_TRY_ASSIGN(uint32_t h, cm_->listen(c.id, req));
+      OPENIB_TRY_ASSIGN(uint32_t h, cm_->listen(c.id, req, privileged));
       done(reply_handle(h));
       return ok();
     }
     case Op::kCmConnect: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmConnectReq>(m.body));
-      if (cm_->ids_of(c.id) >= kMaxCmIdsPerClient) return err(ENOSPC, "too many CM ids for one client");
       cm_->connect(c.id, req, guard<uint32_t>([done = std::move(done), reply_handle](Result<uint32_t> h) mutable {
         if (!h) return done(h.take_error());
         done(reply_handle(*h));
@@ -871,7 +871,6 @@ Result<void> Server::op_cm(Client& c, proto::Message& m, Respond& done) {
     }
     case Op::kCmSidrQuery: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmSidrQueryReq>(m.body));
-      if (cm_->ids_of(c.id) >= kMaxCmIdsPerClient) return err(ENOSPC, "too many CM ids for one client");
       OPENIB_TRY_ASSIGN(uint32_t h, cm_->sidr_query(c.id, req));
       done(reply_handle(h));
       return ok();
@@ -890,7 +889,8 @@ Result<void> Server::op_cm(Client& c, proto::Message& m, Respond& done) {
     }
     case Op::kCmInfo: {
       if (!m.body.empty()) return err(EINVAL, "CM_INFO takes no body");
-      const std::string text = cm_->json();
+      // Another user's sessions are counted, not listed, unless privileged.
+      const std::string text = cm_->json(privileged ? std::nullopt : std::optional<uint32_t>(c.id));
       if (text.size() > proto::kMaxMessage - proto::kHeaderSize - 64) return err(EMSGSIZE, "CM state too large");
       done(Reply::text(text));
       return ok();

@@ -22,8 +22,9 @@ topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
 # shellcheck source=lib.sh
 source "$here/lib.sh"
 sandbox_test sbc 198.18.28 cm-test
-# 10,000 connections: more QPs per client and uid than the default quota.
-export OPENIB_SANDBOX_IBD_ARGS="--client-max-qps 12000 --uid-max-qps 12000"
+# 10,000 connections: more QPs and CM ids per client and uid than the
+# default quotas (docs/operations.md "Limits", docs/cm.md "Security").
+export OPENIB_SANDBOX_IBD_ARGS="--client-max-qps 12000 --uid-max-qps 12000 --client-max-cm-ids 12000 --uid-max-cm-ids 12000"
 pcap_dir=$OPENIB_SANDBOX.pcap
 export OPENIB_SANDBOX_PCAP_DIR=$pcap_dir
 mkdir -p "$pcap_dir"

@@ -31,6 +31,7 @@ constexpr uint8_t kAckDelay = 4;  // timewait ~262 us
 struct Seen {
   EventType type{};
   uint32_t id = 0, listen_id = 0, remote_qpn = 0, starting_psn = 0, qkey = 0, remote_comm_id = 0;
+  uint64_t owner = 0;
   uint16_t reason = 0, attr_id = 0;
   uint8_t sidr_status = 0, service_timeout = 0;
   std::vector<std::byte> pdata, ari;
@@ -48,7 +49,9 @@ struct Node {
   std::function<void(Node&, const Event&)> on_event;  // the consumer
   std::vector<mad::ByteVec> sent;                      // every MAD it sent, if `record`
   bool record = false;
-  Node(Fabric& f, uint16_t l, uint64_t g);
+  std::function<bool(uint64_t owner, uint32_t listen_id)> admit;  // Env::admit, if set
+  // `salt`: another random sequence for the same LID and GUID (a restart).
+  Node(Fabric& f, uint16_t l, uint64_t g, uint64_t salt = 0);
   size_t count(EventType t) const {
     auto it = counts.find(t);
     return it == counts.end() ? 0 : it->second;
@@ -97,7 +100,7 @@ struct Fabric {
   }
 };
 
-Node::Node(Fabric& f, uint16_t l, uint64_t g) : fab(f), lid(l), guid(g) {
+Node::Node(Fabric& f, uint16_t l, uint64_t g, uint64_t salt) : fab(f), lid(l), guid(g) {
   Env env;
   env.send = [this](const mad::MadAddress& to, mad::ByteVec m) -> Result<void> {
     REQUIRE(m.size() == mad::kMadBytes);
@@ -111,6 +114,7 @@ Node::Node(Fabric& f, uint16_t l, uint64_t g) : fab(f), lid(l), guid(g) {
     s.type = e.type;
     s.id = e.id;
     s.listen_id = e.listen_id;
+    s.owner = e.owner;
     s.remote_qpn = e.remote_qpn;
     s.remote_comm_id = e.remote_comm_id;
     s.starting_psn = e.starting_psn;
@@ -125,7 +129,8 @@ Node::Node(Fabric& f, uint16_t l, uint64_t g) : fab(f), lid(l), guid(g) {
     counts[e.type]++;
     if (on_event) on_event(*this, e);
   };
-  uint64_t seed = g * 31 + l;
+  env.admit = [this](uint64_t owner, uint32_t listen_id) { return !admit || admit(owner, listen_id); };
+  uint64_t seed = g * 31 + l + salt * 0x9e3779b97f4a7c15ull;
   env.random = [seed](uint32_t n, uint8_t* out) mutable {
     for (uint32_t i = 0; i < n; ++i) {
       seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -156,6 +161,15 @@ ConnectParams params(const Node& from, uint16_t to_lid, uint32_t qpn, uint64_t s
   p.initiator_depth = 2;
   p.cm_response_timeout = kCmT;
   return p;
+}
+
+// A SIDR_REQ to LID `to` for kService, short timeouts.
+SidrParams sidr_params(uint16_t to) {
+  SidrParams sp;
+  sp.service_id = kService;
+  sp.peer.lid = to;
+  sp.cm_response_timeout = kCmT;
+  return sp;
 }
 
 AcceptParams accept_params(uint32_t qpn) {
@@ -462,9 +476,9 @@ TEST_CASE("cm engine: a REQ from a QPN that is still connected is stale: REJ 10,
   auto& f = t.f;  // (no structured binding: clang 14 cannot capture one in a lambda)
   auto& a = t.a;
   auto& b = t.b;
-  Node a2(f, 3, 0xa0a0);  // A restarted: the same CA GUID
-  auto_active(a2);
   t.establish(0x100);
+  Node a2(f, 1, 0xa0a0, 1);  // A restarted: the same CA GUID and LID (the fabric's LID 1 is a2 now)
+  auto_active(a2);
   uint32_t b_old = t.b_id();
   auto fresh = a2.engine->connect(params(a2, 2, 0x100), 1);
   REQUIRE(fresh);
@@ -473,7 +487,8 @@ TEST_CASE("cm engine: a REQ from a QPN that is still connected is stale: REJ 10,
   CHECK(a2.last(EventType::kRejReceived)->reason == static_cast<uint16_t>(RejReason::kStaleConn));
   CHECK(b.count(EventType::kStale) == 1);
   CHECK(b.last(EventType::kStale)->id == b_old);
-  CHECK(a.count(EventType::kDreqReceived) == 1);  // the old peer is told
+  CHECK(a2.engine->counters().received[attr::kDreq & 0x1f] == 1);  // the old peer's port is told
+  CHECK(a.count(EventType::kDreqReceived) == 0);
   CHECK(b.count(EventType::kDrepReceived) == 1);
   CHECK(b.count(EventType::kReqReceived) == 1);
   CHECK(b.engine->counters().stale == 1);
@@ -533,7 +548,7 @@ TEST_CASE("cm engine: accept() with a QPN that is connected or in timewait is EB
 TEST_CASE("cm engine: SIDR request and reply; SIDR with no listener") {
   Fabric f;
   Node a(f, 1, 0xa0a0), b(f, 2, 0xb0b0);
-  REQUIRE(b.engine->listen(kService, ~0ull, 7));
+  REQUIRE(b.engine->listen(kService, ~0ull, 7, true));
   auto pd = bytes_of(136, 2);
   b.on_event = [&](Node& me, const Event& e) {
     if (e.type == EventType::kSidrReqReceived) {
@@ -691,4 +706,207 @@ TEST_CASE("cm engine: notify_established before the RTU: kEstablished once, the 
   CHECK(b.count(EventType::kEstablished) == 1);
   CHECK(b.count(EventType::kRtuReceived) == 0);
   CHECK(b.engine->counters().duplicates == 1);
+}
+
+// ---- issue 29: hostile peers and crowds of listeners (docs/cm.md "Security") ----
+
+TEST_CASE("cm engine: REQ and SIDR listeners are apart: each hears only its own kind; both may hold one service ID") {
+  Fabric f;
+  Node a(f, 1, 0xa0a0), b(f, 2, 0xb0b0);
+  constexpr uint64_t kReqOnly = 0x2000, kSidrOnly = 0x3000;
+  REQUIRE(b.engine->listen(kService, ~0ull, 7));        // REQs
+  REQUIRE(b.engine->listen(kService, ~0ull, 8, true));  // SIDR_REQs, the same service ID
+  REQUIRE(b.engine->listen(kReqOnly, ~0ull, 7));
+  REQUIRE(b.engine->listen(kSidrOnly, ~0ull, 8, true));
+  auto again = b.engine->listen(kService, ~0ull, 9, true);
+  REQUIRE_FALSE(again);
+  CHECK(again.error().code == EADDRINUSE);
+  // Even a mask of 0 (every service ID) in one space leaves the other alone.
+  REQUIRE_FALSE(b.engine->listen(0, 0, 9, true));  // overlaps the SIDR listeners above
+  b.on_event = [](Node& me, const Event& e) {
+    if (e.type == EventType::kReqReceived) REQUIRE(me.engine->accept(e.id, accept_params(0x200)));
+    if (e.type == EventType::kSidrReqReceived) REQUIRE(me.engine->sidr_reply(e.id, 0, 0x4321, 0x1111, {}));
+  };
+  auto_active(a);
+  REQUIRE(a.engine->connect(params(a, 2, 0x100), 1));
+  f.run_until([&] { return b.count(EventType::kRtuReceived) == 1; });
+  REQUIRE(b.count(EventType::kReqReceived) == 1);
+  CHECK(b.last(EventType::kReqReceived)->owner == 7);
+  SidrParams sp = sidr_params(2);
+  REQUIRE(a.engine->sidr_request(sp, 3));
+  f.run_until([&] { return a.count(EventType::kSidrRepReceived) == 1; });
+  REQUIRE(b.count(EventType::kSidrReqReceived) == 1);
+  CHECK(b.last(EventType::kSidrReqReceived)->owner == 8);
+  CHECK(a.last(EventType::kSidrRepReceived)->sidr_status == 0);
+  // A SIDR_REQ for a REQ-only service ID: not supported; a REQ for a SIDR-only one: REJ 8.
+  sp.service_id = kReqOnly;
+  REQUIRE(a.engine->sidr_request(sp, 3));
+  f.run_until([&] { return a.count(EventType::kSidrRepReceived) == 2; });
+  CHECK(a.last(EventType::kSidrRepReceived)->sidr_status == 1);
+  REQUIRE(a.engine->connect(params(a, 2, 0x101, kSidrOnly), 1));
+  f.run_until([&] { return a.count(EventType::kRejReceived) == 1; });
+  CHECK(a.last(EventType::kRejReceived)->reason == static_cast<uint16_t>(RejReason::kInvalidServiceId));
+  CHECK(b.count(EventType::kReqReceived) == 1);
+  CHECK(b.count(EventType::kSidrReqReceived) == 1);
+}
+
+TEST_CASE("cm engine: 40,000 exact listeners by hash; masked ones few and bounded; overlaps refused both ways") {
+  Fabric f;
+  Node a(f, 1, 0xa0a0), b(f, 2, 0xb0b0);
+  constexpr uint64_t kBase = 0x5000000;
+  constexpr int kN = 40000;
+  for (int i = 0; i < kN; ++i) REQUIRE(b.engine->listen(kBase + static_cast<uint64_t>(i), ~0ull, 100 + i));
+  auto dup = b.engine->listen(kBase + 12345, ~0ull, 1);
+  REQUIRE_FALSE(dup);
+  CHECK(dup.error().code == EADDRINUSE);
+  // A masked listen covering an exact one overlaps it; one beside them does not.
+  auto over = b.engine->listen(kBase, ~0xffffull, 1);
+  REQUIRE_FALSE(over);
+  CHECK(over.error().code == EADDRINUSE);
+  EngineLimits lim;
+  lim.max_masked_listeners = 2;
+  b.engine->set_limits(lim);
+  REQUIRE(b.engine->listen(0x7000000, ~0xffull, 1));
+  REQUIRE(b.engine->listen(0x7000100, ~0xffull, 1));
+  auto third = b.engine->listen(0x7000200, ~0xffull, 1);
+  REQUIRE_FALSE(third);
+  CHECK(third.error().code == ENOSPC);
+  // An exact listen inside a masked one overlaps it.
+  auto inside = b.engine->listen(0x7000042, ~0ull, 1);
+  REQUIRE_FALSE(inside);
+  CHECK(inside.error().code == EADDRINUSE);
+  // REQs find the last exact listener and a masked one.
+  b.on_event = [](Node& me, const Event& e) {
+    if (e.type == EventType::kReqReceived) REQUIRE(me.engine->reject(e.id, 28, {}, {}));
+  };
+  REQUIRE(a.engine->connect(params(a, 2, 0x100, kBase + kN - 1), 1));
+  REQUIRE(a.engine->connect(params(a, 2, 0x101, 0x7000142), 1));
+  f.run_until([&] { return b.count(EventType::kReqReceived) == 2; });
+  REQUIRE(b.count(EventType::kReqReceived) == 2);
+  std::set<uint64_t> owners{b.events[0].owner, b.events[1].owner};
+  CHECK(owners == std::set<uint64_t>{1, static_cast<uint64_t>(100 + kN - 1)});
+  CHECK(b.engine->counters().rej_no_listener == 0);
+}
+
+TEST_CASE("cm engine: a 'stale' REQ from another LID with the peer's CA GUID and QPN is refused; the connection stays") {
+  Pair t;
+  auto& f = t.f;
+  auto& b = t.b;
+  t.establish(0x100);
+  uint32_t b_old = t.b_id();
+  Node evil(f, 3, 0xa0a0);  // knows A's CA GUID, guessed its QPN
+  auto fresh = evil.engine->connect(params(evil, 2, 0x100), 1);
+  REQUIRE(fresh);
+  f.run_until([&] { return evil.count(EventType::kRejReceived) == 1; });
+  REQUIRE(evil.count(EventType::kRejReceived) == 1);
+  CHECK(b.engine->counters().stale_foreign == 1);
+  CHECK(b.engine->counters().stale == 0);
+  CHECK(b.count(EventType::kStale) == 0);
+  CHECK(b.count(EventType::kReqReceived) == 1);
+  CHECK(b.engine->state(b_old) == State::kEstablished);
+  CHECK(t.a.count(EventType::kDreqReceived) == 0);
+}
+
+TEST_CASE("cm engine: REJ, DREQ, DREP, RTU naming an established connection with comm ID 0 or a wrong one are dropped") {
+  Pair t;
+  auto& b = t.b;
+  uint32_t aid = t.establish(0x100);
+  uint32_t bid = t.b_id();
+  mad::MadAddress from;
+  from.lid = 1;
+  from.qpn = 1;
+  auto dropped = b.engine->counters().dropped_unknown_id;
+  for (uint32_t their : {0u, aid ^ 1u}) {
+    for (auto what : {MsgRejected::kReq, MsgRejected::kRep}) {
+      Rej r;
+      r.local_comm_id = their;
+      r.remote_comm_id = bid;
+      r.message_rejected = what;
+      r.reason = RejReason::kConsumerReject;
+      b.engine->on_mad(from, encode(r, 11));
+    }
+    Dreq d;
+    d.local_comm_id = their;
+    d.remote_comm_id = bid;
+    d.remote_qpn_eecn = 0x200;
+    b.engine->on_mad(from, encode(d, 12));
+    Drep p;
+    p.local_comm_id = their;
+    p.remote_comm_id = bid;
+    b.engine->on_mad(from, encode(p, 13));
+    Rtu u;
+    u.local_comm_id = their;
+    u.remote_comm_id = bid;
+    b.engine->on_mad(from, encode(u, 15));
+  }
+  CHECK(b.engine->state(bid) == State::kEstablished);
+  CHECK(b.count(EventType::kRejReceived) == 0);
+  CHECK(b.count(EventType::kDreqReceived) == 0);
+  CHECK(b.engine->counters().dropped_unknown_id == dropped + 10);
+  // The real peer's DREQ (both IDs) still works.
+  Dreq d;
+  d.local_comm_id = aid;
+  d.remote_comm_id = bid;
+  d.remote_qpn_eecn = 0x200;
+  b.engine->on_mad(from, encode(d, 14));
+  CHECK(b.count(EventType::kDreqReceived) == 1);
+}
+
+TEST_CASE("cm engine: a REQ its consumer never answers expires: MRA, then REJ(Timeout) to the peer and kTimeout") {
+  Fabric f;
+  Node a(f, 1, 0xa0a0), b(f, 2, 0xb0b0);
+  REQUIRE(b.engine->listen(kService, ~0ull, 7));
+  EngineLimits lim;
+  lim.passive_timeout_cap = std::chrono::milliseconds(3);  // more than the auto MRA's ~0.5 ms
+  b.engine->set_limits(lim);
+  auto p = params(a, 2, 0x100);
+  p.max_cm_retries = 15;  // the peer would wait far longer than the cap
+  REQUIRE(a.engine->connect(p, 1));
+  f.run_until([&] { return b.count(EventType::kTimeout) == 1 && a.count(EventType::kRejReceived) == 1; });
+  REQUIRE(b.count(EventType::kTimeout) == 1);
+  CHECK(b.last(EventType::kTimeout)->attr_id == attr::kReq);
+  uint32_t bid = b.last(EventType::kReqReceived)->id;
+  CHECK(b.last(EventType::kTimeout)->id == bid);
+  CHECK(b.engine->state(bid) == State::kIdle);
+  CHECK(b.engine->counters().mra_sent_auto == 1);
+  CHECK(b.engine->counters().passive_expired == 1);
+  REQUIRE(a.count(EventType::kRejReceived) == 1);
+  CHECK(a.last(EventType::kRejReceived)->reason == static_cast<uint16_t>(RejReason::kTimeout));
+  b.engine->destroy(bid);
+  CHECK_FALSE(b.engine->state(bid).has_value());
+  // A SIDR_REQ nobody answers: SIDR_REP "rejected" after the cap.
+  REQUIRE(b.engine->listen(kService, ~0ull, 7, true));
+  SidrParams sp;
+  sp.service_id = kService;
+  sp.peer.lid = 2;
+  sp.cm_response_timeout = 12;  // ~16 ms a try: the cap comes first
+  REQUIRE(a.engine->sidr_request(sp, 3));
+  f.run_until([&] { return a.count(EventType::kSidrRepReceived) == 1; });
+  REQUIRE(a.count(EventType::kSidrRepReceived) == 1);
+  CHECK(a.last(EventType::kSidrRepReceived)->sidr_status == static_cast<uint8_t>(SidrStatus::kRejected));
+  CHECK(b.last(EventType::kTimeout)->attr_id == attr::kSidrReq);
+  CHECK(b.engine->counters().passive_expired >= 2);
+}
+
+TEST_CASE("cm engine: REQs and SIDR_REQs past the listener's budget are refused (REJ 3, SIDR rejected) and counted") {
+  Fabric f;
+  Node a(f, 1, 0xa0a0), b(f, 2, 0xb0b0);
+  REQUIRE(b.engine->listen(kService, ~0ull, 7));
+  REQUIRE(b.engine->listen(kService, ~0ull, 7, true));
+  int room = 2;
+  b.admit = [&](uint64_t owner, uint32_t) {
+    CHECK(owner == 7);
+    return room-- > 0;
+  };
+  for (uint32_t i = 0; i < 3; ++i) REQUIRE(a.engine->connect(params(a, 2, 0x100 + i), 1));
+  f.run_until([&] { return a.count(EventType::kRejReceived) == 1 && b.count(EventType::kReqReceived) == 2; });
+  CHECK(b.count(EventType::kReqReceived) == 2);
+  REQUIRE(a.count(EventType::kRejReceived) == 1);
+  CHECK(a.last(EventType::kRejReceived)->reason == static_cast<uint16_t>(RejReason::kNoResources));
+  SidrParams sp = sidr_params(2);
+  REQUIRE(a.engine->sidr_request(sp, 3));
+  f.run_until([&] { return a.count(EventType::kSidrRepReceived) == 1; });
+  CHECK(a.last(EventType::kSidrRepReceived)->sidr_status == static_cast<uint8_t>(SidrStatus::kRejected));
+  CHECK(b.count(EventType::kSidrReqReceived) == 0);
+  CHECK(b.engine->counters().rej_no_resources == 2);
 }
