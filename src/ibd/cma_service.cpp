@@ -803,7 +803,7 @@ void CmaService::join(uint32_t client, const proto::CmaJoinReq& r, Done done) {
   j.flags = proto::kMcastCreate;
   j.mgid = *mg;
   j.qkey = qkey;
-  sa_.mcast_join(client | kCmaJoinOwnerBit, j,
+  sa_.mcast_join(client | kCmaJoinOwnerBit, /*uid=*/0, j,  // TODO(cma uid): the client's uid once the CMA session knows it
                  [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, mgid = *mg, g](
                      Result<proto::McastJoinRep> rep) {
                    if (alive.expired()) return;

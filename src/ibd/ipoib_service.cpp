@@ -47,6 +47,13 @@ IpoibService::IpoibService(boost::asio::io_context& io, hca::Hca& hca, SaService
     : io_(io), hca_(hca), sa_(sa), cfg_(std::move(cfg)), frame_(kMaxFrame), retry_(io) {
   cfg_.pkey |= 0x8000;  // the broadcast group's P_Key has the full-member bit (RFC 4391 §4)
   sa_.set_mcast_change_handler([this](uint8_t port, const sa::McMemberRecord& r) { mcast_changed(port, r); });
+  // A rejoin (SM change) that failed for the broadcast group: the SA may
+  // no longer send it to us; down (ibdctl ipoib says so), up again later
+  // from scratch (issue 29 finding 7).
+  sa_.set_mcast_lost_handler([this](uint8_t port, const sa::Gid& mgid, uint32_t owner) {
+    if (owner == kIpoibOwner && port == cfg_.port && state_ == State::kUp && mgid == ipoib::broadcast_mgid(cfg_.pkey))
+      go_down("the broadcast group was lost at a rejoin", false);
+  });
   sa_.add_path_change_observer([this](uint8_t port, uint16_t, const sa::Gid& dgid) {
     if (port == cfg_.port) path_changed(dgid);
   });
@@ -57,6 +64,7 @@ IpoibService::~IpoibService() {
   retry_.cancel();
   // The SA service may outlive this (ibd's teardown): it must not call back.
   sa_.set_mcast_change_handler({});
+  sa_.set_mcast_lost_handler({});
   sa_.clear_path_change_observers();
 }
 

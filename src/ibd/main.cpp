@@ -164,6 +164,8 @@ int run(const Options& o) {
   auto sa_service = std::make_unique<SaService>(io, *hca, *umad, hca->caps().num_ports, o.state_dir);
   if (auto r = sa_service->publish_table(o.path_table_slots); !r)  // docs/sa.md "Shared table"
     logger->warn("no shared path table (clients ask ibd for every path): {}", r.error().str());
+  sa_service->set_limits(o.limits.mcast_joins, o.limits.services, o.limits.uid_sa_queries_per_sec,
+                         o.limits.uid_sa_query_burst);  // clients' joins, services, SA queries (docs/sa.md "Security")
   server.set_sa(sa_service.get());
   // IPoIB on a TAP interface (docs/ipoib.md).
   std::unique_ptr<IpoibService> ipoib;

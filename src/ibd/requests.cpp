@@ -691,7 +691,8 @@ Result<void> Server::op_path_query(Client& c, proto::Message& m, Respond& done) 
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathQueryReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   c.path_user = true;
-  sa_->path_query(req, guard<proto::PathRep>([done = std::move(done)](Result<proto::PathRep> p) mutable {
+  // The client's uid: its misses are bounded per uid (sa_service.hpp).
+  sa_->path_query(c.uid, req, guard<proto::PathRep>([done = std::move(done)](Result<proto::PathRep> p) mutable {
     if (!p) return done(p.take_error());
     done(Reply{body(*p), {}});
   }));
@@ -714,19 +715,23 @@ Result<Server::Reply> Server::op_path_table(Client& c, proto::Message& m) {
 }
 
 // MCAST_JOIN, MCAST_LEAVE, SERVICE_SET, SERVICE_DELETE: joins and
-// service registrations the client owns (sa_service.hpp), within its
-// quota (quota.hpp: client_max_mcast_joins, client_max_services).
+// service registrations the client owns (sa_service.hpp), within the
+// client's and its uid's budgets (SaService: --client-max-mcast-joins,
+// --uid-max-mcast-joins, --client-max-services, --uid-max-services).
 Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
   if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
   OPENIB_TRY(expect_fds(m, 0));
-  const Limits& l = quota_.limits();
   switch (static_cast<Op>(m.header.op)) {
     case Op::kMcastJoin: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::McastJoinReq>(m.body));
-      if (sa_->joins_of(c.id) >= l.mcast_joins.per_client)
-        return err(EDQUOT, "at most {} multicast groups per client (--client-max-mcast-joins)",
-                   l.mcast_joins.per_client);
-      sa_->mcast_join(c.id, req, guard<proto::McastJoinRep>([done = std::move(done)](auto r) mutable {
+      // IPoIB's groups (RFC 4391 section 4) are ibd's: a client's join
+      // with its own creation components could make the broadcast group
+      // unusable for IPoIB (issue 29 finding 7).
+      sa::Gid mgid;
+      std::copy(req.mgid.begin(), req.mgid.end(), mgid.begin());
+      if (sa::is_ipoib_mgid(mgid))
+        return err(EACCES, "IPoIB's multicast groups (ff1x:401b:<pkey>::, ff1x:601b:<pkey>::) are ibd's own");
+      sa_->mcast_join(c.id, c.uid, req, guard<proto::McastJoinRep>([done = std::move(done)](auto r) mutable {
         if (!r) return done(r.take_error());
         done(Reply{body(*r), {}});
       }));
@@ -738,9 +743,7 @@ Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
       // node: management, as the user-MAD service is (DESIGN.md).
       if (!c.net_admin && std::any_of(req.record.begin() + 8, req.record.begin() + 24, [](uint8_t b) { return b; }))
         return err(EPERM, "a ServiceGID other than 0 (the port's own) is for root or CAP_NET_ADMIN");
-      if (sa_->services_of(c.id) >= l.services.per_client)
-        return err(EDQUOT, "at most {} services per client (--client-max-services)", l.services.per_client);
-      sa_->service_set(c.id, req, guard<proto::ServiceRep>([done = std::move(done)](auto r) mutable {
+      sa_->service_set(c.id, c.uid, req, guard<proto::ServiceRep>([done = std::move(done)](auto r) mutable {
         if (!r) return done(r.take_error());
         done(Reply{body(*r), {}});
       }));

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "common/log.hpp"
+#include "ipoib_tap/ats.hpp"
 #include "mad/mad.hpp"
 #include "sa/cache_file.hpp"
 #include "sa/inform_info.hpp"
@@ -46,6 +47,12 @@ SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uin
     log::get("ibd")->info("sa: port {}: group {:016x}:{:016x} now has MLID {:#x}", port, sa::gid_prefix(r.mgid),
                           sa::gid_guid(r.mgid), r.mlid);
     if (on_mcast_change_) on_mcast_change_(port, r);
+  });
+  joins_.set_lost_handler([this](uint8_t port, const sa::Gid& mgid, sa::Owner owner, const Error& e) {
+    ++mcast_lost_;
+    log::get("ibd")->warn("sa: port {}: owner {:#x} lost group {:016x}:{:016x} at a rejoin: {} (asked again every 5 s)",
+                          port, owner, sa::gid_prefix(mgid), sa::gid_guid(mgid), e.str());
+    if (on_mcast_lost_) on_mcast_lost_(port, mgid, owner);
   });
   for (uint8_t p = 1; p <= num_ports_; ++p) {
     // Where the SA is, asked anew for each query: PortInfo's MasterSMLID
@@ -147,6 +154,33 @@ void SaService::PortQuerier::query_path(const sa::PathKey& key, sa::PathAnswerFn
 }
 
 void SaService::path_query(const proto::PathQueryReq& req, hca::Completer<Result<proto::PathRep>> done) {
+  path_query(0, req, std::move(done));  // uid 0: not bounded
+}
+
+// The uid's token bucket: `query_burst_` tokens at most, `queries_per_sec_`
+// more each second; one spent per query that reaches the SA.
+bool SaService::take_query_token(uid_t uid) {
+  if (uid == 0 || queries_per_sec_ == 0) return true;
+  const auto now = clock_.now();
+  auto [it, fresh] = query_buckets_.try_emplace(uid);
+  Bucket& b = it->second;
+  const double burst = std::max<uint32_t>(query_burst_, 1);
+  if (fresh) {
+    b.tokens = burst;
+  } else {
+    const double secs = std::chrono::duration<double>(now - b.at).count();
+    b.tokens = std::min(burst, b.tokens + secs * queries_per_sec_);
+  }
+  b.at = now;
+  if (b.tokens < 1) {
+    ++queries_throttled_;
+    return false;
+  }
+  b.tokens -= 1;
+  return true;
+}
+
+void SaService::path_query(uid_t uid, const proto::PathQueryReq& req, hca::Completer<Result<proto::PathRep>> done) {
   if (!client(req.port)) {
     asio::post(io_, [d = std::move(done), port = req.port]() mutable { d(err(EINVAL, "no port {}", port)); });
     return;
@@ -156,13 +190,18 @@ void SaService::path_query(const proto::PathQueryReq& req, hca::Completer<Result
     return;
   }
   // The SGID (and the default P_Key) are the port's: read them first.
-  hca_.query_port_async(req.port, [this, req, done = std::move(done), alive = std::weak_ptr<bool>(alive_)](
+  hca_.query_port_async(req.port, [this, uid, req, done = std::move(done), alive = std::weak_ptr<bool>(alive_)](
                                       Result<hca::PortAttr> a) mutable {
     if (alive.expired()) return done(err(ECANCELED, "ibd is stopping"));
     if (!a) return done(a.take_error());
     note_port(req.port, *a);
     const sa::PathKey key = default_path_key(req.port, sa::make_gid(a->gid_prefix, a->port_guid),
                                              req.pkey ? req.pkey : a->pkey0, req.dgid);
+    const bool to_sa = (req.flags & proto::kPathFresh) || !cache_.peek(key).has_value();
+    if (to_sa && !take_query_token(uid))
+      return done(err(EAGAIN, "uid {}: more than {} SA queries per second (bursts of {}; "
+                              "--uid-sa-queries-per-sec, --uid-sa-query-burst): try again later",
+                      uid, queries_per_sec_, query_burst_));
     auto shared = std::make_shared<hca::Completer<Result<proto::PathRep>>>(std::move(done));
     const bool cached = !(req.flags & proto::kPathFresh) && cache_.peek(key).has_value();
     auto answer = [shared, cached](sa::PathAnswer r) {
@@ -254,12 +293,71 @@ sa::Gid to_gid(const std::array<uint8_t, 16>& a) {
 }
 }  // namespace
 
+void SaService::set_limits(BudgetLimit mcast_joins, BudgetLimit services, uint32_t queries_per_sec,
+                           uint32_t query_burst) {
+  join_budget_.set_limit(mcast_joins);
+  service_budget_.set_limit(services);
+  queries_per_sec_ = queries_per_sec;
+  query_burst_ = query_burst;
+}
+
+namespace {
+// The client a budget charges: the owner without bit 31 (the RDMA CM's
+// joins are owned by client | kCmaJoinOwnerBit, cma_service.hpp).
+uint32_t budget_client(uint32_t owner) { return owner & 0x7FFFFFFFu; }
+// Gives back what `charges` holds for `c` (its owner first), if anything.
+template <class Charge>
+void give_back(Budget& b, std::map<Charge, uid_t>& charges, const Charge& c) {
+  auto it = charges.find(c);
+  if (it == charges.end()) return;
+  b.give(budget_client(std::get<0>(c)), it->second);
+  charges.erase(it);
+}
+}  // namespace
+
+void SaService::give_join(const JoinCharge& c) { give_back(join_budget_, join_charges_, c); }
+
+void SaService::join_settled(const JoinCharge& c) {
+  if (!joins_.is_member(std::get<0>(c), std::get<1>(c), std::get<2>(c))) give_join(c);
+}
+
+void SaService::give_service(const ServiceCharge& c) { give_back(service_budget_, service_charges_, c); }
+
+void SaService::service_settled(const ServiceCharge& c) {
+  const auto& [owner, port, id, gid, pkey] = c;
+  if (!services_.holds(owner, port, id, gid, pkey)) give_service(c);
+}
+
+void SaService::mcast_join(uint32_t owner, uid_t uid, const proto::McastJoinReq& req,
+                           hca::Completer<Result<proto::McastJoinRep>> done) {
+  const JoinCharge charge{owner, req.port, to_gid(req.mgid)};
+  // A new membership (not more bits of one held) counts (issue 29 finding 6).
+  if (!join_charges_.contains(charge)) {
+    if (auto t = join_budget_.take(budget_client(owner), uid); !t)
+      return fail_later(io_, std::move(done), t.take_error());
+    join_charges_.emplace(charge, uid);
+  }
+  start_join(owner, sa::JoinRequest{}, req, std::move(done), [this, charge] { join_settled(charge); });
+}
+
 void SaService::mcast_join(uint32_t owner, const proto::McastJoinReq& req,
                            hca::Completer<Result<proto::McastJoinRep>> done) {
-  if (!client(req.port)) return fail_later(io_, std::move(done), err(EINVAL, "no port {}", req.port));
-  if (req.flags & ~proto::kMcastCreate)
-    return fail_later(io_, std::move(done), err(EINVAL, "unknown MCAST_JOIN flags {:#x}", req.flags));
   sa::JoinRequest j;
+  j.trusted = true;
+  start_join(owner, j, req, std::move(done), [] {});
+}
+
+void SaService::start_join(uint32_t owner, sa::JoinRequest j, const proto::McastJoinReq& req,
+                           hca::Completer<Result<proto::McastJoinRep>> done, std::function<void()> settled) {
+  auto shared = std::make_shared<hca::Completer<Result<proto::McastJoinRep>>>(std::move(done));
+  if (!client(req.port)) {
+    settled();
+    return fail_later(io_, std::move(*shared), err(EINVAL, "no port {}", req.port));
+  }
+  if (req.flags & ~proto::kMcastCreate) {
+    settled();
+    return fail_later(io_, std::move(*shared), err(EINVAL, "unknown MCAST_JOIN flags {:#x}", req.flags));
+  }
   j.port = req.port;
   j.mgid = to_gid(req.mgid);
   j.join_state = req.join_state;
@@ -271,8 +369,8 @@ void SaService::mcast_join(uint32_t owner, const proto::McastJoinReq& req,
   j.mtu = req.mtu;
   j.rate = req.rate;
   j.hop_limit = req.hop_limit;
-  auto shared = std::make_shared<hca::Completer<Result<proto::McastJoinRep>>>(std::move(done));
-  auto answer = [shared](Result<sa::McMemberRecord> r) {
+  auto answer = [shared, settled = std::move(settled)](Result<sa::McMemberRecord> r) {
+    settled();
     if (!r) return (*shared)(r.take_error());
     proto::McastJoinRep rep;
     sa::encode_mcmember_record(std::as_writable_bytes(std::span(rep.record)), *r);
@@ -293,16 +391,56 @@ void SaService::mcast_join(uint32_t owner, const proto::McastJoinReq& req,
 }
 
 Result<void> SaService::mcast_leave(uint32_t owner, const proto::McastLeaveReq& req) {
-  return joins_.leave(owner, req.port, to_gid(req.mgid));
+  OPENIB_TRY(joins_.leave(owner, req.port, to_gid(req.mgid)));
+  give_join(JoinCharge{owner, req.port, to_gid(req.mgid)});
+  return ok();
+}
+
+namespace {
+// ATS (ipoib_tap/ats.hpp): OpenIB's range 0x10000CE1_00_415453 ..
+// 0x10000CE1_FF_415453 (the slot in bits 24..31), or the ATS name (DAPL
+// looks records up by name and address, whatever the ServiceID).
+bool is_ats(const sa::ServiceRecord& r) {
+  return (r.service_id & ~(uint64_t{0xFF} << 24)) == ipoib::kAtsServiceId || r.service_name == ipoib::kAtsServiceName;
+}
+}  // namespace
+
+void SaService::service_set(uint32_t owner, uid_t uid, const proto::ServiceReq& req,
+                            hca::Completer<Result<proto::ServiceRep>> done) {
+  auto rec = sa::decode_service_record(std::as_bytes(std::span(req.record)));
+  if (!rec) return fail_later(io_, std::move(done), rec.take_error());
+  // Issue 29 finding 2: ATS records say which host has an IP address;
+  // only ibd publishes them, for its own addresses.
+  if (is_ats(*rec)) {
+    ++reserved_refused_;
+    return fail_later(io_, std::move(done),
+                      err(EACCES, "service {:#x} ({}): ATS records are ibd's own (its IPoIB addresses)",
+                          rec->service_id, rec->service_name));
+  }
+  const ServiceCharge charge{owner, req.port, rec->service_id, rec->service_gid, rec->service_pkey};
+  if (!service_charges_.contains(charge)) {
+    if (auto t = service_budget_.take(budget_client(owner), uid); !t)
+      return fail_later(io_, std::move(done), t.take_error());
+    service_charges_.emplace(charge, uid);
+  }
+  start_service(owner, req, std::move(done), [this, charge] { service_settled(charge); });
 }
 
 void SaService::service_set(uint32_t owner, const proto::ServiceReq& req,
                             hca::Completer<Result<proto::ServiceRep>> done) {
-  if (!client(req.port)) return fail_later(io_, std::move(done), err(EINVAL, "no port {}", req.port));
+  start_service(owner, req, std::move(done), [] {});
+}
+
+void SaService::start_service(uint32_t owner, const proto::ServiceReq& req,
+                              hca::Completer<Result<proto::ServiceRep>> done, std::function<void()> settled) {
   auto rec = sa::decode_service_record(std::as_bytes(std::span(req.record)));
-  if (!rec) return fail_later(io_, std::move(done), rec.take_error());
+  if (!client(req.port) || !rec) {
+    settled();
+    return fail_later(io_, std::move(done), rec ? err(EINVAL, "no port {}", req.port) : rec.take_error());
+  }
   auto shared = std::make_shared<hca::Completer<Result<proto::ServiceRep>>>(std::move(done));
-  services_.register_service(owner, req.port, *rec, [shared](Result<sa::ServiceRecord> r) {
+  services_.register_service(owner, req.port, *rec, [shared, settled = std::move(settled)](Result<sa::ServiceRecord> r) {
+    settled();
     if (!r) return (*shared)(r.take_error());
     proto::ServiceRep rep;
     sa::encode_service_record(std::as_writable_bytes(std::span(rep.record)), *r);
@@ -312,12 +450,22 @@ void SaService::service_set(uint32_t owner, const proto::ServiceReq& req,
 
 Result<void> SaService::service_delete(uint32_t owner, const proto::ServiceReq& req) {
   OPENIB_TRY_ASSIGN(sa::ServiceRecord rec, sa::decode_service_record(std::as_bytes(std::span(req.record))));
-  return services_.unregister(owner, req.port, rec.service_id, rec.service_gid, rec.service_pkey);
+  OPENIB_TRY(services_.unregister(owner, req.port, rec.service_id, rec.service_gid, rec.service_pkey));
+  give_service(ServiceCharge{owner, req.port, rec.service_id, rec.service_gid, rec.service_pkey});
+  return ok();
 }
 
 void SaService::client_gone(uint32_t owner) {
   joins_.owner_gone(owner);
   services_.owner_gone(owner);
+  std::vector<JoinCharge> joins;
+  for (const auto& [c, uid] : join_charges_)
+    if (std::get<0>(c) == owner) joins.push_back(c);
+  for (const auto& c : joins) give_join(c);
+  std::vector<ServiceCharge> services;
+  for (const auto& [c, uid] : service_charges_)
+    if (std::get<0>(c) == owner) services.push_back(c);
+  for (const auto& c : services) give_service(c);
 }
 
 // The SM's port GUID, for the cache file's tag: SubnAdmGet(NodeRecord)
@@ -533,7 +681,7 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
       {"sa_timeouts", &C::timeouts}, {"sa_busy", &C::busy},
       {"sa_errors", &C::errors}, {"sa_class_port_info", &C::class_port_info},
       {"sa_redirects", &C::redirects}, {"sa_redirect_fallbacks", &C::redirect_fallbacks},
-      {"sa_reports", &C::reports}};
+      {"sa_reports", &C::reports}, {"sa_queued", &C::queued}};
   std::vector<std::pair<std::string, uint64_t>> out;
   for (const auto& [name, field] : kClient) {
     uint64_t sum = 0;
@@ -555,6 +703,12 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
                          {"mcast_errors", j.errors},
                          {"mcast_rejoins", j.rejoins},
                          {"mcast_mlid_changes", j.mlid_changes},
+                         {"mcast_bad_create", j.bad_create},
+                         {"mcast_lost", mcast_lost_},
+                         {"mcast_quota_denied", join_budget_.denied()},
+                         {"service_quota_denied", service_budget_.denied()},
+                         {"service_reserved_refused", reserved_refused_},
+                         {"sa_queries_throttled", queries_throttled_},
                          {"service_registrations", services_.size()},
                          {"service_registered", v.registered},
                          {"service_removed", v.removed},

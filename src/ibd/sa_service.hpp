@@ -61,13 +61,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "clientproto/messages.hpp"
 #include "hca/completer.hpp"
 #include "hca/hca.hpp"
+#include "ibd/budget.hpp"
 #include "ibd/path_table_shm.hpp"
+#include "ibd/quota.hpp"
 #include "ibd/umad_service.hpp"
 #include "sa/mcast_joins.hpp"
 #include "sa/path_cache.hpp"
@@ -103,7 +106,14 @@ class SaService {
   // (0: the port's P_Key at index 0). EHOSTUNREACH when the SA has no path;
   // the SA client's errors otherwise (ENETUNREACH: no SM known, ETIMEDOUT,
   // EBUSY, ENODEV while the device is away).
+  // ibd's own (IPoIB's neighbours, the RDMA CM's routes): not bounded.
   void path_query(const proto::PathQueryReq& req, hca::Completer<Result<proto::PathRep>> done);
+  // A client's (uid `uid`): a query that would reach the SA (a cache miss,
+  // or kPathFresh) spends a token of the uid's bucket (issue 29: at most
+  // uid_sa_queries_per_sec, bursts of uid_sa_query_burst; uid 0 exempt;
+  // 0: no bound); with none left, EAGAIN at once (the client may retry;
+  // cached paths are still answered).
+  void path_query(uid_t uid, const proto::PathQueryReq& req, hca::Completer<Result<proto::PathRep>> done);
 
   // A port event, at the cache's level for it: kNormal (state or LID
   // change: the port's paths go), kLight (SM change, ClientReregister:
@@ -130,17 +140,44 @@ class SaService {
   // MCAST_JOIN for client `owner`: the SA's MCMemberRecord. EINVAL: no
   // such port, bad flags or JoinState, not a multicast GID; EREMOTEIO:
   // the SA refused (its status named); the SA client's errors otherwise.
+  // A client's join (MCAST_JOIN, and the RDMA CM's for its clients,
+  // owner client | kCmaJoinOwnerBit) of user `uid`: each new membership
+  // counts against the multicast budget (EDQUOT past it; see set_limits),
+  // of the client (the owner without bit 31: MCAST_JOIN and the RDMA CM's
+  // joins together) and of the uid (every connection of it; uid 0
+  // exempt); given back when the membership ends. Its creation components
+  // are its own (sa/mcast_joins.hpp): refused, they fail this owner only.
+  void mcast_join(uint32_t owner, uid_t uid, const proto::McastJoinReq& req,
+                  hca::Completer<Result<proto::McastJoinRep>> done);
+  // ibd's own join (IPoIB): no budget; its creation components are the
+  // group's (trusted: sa::JoinRequest::trusted).
   void mcast_join(uint32_t owner, const proto::McastJoinReq& req, hca::Completer<Result<proto::McastJoinRep>> done);
   // MCAST_LEAVE: ENOENT if the client is no member of the group.
   Result<void> mcast_leave(uint32_t owner, const proto::McastLeaveReq& req);
   // SERVICE_SET: the SA's echo of the record. SERVICE_DELETE: ENOENT if
-  // the client did not register it.
+  // the client did not register it. A client's (uid `uid`): within the
+  // services budget (EDQUOT); EACCES for ATS records (the ServiceIDs
+  // 0x10000CE1_xx_415453 or the name "DAPL Address Translation Service",
+  // ipoib_tap/ats.hpp: ibd's own, mapping this host's IP addresses to its
+  // GID), whoever asks. A ServiceGID of zero is the port's GID: the same
+  // record as one naming it (EEXIST if another owner holds it).
+  void service_set(uint32_t owner, uid_t uid, const proto::ServiceReq& req,
+                   hca::Completer<Result<proto::ServiceRep>> done);
+  // ibd's own registration (ATS): no budget, no reserved IDs.
   void service_set(uint32_t owner, const proto::ServiceReq& req, hca::Completer<Result<proto::ServiceRep>> done);
   Result<void> service_delete(uint32_t owner, const proto::ServiceReq& req);
   // The client went: its joins left, its registrations deleted.
   void client_gone(uint32_t owner);
   size_t joins_of(uint32_t owner) const { return joins_.memberships(owner); }
   size_t services_of(uint32_t owner) const { return services_.registrations(owner); }
+  // The clients' bounds (quota.hpp Limits: mcast_joins, services,
+  // uid_sa_queries_per_sec, uid_sa_query_burst); main sets them.
+  void set_limits(BudgetLimit mcast_joins, BudgetLimit services, uint32_t queries_per_sec, uint32_t query_burst);
+  // A rejoin (SM change, ClientReregister) or retry of a group `owner`
+  // holds failed: the SA may have no such group for the port any more.
+  // Logged and counted (mcast_lost) whoever the owner; IPoIB goes down.
+  using McastLostFn = std::function<void(uint8_t port, const sa::Gid& mgid, uint32_t owner)>;
+  void set_mcast_lost_handler(McastLostFn f) { on_mcast_lost_ = std::move(f); }
   // Each trap 66 / 67 Report (multicast group created / deleted) with its MGID.
   using McastTrapFn = std::function<void(uint16_t trap, const sa::Gid& mgid)>;
   void set_mcast_trap_handler(McastTrapFn f) { on_mcast_trap_ = std::move(f); }
@@ -189,6 +226,20 @@ class SaService {
   void note_port(uint8_t port, const hca::PortAttr& a);  // the table's default P_Key
   void read_port(uint8_t port);
 
+  // A client's join or registration counted in a budget: (owner, port,
+  // MGID) and (owner, port, ServiceID, ServiceGID as given, P_Key) -> uid.
+  using JoinCharge = std::tuple<uint32_t, uint8_t, sa::Gid>;
+  using ServiceCharge = std::tuple<uint32_t, uint8_t, uint64_t, sa::Gid, uint16_t>;
+  void join_settled(const JoinCharge& c);  // given back unless still a member
+  void service_settled(const ServiceCharge& c);  // given back unless still registered
+  void give_join(const JoinCharge& c);
+  void give_service(const ServiceCharge& c);
+  void start_join(uint32_t owner, sa::JoinRequest j, const proto::McastJoinReq& req,
+                  hca::Completer<Result<proto::McastJoinRep>> done, std::function<void()> settled);
+  void start_service(uint32_t owner, const proto::ServiceReq& req, hca::Completer<Result<proto::ServiceRep>> done,
+                     std::function<void()> settled);
+  bool take_query_token(uid_t uid);  // the uid's bucket (set_limits)
+
   boost::asio::io_context& io_;
   hca::Hca& hca_;
   UmadService& umad_;
@@ -204,6 +255,19 @@ class SaService {
   sa::ServiceRegs services_;
   McastTrapFn on_mcast_trap_;
   sa::McastJoins::ChangeFn on_mcast_change_;
+  McastLostFn on_mcast_lost_;
+  Budget join_budget_{"multicast joins", "mcast-joins", Limits{}.mcast_joins};
+  Budget service_budget_{"services", "services", Limits{}.services};
+  std::map<JoinCharge, uid_t> join_charges_;
+  std::map<ServiceCharge, uid_t> service_charges_;
+  struct Bucket {
+    double tokens = 0;
+    sa::Clock::time_point at{};
+  };
+  std::map<uid_t, Bucket> query_buckets_;
+  uint32_t queries_per_sec_ = Limits{}.uid_sa_queries_per_sec;
+  uint32_t query_burst_ = Limits{}.uid_sa_query_burst;
+  uint64_t queries_throttled_ = 0, reserved_refused_ = 0, mcast_lost_ = 0;
   std::vector<PathChangeFn> path_observers_;
   boost::asio::steady_timer regs_timer_;  // lease renewals (ServiceRegs::tick)
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
