@@ -111,6 +111,9 @@ class Resolver {
   void set_addr_change_handler(AddrChangeFn f);
   // Is `a` an address of one of the links (bind checks it: EADDRNOTAVAIL otherwise)? Which link?
   std::optional<Link> link_of_address(const Ip& a) const;
+  // Is `a` an address of this host, on any interface (loopback included)?
+  // (The RDMA CM refuses a REQ from another host claiming one as its source.)
+  bool is_local_address(const Ip& a) const;
   void flush();  // drops the cache
   const Counters& counters() const;
   std::string json() const;  // for ibdctl (counters, cache entries)

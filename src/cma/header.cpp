@@ -100,6 +100,39 @@ Result<Header> decode_header(std::span<const std::uint8_t> pd, std::uint64_t sid
                 get_addr(pd.subspan(kOffDst, kAddrBytes), family, ps_port->second)};
 }
 
+namespace {
+// The IPv4 address inside `a` (IPv4, or IPv4-mapped IPv6 ::ffff:a.b.c.d).
+std::optional<std::array<std::uint8_t, 4>> ipv4_of(const Addr& a) {
+  std::array<std::uint8_t, 4> v4{};
+  if (a.family == AF_INET) {
+    std::copy_n(a.addr.begin(), 4, v4.begin());
+    return v4;
+  }
+  static constexpr std::array<std::uint8_t, 12> kMapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  if (a.family != AF_INET6 || !std::equal(kMapped.begin(), kMapped.end(), a.addr.begin())) return std::nullopt;
+  std::copy_n(a.addr.begin() + 12, 4, v4.begin());
+  return v4;
+}
+}  // namespace
+
+bool is_loopback(const Addr& a) {
+  if (auto v4 = ipv4_of(a)) return (*v4)[0] == 127;
+  static constexpr std::array<std::uint8_t, 16> kLo6{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return a.family == AF_INET6 && a.addr == kLo6;
+}
+
+bool is_unicast_endpoint(const Addr& a) {
+  if (is_loopback(a)) return false;
+  if (auto v4 = ipv4_of(a)) {
+    const auto& b = *v4;
+    const bool zeronet = b[0] == 0, multicast = (b[0] & 0xF0) == 0xE0;
+    const bool broadcast = b[0] == 0xFF && b[1] == 0xFF && b[2] == 0xFF && b[3] == 0xFF;
+    return !zeronet && !multicast && !broadcast;
+  }
+  if (a.family != AF_INET6) return false;
+  return !a.any() && a.addr[0] != 0xFF;
+}
+
 Result<std::array<std::uint8_t, 16>> mgid_for(const Addr& group, std::uint16_t ps, std::uint16_t pkey) {
   constexpr std::uint8_t kScope = 2;  // the broadcast group's (link-local)
   std::array<std::uint8_t, 16> mgid{};

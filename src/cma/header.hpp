@@ -62,6 +62,16 @@ struct Header {
 // 4 or 6; EINVAL: service_id not a TCP/UDP/IPoIB one.
 Result<Header> decode_header(std::span<const std::uint8_t> private_data, std::uint64_t service_id);
 
+// The loopback addresses: 127.0.0.0/8, ::1, and ::ffff:127.0.0.0/104.
+bool is_loopback(const Addr& a);
+// Whether `a` may be an endpoint of a connection a REQ's header asks for:
+// a unicast address of a host. Not a wildcard or "this network" address
+// (0.0.0.0/8, ::), loopback, multicast, or the limited broadcast
+// 255.255.255.255 (Linux's validate_ipv4_net_dev refuses these for either
+// end before it looks at routes); an IPv4-mapped IPv6 address is judged as
+// its IPv4 address. No family: false.
+bool is_unicast_endpoint(const Addr& a);
+
 // cma_set_mgid: the MGID of an IP multicast address in a port space. IPv4
 // and IPv6 through RFC 4391's mapping (src/ipoib_tap) with `pkey` and the
 // broadcast group's scope (2, link-local); in the UDP port space byte 3 is

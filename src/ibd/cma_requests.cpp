@@ -10,7 +10,8 @@ Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
   using proto::Op;
   if (!cma_) return err(EOPNOTSUPP, "this ibd runs no RDMA CM");
   if (!m.fds.empty()) return err(EINVAL, "{} takes no fds", proto::op_name(m.header.op));
-  // Ports below 1024: root or CAP_NET_ADMIN (Linux: CAP_NET_BIND_SERVICE).
+  // Ports below 1024, and every user's ids in CMA_INFO: root or
+  // CAP_NET_ADMIN (Linux: CAP_NET_BIND_SERVICE for the ports).
   const bool privileged = c.uid == 0 || c.net_admin;
   auto empty = [&done] {
     done(Reply{});
@@ -25,7 +26,7 @@ Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
   switch (static_cast<Op>(m.header.op)) {
     case Op::kCmaOpen: {
       if (!m.body.empty()) return err(EINVAL, "CMA_OPEN takes no body");
-      OPENIB_TRY_ASSIGN(UniqueFd fd, cma_->open(c.id));
+      OPENIB_TRY_ASSIGN(UniqueFd fd, cma_->open(c.id, c.uid));
       Reply r;
       r.fds.push_back(std::move(fd));
       done(std::move(r));
@@ -33,7 +34,6 @@ Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
     }
     case Op::kCmaCreateId: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaCreateIdReq>(m.body));
-      if (cma_->ids_of(c.id) >= kMaxCmIdsPerClient) return err(ENOSPC, "too many RDMA CM ids for one client");
       OPENIB_TRY_ASSIGN(uint32_t h, cma_->create_id(c.id, req));
       done(Reply{proto::encode(proto::HandleRep{h}), {}});
       return ok();
@@ -107,7 +107,7 @@ Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
     }
     case Op::kCmaInfo: {
       if (!m.body.empty()) return err(EINVAL, "CMA_INFO takes no body");
-      const std::string text = cma_->json();
+      const std::string text = cma_->json(c.uid, privileged);
       if (text.size() > proto::kMaxMessage - proto::kHeaderSize - 64) return err(EMSGSIZE, "RDMA CM state too large");
       done(Reply::text(text));
       return ok();

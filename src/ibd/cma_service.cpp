@@ -50,11 +50,6 @@ arp::Ip to_ip(const cma::Addr& a, uint32_t scope = 0) {
 bool is_multicast(const cma::Addr& a) {
   return (a.family == AF_INET && (a.addr[0] & 0xF0) == 0xE0) || (a.family == AF_INET6 && a.addr[0] == 0xFF);
 }
-bool is_loopback(const cma::Addr& a) {
-  if (a.family == AF_INET) return a.addr[0] == 127;
-  static constexpr std::array<uint8_t, 16> kLo6{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  return a.family == AF_INET6 && a.addr == kLo6;
-}
 bool valid_ps(uint16_t ps) {
   return ps == cma::kPsTcp || ps == cma::kPsUdp || ps == cma::kPsIpoib || ps == cma::kPsIb;
 }
@@ -119,10 +114,11 @@ Result<void> CmaService::start() {
 
 // ---- sessions, ids, events -------------------------------------------------
 
-Result<UniqueFd> CmaService::open(uint32_t client) {
+Result<UniqueFd> CmaService::open(uint32_t client, uid_t uid) {
   if (sessions_.count(client)) return err(EBUSY, "this connection has its RDMA CM socket already");
-  OPENIB_TRY_ASSIGN(auto pair, EventSocket::open(io_, max_queued_));
+  OPENIB_TRY_ASSIGN(auto pair, EventSocket::open(io_, max_queued_, EventCharge{event_budget_, client, uid}));
   Session s;
+  s.uid = uid;
   s.events = std::move(pair.first);
   sessions_.emplace(client, std::move(s));
   ++counters_.opens;
@@ -152,37 +148,57 @@ size_t CmaService::ids_of(uint32_t client) const {
   return it == sessions_.end() ? 0 : it->second.ids.size();
 }
 
-void CmaService::emit_to(uint32_t client, proto::CmaEventMsg m) {
+bool CmaService::emit_to(uint32_t client, proto::CmaEventMsg m) {
   auto it = sessions_.find(client);
-  if (it == sessions_.end() || !it->second.events) return;
+  if (it == sessions_.end() || !it->second.events) return false;
   ++counters_.events;
-  if (it->second.events->push(proto::encode(m)) == EventSocket::Push::kOverrun) {
-    ++counters_.sessions_overrun;
-    log::get("cma")->warn("client {}: more than {} RDMA CM events unread; its event socket is closed", client,
-                          max_queued_);
+  switch (it->second.events->push(proto::encode(m))) {
+    case EventSocket::Push::kOk: return true;
+    case EventSocket::Push::kOverrun:
+      ++counters_.sessions_overrun;
+      log::get("cma")->warn("client {}: more than {} RDMA CM events (or its uid's event bytes) unread; its event "
+                            "socket is closed",
+                            client, max_queued_);
+      return false;
+    case EventSocket::Push::kClosed: return false;
   }
+  return false;
 }
 
-void CmaService::emit(const Id& id, proto::CmaEventMsg m) {
+bool CmaService::emit_ok(const Id& id, proto::CmaEventMsg m) {
   m.id = id.handle;
   m.port = id.port;
   if (!m.src.family) m.src = to_proto(id.src);
   if (!m.dst.family) m.dst = to_proto(id.dst);
-  emit_to(id.client, m);
+  return emit_to(id.client, m);
+}
+
+// Every id, the client's own (CMA_CREATE_ID) or a connect request's for
+// its listener, is charged to the session's client and uid (finding 4 of
+// issue 29: no more than --client-max-cma-ids / --uid-max-cma-ids).
+Result<uint32_t> CmaService::new_id(Session& s, uint32_t client, uint16_t ps) {
+  OPENIB_TRY(ids_budget_.take(client, s.uid));
+  uint32_t h = s.next_handle++;
+  while (h == 0 || s.ids.count(h)) h = s.next_handle++;
+  Id id;
+  id.client = client;
+  id.handle = h;
+  id.ps = ps;
+  s.ids.emplace(h, std::move(id));
+  return h;
+}
+
+void CmaService::erase_id(uint32_t client, uint32_t handle) {
+  auto s = sessions_.find(client);
+  if (s == sessions_.end() || !s->second.ids.erase(handle)) return;
+  ids_budget_.give(client, s->second.uid);
 }
 
 Result<uint32_t> CmaService::create_id(uint32_t client, const proto::CmaCreateIdReq& r) {
   auto s = sessions_.find(client);
   if (s == sessions_.end()) return err(ENOTCONN, "CMA_OPEN first");
   if (!valid_ps(r.ps)) return err(EPROTONOSUPPORT, "port space {:#06x} (TCP 0x0106, UDP 0x0111, IPoIB 0x0002, IB 0x013f)", r.ps);
-  uint32_t h = s->second.next_handle++;
-  while (h == 0 || s->second.ids.count(h)) h = s->second.next_handle++;
-  Id id;
-  id.client = client;
-  id.handle = h;
-  id.ps = r.ps;
-  s->second.ids.emplace(h, std::move(id));
-  return h;
+  return new_id(s->second, client, r.ps);
 }
 
 uint32_t CmaService::qkey_of(const Id& id) const {
@@ -208,7 +224,7 @@ Result<void> CmaService::do_bind(Id& id, const cma::Addr& a, bool privileged) {
     if (is_multicast(a)) return err(EADDRNOTAVAIL, "{} is a multicast address", a.str());
     std::optional<arp::Link> link;
     if (arp_) link = arp_->link_of_address(to_ip(a));
-    if (!link && !is_loopback(a)) return err(EADDRNOTAVAIL, "{} is no address of an IPoIB interface of this ibd", a.str());
+    if (!link && !cma::is_loopback(a)) return err(EADDRNOTAVAIL, "{} is no address of an IPoIB interface of this ibd", a.str());
     // A loopback address takes port 1 (rdma_cm's loopback binding takes a device's first port).
     port = link ? link->port : 1;
     if (link) {
@@ -312,7 +328,7 @@ Result<void> CmaService::resolve_route(uint32_t client, const proto::CmaIdTimeou
   q.port = id->port;
   q.pkey = id->pkey;
   q.dgid = id->dgid;
-  sa_.path_query(q, [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, op](Result<proto::PathRep> p) {
+  sa_.path_query(sessions_.at(client).uid, q, [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, op](Result<proto::PathRep> p) {
     if (alive.expired()) return;
     Id* i = waiting(client, h, op, S::kRouteQuery);
     if (!i) return;
@@ -381,8 +397,9 @@ Result<void> CmaService::listen(uint32_t client, const proto::CmaListenReq& r, b
   return ok();
 }
 
-void CmaService::refuse(const proto::CmEventMsg& e, bool sidr) {
+void CmaService::refuse(const proto::CmEventMsg& e, bool sidr, uint64_t* why) {
   ++counters_.requests_refused;
+  if (why) ++*why;
   if (sidr) {
     proto::CmSidrReplyReq q;
     q.id = e.id;
@@ -397,24 +414,68 @@ void CmaService::refuse(const proto::CmEventMsg& e, bool sidr) {
   (void)cm_.destroy(kCmaCmOwner, e.id);
 }
 
+// What Linux's rdma_cm asks of a REQ before it looks for a listener
+// (cma.c: cma_ib_id_from_event, cma_get_net_dev, validate_net_dev; issue 29
+// finding 3; docs/cma.md "Security"), as far as ibd can tell:
+//  - both endpoints in the header are unicast addresses of hosts: not
+//    loopback, wildcard, multicast or broadcast (validate_ipv4_net_dev);
+//  - the destination is an address of the IPoIB interface of the port the
+//    REQ came in on (ib_get_net_dev_by_params finds no net_dev otherwise:
+//    -ENODEV);
+//  - the source is no address of this host, unless the REQ came from this
+//    port's own GID (Linux's route check, fib_lookup towards the source
+//    through the IPoIB interface, refuses a local address of another
+//    interface; ibd has no route lookup here and refuses any local source
+//    from another host).
+// Without an IPoIB interface (no ARP module) only the first check can be
+// made: such an ibd has no addresses to check against.
+Result<void> CmaService::check_request(const cma::Header& h, uint8_t hport, const proto::CmEventMsg& e) const {
+  if (!cma::is_unicast_endpoint(h.dst))
+    return err(EHOSTUNREACH, "the destination {} is no unicast address of a host", h.dst.str());
+  if (!cma::is_unicast_endpoint(h.src))
+    return err(EHOSTUNREACH, "the source {} is no unicast address of a host", h.src.str());
+  if (!arp_) return ok();
+  auto link = arp_->link_of_address(to_ip(h.dst));
+  if (!link) return err(ENODEV, "the destination {} is no address of an IPoIB interface of this ibd", h.dst.str());
+  if (link->port != hport)
+    return err(ENODEV, "the destination {} is an address of port {}'s interface, the REQ came to port {}", h.dst.str(),
+               link->port, hport);
+  if (e.remote_gid != link->gid && arp_->is_local_address(to_ip(h.src)))
+    return err(EHOSTUNREACH, "the source {} is an address of this host, but the REQ came from another port",
+               h.src.str());
+  return ok();
+}
+
 void CmaService::on_request(const proto::CmEventMsg& e) {
   const bool sidr = e.type == static_cast<uint8_t>(proto::CmEventType::kSidrRequest);
   auto lk = listen_key_.find(e.listen_id);
   if (lk == listen_key_.end()) return refuse(e, sidr);
-  const auto [hport, ps, port] = lk->second;
+  const auto key = lk->second;
+  const auto [hport, ps, port] = key;
   auto hdr = cma::decode_header(std::span<const uint8_t>(e.private_data.data(), e.private_len), e.service_id);
   if (!hdr) {
     log::get("cma")->debug("a request to port {} without a usable CMA header: {}", port, hdr.error().message);
     return refuse(e, sidr);
   }
+  if (auto c = check_request(*hdr, hport, e); !c) {
+    log::get("cma")->debug("a request to port {} refused: {}", port, c.error().message);
+    return refuse(e, sidr, &counters_.requests_bad_address);
+  }
   auto owner = ports_.listener(ps, hdr->dst);
   if (!owner) return refuse(e, sidr);
   const uint32_t client = static_cast<uint32_t>(*owner >> 32), lh = static_cast<uint32_t>(*owner);
   Id* l = find_id(client, lh);
-  if (!l || l->state != S::kListen || l->pending >= l->backlog) return refuse(e, sidr);
+  // A listener bound to an address of one port listens on that port only
+  // (cma_match_net_dev): the REQ must have come to one of its IB CM listeners.
+  if (!l || l->state != S::kListen || std::find(l->listens.begin(), l->listens.end(), key) == l->listens.end())
+    return refuse(e, sidr);
+  if (l->pending >= l->backlog) return refuse(e, sidr, &counters_.requests_over_backlog);
   auto s = sessions_.find(client);
-  auto h = create_id(client, proto::CmaCreateIdReq{ps});
-  if (!h) return refuse(e, sidr);
+  auto h = new_id(s->second, client, ps);
+  if (!h) {
+    log::get("cma")->debug("client {} listener {}: connect request refused: {}", client, lh, h.error().message);
+    return refuse(e, sidr, &counters_.requests_over_budget);
+  }
   ++l->pending;
   Id& c = s->second.ids.at(*h);
   c.state = S::kConnect;
@@ -427,7 +488,6 @@ void CmaService::on_request(const proto::CmEventMsg& e) {
   c.cm = e.id;
   c.parent = lh;
   by_cm_[e.id] = {client, *h};
-  ++counters_.connect_requests;
   proto::CmaEventMsg m;
   m.type = static_cast<uint8_t>(T::kConnectRequest);
   m.listen_id = lh;
@@ -442,7 +502,41 @@ void CmaService::on_request(const proto::CmEventMsg& e) {
   m.ah.dgid = e.remote_gid;
   const size_t off = cma::kHeaderBytes;
   copy_private(m.private_data, m.private_len, e.private_data.data() + off, e.private_len > off ? e.private_len - off : 0);
-  emit(c, m);
+  if (emit_ok(c, m)) {
+    ++counters_.connect_requests;
+    return;
+  }
+  // Nobody will hear of it (the event socket is closed): refused now, not left to expire.
+  by_cm_.erase(e.id);
+  c.cm = 0;
+  unpend(c);
+  erase_id(client, *h);
+  refuse(e, sidr);
+}
+
+void CmaService::unpend(Id& id) {
+  if (!id.parent) return;
+  if (Id* l = find_id(id.client, id.parent); l && l->pending) --l->pending;
+  id.parent = 0;
+}
+
+// The IB CM expired a REQ the client left unanswered (kTimeout on a
+// REQ-received id). Linux's ib_cm keeps such an id until its user answers;
+// here it goes (issue 29 finding 10): the REJ is the IB CM's, the backlog
+// slot and the id are freed, and the client, who heard of the request, is
+// told as Linux tells a connection that timed out (cma_ib_handler:
+// IB_CM_REP_ERROR / IB_CM_REQ_ERROR -> RDMA_CM_EVENT_UNREACHABLE,
+// -ETIMEDOUT). A later request on that id is ENOENT.
+void CmaService::request_expired(Id& id) {
+  ++counters_.requests_expired;
+  unpend(id);
+  forget_cm(id);
+  proto::CmaEventMsg m;
+  m.type = static_cast<uint8_t>(T::kUnreachable);
+  m.status = -ETIMEDOUT;
+  emit(id, m);
+  release(id);
+  erase_id(id.client, id.handle);
 }
 
 // ---- QPs ----------------------------------------------------------------------
@@ -575,10 +669,6 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) 
   Id* id = *f;
   if (!id->cm || id->state != S::kConnect || !id->parent)
     return done(err(EINVAL, "id {} has no connect request to accept", r.id));
-  auto release_parent = [this, client](Id& i) {
-    if (Id* l = find_id(client, i.parent); l && l->pending) --l->pending;
-    i.parent = 0;
-  };
   if (ud_ps(id->ps)) {
     if (auto c = check_private(r.private_len, 136, "a SIDR_REP"); !c) return done(c.take_error());
     const uint32_t qp = r.qp ? r.qp : id->qp;
@@ -591,7 +681,7 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) 
     q.private_len = r.private_len;
     q.private_data = r.private_data;
     if (auto s = cm_.sidr_reply(kCmaCmOwner, q); !s) return done(s.take_error());
-    release_parent(*id);
+    unpend(*id);
     return done(ok());
   }
   if (auto c = check_private(r.private_len, 196, "a REP"); !c) return done(c.take_error());
@@ -612,10 +702,10 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) 
   // The request stays the listener's until the IB CM took the accept: a
   // refused one (a QP in the wrong state) may be accepted again or rejected.
   cm_.accept(kCmaCmOwner, a,
-             [this, alive = std::weak_ptr<bool>(alive_), release_parent, client, h = r.id, done = std::move(done)](
+             [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, done = std::move(done)](
                  Result<void> res) mutable {
                if (alive.expired()) return done(err(ECANCELED, "ibd is stopping"));
-               if (Id* i = res ? find_id(client, h) : nullptr) release_parent(*i);
+               if (Id* i = res ? find_id(client, h) : nullptr) unpend(*i);
                done(std::move(res));
              });
 }
@@ -641,8 +731,7 @@ Result<void> CmaService::reject(uint32_t client, const proto::CmaRejectReq& r) {
     q.private_data = r.private_data;
     OPENIB_TRY(cm_.reject(kCmaCmOwner, q));
   }
-  if (Id* l = find_id(client, id->parent); l && l->pending) --l->pending;
-  id->parent = 0;
+  unpend(*id);
   forget_cm(*id);
   id->state = S::kDisconnect;
   return ok();
@@ -705,10 +794,11 @@ void CmaService::on_cm_event(const proto::CmEventMsg& e) {
         id->rep.reset();
       }
       return emit(*id, m);
-    case C::kRejected:
+    case C::kRejected:  // (a connect request the peer gave up on: out of the backlog)
       m.type = static_cast<uint8_t>(T::kRejected);
       m.status = e.reason;
       with_private();
+      unpend(*id);
       id->state = S::kDisconnect;
       forget_cm(*id);
       return emit(*id, m);
@@ -722,6 +812,7 @@ void CmaService::on_cm_event(const proto::CmEventMsg& e) {
       forget_cm(*id);
       return emit(*id, m);
     case C::kTimeout:
+      if (id->parent) return request_expired(*id);  // a connect request never answered
       m.type = static_cast<uint8_t>(T::kUnreachable);
       m.status = -ETIMEDOUT;
       if (id->state == S::kDisconnect) return disconnected();  // our DREQ went unanswered
@@ -803,7 +894,7 @@ void CmaService::join(uint32_t client, const proto::CmaJoinReq& r, Done done) {
   j.flags = proto::kMcastCreate;
   j.mgid = *mg;
   j.qkey = qkey;
-  sa_.mcast_join(client | kCmaJoinOwnerBit, /*uid=*/0, j,  // TODO(cma uid): the client's uid once the CMA session knows it
+  sa_.mcast_join(client | kCmaJoinOwnerBit, sessions_.at(client).uid, j,  // (the uid's join budget)
                  [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, mgid = *mg, g](
                      Result<proto::McastJoinRep> rep) {
                    if (alive.expired()) return;
@@ -887,10 +978,7 @@ void CmaService::release(Id& id) {
     }
   }
   id.listens.clear();
-  if (id.parent) {
-    if (Id* l = find_id(id.client, id.parent); l && l->pending) --l->pending;
-    id.parent = 0;
-  }
+  unpend(id);
   // The IB CM sends the DREQ (established) or REJ (being made) itself.
   forget_cm(id);
   if (id.bound) ports_.unbind(owner_key(id.client, id.handle));
@@ -904,7 +992,7 @@ void CmaService::release(Id& id) {
 Result<void> CmaService::destroy(uint32_t client, uint32_t h) {
   OPENIB_TRY_ASSIGN(Id * id, find(client, h));
   release(*id);
-  sessions_.at(client).ids.erase(h);
+  erase_id(client, h);
   return ok();
 }
 
@@ -912,6 +1000,7 @@ void CmaService::client_gone(uint32_t client) {
   auto s = sessions_.find(client);
   if (s == sessions_.end()) return;
   for (auto& [h, id] : s->second.ids) release(id);
+  ids_budget_.give(client, s->second.uid, s->second.ids.size());
   sessions_.erase(s);
   sa_.client_gone(client | kCmaJoinOwnerBit);
   for (auto it = token_of_.lower_bound({client, 0}); it != token_of_.end() && it->first.first == client;) {
@@ -964,19 +1053,26 @@ Result<proto::CmaIdRep> CmaService::query(uint32_t client, uint32_t h) {
   return r;
 }
 
-std::string CmaService::json() const {
+// Another user's endpoints and QPNs are not everyone's to read (issue 29):
+// the ids listed are those of the caller's uid (ibdctl asks on a
+// connection of its own), all of them only for a privileged caller; the
+// counters and gauges stay global (as /proc/net's totals).
+std::string CmaService::json(uid_t uid, bool privileged) const {
   nlohmann::json j;
   j["sessions"] = sessions_.size();
+  j["ids_shown"] = privileged ? "all" : "own";
   auto& ids = j["ids"];
   ids = nlohmann::json::array();
   size_t n = 0;
-  for (const auto& [c, s] : sessions_)
+  for (const auto& [c, s] : sessions_) {
+    if (!privileged && s.uid != uid) continue;
     for (const auto& [h, id] : s.ids) {
       if (++n > 256) break;  // INFO stays small; the counters give the totals
       ids.push_back({{"client", c}, {"id", h}, {"ps", id.ps}, {"state", state_name(id.state)},
                      {"src", id.src.str()}, {"dst", id.dst.family ? id.dst.str() : ""}, {"port", id.port},
                      {"qpn", id.qpn}, {"groups", id.groups.size()}});
     }
+  }
   j["bound_ports"] = ports_.size();
   j["cm_listeners"] = cm_listens_.size();
   for (const auto& [k, v] : counter_list()) j["counters"][k] = v;
@@ -995,6 +1091,11 @@ std::vector<std::pair<std::string, uint64_t>> CmaService::counter_list() const {
       {"cma.requests_refused", counters_.requests_refused},
       {"cma.addr_changes", counters_.addr_changes},
       {"cma.device_removals", counters_.device_removals},
+      {"cma.requests_bad_address", counters_.requests_bad_address},
+      {"cma.requests_over_backlog", counters_.requests_over_backlog},
+      {"cma.requests_over_budget", counters_.requests_over_budget},
+      {"cma.requests_expired", counters_.requests_expired},
+      {"cma.ids_denied", ids_budget_.denied()},
       {"cma.ids", ids},
       {"cma.bound_ports", ports_.size()},
   };

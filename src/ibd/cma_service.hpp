@@ -14,9 +14,16 @@
 //    processes do on Linux); ports below 1024 for root / CAP_NET_ADMIN only.
 //  - Listening: one IB CM listener per (HCA port, port space, port),
 //    shared by the ids listening on that port (different addresses); a REQ
-//    goes to the id bound to the CMA header's destination address, else to
-//    a wildcard one; none, or a full backlog: REJ (consumer reject, as
-//    Linux's ib_cm after a refusing handler) or SIDR_REP status 2.
+//    whose header passes Linux's checks (docs/cma.md "Security": unicast
+//    endpoints, the destination an address of the receiving port's IPoIB
+//    interface, no source of this host's from another GID) goes to the id
+//    bound to that destination address, else to a wildcard one; none, a
+//    full backlog or the listener's id budget spent: REJ (consumer reject,
+//    as Linux's ib_cm after a refusing handler) or SIDR_REP status 2.
+//  - Budgets (budget.hpp): every id (created, or a connect request's) is
+//    charged to its session's client and uid; queued events' bytes to the
+//    event budget. A connect request the client leaves unanswered expires
+//    with the IB CM's (kTimeout).
 //  - QPs: the client's QP handles travel to the IB CM as tokens (the CM
 //    session is ibd's own); RC/UC QPs are moved by the IB CM, UD QPs to RTS
 //    by CMA_INIT_QP with Q_Key 0x01234567 (IPoIB space: the broadcast
@@ -43,6 +50,7 @@
 #include "cma/port_table.hpp"
 #include "clientproto/messages.hpp"
 #include "hca/hca.hpp"
+#include "ibd/budget.hpp"
 #include "ibd/cm_service.hpp"
 #include "ibd/event_socket.hpp"
 #include "ibd/sa_service.hpp"
@@ -57,6 +65,10 @@ inline constexpr uint32_t kCmaJoinOwnerBit = 0x80000000u;
 struct CmaServiceCounters {
   uint64_t opens = 0, events = 0, sessions_overrun = 0;
   uint64_t connect_requests = 0, requests_refused = 0, addr_changes = 0, device_removals = 0;
+  // Of requests_refused: a header naming endpoints no listener here may
+  // take (docs/cma.md "Security"), a full backlog, the listener's RDMA CM
+  // id budget spent. And connect requests expired unanswered.
+  uint64_t requests_bad_address = 0, requests_over_backlog = 0, requests_over_budget = 0, requests_expired = 0;
 };
 
 class CmaService {
@@ -75,11 +87,17 @@ class CmaService {
   // The IPoIB port space's Q_Key (the broadcast group's; 0 while down).
   void set_ipoib_qkey(std::function<uint32_t()> f) { ipoib_qkey_ = std::move(f); }
   void set_max_queued_events(size_t n) { max_queued_ = n ? n : 1; }
+  // Per-client and per-uid bounds of RDMA CM ids (--client-max-cma-ids,
+  // --uid-max-cma-ids), and the budget of queued event bytes the sessions'
+  // event sockets are charged to (shared with the IB CM; nullptr: none).
+  void set_id_limit(BudgetLimit l) { ids_budget_.set_limit(l); }
+  void set_event_budget(Budget* b) { event_budget_ = b; }
+  const Budget& id_budget() const { return ids_budget_; }
   // Opens the RDMA CM's session in the IB CM.
   Result<void> start();
 
-  // Client requests (client = ibd's connection id).
-  Result<UniqueFd> open(uint32_t client);
+  // Client requests (client = ibd's connection id; uid its peer's).
+  Result<UniqueFd> open(uint32_t client, uid_t uid);
   Result<uint32_t> create_id(uint32_t client, const proto::CmaCreateIdReq& r);
   Result<proto::CmaAddrRep> bind(uint32_t client, const proto::CmaAddrReq& r, bool privileged);
   Result<void> resolve_addr(uint32_t client, const proto::CmaResolveAddrReq& r, bool privileged);
@@ -99,7 +117,9 @@ class CmaService {
   void device_lost();
   size_t ids_of(uint32_t client) const;
 
-  std::string json() const;
+  // CMA_INFO: the counters and gauges, and the ids of the sessions of
+  // `uid` only, or of everyone when `privileged` (root, CAP_NET_ADMIN).
+  std::string json(uid_t uid, bool privileged) const;
   std::vector<std::pair<std::string, uint64_t>> counter_list() const;
 
  private:
@@ -131,6 +151,7 @@ class CmaService {
     std::map<std::array<uint8_t, 16>, Group> groups;
   };
   struct Session {
+    uid_t uid = 0;
     std::unique_ptr<EventSocket> events;
     uint32_t next_handle = 1;
     std::unordered_map<uint32_t, Id> ids;
@@ -145,14 +166,23 @@ class CmaService {
   // The id a late answer (address, route) is for, if it still waits for
   // that answer: the same request (`op`) and still in `state`; else nullptr.
   Id* waiting(uint32_t client, uint32_t handle, uint64_t op, proto::CmaState state);
-  void emit(const Id& id, proto::CmaEventMsg m);
-  void emit_to(uint32_t client, proto::CmaEventMsg m);
+  // emit_ok: false when the event could not be queued (the socket closed or overrun).
+  bool emit_ok(const Id& id, proto::CmaEventMsg m);
+  void emit(const Id& id, proto::CmaEventMsg m) { (void)emit_ok(id, std::move(m)); }
+  bool emit_to(uint32_t client, proto::CmaEventMsg m);
+  Result<uint32_t> new_id(Session& s, uint32_t client, uint16_t ps);
+  void erase_id(uint32_t client, uint32_t handle);  // release() done; the record and its charge go
+  // A passive id leaves its listener's backlog (accepted, rejected, gone).
+  void unpend(Id& id);
+  // The checks of a REQ's header before a listener is looked for.
+  Result<void> check_request(const cma::Header& h, uint8_t hport, const proto::CmEventMsg& e) const;
+  void request_expired(Id& id);
   Result<void> do_bind(Id& id, const cma::Addr& a, bool privileged);
   uint32_t qkey_of(const Id& id) const;
   uint32_t token(uint32_t client, uint32_t qp);
   void on_cm_event(const proto::CmEventMsg& e);
   void on_request(const proto::CmEventMsg& e);
-  void refuse(const proto::CmEventMsg& e, bool sidr);
+  void refuse(const proto::CmEventMsg& e, bool sidr, uint64_t* why = nullptr);
   void release(Id& id);  // everything but the record itself
   void forget_cm(Id& id);
   void address_changed(int ifindex, const arp::Ip& a, bool added);
@@ -177,6 +207,8 @@ class CmaService {
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> token_of_;          // (client, QP handle) -> token
   uint32_t next_token_ = 1;
   CmaServiceCounters counters_;
+  Budget ids_budget_{"RDMA CM ids", "cma-ids", BudgetLimit{1024, 4096}};
+  Budget* event_budget_ = nullptr;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

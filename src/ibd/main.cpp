@@ -192,6 +192,9 @@ int run(const Options& o) {
   }
   auto cma = std::make_unique<CmaService>(io, *hca, *cm, *sa_service, hca->caps().num_ports);
   cma->set_max_queued_events(o.cm_max_queued_events);
+  // RDMA CM ids per client and per uid; queued event bytes in the IB CM's budget (budget.hpp).
+  cma->set_id_limit(o.limits.cma_ids);
+  cma->set_event_budget(&event_bytes);
   if (ipoib) cma->set_ipoib_qkey([p = ipoib.get()] { return p->qkey(); });
   server.set_cma(cma.get());
   if (auto r = server.start(); !r) {

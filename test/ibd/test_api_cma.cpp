@@ -12,6 +12,7 @@
 
 #include "cm_path.hpp"
 #include "cma_addr.hpp"
+#include "cma_expect.hpp"
 #include "cma/header.hpp"
 #include "openib/cm.hpp"
 #include "openib/cma.hpp"
@@ -31,15 +32,6 @@ IpEndpoint v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port) {
 template <class T>
 int error_of(const Result<T>& r) {
   return r.ok() ? 0 : r.error().code;
-}
-
-RdmaCmEvent expect_cma_event(RdmaEventChannel& ch, RdmaCmEventType want, int timeout_ms = kWaitMs) {
-  auto e = ch.get_event(timeout_ms);
-  INFO("get_event: " << (e ? std::string() : e.error().str()));
-  REQUIRE(e.ok());
-  INFO("wanted " << rdma_event_str(want) << ", got " << rdma_event_str(e->type) << " (status " << e->status << ")");
-  REQUIRE(e->type == want);
-  return std::move(e).value();
 }
 
 constexpr uint8_t kStateAddrBound = 7, kStateListen = 8;

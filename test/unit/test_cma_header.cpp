@@ -206,3 +206,28 @@ TEST_CASE("tshark reads the CMA header in a REQ as its IP CM private data", "[cm
   REQUIRE(status == 0);
   CHECK(out.rfind("a5000000", 0) == 0);
 }
+
+// What a REQ's header may name as either end (docs/cma.md "Security"):
+// Linux's validate_ipv4_net_dev refuses loopback, wildcard ("this
+// network"), multicast and limited-broadcast addresses before routes.
+TEST_CASE("Header endpoints: unicast host addresses only; loopback told apart", "[cma]") {
+  for (const char* good : {"198.18.0.1", "10.0.0.1", "1.0.0.0", "223.255.255.255", "fd00::1", "fe80::1",
+                           "2001:db8::1", "::ffff:198.18.0.1"}) {
+    INFO(good);
+    CHECK(is_unicast_endpoint(ip(good, 1)));
+    CHECK_FALSE(is_loopback(ip(good, 1)));
+  }
+  for (const char* lo : {"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"}) {
+    INFO(lo);
+    CHECK(is_loopback(ip(lo, 1)));
+    CHECK_FALSE(is_unicast_endpoint(ip(lo, 1)));
+  }
+  for (const char* bad : {"0.0.0.0", "0.1.2.3", "224.0.0.1", "239.255.255.255", "255.255.255.255", "::", "ff02::1",
+                          "::ffff:0.0.0.0", "::ffff:224.1.1.1", "::ffff:255.255.255.255"}) {
+    INFO(bad);
+    CHECK_FALSE(is_unicast_endpoint(ip(bad, 1)));
+    CHECK_FALSE(is_loopback(ip(bad, 1)));
+  }
+  CHECK_FALSE(is_unicast_endpoint(Addr{}));  // no family
+  CHECK_FALSE(is_loopback(Addr{}));
+}
