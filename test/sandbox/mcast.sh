@@ -4,15 +4,27 @@
 # (ibdctl mcast join --hold) seen by `saquery -m`, its ServiceRecords
 # (ibdctl service set --hold) by `saquery -S`, both gone when the holder
 # ends, both back after OpenSM restarts; traps 66/67 counted.
-#   mcast.sh BUILD_DIR
+# Then issue 29's attacks by user nobody on Hca2's ibd (IPoIB and its ATS
+# records on): its SERVICE_SETs neither replace nor delete the host's ATS
+# record nor root's record of the same key; 40 connections of nobody hold
+# no more groups than --uid-max-mcast-joins and leave none behind; IPoIB's
+# broadcast group is not nobody's to join.
+#   mcast.sh BUILD_DIR  (OPENIB_SANDBOX_PREFIX: the sandbox's names, sbm)
 set -euo pipefail
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
 # shellcheck source=lib.sh
 source "$here/lib.sh"
-sandbox_test sbm 198.18.20 mcast-test
+sandbox_test "${OPENIB_SANDBOX_PREFIX:-sbm}" 198.18.20 mcast-test
 ibdctl=$build/src/tools/ibdctl
+# IPoIB (ATS records), a socket nobody can reach, a per-uid multicast bound.
+kUidJoins=24
+export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0 --socket-mode 0666 --uid-max-mcast-joins $kUidJoins"
+# shellcheck source=../../scripts/unprivileged.sh
+source "$here/../../scripts/unprivileged.sh"
+nb=$(mktemp -d)
+chmod 755 "$nb"
 
 field() { sb run "$1" ibstat simhca0 1 | awk -F': ' -v k="$2" '$1 ~ k {print $2}'; }
 gid_of() {
@@ -48,9 +60,11 @@ release() {
   unset "held[$1]"
 }
 cleanup_holders() {
-  for p in "${held[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${held[@]}" "${swarm[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$nb"
   sandbox_cleanup
 }
+swarm=()
 trap cleanup_holders EXIT
 
 # until_sa HOST OPTION PATTERN present|absent: waits (at most 15 s) until
@@ -147,5 +161,77 @@ ok "holders killed: ibd deleted the ServiceRecord and left the group (it is gone
 for _ in $(seq 50); do (($(counter Hca2 sa_mcast_deleted_reports) > deleted0)) && break; sleep 0.2; done
 (($(counter Hca2 sa_mcast_deleted_reports) > deleted0)) || fail "no trap 67 Report counted on Hca2"
 ok "trap 67 (group deleted) Report counted: sa_mcast_deleted_reports $(counter Hca2 sa_mcast_deleted_reports)"
-echo "PASS: multicast joins and ServiceRecords through OpenSM's SA"
+# --- issue 29: user nobody against the SA through Hca2's ibd ----------------
+# nobody's ibdctl: a copy it can run, a link to Hca2's socket it can reach.
+reachable_copy "$nb/bin" "$ibdctl"
+ln "$OPENIB_SANDBOX/Hca2/ibd.sock" "$nb/ibd.sock"
+as_nobody() { "${AS_NOBODY[@]}" env LD_LIBRARY_PATH="$nb/bin/lib" OPENIB_SOCKET="$nb/ibd.sock" "$nb/bin/ibdctl" "$@"; }
+ats="DAPL Address Translation Service"
+ib0_up Hca2 198.19.20.2/24
+# One record per address: 198.19.20.2 (ServiceData8 13..16) and ib0's link-local fe80::.
+until_sa Hca4 -S "ServiceName\.*$ats .*ServiceData8\.13\.*0xC6 ServiceData8\.14\.*0x13 ServiceData8\.15\.*0x14 ServiceData8\.16\.*0x2 " present ||
+  fail "no ATS record of Hca2's 198.19.20.2: $(records Hca4 -S)"
+until_sa Hca4 -S "ServiceName\.*$ats ServiceData8\.1\.*0xFE ServiceData8\.2\.*0x80 " present ||
+  fail "no ATS record of Hca2's link-local address: $(records Hca4 -S)"
+ats_before=$(records Hca4 -S | grep "$ats" | sort)
+grep -qE "ServiceGID\.*($gid2|$(full "$gid2"))" <<<"$ats_before" || fail "the ATS record is not Hca2's: $ats_before"
+
+# Finding 2: an ATS record with ServiceGID 0 (the SA's key: Hca2's GID).
+out=$(as_nobody service set --id 0x10000CE100415453 --name "$ats" 2>&1) && fail "nobody registered an ATS record: $out"
+grep -qi "permission denied\|ATS records are ibd's" <<<"$out" || fail "nobody's ATS record: $out"
+out=$(as_nobody service set --id 0x10000CE107415453 --name other 2>&1) && fail "nobody registered ATS slot 7: $out"
+out=$(as_nobody service set --id 0x29 --name "$ats" 2>&1) && fail "nobody registered the ATS name: $out"
+sleep 1
+[[ $(records Hca4 -S | grep "$ats" | sort) == "$ats_before" ]] || fail "the ATS records changed: $(records Hca4 -S | grep "$ats")"
+ok "nobody's ATS SERVICE_SETs refused ($(head -1 <<<"$out")); saquery -S shows Hca2's ATS records unchanged"
+
+# Root's record naming Hca2's GID, nobody's of the same key with GID 0.
+hold r29 Hca2 service set --id 0x2900 --name root-29 --gid "$gid2"
+until_sa Hca4 -S "ServiceName\.*root-29" present || fail "root's record not in saquery -S: $(records Hca4 -S)"
+out=$(as_nobody service set --id 0x2900 --name nobody-29 2>&1) && fail "nobody replaced root's record: $out"
+grep -qi "exists\|another client" <<<"$out" || fail "nobody's record of root's key: $out"
+sleep 1
+records Hca4 -S | grep -q "nobody-29" && fail "saquery -S has nobody's record: $(records Hca4 -S | grep 29)"
+records Hca4 -S | grep -q "root-29" || fail "root's record went with nobody's attempt: $(records Hca4 -S)"
+ok "nobody's GID-0 record of root's key (ServiceID, Hca2's GID, P_Key): $(head -1 <<<"$out"); root's stays"
+release r29 TERM
+until_sa Hca4 -S "ServiceName\.*root-29" absent || fail "root's record outlived its holder"
+
+# Finding 6: 40 connections of nobody, one group each: at most
+# --uid-max-mcast-joins of them joined; their groups gone once they are killed.
+swarm_re="MGID\.*(ff12:2929:ffff::|ff12:2929:ffff:0000:0000:0000:0000:)[0-9a-f]+ .*PortGid\.*($gid2|$(full "$gid2")) "
+mkfifo "$OPENIB_SANDBOX/swarm.fifo"  # their stdin: never closed, so they hold until killed
+for i in $(seq 0 39); do
+  as_nobody mcast join "ff12:2929:ffff::$(printf %x $((i + 1)))" --qkey 0x2929 --hold <>"$OPENIB_SANDBOX/swarm.fifo" \
+    >"$OPENIB_SANDBOX/swarm$i.out" 2>&1 &
+  swarm+=($!)
+done
+for _ in $(seq 100); do
+  n=$(grep -l "^joined\|rror\|quota\|limit" "$OPENIB_SANDBOX"/swarm*.out 2>/dev/null | wc -l)
+  ((n == 40)) && break
+  sleep 0.2
+done
+joined=$(grep -l "^joined" "$OPENIB_SANDBOX"/swarm*.out | wc -l)
+((joined == kUidJoins)) || fail "nobody's 40 connections joined $joined groups, the per-uid bound is $kUidJoins: $(cat "$OPENIB_SANDBOX"/swarm0.out "$OPENIB_SANDBOX"/swarm39.out)"
+until_sa Hca4 -m "$swarm_re" present || fail "saquery -m shows none of nobody's groups"
+at_sa=$(records Hca4 -m | grep -cE "$swarm_re")
+((at_sa == kUidJoins)) || fail "saquery -m shows $at_sa of nobody's groups, not $kUidJoins"
+refused=$(grep -l "per uid" "$OPENIB_SANDBOX"/swarm*.out | wc -l)
+((refused == 40 - kUidJoins)) || fail "$refused joins refused for the per-uid bound: $(grep -h . "$OPENIB_SANDBOX"/swarm*.out | sort | uniq -c)"
+ok "40 connections of nobody: $joined groups joined (saquery -m: $at_sa), $refused refused: $(grep -h "per uid" "$OPENIB_SANDBOX"/swarm*.out | head -1)"
+{
+  for p in "${swarm[@]}"; do kill -KILL "$p" || true; done
+  for p in "${swarm[@]}"; do wait "$p" || true; done
+} 2>/dev/null  # the shell's "Killed" for each
+swarm=()
+until_sa Hca4 -m "$swarm_re" absent || fail "nobody's groups outlived its connections: $(records Hca4 -m | grep -cE "$swarm_re") left"
+((${#swarm[@]} == 0)) && ok "nobody's connections killed: saquery -m shows none of their groups"
+
+# Finding 7: IPoIB's groups are ibd's (RFC 4391 section 4).
+out=$(as_nobody mcast join ff12:401b:ffff::ffff:ffff --qkey 0xbad 2>&1) && fail "nobody joined IPoIB's broadcast group: $out"
+grep -qi "permission denied\|IPoIB's multicast groups" <<<"$out" || fail "nobody's broadcast join: $out"
+out=$(OPENIB_SOCKET=$OPENIB_SANDBOX/Hca2/ibd.sock "$ibdctl" mcast join ff12:601b:ffff::1 --qkey 0xbad 2>&1) &&
+  fail "root's client joined IPoIB's all-nodes group: $out"
+ok "MCAST_JOIN of IPoIB's groups refused for nobody and root: $(head -1 <<<"$out")"
+echo "PASS: multicast joins and ServiceRecords through OpenSM's SA; issue 29's attacks by nobody refused"
 exit 0
