@@ -12,15 +12,19 @@
 #  - 1,000 concurrent connects to one listener (openib-cmtime), all
 #    established and torn down, no id left in either ibd;
 #  - an unprivileged client binding port 100 -> EACCES; two binds of one
-#    port -> EADDRINUSE.
-#   cma.sh BUILD_DIR
+#    port -> EADDRINUSE;
+#  - issue 29: a server bound to 127.0.0.1 is out of another host's reach
+#    (REJECTED), and a REQ whose header names the loopback address is
+#    refused even from the host itself, as Linux's rdma_cm refuses it
+#    (docs/cma.md "Security"; counted as cma.requests_bad_address).
+#   cma.sh BUILD_DIR  (OPENIB_SANDBOX_PREFIX: the sandbox's names, sbxcma)
 set -euo pipefail
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
 # shellcheck source=lib.sh
 source "$here/lib.sh"
-sandbox_test sbx 198.18.32 cma-test
+sandbox_test "${OPENIB_SANDBOX_PREFIX:-sbxcma}" 198.18.32 cma-test
 # 1,000 connections: more QPs per client and uid than the default quota.
 # A 0666 socket: user nobody binds too (through a link in a directory it can reach).
 export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0 --client-max-qps 4000 --uid-max-qps 4000 --socket-mode 0666"
@@ -151,6 +155,24 @@ sb run Hca3 ip addr del 198.19.32.53/24 dev ib0
 waitfor rping-bound 'RDMA_CM_EVENT_ADDR_CHANGE' 100
 kill "$bound" 2>/dev/null || true
 ok "198.19.32.53 removed from Hca3's ib0: the listener bound to it got ADDR_CHANGE"
+
+# Issue 29: a service bound to 127.0.0.1 is Hca2's own. Another host that
+# connects to Hca2's address finds no listener on that port; a REQ naming
+# 127.0.0.1 in its header (here Hca2's own rping's, resolved to its own
+# port) is refused before any listener is looked for.
+bg rping-lo Hca2 "$ex/openib-rping" -s -a 127.0.0.1 -p 7179 --timeout 30
+lo=$bg
+waitfor rping-lo "listening on"
+out=$(sb run Hca1 "$ex/openib-rping" -c -a "${ip4[Hca2]}" -p 7179 -C 1 2>&1) && fail "rping from Hca1 reached a service on Hca2's 127.0.0.1: $out"
+grep -q 'RDMA_CM_EVENT_REJECTED' <<<"$out" || fail "rping from Hca1 to Hca2's loopback service: $out"
+ok "a server on 127.0.0.1 of Hca2, from Hca1: $(grep -m1 REJECTED <<<"$out")"
+bad0=$(counter Hca2 cma.requests_bad_address)
+out=$(sb run Hca2 "$ex/openib-rping" -c -a 127.0.0.1 -p 7179 -C 1 2>&1) && fail "a REQ naming 127.0.0.1 was taken: $out"
+grep -q 'RDMA_CM_EVENT_REJECTED' <<<"$out" || fail "rping to 127.0.0.1 on Hca2: $out"
+bad1=$(counter Hca2 cma.requests_bad_address)
+((bad1 == bad0 + 1)) || fail "cma.requests_bad_address on Hca2: $bad0, then $bad1"
+kill "$lo" 2>/dev/null || true
+ok "a REQ naming 127.0.0.1 (Hca2 to itself): $(grep -m1 REJECTED <<<"$out"), counted"
 
 # Ports: below 1024 for root only; one port, one bind.
 # The build tree may be out of nobody's reach (a clone under /root): a copy,
