@@ -182,7 +182,8 @@ void step(Harness& h, Input& in, mad::MadAddress from) {
       break;
     }
     case 4: {
-      auto r = e.listen(h.services[in.byte() & 1], in.byte() & 1 ? ~0ull : ~0xffull, in.byte() & 3);
+      // A REQ or a SIDR listener (engine.hpp: two spaces).
+      auto r = e.listen(h.services[in.byte() & 1], in.byte() & 1 ? ~0ull : ~0xffull, in.byte() & 3, in.byte() & 1);
       if (r) h.ids.push_back(*r);
       break;
     }
