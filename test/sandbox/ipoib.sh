@@ -4,7 +4,9 @@
 # own tools (ping, ip neigh, iperf3, a UDP multicast socket) run over it in
 # the hosts' namespaces; tshark decodes the cables' captures; a cable is
 # pulled and OpenSM restarted; ATS ServiceRecords follow the addresses;
-# garbage frames are dropped and counted.
+# garbage frames are dropped and counted; user nobody's forged ARP replies
+# poison no host's neighbour table, with IPoIB's Q_Key 0x0b1b (the bridge's
+# source checks) and with a controlled one (issue 29, finding 11).
 #   ipoib.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -12,13 +14,21 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
 # shellcheck source=lib.sh
 source "$here/lib.sh"
-sandbox_test sbi 198.18.22 ipoib-test
-export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0"
+sandbox_test sbxip 198.18.22 ipoib-test
+# A 0666 socket: user nobody is a client too (the forged ARP section).
+export OPENIB_SANDBOX_IBD_ARGS="--ipoib ib0 --socket-mode 0666"
+# shellcheck source=../../scripts/unprivileged.sh
+source "$here/../../scripts/unprivileged.sh"
+nb=$(mktemp -d)
+chmod 755 "$nb"
+osm_pid=
 export OPENIB_SANDBOX_PCAP_DIR=$OPENIB_SANDBOX.pcap
 mkdir -p "$OPENIB_SANDBOX_PCAP_DIR"
 iperf_pid=''
 cleanup_ipoib() {
   [[ -n $iperf_pid ]] && kill "$iperf_pid" 2>/dev/null
+  [[ -n $osm_pid ]] && { kill "$osm_pid" 2>/dev/null || true; }
+  rm -rf "$nb"
   sandbox_cleanup
   rm -rf "$OPENIB_SANDBOX_PCAP_DIR"
 }
@@ -236,6 +246,57 @@ ug_not_garbage="!(infiniband.lrh.slid == $(lid_of Hca1) && infiniband.lrh.dlid =
 # malformed: port 5201 is checked up to TCP/UDP, not above.
 ug_not_garbage+=" && !(tcp.port == 5201 || udp.port == 5201)"
 ok "$ug_sent garbage UD packets Hca1 -> Hca3 (QPN $ug_qpn): $((ug_rx1 - ug_rx0)) received; drop_malformed_packet +$((ug_mp1 - ug_mp0)) (of $ug_mal malformed), drop_ethertype +$((ug_et1 - ug_et0)) (of $ug_et), all drops +$((ug_all1 - ug_all0)) ($ug_other random under a known EtherType); Hca3 pings every host (IPv4, IPv6), Hca1 carries on"
+# --- issue 29, finding 11: user nobody on Hca1 forges ARP replies ----------
+# UD SENDs to Hca3's IPoIB QP (LID, QPN, Q_Key all public), each an IB ARP
+# reply saying that Hca2's address is at Hca1's IPoIB QP, 20 of them 0.1 s
+# apart (past the kernel's neighbour locktime: the old bridge passed them
+# on and Hca3's kernel took Hca1's MAC for Hca2). With Q_Key 0x0b1b they
+# reach Hca3's bridge, which drops them (the sender hardware address is
+# not the packet's source QP: drop_spoofed); with bit 31 set (0x80000b1b)
+# the device sends the QP's own Q_Key (nobody may set no controlled one),
+# and Hca3's port drops them (Q_KeyViolations). Either way `ip neigh` on
+# Hca3 keeps Hca2's MAC and Hca3 pings Hca2.
+reachable_copy "$nb/bin" "$build/test/sandbox/openib-ud-garbage"
+neigh_mac() { sb run "$1" ip neigh show dev ib0 to "$2" | awk '{for (i = 1; i < NF; i++) if ($i == "lladdr") print $(i + 1)}'; }
+spoofed_of() { ipoib_json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["counters"]["drop_spoofed"])'; }
+qkey_violations() { sb run "$1" smpquery portinfo "$(lid_of "$1")" 1 | awk -F'[.]+' '/^QkeyViolations/ {print $2}'; }
+# forge QKEY [ARGS...]: as nobody on Hca1, through a link to its ibd's socket.
+forge() {
+  ln -f "$OPENIB_SANDBOX/Hca1/ibd.sock" "$nb/ibd.sock"
+  local json1 q1 g1
+  json1=$(ipoib_json Hca1)
+  q1=$(python3 -c 'import json,sys; print(int(json.load(sys.stdin)["qpn"], 16))' <<<"$json1")
+  g1=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["gid"])' <<<"$json1")
+  read -r fq_qpn _ <<<"$(ipoib_json Hca3 | python3 -c 'import json,sys; j=json.load(sys.stdin); print(int(j["qpn"], 16), j["qkey"])')"
+  sb run Hca1 "${AS_NOBODY[@]}" env LD_LIBRARY_PATH="$nb/bin/lib" "$nb/bin/openib-ud-garbage" --socket "$nb/ibd.sock" \
+    --lid "$(lid_of Hca3)" --qpn "$fq_qpn" --qkey "$1" --forge-arp "${ip4[Hca2]}" --claim-qpn "$q1" --claim-gid "$g1" \
+    --target-ip "${ip4[Hca3]}" --count 20 --interval-ms 100 "${@:2}" 2>&1
+}
+# not_poisoned MAC WHAT: Hca3's entry for Hca2 still MAC, and Hca3 pings Hca2.
+not_poisoned() {
+  local now
+  now=$(neigh_mac Hca3 "${ip4[Hca2]}")
+  [[ $now == "$1" ]] || fail "$2: Hca3's neighbour ${ip4[Hca2]} is now $now, was $1 (Hca1's MAC: $(sb run Hca1 cat /sys/class/net/ib0/address))"
+  until_ok 25 ping4 Hca3 "${ip4[Hca2]}" || fail "$2: Hca3 no longer pings Hca2"
+}
+until_ok 25 ping4 Hca3 "${ip4[Hca2]}" || fail "ping Hca3 -> Hca2 before the forged ARP"
+mac2=$(neigh_mac Hca3 "${ip4[Hca2]}")
+[[ -n $mac2 ]] || fail "Hca3 has no neighbour entry for Hca2: $(sb run Hca3 ip neigh show dev ib0)"
+sp0=$(spoofed_of Hca3) qv0=$(qkey_violations Hca3)
+out=$(forge 0x0b1b) || fail "forging as nobody with Q_Key 0x0b1b: $out"
+[[ $(tail -1 <<<"$out") == "forged 20 "* ]] || fail "forging with Q_Key 0x0b1b: $out"
+spoofed_grown() { (($(spoofed_of Hca3) - sp0 >= 18)); }
+until_ok 25 spoofed_grown || fail "Hca3 counted $(($(spoofed_of Hca3) - sp0)) of 20 forged ARP replies as drop_spoofed"
+not_poisoned "$mac2" "20 forged ARP replies with Q_Key 0x0b1b"
+sp1=$(spoofed_of Hca3)
+out=$(forge 0x80000b1b) || fail "forging as nobody with Q_Key 0x80000b1b: $out"
+qv_grown() { (($(qkey_violations Hca3) - qv0 >= $1)); }
+until_ok 25 qv_grown 18 || fail "Hca3's port counted $(($(qkey_violations Hca3) - qv0)) Q_Key violations of 20 forged with 0x80000b1b"
+(($(spoofed_of Hca3) == sp1)) || fail "a forged ARP with Q_Key 0x80000b1b reached Hca3's bridge"
+not_poisoned "$mac2" "20 forged ARP replies with Q_Key 0x80000b1b"
+qv1=$(qkey_violations Hca3)
+ok "user nobody on Hca1, 20 forged ARP replies 'Hca2 is at Hca1's IPoIB QP' to Hca3: Q_Key 0x0b1b: drop_spoofed +$((sp1 - sp0)); 0x80000b1b: Q_KeyViolations +$((qv1 - qv0)); Hca3 still has $mac2 for ${ip4[Hca2]} and pings Hca2"
+
 # --- a cable pulled: carrier off, traffic stops; back: it comes back -------
 read -r sw swport <<<"$(awk '/^(Hca|Ca)[ \t]/ && /"Hca2"/ {f=1; next} f && /^\[1\]/ {match($0, /"[^"]*"\[[0-9]+\]/); m=substr($0, RSTART, RLENGTH); gsub(/"/, "", m); sub(/\[/, " ", m); sub(/\]/, "", m); print m; exit}' "$topo")"
 sb fabric link down "$sw" "$swport" >/dev/null
@@ -245,6 +306,46 @@ sb fabric link up "$sw" "$swport" >/dev/null
 until_ok 150 has_carrier Hca2 || fail "Hca2's ib0 has no carrier after the cable came back"
 until_ok 50 ping4 Hca1 "${ip4[Hca2]}" || fail "no ping to Hca2 after its cable came back"
 ok "Hca2's cable ($sw port $swport) pulled: carrier off, ping fails; plugged back: carrier on, ping works"
+
+# --- a controlled Q_Key (issue 29, finding 11a) -----------------------------
+# OpenSM again, its partitions.conf giving the default partition's
+# broadcast group the controlled Q_Key 0x8000000b (OpenSM's
+# doc/partition-config.txt), on Hca4 (whose ibd it needs); the other ibds,
+# restarted, take it for their IPoIB QPs.
+# nobody's QP cannot send it: with 0x8000000b in the WQE its own Q_Key goes
+# (C10-15), with 0x0000000b the low bits; Hca3's port drops both, its
+# bridge sees neither, its table stays.
+sb sm Hca1 stop
+printf 'Default=0x7fff, ipoib, Q_Key=0x8000000b : ALL=full ;\n' >"$OPENIB_SANDBOX/partitions.conf"
+guid=$(sb run Hca4 ibstat -p | head -1)
+: >"$OPENIB_SANDBOX/opensm-qkey.log"
+bash "$sandbox" run Hca4 opensm -g "$guid" -P "$OPENIB_SANDBOX/partitions.conf" -f "$OPENIB_SANDBOX/opensm-qkey.log" \
+  -d2 -s 5 >/dev/null 2>&1 &  # execs: $! is OpenSM
+osm_pid=$!
+subnet_up() { grep -q "SUBNET UP" "$OPENIB_SANDBOX/opensm-qkey.log"; }
+until_ok 600 subnet_up || fail "OpenSM with partitions.conf: no SUBNET UP: $(tail -5 "$OPENIB_SANDBOX/opensm-qkey.log")"
+qkey_of() { ipoib_json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("qkey", ""))'; }
+is_controlled() { [[ $(qkey_of "$1") == 0x8000000b ]]; }
+for h in Hca1 Hca2 Hca3; do
+  sb restart "$h" >/dev/null 2>&1 || fail "restarting $h's ibd"
+  until_ok 150 has_ib0 "$h" || fail "$h: no ib0 after its restart"
+  sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
+  sb run "$h" ip link set ib0 up
+  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier after its restart"
+  until_ok 50 is_controlled "$h" || fail "$h: IPoIB's Q_Key is $(qkey_of "$h"), not 0x8000000b"
+done
+until_ok 50 ping4 Hca3 "${ip4[Hca2]}" || fail "ping Hca3 -> Hca2 with the controlled Q_Key"
+mac2=$(neigh_mac Hca3 "${ip4[Hca2]}")
+sp0=$(spoofed_of Hca3) qv0=$(qkey_violations Hca3)
+out=$(forge 0x8000000b) || fail "forging as nobody with Q_Key 0x8000000b: $out"
+out=$(forge 0x0000000b) || fail "forging as nobody with Q_Key 0x0000000b: $out"
+out=$(forge 0x8000000b --qp-qkey 0x0000000b) || fail "forging as nobody with Q_Key 0x8000000b, its QP's 0x0000000b: $out"
+until_ok 25 qv_grown 54 || fail "Hca3's port counted $(($(qkey_violations Hca3) - qv0)) Q_Key violations of 60 forged"
+(($(spoofed_of Hca3) == sp0)) || fail "forged ARP replies reached Hca3's bridge with the controlled Q_Key"
+not_poisoned "$mac2" "60 forged ARP replies against the controlled Q_Key"
+out=$(forge 0x8000000b --qp-qkey 0x8000000b) && fail "nobody's QP took the controlled Q_Key 0x8000000b: $out"
+grep -q "Operation not permitted\|EPERM\|controlled" <<<"$out" || fail "nobody's MODIFY_QP to 0x8000000b: $out"
+ok "broadcast group with Q_Key 0x8000000b (OpenSM partitions.conf): 60 ARP replies forged by nobody (0x8000000b, 0x0000000b, 0x8000000b over a QP of 0x0000000b) are Q_KeyViolations +$(($(qkey_violations Hca3) - qv0)) at Hca3's port, none reached its bridge; its table and ping to Hca2 unchanged; nobody's MODIFY_QP to 0x8000000b refused"
 
 # --- tshark: the cables' captures decode with no malformed frame -----------
 sb down >/dev/null 2>&1 || true  # closes the captures
