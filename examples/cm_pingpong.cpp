@@ -33,7 +33,7 @@ constexpr size_t kGrh = 40;
 constexpr uint32_t kUdQkey = 0x0C0FFEE;
 
 struct Opts {
-  uint64_t service_id = 0x1000000000000001ull;
+  uint64_t service_id = 0x0000000100000001ull;  // outside the ranges ibd reserves (docs/cm.md "Security")
   int ib_port = 1, size = 4096, iters = 1000, conns = 0, inflight = 100, serve = 0;
   int timeout_ms = 60000, cm_timeout = 16, cm_retries = 15;
   bool ud = false, hold = false, quiet = false, idle = false;
@@ -521,7 +521,7 @@ int main(int argc, char** argv) {
   Opts& o = e.o;
   CLI::App app{"openib-cm-pingpong: an RC ping-pong connected by the IB CM (or UD through SIDR)"};
   app.add_option("--dgid", o.dgid, "the server's GID (IPv6 notation); none: be the server");
-  app.add_option("-S,--service-id", o.service_id, "service ID (default 0x1000000000000001)");
+  app.add_option("-S,--service-id", o.service_id, "service ID (default 0x0000000100000001)");
   app.add_option("-i,--ib-port", o.ib_port, "port (default 1)");
   app.add_option("-s,--size", o.size, "message size (default 4096)");
   app.add_option("-n,--iters", o.iters, "number of exchanges (default 1000)");
