@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -158,26 +159,29 @@ void SaService::path_query(const proto::PathQueryReq& req, hca::Completer<Result
 }
 
 // The uid's token bucket: `query_burst_` tokens at most, `queries_per_sec_`
-// more each second; one spent per query that reaches the SA.
-bool SaService::take_query_token(uid_t uid) {
-  if (uid == 0 || queries_per_sec_ == 0) return true;
+// more each second; one spent per query that reaches the SA. Spent, the
+// bucket goes into debt down to -burst: such a query waits until its token
+// has been earned (an rdma_cm resolve_route, a PATH_QUERY, is paced rather
+// than failed); past that debt, EAGAIN.
+Result<std::chrono::milliseconds> SaService::query_slot(uid_t uid) {
+  if (uid == 0 || queries_per_sec_ == 0) return std::chrono::milliseconds(0);
   const auto now = clock_.now();
+  const double burst = std::max<uint32_t>(query_burst_, 1);
   auto [it, fresh] = query_buckets_.try_emplace(uid);
   Bucket& b = it->second;
-  const double burst = std::max<uint32_t>(query_burst_, 1);
-  if (fresh) {
-    b.tokens = burst;
-  } else {
-    const double secs = std::chrono::duration<double>(now - b.at).count();
-    b.tokens = std::min(burst, b.tokens + secs * queries_per_sec_);
-  }
+  b.tokens = fresh ? burst
+                   : std::min(burst, b.tokens + std::chrono::duration<double>(now - b.at).count() * queries_per_sec_);
   b.at = now;
-  if (b.tokens < 1) {
+  if (b.tokens < 1 - burst) {
     ++queries_throttled_;
-    return false;
+    return err(EAGAIN, "uid {}: more than {} SA queries per second (bursts of {}; --uid-sa-queries-per-sec, "
+                       "--uid-sa-query-burst) and as many waiting: try again later",
+               uid, queries_per_sec_, query_burst_);
   }
   b.tokens -= 1;
-  return true;
+  if (b.tokens >= 0) return std::chrono::milliseconds(0);
+  ++queries_paced_;
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(-b.tokens * 1000.0 / queries_per_sec_)));
 }
 
 void SaService::path_query(uid_t uid, const proto::PathQueryReq& req, hca::Completer<Result<proto::PathRep>> done) {
@@ -197,29 +201,36 @@ void SaService::path_query(uid_t uid, const proto::PathQueryReq& req, hca::Compl
     note_port(req.port, *a);
     const sa::PathKey key = default_path_key(req.port, sa::make_gid(a->gid_prefix, a->port_guid),
                                              req.pkey ? req.pkey : a->pkey0, req.dgid);
-    const bool to_sa = (req.flags & proto::kPathFresh) || !cache_.peek(key).has_value();
-    if (to_sa && !take_query_token(uid))
-      return done(err(EAGAIN, "uid {}: more than {} SA queries per second (bursts of {}; "
-                              "--uid-sa-queries-per-sec, --uid-sa-query-burst): try again later",
-                      uid, queries_per_sec_, query_burst_));
-    auto shared = std::make_shared<hca::Completer<Result<proto::PathRep>>>(std::move(done));
-    const bool cached = !(req.flags & proto::kPathFresh) && cache_.peek(key).has_value();
-    auto answer = [shared, cached](sa::PathAnswer r) {
-      if (!r) return (*shared)(r.take_error());
-      if (!r->has_value()) return (*shared)(err(EHOSTUNREACH, "the SA has no path to that GID"));
-      proto::PathRep rep;
-      rep.source = cached ? proto::kPathFromCache : proto::kPathFromSa;
-      sa::encode_path_record(std::as_writable_bytes(std::span(rep.record)), **r);
-      (*shared)(std::move(rep));
-    };
-    if (req.flags & proto::kPathFresh) {
-      // Around the cache: straight to the SA (a stale or negative entry is
-      // replaced when the cache next asks).
-      sa::SaClient* c = client(req.port);
-      return c->query_path(key, std::move(answer));
-    }
-    cache_.lookup(key, std::move(answer));
+    const bool fresh = req.flags & proto::kPathFresh;
+    if (!fresh && cache_.peek(key).has_value()) return lookup(key, false, true, std::move(done));
+    // To the SA: within the uid's bucket (docs/sa.md "Security").
+    auto slot = query_slot(uid);
+    if (!slot) return done(slot.take_error());
+    if (slot->count() == 0) return lookup(key, fresh, false, std::move(done));
+    auto t = std::make_shared<asio::steady_timer>(io_, *slot);
+    t->async_wait([this, t, key, fresh, done = std::move(done), alive](const boost::system::error_code&) mutable {
+      if (alive.expired()) return done(err(ECANCELED, "ibd is stopping"));
+      lookup(key, fresh, false, std::move(done));
+    });
   });
+}
+
+void SaService::lookup(const sa::PathKey& key, bool fresh, bool cached, hca::Completer<Result<proto::PathRep>> done) {
+  auto shared = std::make_shared<hca::Completer<Result<proto::PathRep>>>(std::move(done));
+  auto answer = [shared, cached](sa::PathAnswer r) {
+    if (!r) return (*shared)(r.take_error());
+    if (!r->has_value()) return (*shared)(err(EHOSTUNREACH, "the SA has no path to that GID"));
+    proto::PathRep rep;
+    rep.source = cached ? proto::kPathFromCache : proto::kPathFromSa;
+    sa::encode_path_record(std::as_writable_bytes(std::span(rep.record)), **r);
+    (*shared)(std::move(rep));
+  };
+  if (fresh) {
+    // Around the cache: straight to the SA (a stale or negative entry is
+    // replaced when the cache next asks).
+    return client(key.port())->query_path(key, std::move(answer));
+  }
+  cache_.lookup(key, std::move(answer));
 }
 
 void SaService::lid_changed(uint8_t port, uint16_t lid) {
@@ -709,6 +720,7 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
                          {"service_quota_denied", service_budget_.denied()},
                          {"service_reserved_refused", reserved_refused_},
                          {"sa_queries_throttled", queries_throttled_},
+                         {"sa_queries_paced", queries_paced_},
                          {"service_registrations", services_.size()},
                          {"service_registered", v.registered},
                          {"service_removed", v.removed},

@@ -108,11 +108,13 @@ class SaService {
   // EBUSY, ENODEV while the device is away).
   // ibd's own (IPoIB's neighbours, the RDMA CM's routes): not bounded.
   void path_query(const proto::PathQueryReq& req, hca::Completer<Result<proto::PathRep>> done);
-  // A client's (uid `uid`): a query that would reach the SA (a cache miss,
-  // or kPathFresh) spends a token of the uid's bucket (issue 29: at most
-  // uid_sa_queries_per_sec, bursts of uid_sa_query_burst; uid 0 exempt;
-  // 0: no bound); with none left, EAGAIN at once (the client may retry;
-  // cached paths are still answered).
+  // A client's (uid `uid`: PATH_QUERY, the RDMA CM's resolve_route): a
+  // query that would reach the SA (a cache miss, or kPathFresh) spends a
+  // token of the uid's bucket (issue 29: uid_sa_queries_per_sec, bursts of
+  // uid_sa_query_burst; uid 0 exempt; 0: no bound). With none left it
+  // waits for its token, as long as no more than a burst's worth of the
+  // uid's queries wait; past that, EAGAIN at once. Cached paths are
+  // answered at once, whatever the bucket holds.
   void path_query(uid_t uid, const proto::PathQueryReq& req, hca::Completer<Result<proto::PathRep>> done);
 
   // A port event, at the cache's level for it: kNormal (state or LID
@@ -238,7 +240,11 @@ class SaService {
                   hca::Completer<Result<proto::McastJoinRep>> done, std::function<void()> settled);
   void start_service(uint32_t owner, const proto::ServiceReq& req, hca::Completer<Result<proto::ServiceRep>> done,
                      std::function<void()> settled);
-  bool take_query_token(uid_t uid);  // the uid's bucket (set_limits)
+  // The uid's bucket (set_limits): how long the query waits for its
+  // token (0: none), or EAGAIN.
+  Result<std::chrono::milliseconds> query_slot(uid_t uid);
+  // The path from the cache (or, `fresh`, from the SA around it).
+  void lookup(const sa::PathKey& key, bool fresh, bool cached, hca::Completer<Result<proto::PathRep>> done);
 
   boost::asio::io_context& io_;
   hca::Hca& hca_;
@@ -267,7 +273,7 @@ class SaService {
   std::map<uid_t, Bucket> query_buckets_;
   uint32_t queries_per_sec_ = Limits{}.uid_sa_queries_per_sec;
   uint32_t query_burst_ = Limits{}.uid_sa_query_burst;
-  uint64_t queries_throttled_ = 0, reserved_refused_ = 0, mcast_lost_ = 0;
+  uint64_t queries_paced_ = 0, queries_throttled_ = 0, reserved_refused_ = 0, mcast_lost_ = 0;
   std::vector<PathChangeFn> path_observers_;
   boost::asio::steady_timer regs_timer_;  // lease renewals (ServiceRegs::tick)
   boost::asio::steady_timer sweep_timer_;  // frees expired entries (kSweepEvery)
