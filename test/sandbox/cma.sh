@@ -14,9 +14,10 @@
 #  - an unprivileged client binding port 100 -> EACCES; two binds of one
 #    port -> EADDRINUSE;
 #  - issue 29: a server bound to 127.0.0.1 is out of another host's reach
-#    (REJECTED), and a REQ whose header names the loopback address is
-#    refused even from the host itself, as Linux's rdma_cm refuses it
-#    (docs/cma.md "Security"; counted as cma.requests_bad_address).
+#    (REJECTED), a REQ whose header names the loopback address is refused
+#    even from the host itself, as Linux's rdma_cm refuses it, and so is a
+#    REQ from another host claiming one of the server's addresses as its
+#    source (docs/cma.md "Security"; counted as cma.requests_bad_address).
 #   cma.sh BUILD_DIR  (OPENIB_SANDBOX_PREFIX: the sandbox's names, sbxcma)
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -173,6 +174,24 @@ bad1=$(counter Hca2 cma.requests_bad_address)
 ((bad1 == bad0 + 1)) || fail "cma.requests_bad_address on Hca2: $bad0, then $bad1"
 kill "$lo" 2>/dev/null || true
 ok "a REQ naming 127.0.0.1 (Hca2 to itself): $(grep -m1 REJECTED <<<"$out"), counted"
+# A source that is Hca2's own address, claimed by Hca1 (which carries a
+# duplicate of it: the header's source is the client's bound address): the
+# REQ comes from another GID than Hca2's, so it is refused.
+sb run Hca2 ip addr add 198.19.32.70/24 dev ib0
+sb run Hca1 ip addr add 198.19.32.70/24 dev ib0
+bg rping-any Hca2 "$ex/openib-rping" -s -p 7181 --timeout 30
+any=$bg
+waitfor rping-any "listening on"
+bad0=$(counter Hca2 cma.requests_bad_address)
+out=$(sb run Hca1 "$ex/openib-rping" -c -a "${ip4[Hca2]}" -I 198.19.32.70 -p 7181 -C 1 2>&1) &&
+  fail "a REQ from Hca1 claiming Hca2's own address as its source was taken: $out"
+grep -q 'RDMA_CM_EVENT_REJECTED status 28' <<<"$out" || fail "rping from Hca1 as 198.19.32.70: $out"
+bad1=$(counter Hca2 cma.requests_bad_address)
+((bad1 == bad0 + 1)) || fail "cma.requests_bad_address on Hca2: $bad0, then $bad1"
+kill "$any" 2>/dev/null || true
+sb run Hca1 ip addr del 198.19.32.70/24 dev ib0
+sb run Hca2 ip addr del 198.19.32.70/24 dev ib0
+ok "Hca1 claiming Hca2's address 198.19.32.70 as its source: $(grep -m1 REJECTED <<<"$out"), counted"
 
 # Ports: below 1024 for root only; one port, one bind.
 # The build tree may be out of nobody's reach (a clone under /root): a copy,
