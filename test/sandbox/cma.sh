@@ -17,7 +17,8 @@
 #    (REJECTED), a REQ whose header names the loopback address is refused
 #    even from the host itself, as Linux's rdma_cm refuses it, and so is a
 #    REQ from another host claiming one of the server's addresses as its
-#    source (docs/cma.md "Security"; counted as cma.requests_bad_address).
+#    source or naming an address the server does not have (docs/cma.md
+#    "Security"; counted as cma.requests_bad_address).
 #   cma.sh BUILD_DIR  (OPENIB_SANDBOX_PREFIX: the sandbox's names, sbxcma)
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -188,10 +189,25 @@ out=$(sb run Hca1 "$ex/openib-rping" -c -a "${ip4[Hca2]}" -I 198.19.32.70 -p 718
 grep -q 'RDMA_CM_EVENT_REJECTED status 28' <<<"$out" || fail "rping from Hca1 as 198.19.32.70: $out"
 bad1=$(counter Hca2 cma.requests_bad_address)
 ((bad1 == bad0 + 1)) || fail "cma.requests_bad_address on Hca2: $bad0, then $bad1"
-kill "$any" 2>/dev/null || true
 sb run Hca1 ip addr del 198.19.32.70/24 dev ib0
 sb run Hca2 ip addr del 198.19.32.70/24 dev ib0
 ok "Hca1 claiming Hca2's address 198.19.32.70 as its source: $(grep -m1 REJECTED <<<"$out"), counted"
+# A destination that is no address of Hca2's: Hca1's neighbour table sends
+# 198.19.32.80 to Hca2's GID (a static entry with Hca2's link-layer
+# address), so the REQ reaches Hca2's wildcard listener naming an address
+# Hca2 does not have: refused (Linux: no net_dev for it).
+mac=$(sb run Hca1 ip neigh show "${ip4[Hca2]}" dev ib0 | awk '{for (i = 1; i < NF; i++) if ($i == "lladdr") print $(i + 1)}')
+[[ -n $mac ]] || fail "Hca1 has no neighbour entry for ${ip4[Hca2]}: $(sb run Hca1 ip neigh show dev ib0)"
+sb run Hca1 ip neigh replace 198.19.32.80 lladdr "$mac" dev ib0 nud permanent
+bad0=$(counter Hca2 cma.requests_bad_address)
+out=$(sb run Hca1 "$ex/openib-rping" -c -a 198.19.32.80 -p 7181 -C 1 2>&1) &&
+  fail "a REQ for 198.19.32.80, which Hca2 does not have, was taken by Hca2: $out"
+grep -q 'RDMA_CM_EVENT_REJECTED status 28' <<<"$out" || fail "rping from Hca1 to 198.19.32.80 (Hca2's GID): $out"
+bad1=$(counter Hca2 cma.requests_bad_address)
+((bad1 == bad0 + 1)) || fail "cma.requests_bad_address on Hca2: $bad0, then $bad1"
+sb run Hca1 ip neigh del 198.19.32.80 dev ib0
+kill "$any" 2>/dev/null || true
+ok "a REQ to Hca2's GID naming 198.19.32.80, no address of Hca2's: $(grep -m1 REJECTED <<<"$out"), counted"
 
 # Ports: below 1024 for root only; one port, one bind.
 # The build tree may be out of nobody's reach (a clone under /root): a copy,
