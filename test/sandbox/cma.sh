@@ -158,23 +158,31 @@ waitfor rping-bound 'RDMA_CM_EVENT_ADDR_CHANGE' 100
 kill "$bound" 2>/dev/null || true
 ok "198.19.32.53 removed from Hca3's ib0: the listener bound to it got ADDR_CHANGE"
 
-# Issue 29: a service bound to 127.0.0.1 is Hca2's own. Another host that
-# connects to Hca2's address finds no listener on that port; a REQ naming
-# 127.0.0.1 in its header (here Hca2's own rping's, resolved to its own
-# port) is refused before any listener is looked for.
+# Issue 29 (docs/cma.md "Security"). refused_by_hca2 FROM WHAT RPING-ARGS...:
+# openib-rping -c from FROM is REJECTED with reason 28 by Hca2's RDMA CM,
+# which counts it as cma.requests_bad_address.
+refused_by_hca2() {
+  local from=$1 what=$2 out b0 b1
+  shift 2
+  b0=$(counter Hca2 cma.requests_bad_address)
+  out=$(sb run "$from" "$ex/openib-rping" -c "$@" -C 1 2>&1) && fail "$what: taken: $out"
+  grep -q 'RDMA_CM_EVENT_REJECTED status 28' <<<"$out" || fail "$what: $out"
+  b1=$(counter Hca2 cma.requests_bad_address)
+  ((b1 == b0 + 1)) || fail "$what: cma.requests_bad_address on Hca2 $b0, then $b1"
+  ok "$what: $(grep -m1 REJECTED <<<"$out"), counted"
+}
+# A service bound to 127.0.0.1 is Hca2's own. Another host that connects to
+# Hca2's address finds no listener on that port; a REQ naming 127.0.0.1 in
+# its header (here Hca2's own rping's, resolved to its own port) is refused
+# before any listener is looked for.
 bg rping-lo Hca2 "$ex/openib-rping" -s -a 127.0.0.1 -p 7179 --timeout 30
 lo=$bg
 waitfor rping-lo "listening on"
 out=$(sb run Hca1 "$ex/openib-rping" -c -a "${ip4[Hca2]}" -p 7179 -C 1 2>&1) && fail "rping from Hca1 reached a service on Hca2's 127.0.0.1: $out"
 grep -q 'RDMA_CM_EVENT_REJECTED' <<<"$out" || fail "rping from Hca1 to Hca2's loopback service: $out"
 ok "a server on 127.0.0.1 of Hca2, from Hca1: $(grep -m1 REJECTED <<<"$out")"
-bad0=$(counter Hca2 cma.requests_bad_address)
-out=$(sb run Hca2 "$ex/openib-rping" -c -a 127.0.0.1 -p 7179 -C 1 2>&1) && fail "a REQ naming 127.0.0.1 was taken: $out"
-grep -q 'RDMA_CM_EVENT_REJECTED' <<<"$out" || fail "rping to 127.0.0.1 on Hca2: $out"
-bad1=$(counter Hca2 cma.requests_bad_address)
-((bad1 == bad0 + 1)) || fail "cma.requests_bad_address on Hca2: $bad0, then $bad1"
+refused_by_hca2 Hca2 "a REQ naming 127.0.0.1 (Hca2 to itself)" -a 127.0.0.1 -p 7179
 kill "$lo" 2>/dev/null || true
-ok "a REQ naming 127.0.0.1 (Hca2 to itself): $(grep -m1 REJECTED <<<"$out"), counted"
 # A source that is Hca2's own address, claimed by Hca1 (which carries a
 # duplicate of it: the header's source is the client's bound address): the
 # REQ comes from another GID than Hca2's, so it is refused.
@@ -183,15 +191,9 @@ sb run Hca1 ip addr add 198.19.32.70/24 dev ib0
 bg rping-any Hca2 "$ex/openib-rping" -s -p 7181 --timeout 30
 any=$bg
 waitfor rping-any "listening on"
-bad0=$(counter Hca2 cma.requests_bad_address)
-out=$(sb run Hca1 "$ex/openib-rping" -c -a "${ip4[Hca2]}" -I 198.19.32.70 -p 7181 -C 1 2>&1) &&
-  fail "a REQ from Hca1 claiming Hca2's own address as its source was taken: $out"
-grep -q 'RDMA_CM_EVENT_REJECTED status 28' <<<"$out" || fail "rping from Hca1 as 198.19.32.70: $out"
-bad1=$(counter Hca2 cma.requests_bad_address)
-((bad1 == bad0 + 1)) || fail "cma.requests_bad_address on Hca2: $bad0, then $bad1"
+refused_by_hca2 Hca1 "Hca1 claiming Hca2's address 198.19.32.70 as its source" -a "${ip4[Hca2]}" -I 198.19.32.70 -p 7181
 sb run Hca1 ip addr del 198.19.32.70/24 dev ib0
 sb run Hca2 ip addr del 198.19.32.70/24 dev ib0
-ok "Hca1 claiming Hca2's address 198.19.32.70 as its source: $(grep -m1 REJECTED <<<"$out"), counted"
 # A destination that is no address of Hca2's: Hca1's neighbour table sends
 # 198.19.32.80 to Hca2's GID (a static entry with Hca2's link-layer
 # address), so the REQ reaches Hca2's wildcard listener naming an address
@@ -199,15 +201,9 @@ ok "Hca1 claiming Hca2's address 198.19.32.70 as its source: $(grep -m1 REJECTED
 mac=$(sb run Hca1 ip neigh show "${ip4[Hca2]}" dev ib0 | awk '{for (i = 1; i < NF; i++) if ($i == "lladdr") print $(i + 1)}')
 [[ -n $mac ]] || fail "Hca1 has no neighbour entry for ${ip4[Hca2]}: $(sb run Hca1 ip neigh show dev ib0)"
 sb run Hca1 ip neigh replace 198.19.32.80 lladdr "$mac" dev ib0 nud permanent
-bad0=$(counter Hca2 cma.requests_bad_address)
-out=$(sb run Hca1 "$ex/openib-rping" -c -a 198.19.32.80 -p 7181 -C 1 2>&1) &&
-  fail "a REQ for 198.19.32.80, which Hca2 does not have, was taken by Hca2: $out"
-grep -q 'RDMA_CM_EVENT_REJECTED status 28' <<<"$out" || fail "rping from Hca1 to 198.19.32.80 (Hca2's GID): $out"
-bad1=$(counter Hca2 cma.requests_bad_address)
-((bad1 == bad0 + 1)) || fail "cma.requests_bad_address on Hca2: $bad0, then $bad1"
+refused_by_hca2 Hca1 "a REQ to Hca2's GID naming 198.19.32.80, no address of Hca2's" -a 198.19.32.80 -p 7181
 sb run Hca1 ip neigh del 198.19.32.80 dev ib0
 kill "$any" 2>/dev/null || true
-ok "a REQ to Hca2's GID naming 198.19.32.80, no address of Hca2's: $(grep -m1 REJECTED <<<"$out"), counted"
 
 # Ports: below 1024 for root only; one port, one bind.
 # The build tree may be out of nobody's reach (a clone under /root): a copy,
