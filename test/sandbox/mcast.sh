@@ -233,5 +233,19 @@ grep -qi "permission denied\|IPoIB's multicast groups" <<<"$out" || fail "nobody
 out=$(OPENIB_SOCKET=$OPENIB_SANDBOX/Hca2/ibd.sock "$ibdctl" mcast join ff12:601b:ffff::1 --qkey 0xbad 2>&1) &&
   fail "root's client joined IPoIB's all-nodes group: $out"
 ok "MCAST_JOIN of IPoIB's groups refused for nobody and root: $(head -1 <<<"$out")"
+# After them, the SM moves back to Hca1 (an empty database): Hca2's
+# IPoIB rejoins its broadcast group with its own parameters and stays up.
+ipoib_state() { "$ibdctl" --socket "$OPENIB_SANDBOX/Hca2/ibd.sock" ipoib --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+bcast_re="MGID\.*(ff12:401b:ffff::ffff:ffff|$(full ff12:401b:ffff::ffff:ffff)) .*PortGid\.*($gid2|$(full "$gid2")) "
+rejoins0=$(counter Hca2 mcast_rejoins)
+sb sm Hca4 stop
+sb sm Hca1 start || fail "OpenSM on Hca1 again"
+for _ in $(seq 75); do (($(counter Hca2 mcast_rejoins) > rejoins0)) && break; sleep 0.2; done
+(($(counter Hca2 mcast_rejoins) > rejoins0)) || fail "Hca2 counted no rejoin after the SM moved back"
+until_sa Hca1 -m "$bcast_re" present || fail "Hca2 is no member of the broadcast group: $(records Hca1 -m)"
+[[ $(ipoib_state) == up ]] || fail "Hca2's IPoIB is $(ipoib_state) after the SM moved back"
+(($(counter Hca2 mcast_lost) == 0)) || fail "Hca2 lost $(counter Hca2 mcast_lost) groups at the rejoin"
+(($(counter Hca2 mcast_bad_create) == 0)) || fail "creation components refused: $(counter Hca2 mcast_bad_create)"
+ok "OpenSM back on Hca1: Hca2's IPoIB rejoined its broadcast group (saquery -m) and is $(ipoib_state)"
 echo "PASS: multicast joins and ServiceRecords through OpenSM's SA; issue 29's attacks by nobody refused"
 exit 0
