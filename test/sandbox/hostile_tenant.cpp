@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
       j.mgid = {0xff, 0x15, 0xa0, 0x1b};  // not an IPoIB signature
       uint64_t r = rng();
       std::memcpy(j.mgid.data() + 8, &r, 8);
+      j.flags = proto::kMcastCreate;
       j.qkey = 0x12345;
       j.mtu = 4;
       j.rate = 3;
@@ -163,6 +164,7 @@ int main(int argc, char** argv) {
     proto::McastJoinReq b;
     b.pkey = pkey;
     b.mgid = {0xff, 0x12, 0x40, 0x1b, uint8_t(pkey >> 8), uint8_t(pkey), 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
+    b.flags = proto::kMcastCreate;
     b.qkey = 0x66;
     b.mtu = 1;
     b.sl = 9;
