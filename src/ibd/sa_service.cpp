@@ -439,11 +439,16 @@ void SaService::service_set(uint32_t owner, uid_t uid, const proto::ServiceReq& 
 
 void SaService::service_set(uint32_t owner, const proto::ServiceReq& req,
                             hca::Completer<Result<proto::ServiceRep>> done) {
-  start_service(owner, req, std::move(done), [] {});
+  start_service(owner, req, std::move(done), nullptr);  // ibd's own: set again every minute
 }
 
+// `settled` (a client's: its budget) runs once the registration is
+// answered; none for ibd's own, which ServiceRegs sets again every
+// kOwnRefresh (a record someone else deleted comes back).
 void SaService::start_service(uint32_t owner, const proto::ServiceReq& req,
                               hca::Completer<Result<proto::ServiceRep>> done, std::function<void()> settled) {
+  const bool own = !settled;
+  if (own) settled = [] {};
   auto rec = sa::decode_service_record(std::as_bytes(std::span(req.record)));
   if (!client(req.port) || !rec) {
     settled();
@@ -456,7 +461,7 @@ void SaService::start_service(uint32_t owner, const proto::ServiceReq& req,
     proto::ServiceRep rep;
     sa::encode_service_record(std::as_writable_bytes(std::span(rep.record)), *r);
     (*shared)(std::move(rep));
-  });
+  }, own);
 }
 
 Result<void> SaService::service_delete(uint32_t owner, const proto::ServiceReq& req) {

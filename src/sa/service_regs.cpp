@@ -24,17 +24,17 @@ ServiceRegs::~ServiceRegs() {
     if (r.waiting) std::exchange(r.waiting, nullptr)(err(ECANCELED, "the service registry is going"));
 }
 
-void ServiceRegs::register_service(Owner owner, std::uint8_t port, const ServiceRecord& rec, SetFn done) {
-  if (rec.service_gid != Gid{}) return register_keyed(owner, port, rec, false, std::move(done));
+void ServiceRegs::register_service(Owner owner, std::uint8_t port, const ServiceRecord& rec, SetFn done, bool own) {
+  if (rec.service_gid != Gid{}) return register_keyed(owner, port, rec, false, own, std::move(done));
   // IBA 15.2.5.14: the SA keys the record by the GID itself; zero stands
   // for the port's, so the key is taken with the port's GID.
-  with_gid(port, rec, [this, owner, port, done = std::move(done)](Result<ServiceRecord> full) mutable {
+  with_gid(port, rec, [this, owner, port, own, done = std::move(done)](Result<ServiceRecord> full) mutable {
     if (!full) return done(full.take_error());
-    register_keyed(owner, port, *full, true, std::move(done));
+    register_keyed(owner, port, *full, true, own, std::move(done));
   });
 }
 
-void ServiceRegs::register_keyed(Owner owner, std::uint8_t port, const ServiceRecord& rec, bool port_gid,
+void ServiceRegs::register_keyed(Owner owner, std::uint8_t port, const ServiceRecord& rec, bool port_gid, bool own,
                                  SetFn done) {
   const Key k{port, rec.service_id, rec.service_gid, rec.service_pkey};
   auto it = regs_.find(k);
@@ -46,6 +46,7 @@ void ServiceRegs::register_keyed(Owner owner, std::uint8_t port, const ServiceRe
   r.owner = owner;
   r.rec = rec;
   r.port_gid = port_gid;
+  r.own = own;
   r.waiting = std::move(done);
   ++counters_.registered;
   if (r.busy) {
@@ -121,7 +122,7 @@ void ServiceRegs::tick() {
     if (r.busy) continue;
     if (r.failed)
       due.emplace_back(k, false);
-    else if (r.done_once && finite(r.rec.service_lease) && now >= r.renew_at)
+    else if (r.done_once && (finite(r.rec.service_lease) || r.own) && now >= r.renew_at)
       due.emplace_back(k, true);
   }
   for (const auto& [k, renewal] : due) send_set(k, renewal);
@@ -152,7 +153,9 @@ void ServiceRegs::send_set(const Key& k, bool renewal) {
   // The lease counts from when the SA takes the Set: renew at half of it
   // from the moment it was sent (the earlier bound), at least 1 s on.
   const std::uint32_t lease = r.rec.service_lease;
-  r.renew_at = clock_.now() + std::chrono::seconds(std::max<std::uint32_t>(1, lease / 2));
+  auto every = std::chrono::seconds(std::max<std::uint32_t>(1, lease / 2));
+  if (r.own) every = std::min<std::chrono::seconds>(every, kOwnRefresh);
+  r.renew_at = clock_.now() + every;
   send_record(std::get<0>(k), mad::method::kSet, kSetMask, r.rec,
               [this, k](Result<ServiceRecord> res) { set_answered(k, std::move(res)); });
 }

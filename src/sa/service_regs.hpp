@@ -13,6 +13,9 @@
 //    ServiceGID of zero is the port's GID 0); the SA's echo goes back;
 //  - a finite lease (seconds; 0xFFFFFFFF none) is renewed by the same Set
 //    when half of it has passed, while the registration lives (tick());
+//    an `own` registration (ibd's: ATS) is set again every
+//    kOwnRefresh whatever its lease, so a record someone else deleted at
+//    the SA comes back (issue 29 finding 2);
 //  - unregister, and owner_gone() for every registration of an owner:
 //    SubnAdmDelete(ServiceRecord) selecting ServiceID, ServiceGID,
 //    ServiceP_Key, in the background;
@@ -24,6 +27,7 @@
 // waiting registrations with ECANCELED; later answers are dropped.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -58,7 +62,8 @@ class ServiceRegs {
 
   // `done` gets the SA's echo of the record; EEXIST if another owner holds
   // the key; EBUSY if this owner's earlier Set of it is still out.
-  void register_service(Owner owner, std::uint8_t port, const ServiceRecord& rec, SetFn done);
+  void register_service(Owner owner, std::uint8_t port, const ServiceRecord& rec, SetFn done, bool own = false);
+  static constexpr std::chrono::seconds kOwnRefresh{60};
   // ENOENT if `owner` holds no such registration (`gid` zero: the one it
   // gave with ServiceGID zero, the port's).
   Result<void> unregister(Owner owner, std::uint8_t port, std::uint64_t id, const Gid& gid, std::uint16_t pkey);
@@ -79,6 +84,7 @@ class ServiceRegs {
     Owner owner = 0;
     ServiceRecord rec;  // ServiceGID zero made the port's
     bool port_gid = false;  // given with ServiceGID zero
+    bool own = false;       // set again every kOwnRefresh
     SetFn waiting;
     bool busy = false;
     bool redo = false;    // set again after the answer out (reregister while busy, a newer record)
@@ -88,7 +94,8 @@ class ServiceRegs {
   };
 
   // register_service() once the ServiceGID is known.
-  void register_keyed(Owner owner, std::uint8_t port, const ServiceRecord& rec, bool port_gid, SetFn done);
+  void register_keyed(Owner owner, std::uint8_t port, const ServiceRecord& rec, bool port_gid, bool own,
+                      SetFn done);
   void send_set(const Key& k, bool renewal);
   void remove(std::map<Key, Reg>::iterator it);
   std::map<Key, Reg>::const_iterator find(Owner owner, std::uint8_t port, std::uint64_t id, const Gid& gid,

@@ -687,3 +687,31 @@ TEST_CASE("IPoIB's signature MGIDs (RFC 4391 section 4)", "[sa][mcast]") {
   CHECK(!is_ipoib_mgid(make_gid(0xff02401bffff0000ull, 1)));  // not transient: not IPoIB's mapping
   CHECK(!is_ipoib_mgid(make_gid(0xfe80000000000000ull, 1)));
 }
+
+// Finding 2's follow-up: ibd's own records (ATS) are set again every
+// kOwnRefresh whatever their lease, so one deleted at the SA by someone
+// else comes back; a client's record with no lease is never set again.
+TEST_CASE("an own registration is set again every kOwnRefresh; a client's without a lease is not", "[sa][service]") {
+  FakeSa sa;
+  FakeClock clock;
+  ServiceRegs regs(sa, clock);
+  GotSr own, client;
+  regs.register_service(0xFFFFFFF0u, 1, service(0x10000CE100415453ull, kInfiniteLease), own.fn(), true);
+  sa.answer();
+  regs.register_service(7, 1, service(0x3000, kInfiniteLease), client.fn());
+  sa.answer();
+  clock.t += ServiceRegs::kOwnRefresh - 1s;
+  regs.tick();
+  CHECK(sa.asked.empty());
+  clock.t += 1s;
+  regs.tick();
+  REQUIRE(sa.asked.size() == 1);
+  CHECK(sa.asked[0].req.method == mad::method::kSet);
+  CHECK(sa.front_sr().service_id == 0x10000CE100415453ull);
+  CHECK(sa.front_sr().service_gid == kPortGid);
+  sa.answer();
+  clock.t += ServiceRegs::kOwnRefresh;
+  regs.tick();
+  REQUIRE(sa.asked.size() == 1);  // again, and only the own one
+  CHECK(sa.front_sr().service_id == 0x10000CE100415453ull);
+}
