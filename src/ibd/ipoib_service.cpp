@@ -149,6 +149,15 @@ void IpoibService::joined_broadcast(uint64_t ep, const hca::PortAttr& pa, Result
   pc.max_payload = mtu_bytes(bcast_.mtu);  // every member sends within the group's MTU
   pc.log_slots = 10;  // 1024 receives: a burst of a TCP window finds a WQE (measured: 256 dropped under iperf3)
   pc.log_send_slots = 9;
+  // The slots are one MKEY of at most max_mkey_pages pages (ud_port.hpp):
+  // a 4096-byte group (one ibd created with the port's MTU) halves them.
+  const size_t max_pages = hca_.caps().max_mkey_pages;
+  while (max_pages && ipoib::UdPort::buffer_bytes(pc) / 4096 > max_pages && pc.log_send_slots > 4) {
+    --pc.log_slots;
+    --pc.log_send_slots;
+  }
+  logger()->info("{}: broadcast group Q_Key {:#x}, MTU {}: UD QP of {} + {} slots, {} pages", cfg_.name, bcast_.qkey,
+                 pc.max_payload, 1u << pc.log_slots, 1u << pc.log_send_slots, ipoib::UdPort::buffer_bytes(pc) / 4096);
   ipoib::UdPort::open_async(hca_, pc, [this, ep, alive = std::weak_ptr<bool>(alive_)](
                                           Result<std::unique_ptr<ipoib::UdPort>> p) mutable {
     if (alive.expired()) return;

@@ -30,9 +30,11 @@ uint32_t modify_mask(hca::QpState to) {
 }  // namespace
 
 size_t UdPort::slot_stride() const { return (kGrhBytes + cfg_.max_payload + 63) & ~size_t{63}; }
-size_t UdPort::buf_bytes() const {
-  return (((size_t{1} << cfg_.log_slots) + (size_t{1} << cfg_.log_send_slots)) * slot_stride() + 4095) & ~size_t{4095};
+size_t UdPort::buffer_bytes(const UdPortConfig& c) {
+  const size_t stride = (kGrhBytes + c.max_payload + 63) & ~size_t{63};
+  return (((size_t{1} << c.log_slots) + (size_t{1} << c.log_send_slots)) * stride + 4095) & ~size_t{4095};
 }
+size_t UdPort::buf_bytes() const { return buffer_bytes(cfg_); }
 
 void UdPort::open_async(hca::Hca& hca, const UdPortConfig& cfg, OpenDone done) {
   step(std::unique_ptr<UdPort>(new UdPort(hca, cfg)), std::move(done), kPd);

@@ -86,6 +86,8 @@ class UdPort {
   bool on_cq_event(uint32_t cqn);
 
   const UdPortCounters& counters() const { return counters_; }
+  // The bytes of the one buffer (one MKEY) `c` needs: its slots, whole pages.
+  static size_t buffer_bytes(const UdPortConfig& c);
 
  private:
   UdPort(hca::Hca& hca, const UdPortConfig& cfg) : hca_(hca), cfg_(cfg) {}

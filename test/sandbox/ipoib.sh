@@ -347,6 +347,43 @@ out=$(forge 0x8000000b --qp-qkey 0x8000000b) && fail "nobody's QP took the contr
 grep -q "Operation not permitted\|EPERM\|controlled" <<<"$out" || fail "nobody's MODIFY_QP to 0x8000000b: $out"
 ok "broadcast group with Q_Key 0x8000000b (OpenSM partitions.conf): 60 ARP replies forged by nobody (0x8000000b, 0x0000000b, 0x8000000b over a QP of 0x0000000b) are Q_KeyViolations +$(($(qkey_violations Hca3) - qv0)) at Hca3's port, none reached its bridge; its table and ping to Hca2 unchanged; nobody's MODIFY_QP to 0x8000000b refused"
 
+# --- a controlled Q_Key of ibd's own (--ipoib-qkey) --------------------------
+# An OpenSM whose default partition is not marked ipoib makes no broadcast
+# group: the first ibd to come up creates it, with --ipoib-qkey 0x80001234
+# (added to every ibd's arguments; Hca4's first, with no SM yet, then the
+# SM on Hca4, then the others). Forged as before: all refused at the port.
+kill "$osm_pid" 2>/dev/null || true
+wait "$osm_pid" 2>/dev/null || true
+osm_pid=''
+for h in "${hosts[@]}"; do printf '%s\0' --ipoib-qkey 0x80001234 >>"$OPENIB_SANDBOX/$h/ibd.args"; done
+sb restart Hca4 >/dev/null 2>&1 || fail "restarting Hca4's ibd"
+printf 'Default=0x7fff : ALL=full ;\n' >"$OPENIB_SANDBOX/partitions.conf"
+guid=$(sb run Hca4 ibstat -p | head -1)
+: >"$OPENIB_SANDBOX/opensm-qkey.log"
+bash "$sandbox" run Hca4 opensm -g "$guid" -P "$OPENIB_SANDBOX/partitions.conf" -f "$OPENIB_SANDBOX/opensm-qkey.log" \
+  -d2 -s 5 >/dev/null 2>&1 &  # execs: $! is OpenSM
+osm_pid=$!
+until_ok 600 subnet_up || fail "OpenSM without ipoib partitions: no SUBNET UP: $(tail -5 "$OPENIB_SANDBOX/opensm-qkey.log")"
+is_ibds() { [[ $(qkey_of "$1") == 0x80001234 ]]; }
+for h in Hca1 Hca2 Hca3; do
+  sb restart "$h" >/dev/null 2>&1 || fail "restarting $h's ibd"
+  until_ok 150 has_ib0 "$h" || fail "$h: no ib0 after its restart: $(grep -i 'ipoib\|sa:\|error' "$OPENIB_SANDBOX/$h/ibd.log" | tail -8)
+$(tail -5 "$OPENIB_SANDBOX/opensm-qkey.log")"
+  sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
+  sb run "$h" ip link set ib0 up
+  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier after its restart: $(grep ipoib "$OPENIB_SANDBOX/$h/ibd.log" | tail -3)"
+  until_ok 50 is_ibds "$h" || fail "$h: IPoIB's Q_Key is $(qkey_of "$h"), not ibd's 0x80001234"
+done
+until_ok 50 ping4 Hca3 "${ip4[Hca2]}" || fail "ping Hca3 -> Hca2 with ibd's controlled Q_Key"
+mac2=$(neigh_mac Hca3 "${ip4[Hca2]}")
+sp0=$(spoofed_of Hca3) qv0=$(qkey_violations Hca3)
+out=$(forge 0x80001234) || fail "forging as nobody with Q_Key 0x80001234: $out"
+out=$(forge 0x00001234) || fail "forging as nobody with Q_Key 0x00001234: $out"
+until_ok 25 qv_grown 36 || fail "Hca3's port counted $(($(qkey_violations Hca3) - qv0)) Q_Key violations of 40 forged"
+(($(spoofed_of Hca3) == sp0)) || fail "forged ARP replies reached Hca3's bridge with ibd's controlled Q_Key"
+not_poisoned "$mac2" "40 forged ARP replies against ibd's controlled Q_Key"
+ok "broadcast group created by ibd with --ipoib-qkey 0x80001234: 40 ARP replies forged by nobody are Q_KeyViolations +$(($(qkey_violations Hca3) - qv0)) at Hca3's port, none reached its bridge; its table and ping to Hca2 unchanged"
+
 # --- tshark: the cables' captures decode with no malformed frame -----------
 sb down >/dev/null 2>&1 || true  # closes the captures
 n=0 arp=0
