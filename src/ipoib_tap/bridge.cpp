@@ -392,8 +392,11 @@ void Bridge::from_ib(const RxInfo& info, std::span<const std::uint8_t> packet) {
 void Bridge::path_resolved(const Gid& gid, bool ok) { impl_->path_resolved(gid, ok); }
 
 void Bridge::path_lost(const Gid& gid) {
-  for (auto& [a, n] : impl_->nt.all())
-    if (a.gid == gid && n.state == PathState::ready) n.state = PathState::none;
+  for (auto& [a, n] : impl_->nt.all()) {
+    if (a.gid != gid) continue;
+    if (n.state == PathState::ready) n.state = PathState::none;
+    n.lid.reset();  // no longer evidence of who sends from which LID (may_claim)
+  }
 }
 
 void Bridge::path_lid(const Gid& gid, std::uint16_t lid) {

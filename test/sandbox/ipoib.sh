@@ -308,80 +308,73 @@ until_ok 50 ping4 Hca1 "${ip4[Hca2]}" || fail "no ping to Hca2 after its cable c
 ok "Hca2's cable ($sw port $swport) pulled: carrier off, ping fails; plugged back: carrier on, ping works"
 
 # --- a controlled Q_Key (issue 29, finding 11a) -----------------------------
-# OpenSM again, its partitions.conf giving the default partition's
-# broadcast group the controlled Q_Key 0x8000000b (OpenSM's
-# doc/partition-config.txt), on Hca4 (whose ibd it needs); the other ibds,
-# restarted, take it for their IPoIB QPs.
-# nobody's QP cannot send it: with 0x8000000b in the WQE its own Q_Key goes
-# (C10-15), with 0x0000000b the low bits; Hca3's port drops both, its
-# bridge sees neither, its table stays.
-sb sm Hca1 stop
-printf 'Default=0x7fff, ipoib, Q_Key=0x8000000b : ALL=full ;\n' >"$OPENIB_SANDBOX/partitions.conf"
-guid=$(sb run Hca4 ibstat -p | head -1)
-: >"$OPENIB_SANDBOX/opensm-qkey.log"
-bash "$sandbox" run Hca4 opensm -g "$guid" -P "$OPENIB_SANDBOX/partitions.conf" -f "$OPENIB_SANDBOX/opensm-qkey.log" \
-  -d2 -s 5 >/dev/null 2>&1 &  # execs: $! is OpenSM
-osm_pid=$!
+# OpenSM again, on Hca4 (whose ibd it needs), with a partitions.conf; the
+# other ibds restarted take the broadcast group's Q_Key for their IPoIB QPs.
+# start_sm PARTITIONS: that OpenSM (the one before it stopped).
+start_sm() {
+  [[ -n $osm_pid ]] && { kill "$osm_pid" 2>/dev/null || true; wait "$osm_pid" 2>/dev/null || true; }
+  printf '%s\n' "$1" >"$OPENIB_SANDBOX/partitions.conf"
+  : >"$OPENIB_SANDBOX/opensm-qkey.log"
+  bash "$sandbox" run Hca4 opensm -g "$(sb run Hca4 ibstat -p | head -1)" -P "$OPENIB_SANDBOX/partitions.conf" \
+    -f "$OPENIB_SANDBOX/opensm-qkey.log" -d2 -s 5 >/dev/null 2>&1 &  # execs: $! is OpenSM
+  osm_pid=$!
+  until_ok 600 subnet_up || fail "OpenSM with '$1': no SUBNET UP: $(tail -5 "$OPENIB_SANDBOX/opensm-qkey.log")"
+}
 subnet_up() { grep -q "SUBNET UP" "$OPENIB_SANDBOX/opensm-qkey.log"; }
-until_ok 600 subnet_up || fail "OpenSM with partitions.conf: no SUBNET UP: $(tail -5 "$OPENIB_SANDBOX/opensm-qkey.log")"
 qkey_of() { ipoib_json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("qkey", ""))'; }
-is_controlled() { [[ $(qkey_of "$1") == 0x8000000b ]]; }
-for h in Hca1 Hca2 Hca3; do
-  sb restart "$h" >/dev/null 2>&1 || fail "restarting $h's ibd"
-  until_ok 150 has_ib0 "$h" || fail "$h: no ib0 after its restart"
-  sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
-  sb run "$h" ip link set ib0 up
-  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier after its restart"
-  until_ok 50 is_controlled "$h" || fail "$h: IPoIB's Q_Key is $(qkey_of "$h"), not 0x8000000b"
-done
-until_ok 50 ping4 Hca3 "${ip4[Hca2]}" || fail "ping Hca3 -> Hca2 with the controlled Q_Key"
-mac2=$(neigh_mac Hca3 "${ip4[Hca2]}")
-sp0=$(spoofed_of Hca3) qv0=$(qkey_violations Hca3)
+has_qkey() { [[ $(qkey_of "$1") == "$2" ]]; }
+# restart_all QKEY: Hca1..Hca3's ibds restarted, ib0 addressed and up with
+# the broadcast Q_Key QKEY; Hca3 pings Hca2; mac2 its neighbour entry, sp0
+# and qv0 its drop_spoofed and Q_KeyViolations.
+restart_all() {
+  local h
+  for h in Hca1 Hca2 Hca3; do
+    sb restart "$h" >/dev/null 2>&1 || fail "restarting $h's ibd"
+    until_ok 150 has_ib0 "$h" || fail "$h: no ib0 after its restart: $(grep -i 'ipoib\|sa:\|error' "$OPENIB_SANDBOX/$h/ibd.log" | tail -8)"
+    sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
+    sb run "$h" ip link set ib0 up
+    until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier after its restart: $(grep ipoib "$OPENIB_SANDBOX/$h/ibd.log" | tail -3)"
+    until_ok 50 has_qkey "$h" "$1" || fail "$h: IPoIB's Q_Key is $(qkey_of "$h"), not $1"
+  done
+  until_ok 50 ping4 Hca3 "${ip4[Hca2]}" || fail "ping Hca3 -> Hca2 with Q_Key $1"
+  mac2=$(neigh_mac Hca3 "${ip4[Hca2]}")
+  sp0=$(spoofed_of Hca3) qv0=$(qkey_violations Hca3)
+}
+# refused N WHAT: N forged replies all Q_KeyViolations at Hca3's port (9/10
+# at least: UD), none at its bridge, its table and ping unchanged.
+refused() {
+  until_ok 25 qv_grown $(($1 * 9 / 10)) || fail "Hca3's port counted $(($(qkey_violations Hca3) - qv0)) Q_Key violations of $1 forged ($2)"
+  (($(spoofed_of Hca3) == sp0)) || fail "forged ARP replies reached Hca3's bridge ($2)"
+  not_poisoned "$mac2" "$1 forged ARP replies ($2)"
+}
+# The SM's group: Q_Key 0x8000000b. nobody's QP cannot send it: with
+# 0x8000000b in the WQE its own Q_Key goes (C10-15), with 0x0000000b the
+# low bits; Hca3's port drops both, its bridge sees neither.
+sb sm Hca1 stop
+start_sm 'Default=0x7fff, ipoib, Q_Key=0x8000000b : ALL=full ;'
+restart_all 0x8000000b
 out=$(forge 0x8000000b) || fail "forging as nobody with Q_Key 0x8000000b: $out"
 out=$(forge 0x0000000b) || fail "forging as nobody with Q_Key 0x0000000b: $out"
 out=$(forge 0x8000000b --qp-qkey 0x0000000b) || fail "forging as nobody with Q_Key 0x8000000b, its QP's 0x0000000b: $out"
-until_ok 25 qv_grown 54 || fail "Hca3's port counted $(($(qkey_violations Hca3) - qv0)) Q_Key violations of 60 forged"
-(($(spoofed_of Hca3) == sp0)) || fail "forged ARP replies reached Hca3's bridge with the controlled Q_Key"
-not_poisoned "$mac2" "60 forged ARP replies against the controlled Q_Key"
+refused 60 "the SM's controlled Q_Key"
 out=$(forge 0x8000000b --qp-qkey 0x8000000b) && fail "nobody's QP took the controlled Q_Key 0x8000000b: $out"
 grep -q "Operation not permitted\|EPERM\|controlled" <<<"$out" || fail "nobody's MODIFY_QP to 0x8000000b: $out"
 ok "broadcast group with Q_Key 0x8000000b (OpenSM partitions.conf): 60 ARP replies forged by nobody (0x8000000b, 0x0000000b, 0x8000000b over a QP of 0x0000000b) are Q_KeyViolations +$(($(qkey_violations Hca3) - qv0)) at Hca3's port, none reached its bridge; its table and ping to Hca2 unchanged; nobody's MODIFY_QP to 0x8000000b refused"
 
-# --- a controlled Q_Key of ibd's own (--ipoib-qkey) --------------------------
-# An OpenSM whose default partition is not marked ipoib makes no broadcast
-# group: the first ibd to come up creates it, with --ipoib-qkey 0x80001234
-# (added to every ibd's arguments; Hca4's first, with no SM yet, then the
-# SM on Hca4, then the others). Forged as before: all refused at the port.
+# ibd's group: an OpenSM whose default partition is not marked ipoib makes
+# no broadcast group; the first ibd to come up creates it with
+# --ipoib-qkey 0x80001234 (added to every ibd's arguments; Hca4's first,
+# with no SM yet, then the SM on Hca4, then the others).
+for h in "${hosts[@]}"; do printf '%s\0' --ipoib-qkey 0x80001234 >>"$OPENIB_SANDBOX/$h/ibd.args"; done
 kill "$osm_pid" 2>/dev/null || true
 wait "$osm_pid" 2>/dev/null || true
 osm_pid=''
-for h in "${hosts[@]}"; do printf '%s\0' --ipoib-qkey 0x80001234 >>"$OPENIB_SANDBOX/$h/ibd.args"; done
 sb restart Hca4 >/dev/null 2>&1 || fail "restarting Hca4's ibd"
-printf 'Default=0x7fff : ALL=full ;\n' >"$OPENIB_SANDBOX/partitions.conf"
-guid=$(sb run Hca4 ibstat -p | head -1)
-: >"$OPENIB_SANDBOX/opensm-qkey.log"
-bash "$sandbox" run Hca4 opensm -g "$guid" -P "$OPENIB_SANDBOX/partitions.conf" -f "$OPENIB_SANDBOX/opensm-qkey.log" \
-  -d2 -s 5 >/dev/null 2>&1 &  # execs: $! is OpenSM
-osm_pid=$!
-until_ok 600 subnet_up || fail "OpenSM without ipoib partitions: no SUBNET UP: $(tail -5 "$OPENIB_SANDBOX/opensm-qkey.log")"
-is_ibds() { [[ $(qkey_of "$1") == 0x80001234 ]]; }
-for h in Hca1 Hca2 Hca3; do
-  sb restart "$h" >/dev/null 2>&1 || fail "restarting $h's ibd"
-  until_ok 150 has_ib0 "$h" || fail "$h: no ib0 after its restart: $(grep -i 'ipoib\|sa:\|error' "$OPENIB_SANDBOX/$h/ibd.log" | tail -8)
-$(tail -5 "$OPENIB_SANDBOX/opensm-qkey.log")"
-  sb run "$h" ip addr add "${ip4[$h]}/24" dev ib0
-  sb run "$h" ip link set ib0 up
-  until_ok 150 has_carrier "$h" || fail "$h: ib0 has no carrier after its restart: $(grep ipoib "$OPENIB_SANDBOX/$h/ibd.log" | tail -3)"
-  until_ok 50 is_ibds "$h" || fail "$h: IPoIB's Q_Key is $(qkey_of "$h"), not ibd's 0x80001234"
-done
-until_ok 50 ping4 Hca3 "${ip4[Hca2]}" || fail "ping Hca3 -> Hca2 with ibd's controlled Q_Key"
-mac2=$(neigh_mac Hca3 "${ip4[Hca2]}")
-sp0=$(spoofed_of Hca3) qv0=$(qkey_violations Hca3)
+start_sm 'Default=0x7fff : ALL=full ;'
+restart_all 0x80001234
 out=$(forge 0x80001234) || fail "forging as nobody with Q_Key 0x80001234: $out"
 out=$(forge 0x00001234) || fail "forging as nobody with Q_Key 0x00001234: $out"
-until_ok 25 qv_grown 36 || fail "Hca3's port counted $(($(qkey_violations Hca3) - qv0)) Q_Key violations of 40 forged"
-(($(spoofed_of Hca3) == sp0)) || fail "forged ARP replies reached Hca3's bridge with ibd's controlled Q_Key"
-not_poisoned "$mac2" "40 forged ARP replies against ibd's controlled Q_Key"
+refused 40 "ibd's controlled Q_Key"
 ok "broadcast group created by ibd with --ipoib-qkey 0x80001234: 40 ARP replies forged by nobody are Q_KeyViolations +$(($(qkey_violations Hca3) - qv0)) at Hca3's port, none reached its bridge; its table and ping to Hca2 unchanged"
 
 # --- tshark: the cables' captures decode with no malformed frame -----------

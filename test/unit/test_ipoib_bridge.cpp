@@ -309,3 +309,15 @@ TEST_CASE("a forged ARP from a QPN that repeats the claimed one is told apart by
   v.bridge.from_ib(Bridge::RxInfo{0x49, 2, std::nullopt, std::nullopt}, arp_reply(kPeerHw, kPeerIp));
   CHECK(v.io.frames.size() == 2);
 }
+
+TEST_CASE("a lost path's LID no longer speaks against its neighbour's ARP", "[ipoib][security]") {
+  Victim v;
+  // The peer's LID changed (an SM reassigned LIDs): until the path is
+  // resolved again, its ARP from LID 7 is refused, then taken.
+  v.bridge.from_ib(Bridge::RxInfo{0x49, 7, std::nullopt, std::nullopt}, arp_reply(kPeerHw, kPeerIp));
+  CHECK(v.bridge.counters().drop_spoofed == 1);
+  v.bridge.path_lost(kPeerGid);
+  v.bridge.from_ib(Bridge::RxInfo{0x49, 7, std::nullopt, std::nullopt}, arp_reply(kPeerHw, kPeerIp));
+  CHECK(v.bridge.counters().drop_spoofed == 1);
+  CHECK(v.io.frames.size() == 1);
+}
