@@ -240,7 +240,9 @@ void McastJoins::answered(const Key& k, std::uint8_t method, std::uint8_t bits, 
     }
   } else if (r) {
     g.joined |= bits;
-    if (g.rec && g.rec->mlid != r->mlid) {
+    // Another MLID or Q_Key than before: a new SM made the group again
+    // (its Q_Key from its own configuration, docs/ipoib.md "Security").
+    if (g.rec && (g.rec->mlid != r->mlid || g.rec->qkey != r->qkey)) {
       ++counters_.mlid_changes;
       if (on_change_) on_change_(k.first, *r);
     }

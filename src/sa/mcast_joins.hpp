@@ -82,7 +82,7 @@ struct McastCounters {
   std::uint64_t shared = 0;      // joins answered by a Set asked for another join too
   std::uint64_t errors = 0;      // Sets and Deletes that failed
   std::uint64_t rejoins = 0;     // groups asked again by rejoin()
-  std::uint64_t mlid_changes = 0;  // a Set answered another MLID than the last
+  std::uint64_t mlid_changes = 0;  // a Set answered another MLID or Q_Key than the last
   std::uint64_t bad_create = 0;    // members whose creation components the SA refused
   std::uint64_t lost = 0;          // memberships a failed rejoin or retry left without the SA's
 };
@@ -90,8 +90,8 @@ struct McastCounters {
 class McastJoins {
  public:
   using JoinFn = std::function<void(Result<McMemberRecord>)>;
-  // A Set answered a record with another MLID than the one before (the
-  // SM restarted): who sends to the group must use the new one.
+  // A Set answered a record with another MLID or Q_Key than the one
+  // before (the SM restarted): who sends to the group must use the new one.
   using ChangeFn = std::function<void(std::uint8_t port, const McMemberRecord& rec)>;
   // A rejoin or retry of a group `owner` holds failed (the SA may have
   // forgotten the group: the owner's traffic to it is lost until a retry

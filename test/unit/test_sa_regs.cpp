@@ -250,6 +250,35 @@ TEST_CASE("an SA refusal reaches the waiting joins as EREMOTEIO naming the statu
   CHECK(c.r->error().code == ETIMEDOUT);
 }
 
+TEST_CASE("a rejoin answered with the same MLID but another Q_Key is a change (a new SM's partitions.conf)",
+          "[sa][mcast]") {
+  FakeSa sa;
+  McastJoins joins(sa);
+  std::vector<std::uint32_t> changed;
+  joins.set_change_handler([&](std::uint8_t, const McMemberRecord& r) { changed.push_back(r.qkey); });
+  Got a;
+  joins.join(1, join_of(join_state::kFullMember), a.fn());
+  sa.answer(0, [](ByteVec& r) { with_mlid(r, 0xC001); });
+  REQUIRE(a.r);
+  REQUIRE(*a.r);
+  const std::uint32_t before = (*a.r)->qkey;
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 1);
+  sa.answer(0, [](ByteVec& r) { with_mlid(r, 0xC001); });  // the same record: no change
+  CHECK(changed.empty());
+  joins.rejoin(1);
+  REQUIRE(sa.asked.size() == 1);
+  sa.answer(0, [&](ByteVec& r) {
+    with_mlid(r, 0xC001);
+    auto m = decode_mcmember_record(r);
+    REQUIRE(m);
+    m->qkey = before ^ 0x80000000u;
+    encode_mcmember_record(r, *m);
+  });
+  CHECK(changed == std::vector<std::uint32_t>{before ^ 0x80000000u});
+  CHECK(joins.counters().mlid_changes == 1);
+}
+
 TEST_CASE("bad joins are refused without asking the SA", "[sa][mcast]") {
   FakeSa sa;
   McastJoins joins(sa);
