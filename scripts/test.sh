@@ -7,7 +7,8 @@
 #      infiniband-diags, the ABI check that loads Debian's ibstat) under
 #      ASan + UBSan, built with clang (it compiles an instrumented build
 #      in about half the time g++ takes, and adds its warnings),
-#   3. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 30).
+#   3. each libFuzzer target for a bounded time (FUZZ_SECONDS, default 30),
+#      two at a time.
 # Ends with one line "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -80,13 +81,32 @@ step_build build-asan $OPT -Db_sanitize=address,undefined -Db_lundef=false \
 echo "== fuzz (${FUZZ_SECONDS}s per target)"
 if BUILD_TARGETS=fuzz step_build build-fuzz $OPT -Dfuzz=true -Dtests=false \
     --native-file scripts/clang.ini; then
-  for t in build-fuzz/test/fuzz/fuzz_*; do
-    [[ -x $t && -f $t ]] || continue
-    name=$(basename "$t")
+  # Two targets at a time (the machine's two cores), each for
+  # FUZZ_SECONDS; results reported in the targets' order.
+  fuzz_run() {  # TARGET: its exit status in build-fuzz/NAME.rc
+    local name corpus
+    name=$(basename "$1")
     corpus=build-fuzz/corpus/$name
     mkdir -p "$corpus"
-    if "$t" -max_total_time="$FUZZ_SECONDS" -print_final_stats=0 "$corpus" \
-        >"build-fuzz/$name.log" 2>&1; then
+    "$1" -max_total_time="$FUZZ_SECONDS" -print_final_stats=0 "$corpus" >"build-fuzz/$name.log" 2>&1
+    echo $? >"build-fuzz/$name.rc"
+  }
+  targets=()
+  for t in build-fuzz/test/fuzz/fuzz_*; do
+    [[ -x $t && -f $t ]] && targets+=("$t")
+  done
+  for ((i = 0; i < ${#targets[@]}; i += 2)); do
+    rm -f "build-fuzz/$(basename "${targets[i]}").rc"
+    fuzz_run "${targets[i]}" &
+    if ((i + 1 < ${#targets[@]})); then
+      rm -f "build-fuzz/$(basename "${targets[i + 1]}").rc"
+      fuzz_run "${targets[i + 1]}"
+    fi
+    wait
+  done
+  for t in "${targets[@]}"; do
+    name=$(basename "$t")
+    if [[ $(cat "build-fuzz/$name.rc" 2>/dev/null) == 0 ]]; then
       echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' "build-fuzz/$name.log" | tail -1))"
       passed=$((passed + 1))
     else
