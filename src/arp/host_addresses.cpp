@@ -10,13 +10,17 @@ namespace openib::arp {
 
 namespace {
 
+bool is_link_local(const Ip& a) { return a.family == AF_INET6 && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80; }
+
+bool unready(uint32_t flags) { return flags & (IFA_F_TENTATIVE | IFA_F_OPTIMISTIC); }
+
 Ip unscoped(Ip a) {
   a.scope_id = 0;
   return a;
 }
 
 Ip scoped(Ip a, int ifindex) {
-  if (a.family == AF_INET6 && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80) a.scope_id = static_cast<uint32_t>(ifindex);
+  if (is_link_local(a)) a.scope_id = static_cast<uint32_t>(ifindex);
   return a;
 }
 
@@ -24,9 +28,9 @@ Ip scoped(Ip a, int ifindex) {
 
 Result<void> HostAddresses::dump(const Report* report, uint64_t& malformed) {
   for (int attempt = 0; attempt < 3; ++attempt) {
-    std::set<std::pair<Ip, int>> got;
+    Set got, unready;
     bool intr = false;
-    OPENIB_TRY(dump_once(got, intr, malformed));
+    OPENIB_TRY(dump_once(got, unready, intr, malformed));
     if (intr) continue;  // NLM_F_DUMP_INTR: inconsistent, again
     if (report && *report) {
       for (const auto& [a, i] : set_)
@@ -35,12 +39,13 @@ Result<void> HostAddresses::dump(const Report* report, uint64_t& malformed) {
         if (!set_.count({a, i})) (*report)(i, scoped(a, i), true);
     }
     set_ = std::move(got);
+    unready_ = std::move(unready);
     return ok();
   }
   return err(EAGAIN, "RTM_GETADDR dump interrupted 3 times");
 }
 
-Result<void> HostAddresses::dump_once(std::set<std::pair<Ip, int>>& got, bool& intr, uint64_t& malformed) {
+Result<void> HostAddresses::dump_once(Set& got, Set& unready_got, bool& intr, uint64_t& malformed) {
   mnl_socket* nl = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
   if (!nl) return sys_err("netlink socket for the address dump");
   struct Closer {
@@ -67,8 +72,10 @@ Result<void> HostAddresses::dump_once(std::set<std::pair<Ip, int>>& got, bool& i
         done = true;
       }
       if (std::holds_alternative<rtnl::Malformed>(m)) ++malformed;
-      if (auto* a = std::get_if<rtnl::Addr>(&m); a && !a->deleted && !(a->flags & IFA_F_DADFAILED))
+      if (auto* a = std::get_if<rtnl::Addr>(&m); a && !a->deleted && !(a->flags & IFA_F_DADFAILED)) {
         got.insert({unscoped(a->addr), a->ifindex});
+        if (unready(a->flags)) unready_got.insert({unscoped(a->addr), a->ifindex});
+      }
     });
     OPENIB_TRY(r);
   }
@@ -80,6 +87,11 @@ void HostAddresses::apply(const rtnl::Addr& a, const Report& report) {
   // RFC 4862 §5.4.5: an address whose DAD failed is another node's.
   bool gone = a.deleted || (a.flags & IFA_F_DADFAILED);
   bool changed = gone ? set_.erase(k) > 0 : set_.insert(k).second;
+  // DAD's end is an RTM_NEWADDR of a known address without IFA_F_TENTATIVE.
+  if (gone || !unready(a.flags))
+    unready_.erase(k);
+  else
+    unready_.insert(k);
   if (changed && report) report(a.ifindex, scoped(a.addr, a.ifindex), !gone);
 }
 
@@ -95,6 +107,12 @@ std::optional<Ip> HostAddresses::first(int ifindex, int family) const {
   for (const auto& [a, i] : set_)
     if (i == ifindex && a.family == family) return scoped(a, i);
   return std::nullopt;
+}
+
+bool HostAddresses::has_ready_link_local(int ifindex) const {
+  for (const auto& k : set_)
+    if (k.second == ifindex && is_link_local(k.first) && !unready_.count(k)) return true;
+  return false;
 }
 
 }  // namespace openib::arp

@@ -36,10 +36,18 @@ class HostAddresses {
   std::vector<int> interfaces_of(const Ip& a) const;
   // The first address of `family` on `ifindex`.
   std::optional<Ip> first(int ifindex, int family) const;
+  // Whether `ifindex` has an IPv6 link-local address that has passed
+  // duplicate address detection (neither tentative nor optimistic): the
+  // source Linux's ndisc_send_ns takes for a solicitation no queued packet
+  // gives a source to (RFC 4861 §7.2.2, RFC 4862 §5.4). Without one the
+  // kernel sends no solicitation for a bare NTF_USE.
+  bool has_ready_link_local(int ifindex) const;
 
  private:
-  Result<void> dump_once(std::set<std::pair<Ip, int>>& got, bool& intr, uint64_t& malformed);
-  std::set<std::pair<Ip, int>> set_;  // (address with scope_id 0, ifindex)
+  using Set = std::set<std::pair<Ip, int>>;
+  Result<void> dump_once(Set& got, Set& unready, bool& intr, uint64_t& malformed);
+  Set set_;      // (address with scope_id 0, ifindex)
+  Set unready_;  // those of set_ still tentative or optimistic (DAD under way)
 };
 
 }  // namespace openib::arp

@@ -416,7 +416,13 @@ struct Resolver::Impl {
       res.entry = false;
       res.deleting = true;
     }
-    if (use_refused) {
+    // A bare NTF_USE makes Linux solicit from a link-local address past
+    // DAD; while the link has none (its link-local still tentative for a
+    // second or two after the carrier came), no solicitation goes out at
+    // all. A probe datagram from the route's source is a queued packet the
+    // kernel takes the solicitation's source from (ndisc_solicit).
+    const bool no_source = res.nexthop.family == AF_INET6 && !addrs.has_ready_link_local(res.partial.ifindex);
+    if (use_refused || no_source) {
       udp_probe(res);
     } else {
       alignas(nlmsghdr) uint8_t msg[rtnl::kRequestBytes];
@@ -432,24 +438,35 @@ struct Resolver::Impl {
     if (fd < 0) return;
     std::string name = ifname(res.partial.ifindex);
     ::setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, name.c_str(), static_cast<socklen_t>(name.size()));
-    sockaddr_storage ss{};
-    socklen_t len = 0;
-    if (res.nexthop.family == AF_INET) {
-      auto* s = reinterpret_cast<sockaddr_in*>(&ss);
-      s->sin_family = AF_INET;
-      s->sin_port = htons(9);
-      std::memcpy(&s->sin_addr, res.nexthop.bytes.data(), 4);
-      len = sizeof *s;
-    } else {
-      auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
-      s->sin6_family = AF_INET6;
-      s->sin6_port = htons(9);
-      std::memcpy(&s->sin6_addr, res.nexthop.bytes.data(), 16);
-      s->sin6_scope_id = res.nexthop.scope_id;
-      len = sizeof *s;
+    ++counters.udp_probes;
+    // From the route's source when it can be bound (not while it is
+    // tentative itself): the solicitation's source, as the connection's.
+    if (res.partial.src.family == res.nexthop.family) {
+      auto from = sockaddr_of(res.partial.src, 0);
+      (void)::bind(fd, reinterpret_cast<const sockaddr*>(&from.first), from.second);
     }
-    ::sendto(fd, "", 0, 0, reinterpret_cast<sockaddr*>(&ss), len);
+    auto to = sockaddr_of(res.nexthop, 9);
+    ::sendto(fd, "", 0, 0, reinterpret_cast<const sockaddr*>(&to.first), to.second);
     ::close(fd);
+  }
+
+  static std::pair<sockaddr_storage, socklen_t> sockaddr_of(const Ip& a, uint16_t port) {
+    std::pair<sockaddr_storage, socklen_t> out{};
+    if (a.family == AF_INET) {
+      auto* s = reinterpret_cast<sockaddr_in*>(&out.first);
+      s->sin_family = AF_INET;
+      s->sin_port = htons(port);
+      std::memcpy(&s->sin_addr, a.bytes.data(), 4);
+      out.second = sizeof *s;
+    } else {
+      auto* s = reinterpret_cast<sockaddr_in6*>(&out.first);
+      s->sin6_family = AF_INET6;
+      s->sin6_port = htons(port);
+      std::memcpy(&s->sin6_addr, a.bytes.data(), 16);
+      s->sin6_scope_id = a.scope_id;
+      out.second = sizeof *s;
+    }
+    return out;
   }
 
   void arm(Resolution& res) {
@@ -666,9 +683,9 @@ struct Resolver::Impl {
     std::string s = fmt::format(
         "{{\"counters\":{{\"requests\":{},\"cache_hits\":{},\"shared\":{},\"kernel_resolutions\":{},"
         "\"retries\":{},\"failures\":{},\"timeouts\":{},\"invalidations\":{},\"netlink_errors\":{},"
-        "\"malformed\":{}}},\"pending\":{},\"cache\":[",
+        "\"udp_probes\":{},\"malformed\":{}}},\"pending\":{},\"cache\":[",
         c.requests, c.cache_hits, c.shared, c.kernel_resolutions, c.retries, c.failures, c.timeouts,
-        c.invalidations, c.netlink_errors, c.malformed, pending.size());
+        c.invalidations, c.netlink_errors, c.udp_probes, c.malformed, pending.size());
     bool first = true;
     for (const auto& [key, e] : cache) {
       const Resolved& r = e.r;

@@ -89,6 +89,7 @@ struct Counters {
   uint64_t timeouts = 0;            // requests answered ETIMEDOUT (the caller's timeout)
   uint64_t invalidations = 0;       // cache entries dropped (by events or flush)
   uint64_t netlink_errors = 0;      // socket overruns (ENOBUFS), refused requests, recv errors
+  uint64_t udp_probes = 0;          // resolutions triggered by a UDP datagram, not NTF_USE (docs/arp.md)
   uint64_t malformed = 0;           // netlink messages dropped as malformed
 };
 

@@ -1110,6 +1110,7 @@ std::vector<std::pair<std::string, uint64_t>> CmaService::counter_list() const {
     v.emplace_back("arp.timeouts", a.timeouts);
     v.emplace_back("arp.invalidations", a.invalidations);
     v.emplace_back("arp.netlink_errors", a.netlink_errors);
+    v.emplace_back("arp.udp_probes", a.udp_probes);
     v.emplace_back("arp.malformed", a.malformed);
   }
   return v;

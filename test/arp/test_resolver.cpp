@@ -464,3 +464,39 @@ TEST_CASE("A dynamic entry whose MAC has no GID is resolved afresh, with the rig
   CHECK(f.resolver.counters().retries == 0);  // at the first try: no wait for the kernel's DELAY and PROBE
   CHECK(sh("ip neigh show 198.18.30.2 dev sbaa0").out.find("02:00:00:18:30:02") != std::string::npos);
 }
+
+TEST_CASE("An IPv6 neighbour resolves while the link's link-local address is still tentative", "[arp]") {
+  // The second or two after an interface comes up: Linux sends no
+  // solicitation for a bare NTF_USE then (no link-local past DAD to send it
+  // from), so the entry would fail after its probes; the resolver's probe
+  // datagram from the route's source makes it solicit (docs/arp.md, step 5).
+  forget_neighbours();
+  must("ip -6 addr flush dev sbaa0 scope link");
+  must("sysctl -qw net.ipv6.conf.sbaa0.accept_dad=1 net.ipv6.conf.sbaa0.dad_transmits=60");  // DAD for a minute
+  must("ip -6 addr add fe80::ff:fe18:3001/64 dev sbaa0");
+  struct Restore {
+    ~Restore() {
+      sh("ip -6 addr del fe80::ff:fe18:3001/64 dev sbaa0");
+      sh("sysctl -qw net.ipv6.conf.sbaa0.accept_dad=0 net.ipv6.conf.sbaa0.dad_transmits=1");
+      sh("ip -6 addr add fe80::ff:fe18:3001/64 dev sbaa0 nodad");
+    }
+  } restore;
+  REQUIRE(sh("ip -6 addr show dev sbaa0 tentative").out.find("fe80::ff:fe18:3001") != std::string::npos);
+  Fixture f;
+  auto r = f.resolve("fd00:198:18:30::2", std::nullopt, 2500ms);  // less than the kernel's 3 probes
+  INFO((r.ok() ? std::string() : r.error().str()));
+  REQUIRE(r.ok());
+  CHECK(r->dgid == kGidB);
+  CHECK(r->src == ip("fd00:198:18:30::1"));
+  CHECK(f.resolver.counters().udp_probes >= 1);
+  // Still tentative: the answer did not come from a link-local past DAD.
+  CHECK(sh("ip -6 addr show dev sbaa0 tentative").out.find("fe80::ff:fe18:3001") != std::string::npos);
+
+  // A link with a link-local address past DAD: NTF_USE as before, no probe.
+  must("ip -6 addr del fe80::ff:fe18:3001/64 dev sbaa0");
+  must("ip -6 addr add fe80::ff:fe18:3001/64 dev sbaa0 nodad");
+  forget_neighbours();
+  Fixture g;
+  CHECK(g.ok("fd00:198:18:30::2").dgid == kGidB);
+  CHECK(g.resolver.counters().udp_probes == 0);
+}
