@@ -30,10 +30,12 @@ inline constexpr uint32_t kMagic = 0x4442494f;  // "OIBD" as bytes on the wire
 inline constexpr uint16_t kVersion = 1;
 // The protocol versions HELLO negotiates (§2): 2 adds the device status
 // page to HelloRep (§6.2); 3 the P_Key and DGID of each AsyncEvent
-// (AsyncEventsRep3) and the PATH_CHANGED event.
-inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 3;
+// (AsyncEventsRep3) and the PATH_CHANGED event; 4 the data-path provider's
+// name to HelloRep (§4.1).
+inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 4;
 inline constexpr uint32_t kProtocolStatusPage = 2;
 inline constexpr uint32_t kProtocolPathEvents = 3;
+inline constexpr uint32_t kProtocolProvider = 4;
 inline constexpr size_t kHeaderSize = 16;
 inline constexpr size_t kMaxMessage = 65536;  // header included
 inline constexpr size_t kMaxFds = 2;          // per message
@@ -155,6 +157,22 @@ inline constexpr size_t kStatusGenerationOffset = 0;  // u64, native byte order
 inline constexpr size_t kStatusStateOffset = 8;       // u32, native byte order
 inline constexpr uint32_t kDeviceRunning = 0, kDeviceLost = 1;
 
+// The data-path provider of a device kind (docs/client-protocol.md §4.1):
+// its name, NUL-padded (no NUL when all 16 bytes are used).
+inline constexpr size_t kProviderNameSize = 16;
+using ProviderName = std::array<uint8_t, kProviderNameSize>;
+constexpr ProviderName provider_name(std::string_view s) {
+  ProviderName n{};
+  for (size_t i = 0; i < s.size() && i < n.size(); ++i) n[i] = static_cast<uint8_t>(s[i]);
+  return n;
+}
+// The name's bytes up to the first NUL.
+inline std::string_view provider_name_view(const ProviderName& n) {
+  size_t len = 0;
+  while (len < n.size() && n[len] != 0) ++len;
+  return {reinterpret_cast<const char*>(n.data()), len};
+}
+
 struct HelloRep {
   uint32_t version = 0, client_id = 0;
   uint32_t uar = 0;              // the client's UAR index (docs/simhca.md §4)
@@ -162,8 +180,15 @@ struct HelloRep {
   uint32_t uar_size = 0;         // bytes (4096)
   uint8_t doorbell_mode = kDoorbellMmap;
   uint8_t num_ports = 0;
+  // From version 4 (§2): the provider of the device's kind. simhca's
+  // unless the daemon says otherwise; a reply of versions 1 to 3 does not
+  // carry it and leaves this default, the only kind those versions knew.
+  ProviderName provider = provider_name("simhca");
+  // The layout depends on `version`, read first: decode() takes the
+  // length that version says, encode() writes it.
   template <class V> void visit(V& v) {
     v(version); v(client_id); v(uar); v(uar_mmap_offset); v(uar_size); v(doorbell_mode); v(num_ports);
+    if (version >= kProtocolProvider) v(provider);
   }
 };
 
@@ -759,19 +784,26 @@ struct Writer {
     for (uint8_t b : a) out[off++] = static_cast<std::byte>(b);
   }
 };
+// Reads the fields that fit; `off` ends at the layout's length either way
+// (for a layout that depends on a field read first, the length it says).
 struct Reader {
   bytes::ConstSpan in;
   size_t off = 0;
   template <class T> void operator()(T& x) {
-    x = static_cast<T>(bytes::get_le(in, off, sizeof(T)));
+    if (off + sizeof(T) <= in.size()) x = static_cast<T>(bytes::get_le(in, off, sizeof(T)));
     off += sizeof(T);
   }
   template <size_t N> void operator()(std::array<uint8_t, N>& a) {
-    for (uint8_t& b : a) b = static_cast<uint8_t>(in[off++]);
+    for (uint8_t& b : a) {
+      if (off < in.size()) b = static_cast<uint8_t>(in[off]);
+      ++off;
+    }
   }
 };
 }  // namespace detail
 
+// The length of a default M (of a versioned layout such as HelloRep's: the
+// oldest version's).
 template <class M> size_t body_size() {
   M m{};
   detail::Sizer s;
@@ -780,18 +812,19 @@ template <class M> size_t body_size() {
 }
 template <class M> Bytes encode(const M& msg) {
   M copy = msg;  // visit() is non-const so that one list serves both ways
-  Bytes out(body_size<M>());
+  detail::Sizer s;
+  copy.visit(s);
+  Bytes out(s.n);
   detail::Writer w{out};
   copy.visit(w);
   return out;
 }
-// Exact length or EPROTO.
+// Exact length (the one the fields read say) or EPROTO.
 template <class M> Result<M> decode(std::span<const std::byte> in) {
-  if (in.size() != body_size<M>())
-    return err(EPROTO, "body of {} bytes, expected {}", in.size(), body_size<M>());
   M m{};
   detail::Reader r{in};
   m.visit(r);
+  if (r.off != in.size()) return err(EPROTO, "body of {} bytes, expected {}", in.size(), r.off);
   return m;
 }
 
