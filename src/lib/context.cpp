@@ -73,6 +73,8 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
                proto::kProtocolMax);
   if (rep.doorbell_mode != proto::kDoorbellMmap)
     return err(EOPNOTSUPP, "ibd offers doorbell mode {}: doorbell relay not implemented", rep.doorbell_mode);
+  // §4.1: the provider of the device's kind (simhca's before version 4).
+  OPENIB_TRY_ASSIGN(c->provider_, choose_provider(proto::provider_name_view(rep.provider)));
   const size_t want_fds = rep.version >= proto::kProtocolStatusPage ? 2 : 1;
   if (r.fds.size() != want_fds)
     return err(EPROTO, "HELLO reply (version {}) with {} fds, expected {}", rep.version, r.fds.size(), want_fds);
@@ -82,14 +84,13 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
     c->status_page_ = static_cast<std::byte*>(s);
     c->status_word_ = reinterpret_cast<const uint32_t*>(c->status_page_ + proto::kStatusStateOffset);
   }
-  if (rep.uar_size < dp::kUarPageSize || rep.uar_size % dp::kUarPageSize)  // §4: whole UAR pages
-    return err(EPROTO, "HELLO reply: UAR size {}", rep.uar_size);
+  const uint32_t page = c->provider_->uar_page_size;  // whole UAR pages
+  if (rep.uar_size < page || rep.uar_size % page) return err(EPROTO, "HELLO reply: UAR size {}", rep.uar_size);
   void* p = ::mmap(nullptr, rep.uar_size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0].get(),
                    static_cast<off_t>(rep.uar_mmap_offset));
   if (p == MAP_FAILED) return sys_err("mmap UAR page {} (offset {:#x})", rep.uar, rep.uar_mmap_offset);
   c->uar_page_ = static_cast<std::byte*>(p);
   c->uar_size_ = rep.uar_size;
-  c->uar_ = Uar(c->uar_page_);
   c->client_id_ = rep.client_id;
   c->version_ = rep.version;
   c->uar_index_ = rep.uar;

@@ -1,5 +1,5 @@
-// Completion queues: creation in the ring arena, poll (docs/simhca.md §12.4,
-// §9.2) and arming (§7.3).
+// Completion queues: creation in the ring arena, poll and arming, the
+// CQE formats and doorbells through the context's provider (provider.hpp).
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -22,8 +22,8 @@ Result<std::unique_ptr<Cq>> ContextImpl::create_cq(uint32_t min_cqe, CompChannel
   std::unique_ptr<CqImpl> cq(new CqImpl(*this));
   cq->log_size_ = lg;
   cq->yield_every_ = poll_yield_;
-  const size_t ring = kCqeSize << lg;
-  OPENIB_TRY_ASSIGN(cq->block_, arena_->alloc(ring + Arena::kAlign));  // §6.5: ring, record
+  const size_t ring = size_t{provider_->cqe_size} << lg;
+  OPENIB_TRY_ASSIGN(cq->block_, arena_->alloc(ring + Arena::kAlign));  // ring, record
   cq->ring_ = cq->block_.ptr;
   cq->dbr_ = cq->block_.ptr + ring;
   proto::CreateCqReq req{cq->block_.mem, cq->block_.offset, cq->block_.offset + ring, uint8_t(lg), 0};
@@ -60,25 +60,23 @@ CqImpl::~CqImpl() {
   if (ctx_.destroy(Op::kDestroyCq, handle_)) ctx_.arena().free(block_);
 }
 
-// §12.4: CQEs in order while the owner bit has the consumer's phase; then
-// the consumer counter into the CQ's record (§12.3). No system call, but
+// CQEs in order while the provider says the consumer owns the next; then
+// the consumer counter into the CQ's record. No system call, but
 // one: after yield_every_ empty polls in a row, sched_yield(), so that a
 // busy-polling client hands its CPU to whoever it waits for (the device
 // loop of simhca, the peer process) when there are more spinners than
 // CPUs (docs/library.md "Polling", docs/performance.md "Separate processes").
 int CqImpl::poll(std::span<Wc> out) {
-  const uint32_t mask = (1u << log_size_) - 1;
   int n = 0;
   for (Wc& wc : out) {
-    const std::byte* cqe = ring_ + size_t(cons_ & mask) * kCqeSize;
-    if (!dp::cqe_owned(cqe, cons_, log_size_)) break;  // acquire: the CQE's bytes are visible
-    const uint16_t idx = decode_cqe(cqe, wc);
-    if (QpImpl* qp = ctx_.qps().find(wc.qp_num)) qp->on_cqe(wc.opcode, idx);
+    const int idx = prov_.poll_cqe(ring_, cons_, log_size_, wc);
+    if (idx < 0) break;
+    if (QpImpl* qp = ctx_.qps().find(wc.qp_num)) qp->on_cqe(wc.opcode, uint16_t(idx));
     ++cons_;
     ++n;
   }
   if (n) {
-    dbr_store(dbr_, dp::kDbrCqCons, cons_);
+    prov_.update_cq(dbr_, cons_);
     empty_polls_ = 0;
   } else if (yield_every_ && ++empty_polls_ >= yield_every_) {
     empty_polls_ = 0;
@@ -90,14 +88,8 @@ int CqImpl::poll(std::span<Wc> out) {
 Result<void> CqImpl::req_notify(bool solicited_only) {
   if (!channel_) return err(EINVAL, "req_notify on CQ {} without a completion channel", cqn_);
   if (ctx_.device_gone()) return err(ENODEV, "req_notify on CQ {}: the device is gone; reconnect", cqn_);
-  // §7.3: a new sequence number per arm.
-  const dp::CqArm cmd = solicited_only ? dp::CqArm::kSolicited : dp::CqArm::kNext;
-  const uint32_t sn = ++arm_sn_;
-  // §12.5.1: the arm into the CQ's record first (another CQ's arm may
-  // overwrite the page's one CQ_ARM word before the device reads it), then
-  // the doorbell.
-  dbr_store(dbr_, dp::kDbrCqArm, dp::cq_arm_record(cqn_, cmd, sn));
-  ctx_.uar().arm_cq(cqn_, cmd, sn, cons_);
+  // A new sequence number per arm (docs/simhca.md §7.3 needs one).
+  prov_.arm_cq(uar_, dbr_, cqn_, solicited_only, ++arm_sn_, cons_);
   return ok();
 }
 

@@ -1,5 +1,6 @@
-// Doorbells: everything the library stores into its UAR page and its
-// doorbell records, in one place (docs/simhca.md §4, §7.3, §12.3, §12.5).
+// The simhca provider's doorbells (providers/simhca.cpp): everything the
+// library stores into its UAR page and its doorbell records for a simhca
+// device, in one place (docs/simhca.md §4, §7.3, §12.3, §12.5).
 //
 // The UAR page is the client's own 4 KiB (a sealed memfd of that page alone,
 // docs/simhca.md §4), mmap-ed from the fd ibd handed over at HELLO.

@@ -8,8 +8,7 @@
 
 #include "lib/arena.hpp"
 #include "lib/conn.hpp"
-#include "lib/doorbell.hpp"
-#include "lib/wqe.hpp"
+#include "lib/provider.hpp"
 #include "openib/verbs.hpp"
 
 namespace openib::lib {
@@ -99,8 +98,10 @@ class CqImpl final : public Cq {
 
  private:
   friend class ContextImpl;
-  explicit CqImpl(ContextImpl& ctx) : ctx_(ctx) {}
+  explicit CqImpl(ContextImpl& ctx);
   ContextImpl& ctx_;
+  const Provider& prov_;  // the context's
+  std::byte* uar_;        // the context's UAR page
   Block block_;  // ring, then the doorbell record
   std::byte* ring_ = nullptr;
   std::byte* dbr_ = nullptr;
@@ -124,8 +125,9 @@ class SrqImpl final : public Srq {
 
  private:
   friend class ContextImpl;
-  explicit SrqImpl(ContextImpl& ctx) : ctx_(ctx) {}
+  explicit SrqImpl(ContextImpl& ctx);
   ContextImpl& ctx_;
+  const Provider& prov_;  // the context's
   Block block_;
   std::byte* ring_ = nullptr;
   std::byte* dbr_ = nullptr;
@@ -165,8 +167,10 @@ class QpImpl final : public Qp {
 
  private:
   friend class ContextImpl;
-  explicit QpImpl(ContextImpl& ctx) : ctx_(ctx) {}
+  explicit QpImpl(ContextImpl& ctx);
   ContextImpl& ctx_;
+  const Provider& prov_;  // the context's
+  std::byte* uar_;        // the context's UAR page
   Block block_;  // SQ ring, RQ ring, doorbell record
   std::byte* sq_ = nullptr;
   std::byte* rq_ = nullptr;
@@ -174,7 +178,7 @@ class QpImpl final : public Qp {
   SrqImpl* srq_ = nullptr;
   QpType type_ = QpType::kRc;
   QpCap cap_;
-  SqLimits lim_;
+  SqCaps lim_;
   uint32_t handle_ = 0, qpn_ = 0;
   uint8_t log_sq_ = 0, log_sq_stride_ = 0, log_rq_ = 0, log_rq_stride_ = 0;
   uint32_t sq_prod_ = 0, rq_prod_ = 0;               // the poster's
@@ -238,7 +242,9 @@ class ContextImpl final : public Context {
   Conn& conn() { return *conn_; }
   const std::string& socket_path() const { return socket_path_; }
   int timeout_ms() const { return timeout_ms_; }
-  Uar& uar() { return uar_; }
+  // The data path's provider (provider.hpp), chosen at open; the UAR page.
+  const Provider& provider() const { return *provider_; }
+  std::byte* uar_page() const { return uar_page_; }
   Arena& arena() { return *arena_; }
   const proto::DeviceRep& dev() const { return dev_; }
   // The data path's check (docs/client-protocol.md §6.2): one acquire load
@@ -276,7 +282,7 @@ class ContextImpl final : public Context {
   static constexpr uint32_t kNoStatusPage = proto::kDeviceRunning;
   const uint32_t* status_word_ = &kNoStatusPage;
   std::byte* status_page_ = nullptr;
-  Uar uar_;
+  const Provider* provider_ = nullptr;
   uint32_t client_id_ = 0, uar_index_ = 0;
   uint32_t version_ = 0;  // the protocol version HELLO negotiated
   uint32_t poll_yield_ = ContextOptions::kDefaultPollYield;
@@ -288,5 +294,11 @@ class ContextImpl final : public Context {
   std::unordered_map<uint32_t, SrqImpl*> srqs_;
   std::vector<std::unique_ptr<Remap>> remaps_;
 };
+
+// The data-path objects keep the context's provider and UAR page (both
+// fixed at open): a post or a poll loads nothing else of the context.
+inline CqImpl::CqImpl(ContextImpl& ctx) : ctx_(ctx), prov_(ctx.provider()), uar_(ctx.uar_page()) {}
+inline SrqImpl::SrqImpl(ContextImpl& ctx) : ctx_(ctx), prov_(ctx.provider()) {}
+inline QpImpl::QpImpl(ContextImpl& ctx) : ctx_(ctx), prov_(ctx.provider()), uar_(ctx.uar_page()) {}
 
 }  // namespace openib::lib

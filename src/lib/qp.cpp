@@ -1,7 +1,9 @@
 // Queue pairs and shared receive queues: creation in the ring arena
-// (docs/simhca.md §6.9, §6.10), modify/query (§7.7), and the post calls
-// (§12.1-§12.3, §12.5). Posting is stores into the ring, the doorbell
-// record and the UAR page (doorbell.hpp): no system call, no allocation.
+// (docs/simhca.md §6.9, §6.10), modify/query (§7.7), and the post calls.
+// Strides, WQEs, doorbell records and doorbells are the context's
+// provider's (provider.hpp; simhca's: docs/simhca.md §12.1-§12.5).
+// Posting is stores into the ring, the doorbell record and the UAR page:
+// no system call, no allocation.
 #include "lib/objects.hpp"
 
 namespace openib::lib {
@@ -74,26 +76,27 @@ Result<std::unique_ptr<Qp>> ContextImpl::create_qp(Pd& pd, const QpInit& init) {
     return err(EINVAL, "create_qp: {} inline bytes, the device allows {}", want.max_inline_data, dev_.max_inline);
   std::unique_ptr<QpImpl> qp(new QpImpl(*this));
   qp->type_ = init.type;
+  const Provider& prov = *provider_;
   const uint32_t lsq = log2_ceil(std::max<uint32_t>(want.max_send_wr, 1));
-  const uint32_t lsqs = dp::log_sq_stride(to_dp(init.type), std::max<uint32_t>(want.max_send_sge, 1), want.max_inline_data);
+  const uint32_t lsqs = prov.log_sq_stride(init.type, std::max<uint32_t>(want.max_send_sge, 1), want.max_inline_data);
   const uint32_t lrq = init.srq ? 0 : log2_ceil(std::max<uint32_t>(want.max_recv_wr, 1));
-  const uint32_t lrqs = dp::log_rq_stride(std::max<uint32_t>(want.max_recv_sge, 1));
+  const uint32_t lrqs = prov.log_rq_stride(std::max<uint32_t>(want.max_recv_sge, 1));
   if (lsq > dev_.log_max_qp_wr || lrq > dev_.log_max_qp_wr)
     return err(EINVAL, "create_qp: {}/{} WRs, the device allows {}", want.max_send_wr, want.max_recv_wr,
                1u << dev_.log_max_qp_wr);
-  if (lsqs > dp::kMaxLogSqStride || lrqs > dp::kMaxLogRqStride)
+  if (lsqs > prov.max_log_sq_stride || lrqs > prov.max_log_rq_stride)
     return err(EINVAL, "create_qp: WQEs over the largest stride (SGEs or inline data)");
   qp->log_sq_ = uint8_t(lsq);
   qp->log_sq_stride_ = uint8_t(lsqs);
   qp->log_rq_ = uint8_t(lrq);
   qp->log_rq_stride_ = uint8_t(lrqs);
   // The created capabilities: what the strides hold (libibverbs reports the same).
-  const size_t sq_stride = size_t{1} << lsqs, hdr = dp::max_header_bytes(to_dp(init.type));
+  const SqCaps sq = prov.sq_caps(init.type, lsqs);
   qp->cap_.max_send_wr = 1u << lsq;
   qp->cap_.max_recv_wr = init.srq ? 0 : 1u << lrq;
-  qp->cap_.max_send_sge = std::min<uint32_t>(max_sge, uint32_t((sq_stride - hdr) / kSeg));
-  qp->cap_.max_recv_sge = init.srq ? 0 : std::min<uint32_t>(max_sge, (1u << (lrqs - 4)) - 1);
-  qp->cap_.max_inline_data = std::min<uint32_t>(dev_.max_inline, uint32_t(sq_stride - hdr - 4));
+  qp->cap_.max_send_sge = std::min<uint32_t>(max_sge, sq.max_sge);
+  qp->cap_.max_recv_sge = init.srq ? 0 : std::min<uint32_t>(max_sge, prov.rq_max_sge(lrqs));
+  qp->cap_.max_inline_data = std::min<uint32_t>(dev_.max_inline, sq.max_inline);
   qp->lim_ = {qp->cap_.max_send_sge, qp->cap_.max_inline_data};
   qp->srq_ = static_cast<SrqImpl*>(init.srq);
 
@@ -140,12 +143,11 @@ Result<void> QpImpl::modify(const QpAttr& attr, uint32_t mask) {
   OPENIB_TRY(ctx_.conn().call_void(Op::kModifyQp, req));
   if ((mask & qp_attr::kState) && attr.state == QpState::kReset) {
     // IBA 10.3.1: Reset empties the queues; the device's counters restart
-    // at 0, so do ours and the record's (§12.3).
+    // at 0, so do ours and the record's.
     sq_prod_ = rq_prod_ = 0;
     sq_cons_.store(0);
     rq_cons_.store(0);
-    dbr_store(dbr_, dp::kDbrQpRq, 0);
-    dbr_store(dbr_, dp::kDbrQpSq, 0);
+    prov_.reset_qp(dbr_);
   }
   return ok();
 }
@@ -155,7 +157,7 @@ Result<QpAttr> QpImpl::query() {
   return from_proto(r.attr);
 }
 
-// §12.1 WQE into the slot, §12.3 record, §12.5 doorbell (+ wake-up).
+// The WQE into the slot, then the record and the doorbell (the provider's).
 // The device gone (§6.2 of docs/client-protocol.md): ENODEV, nothing written.
 int QpImpl::post_send(const SendWr& wr) {
   if (ctx_.device_gone()) return ENODEV;
@@ -167,23 +169,22 @@ int QpImpl::post_send(const SendWr& wr) {
     if (!wr.ah) return EINVAL;
     ahn = wr.ah->ahn();
   }
-  if (int e = encode_send_wqe(slot, size_t{1} << log_sq_stride_, type_, wr, ahn, lim_)) return e;
+  if (int e = prov_.encode_send(slot, size_t{1} << log_sq_stride_, type_, wr, ahn, lim_)) return e;
   ++sq_prod_;
-  dbr_store(dbr_, dp::kDbrQpSq, sq_prod_);  // release: the WQE before the counter
-  ctx_.uar().ring_sq(qpn_, sq_prod_);
+  prov_.ring_sq(uar_, dbr_, qpn_, sq_prod_);  // release: the WQE before the counter
   return 0;
 }
 
-// §12.2 WQE into the slot, then the RQ producer counter into the record.
+// The WQE into the slot, then the RQ producer counter into the record.
 int QpImpl::post_recv(const RecvWr& wr) {
   if (ctx_.device_gone()) return ENODEV;
   if (srq_) return EINVAL;  // post to the SRQ
   const uint32_t size = 1u << log_rq_;
   if (rq_prod_ - rq_cons_.load(std::memory_order_acquire) >= size) return ENOMEM;
   std::byte* slot = rq_ + (size_t(rq_prod_ & (size - 1)) << log_rq_stride_);
-  if (int e = encode_recv_wqe(slot, size_t{1} << log_rq_stride_, wr, cap_.max_recv_sge)) return e;
+  if (int e = prov_.encode_recv(slot, size_t{1} << log_rq_stride_, wr, cap_.max_recv_sge)) return e;
   ++rq_prod_;
-  dbr_store(dbr_, dp::kDbrQpRq, rq_prod_);
+  prov_.update_rq(dbr_, rq_prod_);
   return 0;
 }
 
@@ -196,8 +197,10 @@ Result<std::unique_ptr<Srq>> ContextImpl::create_srq(Pd& pd, uint32_t max_wr, ui
   if (lg > dev_.log_max_srq_wr) return err(EINVAL, "create_srq: {} WRs, the device allows {}", max_wr, 1u << dev_.log_max_srq_wr);
   std::unique_ptr<SrqImpl> srq(new SrqImpl(*this));
   srq->log_size_ = lg;
-  srq->log_stride_ = dp::log_rq_stride(std::max<uint32_t>(max_sge, 1));
-  srq->max_sge_ = std::min<uint32_t>(dev_sge, (1u << (srq->log_stride_ - 4)) - 1);
+  srq->log_stride_ = provider_->log_rq_stride(std::max<uint32_t>(max_sge, 1));
+  if (srq->log_stride_ > provider_->max_log_rq_stride)
+    return err(EINVAL, "create_srq: WQEs of {} SGEs over the largest stride", max_sge);
+  srq->max_sge_ = std::min<uint32_t>(dev_sge, provider_->rq_max_sge(srq->log_stride_));
   const size_t ring = size_t{1} << (lg + srq->log_stride_);
   OPENIB_TRY_ASSIGN(srq->block_, arena_->alloc(ring + Arena::kAlign));  // §6.9: ring, record
   srq->ring_ = srq->block_.ptr;
@@ -226,9 +229,9 @@ int SrqImpl::post_recv(const RecvWr& wr) {
   const uint32_t size = 1u << log_size_;
   if (prod_ - done_.load(std::memory_order_acquire) >= size) return ENOMEM;
   std::byte* slot = ring_ + (size_t(prod_ & (size - 1)) << log_stride_);
-  if (int e = encode_recv_wqe(slot, size_t{1} << log_stride_, wr, max_sge_)) return e;
+  if (int e = prov_.encode_recv(slot, size_t{1} << log_stride_, wr, max_sge_)) return e;
   ++prod_;
-  dbr_store(dbr_, dp::kDbrSrq, prod_);  // §12.3
+  prov_.update_srq(dbr_, prod_);
   return 0;
 }
 

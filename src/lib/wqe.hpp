@@ -1,8 +1,9 @@
-// The client's data path in the public API's words (include/openib/
-// verbs.hpp) over the driver's one reading of docs/simhca.md §12:
-// src/prm/wqe.hpp encodes the WQEs, src/prm/cqe.hpp decodes the CQE. This
-// file only maps SendWr/RecvWr/Wc onto them; everything is inlined into
-// post_send/post_recv/poll, so a post is still a few stores into the ring.
+// The simhca provider's WQEs and CQE (providers/simhca.cpp) in the public
+// API's words (include/openib/verbs.hpp) over the driver's one reading of
+// docs/simhca.md §12: src/prm/wqe.hpp encodes the WQEs, src/prm/cqe.hpp
+// decodes the CQE. This file only maps SendWr/RecvWr/Wc onto them;
+// everything is inlined into the provider's operations, so a post is still
+// a few stores into the ring.
 #pragma once
 
 #include <cerrno>
