@@ -207,16 +207,17 @@ for i in $(seq 0 39); do
   swarm+=($!)
 done
 for _ in $(seq 100); do
-  n=$(grep -l "^joined\|rror\|quota\|limit" "$OPENIB_SANDBOX"/swarm*.out 2>/dev/null | wc -l)
+  # (grep -l finding none yet is no failure: set -e and pipefail would end the script)
+  n=$({ grep -l "^joined\|rror\|quota\|limit" "$OPENIB_SANDBOX"/swarm*.out 2>/dev/null || true; } | wc -l)
   ((n == 40)) && break
   sleep 0.2
 done
-joined=$(grep -l "^joined" "$OPENIB_SANDBOX"/swarm*.out | wc -l)
+joined=$({ grep -l "^joined" "$OPENIB_SANDBOX"/swarm*.out || true; } | wc -l)
 ((joined == kUidJoins)) || fail "nobody's 40 connections joined $joined groups, the per-uid bound is $kUidJoins: $(cat "$OPENIB_SANDBOX"/swarm0.out "$OPENIB_SANDBOX"/swarm39.out)"
 until_sa Hca4 -m "$swarm_re" present || fail "saquery -m shows none of nobody's groups"
-at_sa=$(records Hca4 -m | grep -cE "$swarm_re")
+at_sa=$(records Hca4 -m | grep -cE "$swarm_re" || true)
 ((at_sa == kUidJoins)) || fail "saquery -m shows $at_sa of nobody's groups, not $kUidJoins"
-refused=$(grep -l "per uid" "$OPENIB_SANDBOX"/swarm*.out | wc -l)
+refused=$({ grep -l "per uid" "$OPENIB_SANDBOX"/swarm*.out || true; } | wc -l)
 ((refused == 40 - kUidJoins)) || fail "$refused joins refused for the per-uid bound: $(grep -h . "$OPENIB_SANDBOX"/swarm*.out | sort | uniq -c)"
 ok "40 connections of nobody: $joined groups joined (saquery -m: $at_sa), $refused refused: $(grep -h "per uid" "$OPENIB_SANDBOX"/swarm*.out | head -1)"
 {
