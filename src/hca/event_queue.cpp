@@ -11,6 +11,56 @@ namespace openib::hca {
 
 using namespace prm;
 
+// prm has an Event of its own.
+using Ev = ::openib::hca::Event;
+
+std::optional<Ev> decode_event(const EventEntry& e) {
+  using K = Ev::Kind;
+  Ev ev;
+  ev.number = get32(e.data, 0);  // §9.4: the CQ, QP or SRQ number first
+  auto affiliated = [&](K k) { return ev.kind = k, std::optional<Ev>(ev); };
+  auto port_event = [&](K k) {
+    Ev p;
+    p.kind = k;
+    p.port = get8(e.data, 0);
+    return std::optional<Ev>(p);
+  };
+  switch (e.type) {
+    case kEvCqCompletion: return affiliated(K::kCqCompletion);
+    case kEvCqError: return affiliated(K::kCqError);
+    case kEvQpFatal: return affiliated(K::kQpFatal);
+    case kEvQpReqErr: return affiliated(K::kQpReqErr);
+    case kEvQpAccessErr: return affiliated(K::kQpAccessErr);
+    case kEvQpLastWqeReached: return affiliated(K::kQpLastWqeReached);
+    case kEvQpCommEst: return affiliated(K::kQpCommEst);
+    case kEvSqDrained: return affiliated(K::kSqDrained);
+    case kEvSrqLimit: return affiliated(K::kSrqLimit);
+    case kEvSrqCatas: return affiliated(K::kSrqError);
+    case kEvPortStateChange: {
+      auto p = port_event(K::kPortState);
+      p->old_state = get8(e.data, 1);
+      p->new_state = get8(e.data, 2);
+      return p;
+    }
+    case kEvLidChange: {
+      auto p = port_event(K::kLidChange);
+      p->lid = get16(e.data, 2);
+      return p;
+    }
+    case kEvSmChange: return port_event(K::kSmChange);
+    case kEvClientReregister: return port_event(K::kClientReregister);
+    case kEvPkeyChange: return port_event(K::kPkeyChange);
+    case kEvGidChange: return port_event(K::kGidChange);
+    case kEvDeviceFatal: {
+      Ev f;
+      f.kind = K::kDeviceFatal;
+      f.syndrome = get32(e.data, 0);
+      return f;
+    }
+    default: return std::nullopt;
+  }
+}
+
 Result<std::unique_ptr<EventQueue>> EventQueue::create(dma::DmaPool& pool, uint8_t log_size) {
   auto eq = std::make_unique<EventQueue>();
   eq->log_size_ = log_size;

@@ -6,10 +6,12 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/result.hpp"
 #include "dma/dma_pool.hpp"
+#include "hca/device.hpp"
 #include "vfio/device.hpp"
 
 namespace openib::hca {
@@ -18,6 +20,9 @@ struct EventEntry {
   uint8_t type = 0, subtype = 0;
   std::array<std::byte, 24> data{};  // §9.4 per-type layout
 };
+// §9.4's event types to the device-neutral ones (IBA 11.6.3); nothing for
+// a command completion (the command interface's) or an unknown type.
+std::optional<Event> decode_event(const EventEntry& e);
 
 class EventQueue {
  public:

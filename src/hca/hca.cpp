@@ -96,8 +96,12 @@ Hca::~Hca() {
   }
 }
 
+void Hca::fence(const Error& why) {
+  if (cmd_) cmd_->fence(why);
+}
+
 Result<void> Hca::close_dead() {
-  if (cmd_) cmd_->fence(err(ENODEV, "{}: device is gone", dev_.name()));
+  fence(err(ENODEV, "{}: device is gone", dev_.name()));
   return close(true);
 }
 
@@ -149,7 +153,12 @@ Result<void> Hca::bring_up_queue() {
                kSupportedInterfaceRev);
   OPENIB_TRY_ASSIGN(uint32_t magic, dev_.read32(kBar0, kMagic));
   if (magic != kMagicValue) return err(ENODEV, "{}: bad MAGIC {:#x}", dev_.name(), magic);
-  OPENIB_TRY_ASSIGN(fw_rev_, dev_.read32(kBar0, kFwRev));
+  OPENIB_TRY_ASSIGN(info_.fw_rev, dev_.read32(kBar0, kFwRev));
+  info_.driver = "simhca";
+  info_.provider = "simhca";  // libopenib's simhca data path (§12)
+  info_.vendor_id = vendor;
+  info_.device_id = device;
+  info_.uar_page_size = static_cast<uint32_t>(kUarPageSize);
   // 2. DMA memory and the command queue.
   OPENIB_TRY_ASSIGN(pool_, dma::DmaPool::create(dev_, opts_.pool));
   OPENIB_TRY_ASSIGN(cmd_, CommandInterface::create(dev_, *pool_, opts_.cmd));
@@ -186,7 +195,7 @@ Result<void> Hca::bring_up_events(std::unique_ptr<EventQueue> eq, uint32_t eqn) 
   });
   cmd_->use_events(&io_);
   log::get("hca")->info("{}: simhca fw {}.{} up: {} QPs, {} CQs, {} MSI-X vectors, EQ {}", dev_.name(),
-                        fw_rev_ >> 16, fw_rev_ & 0xffff, caps_.max_qp, caps_.max_cq, caps_.num_msix,
+                        info_.fw_rev >> 16, info_.fw_rev & 0xffff, caps_.max_qp, caps_.max_cq, caps_.num_msix,
                         eqn);
   return ok();
 }
@@ -269,6 +278,7 @@ Result<void> Hca::close(bool force) {
   if (cmd_ && dev_.alive()) note(cmd_->disable());
   eq0_.reset();
   cmd_.reset();
+  kept_.clear();  // torn down: nothing reaches them any more
   pool_.reset();
   if (!dev_.alive() && first) return err(ENODEV, "{}: device gone during teardown", dev_.name());
   return first;
@@ -293,7 +303,11 @@ bool Hca::drain_eq0() {
     }
     events_.push_back(e);
     while (events_.size() > opts_.max_recorded_events) events_.pop_front();
-    if (on_event_) on_event_(e);
+    if (!on_event_) continue;
+    if (auto ev = decode_event(e))
+      on_event_(*ev);
+    else
+      log::get("hca")->debug("{}: event type {:#x} not decoded", dev_.name(), e.type);
   }
   return !entries.empty();
 }
@@ -423,6 +437,45 @@ void Hca::detach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, 
 
 void Hca::destroy_async(uint16_t opcode, uint32_t number, Done<void> done) {
   destroy_like(opcode, encode_u32(number), std::move(done));
+}
+
+// IBA 11.2's destroys and deallocations, by §6's opcodes.
+void Hca::destroy_async(ObjectKind kind, uint32_t number, Done<void> done) {
+  uint16_t opcode = 0;
+  switch (kind) {
+    case ObjectKind::kPd: opcode = kDeallocPd; break;
+    case ObjectKind::kUar: opcode = kDeallocUar; break;
+    case ObjectKind::kMkey: opcode = kDestroyMkey; break;
+    case ObjectKind::kCq: opcode = kDestroyCq; break;
+    case ObjectKind::kSrq: opcode = kDestroySrq; break;
+    case ObjectKind::kQp: opcode = kDestroyQp; break;
+    case ObjectKind::kAh: opcode = kDestroyAh; break;
+  }
+  destroy_async(opcode, number, std::move(done));
+}
+
+// The ring memory goes with the Cq / Qp once the device let go of it.
+void Hca::destroy_cq_async(Cq& cq, Done<void> done) {
+  destroy_async(kDestroyCq, cq.cqn, [this, mem = std::move(cq), d = std::move(done)](Result<void> r) mutable {
+    if (!r) {  // the device may still write them: kept until teardown
+      kept_.push_back(std::move(mem.ring));
+      kept_.push_back(std::move(mem.dbr));
+    }
+    d(std::move(r));
+  });
+  cq = Cq{};
+}
+
+void Hca::destroy_qp_async(Qp& qp, Done<void> done) {
+  destroy_async(kDestroyQp, qp.qpn, [this, mem = std::move(qp), d = std::move(done)](Result<void> r) mutable {
+    if (!r) {  // the device may still read them: kept until teardown
+      kept_.push_back(std::move(mem.sq));
+      kept_.push_back(std::move(mem.rq));
+      kept_.push_back(std::move(mem.dbr));
+    }
+    d(std::move(r));
+  });
+  qp = Qp{};
 }
 
 void Hca::destroy_like(uint16_t opcode, std::span<const std::byte> in, Done<void> done) {

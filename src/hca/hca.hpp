@@ -1,7 +1,9 @@
-// The HCA driver (docs/simhca.md): the bring-up ladder and its reverse
-// teardown (§5.1), EQ 0 on MSI-X vector 0 (§9, §10), and thin verbs-level
-// calls over the command interface (§6). Works on any vfio::Device whose
-// function is a simhca (1234:1b1e, interface revision 1).
+// simhca's driver (docs/simhca.md), one implementation of the device seam
+// (device.hpp): the bring-up ladder and its reverse teardown (§5.1), EQ 0
+// on MSI-X vector 0 (§9, §10), §9.4's events decoded into device-neutral
+// ones, and thin verbs-level calls over the command interface (§6). Works
+// on any vfio::Device whose function is a simhca (1234:1b1e, interface
+// revision 1); the driver table (driver_table.hpp) chooses it by PCI ID.
 //
 // Single-threaded, like the rest of ibd's control plane: every call runs on
 // the thread that runs `io`.
@@ -27,6 +29,7 @@
 #include "common/result.hpp"
 #include "dma/dma_pool.hpp"
 #include "hca/command_interface.hpp"
+#include "hca/device.hpp"
 #include "hca/event_queue.hpp"
 #include "hca/verbs.hpp"
 #include "hca/work_queue.hpp"
@@ -43,63 +46,8 @@ struct HcaOptions {
   size_t max_recorded_events = 1024;
 };
 
-// What the device holds now (§3.1 object counts), in the registers' order.
-struct DeviceObjects {
-  uint32_t pds = 0, mkeys = 0, cqs = 0, qps = 0, srqs = 0, ahs = 0, eqs = 0, uars = 0;
-  uint32_t dma_maps = 0;  // vfio-user DMA mappings (not device objects)
-};
-
-// A CQ and the host memory it owns (§6.5): ring and doorbell record.
-struct Cq {
-  uint32_t cqn = 0;
-  uint8_t log_size = 0;
-  uint32_t uar = 0;
-  uint32_t arm_sn = 0;
-  uint32_t ci = 0;  // §12.3 consumer counter (CQEs polled)
-  dma::DmaBuffer ring, dbr;
-};
-
-// An SRQ and its memory (§6.9).
-struct Srq {
-  uint32_t srqn = 0;
-  uint8_t log_size = 0, log_stride = 0;
-  uint32_t pi = 0;  // §12.3 producer counter
-  dma::DmaBuffer ring, dbr;
-};
-
-struct QpInit {
-  QpType type = QpType::kRc;
-  uint8_t port = 0;  // SMI/GSI only
-  uint32_t pdn = 0, send_cqn = 0, recv_cqn = 0, uar = 0;
-  std::optional<uint32_t> srqn;
-  bool sig_all = false;
-  uint8_t log_sq_size = 4, log_sq_stride = 6, log_rq_size = 4, log_rq_stride = 5;
-};
-
-// A QP and its memory (§6.10): send ring, receive ring, doorbell record.
-struct Qp {
-  uint32_t qpn = 0;
-  QpType type = QpType::kRc;
-  uint32_t uar = 0;
-  uint8_t log_sq_size = 0, log_sq_stride = 0, log_rq_size = 0, log_rq_stride = 0;
-  uint32_t sq_pi = 0, rq_pi = 0;  // §12.3 producer counters
-  dma::DmaBuffer sq, rq, dbr;
-};
-
-struct QpInfo {
-  QpAttr attr;
-  QpCreateParams init;
-};
-
-struct Mkey {
-  uint32_t lkey = 0, rkey = 0;
-};
-
-class Hca {
+class Hca final : public Device {
  public:
-  using EventHandler = std::function<void(const EventEntry&)>;
-  template <class T>
-  using Done = Completer<Result<T>>;
 
   // The bring-up ladder (§5.1): identity and interface revision, DMA pool,
   // command queue, INIT_HCA, QUERY_DEVICE_CAP, MSI-X vector 0, EQ 0, event
@@ -107,7 +55,7 @@ class Hca {
   static Result<std::unique_ptr<Hca>> open(vfio::Device& dev, boost::asio::io_context& io,
                                            HcaOptions opts = {});
   // Runs close(true) if close() was not called.
-  ~Hca();
+  ~Hca() override;
   Hca(const Hca&) = delete;
   Hca& operator=(const Hca&) = delete;
 
@@ -116,10 +64,11 @@ class Hca {
   // objects still alive make TEARDOWN_HCA refuse; the device is then torn
   // down by force anyway and EBUSY returned. Every step is attempted; on a
   // vanished device the local resources are still freed. Idempotent.
-  Result<void> close(bool force = false);
+  Result<void> close(bool force = false) override;
   // Fences the command interface (every command in flight fails with
   // ENODEV at once), then close(true): for a device that is gone.
-  Result<void> close_dead();
+  Result<void> close_dead() override;
+  void fence(const Error& why) override;
   // The ladder climbed again on the same vfio::Device object, after
   // close()/close_dead() and after the caller replaced its transport (ibd's
   // device recovery). The event handler stays set. On failure the HCA is
@@ -132,24 +81,27 @@ class Hca {
   // EQ 0 does not exist yet). `done` runs from a handler of `io`. On
   // failure the HCA is left as far as it came: close it (close_dead())
   // from a later handler, not from inside `done`.
-  void reopen_async(Done<void> done);
-  bool is_open() const { return cmd_ != nullptr; }
+  void reopen_async(Done<void> done) override;
+  bool is_open() const override { return cmd_ != nullptr; }
 
-  const DeviceCaps& caps() const { return caps_; }
-  uint32_t fw_rev() const { return fw_rev_; }
+  const std::string& name() const override { return dev_.name(); }
+  const DeviceInfo& info() const override { return info_; }
+  bool alive() const override { return dev_.alive(); }
+  const DeviceCaps& caps() const override { return caps_; }
+  uint32_t fw_rev() const { return info_.fw_rev; }
   vfio::Device& device() { return dev_; }
-  dma::DmaPool& pool() { return *pool_; }
+  dma::DmaPool& pool() override { return *pool_; }
   CommandInterface& commands() { return *cmd_; }
   uint32_t eq0() const { return eq0_ ? eq0_->eqn() : 0; }
-  uint64_t interrupts_seen() const { return irqs_ ? irqs_->total(0) : 0; }
+  uint64_t interrupts_seen() const override { return irqs_ ? irqs_->total(0) : 0; }
   // §3.1: the device's object counts, with one BAR0 read. Over vfio-user
   // that read is a round trip to the device: for INFO and tests, never a
   // data path.
-  Result<DeviceObjects> device_objects();
+  Result<DeviceObjects> device_objects() override;
 
-  // Asynchronous events (§9.4) other than command completions: recorded,
-  // and passed to the handler if one is set.
-  void set_event_handler(EventHandler h) { on_event_ = std::move(h); }
+  // Asynchronous events (§9.4) other than command completions: recorded as
+  // the device wrote them, and passed to the handler, decoded, if one is set.
+  void set_event_handler(EventHandler h) override { on_event_ = std::move(h); }
   const std::deque<EventEntry>& events() const { return events_; }
   // Polls EQ 0 (without running io) until an event of `type` has been
   // recorded, or timeout_ms. For tests and tools outside the loop.
@@ -157,7 +109,7 @@ class Hca {
   // Completes every command in flight or queued by polling (continuations
   // run here and may submit more), within timeout_ms. For shutdown after
   // the loop has stopped. False if some remain.
-  bool drain(int timeout_ms);
+  bool drain(int timeout_ms) override;
 
   // The status and syndrome of the last command (§5.5), for callers that
   // need more than the errno of a failed call.
@@ -175,32 +127,42 @@ class Hca {
   void command_async(uint16_t opcode, std::span<const std::byte> in, size_t out_len, Done<Bytes> done,
                      SlotClass cls = SlotClass::kNormal);
   // NOP on the reserved slot: a health check that never waits behind work.
-  void nop_async(Done<void> done);
-  void query_port_async(uint8_t port, Done<PortAttr> done);
-  void set_port_async(uint8_t port, const PortSetup& s, Done<void> done);
-  void alloc_pd_async(Done<uint32_t> done);
-  void alloc_uar_async(Done<uint32_t> done);
+  void nop_async(Done<void> done) override;
+  void query_port_async(uint8_t port, Done<PortAttr> done) override;
+  void set_port_async(uint8_t port, const PortSetup& s, Done<void> done) override;
+  void alloc_pd_async(Done<uint32_t> done) override;
+  void alloc_uar_async(Done<uint32_t> done) override;
+  // On EQ `eqn`; the seam's form puts the CQ on EQ 0.
   void create_cq_at_async(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova, uint32_t uar,
                           uint32_t eqn, Done<uint32_t> done);
+  void create_cq_at_async(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova, uint32_t uar,
+                          Done<uint32_t> done) override {
+    create_cq_at_async(log_size, ring_iova, dbr_iova, uar, eq0(), std::move(done));
+  }
   void create_srq_at_async(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint64_t ring_iova,
-                           uint64_t dbr_iova, uint32_t limit, uint32_t uar, Done<uint32_t> done);
-  void arm_srq_async(uint32_t srqn, uint32_t limit, Done<void> done);
-  void create_qp_at_async(const QpCreateParams& p, Done<uint32_t> done);
-  void modify_qp_async(uint32_t qpn, uint32_t attr_mask, const QpAttr& attr, Done<void> done);
-  void query_qp_async(uint32_t qpn, Done<QpInfo> done);
-  void create_mkey_async(const MkeyParams& p, Done<Mkey> done);
-  void create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done);
+                           uint64_t dbr_iova, uint32_t limit, uint32_t uar, Done<uint32_t> done) override;
+  void arm_srq_async(uint32_t srqn, uint32_t limit, Done<void> done) override;
+  void create_qp_at_async(const QpCreateParams& p, Done<uint32_t> done) override;
+  void modify_qp_async(uint32_t qpn, uint32_t attr_mask, const QpAttr& attr, Done<void> done) override;
+  void query_qp_async(uint32_t qpn, Done<QpInfo> done) override;
+  void create_mkey_async(const MkeyParams& p, Done<Mkey> done) override;
+  void create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done) override;
   // §6.11 ATTACH_MCG / DETACH_MCG (IBA 11.3.1): UD QP `qpn` receives the
   // packets sent to the group (MGID, MLID) on its port, or stops receiving
   // them. Joining the group at the SA is the caller's business.
-  void attach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid, Done<void> done);
-  void detach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid, Done<void> done);
+  void attach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid,
+                          Done<void> done) override;
+  void detach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid,
+                          Done<void> done) override;
   // Any command with a u32 input and no output: DESTROY_*, DEALLOC_*.
   void destroy_async(uint16_t opcode, uint32_t number, Done<void> done);
+  void destroy_async(ObjectKind kind, uint32_t number, Done<void> done) override;
   // create_cq()/create_qp() with the driver's own memory (ibd's QP0/QP1):
   // rings allocated here, then one command; freed again if it fails.
-  void create_cq_async(uint8_t log_size, Done<Cq> done);
-  void create_qp_async(const QpInit& init, Done<Qp> done);
+  void create_cq_async(uint8_t log_size, Done<Cq> done) override;
+  void create_qp_async(const QpInit& init, Done<Qp> done) override;
+  void destroy_cq_async(Cq& cq, Done<void> done) override;
+  void destroy_qp_async(Qp& qp, Done<void> done) override;
 
   // ---- verbs (IBA 11.2), one command each, synchronous -------------------
   Result<void> nop();
@@ -219,7 +181,7 @@ class Hca {
   // sealed against shrinking and growing, is handed out; anything else
   // (a kernel VFIO device, whose only fd is the whole device's) is
   // EOPNOTSUPP, and the client gets no mapping.
-  Result<UniqueFd> uar_page_fd(uint32_t uar);
+  Result<UniqueFd> uar_page_fd(uint32_t uar) override;
 
   Result<EqContext> query_eq(uint32_t eqn);
 
@@ -228,7 +190,8 @@ class Hca {
   Result<void> destroy_cq(Cq& cq);
   Result<CqContext> query_cq(uint32_t cqn);
   // §7.3: CQ_ARM doorbell on the CQ's UAR.
-  Result<void> arm_cq(Cq& cq, bool solicited_only, uint32_t consumer = 0);
+  Result<void> arm_cq(Cq& cq, bool solicited_only, uint32_t consumer);
+  Result<void> arm_cq(Cq& cq, bool solicited_only) override { return arm_cq(cq, solicited_only, cq.ci); }
 
   Result<Srq> create_srq(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint32_t limit = 0,
                          uint32_t uar = 0);
@@ -264,13 +227,13 @@ class Hca {
   // only; ring_sq() later rings once for every WQE posted so (§12.3: the
   // device takes WQEs up to the doorbell's counter). Over vfio-user a
   // doorbell is a message: a batch of sends pays it once.
-  Result<void> post_send(Qp& qp, const SendWr& wr, bool ring);
-  Result<void> ring_sq(Qp& qp);
+  Result<void> post_send(Qp& qp, const SendWr& wr, bool ring) override;
+  Result<void> ring_sq(Qp& qp) override;
   // §12.2, §12.3: WQE into the ring, then the producer counter in the record.
-  Result<void> post_recv(Qp& qp, const RecvWr& wr);
+  Result<void> post_recv(Qp& qp, const RecvWr& wr) override;
   Result<void> post_srq_recv(Srq& srq, const RecvWr& wr);
   // §12.4: up to `max` CQEs, the consumer counter updated in the record.
-  std::vector<WorkCompletion> poll_cq(Cq& cq, size_t max = SIZE_MAX);
+  std::vector<WorkCompletion> poll_cq(Cq& cq, size_t max = SIZE_MAX) override;
 
   Result<Mkey> create_mkey(const MkeyParams& p);
   Result<void> destroy_mkey(uint32_t lkey);
@@ -315,7 +278,8 @@ class Hca {
   std::unique_ptr<EventQueue> eq0_;
   bool initialized_ = false;  // INIT_HCA done, TEARDOWN_HCA not yet
   DeviceCaps caps_;
-  uint32_t fw_rev_ = 0;
+  DeviceInfo info_;
+  std::vector<dma::DmaBuffer> kept_;  // rings of objects the device refused to destroy
   EventHandler on_event_;
   std::deque<EventEntry> events_;
   uint8_t last_status_ = 0;

@@ -16,6 +16,7 @@
 #include "clientproto/messages.hpp"
 #include "common/fd.hpp"
 #include "dma/dma_pool.hpp"
+#include "hca/device.hpp"
 
 namespace openib::ibd {
 
@@ -24,7 +25,7 @@ inline constexpr size_t kNumKinds = 7;
 const char* kind_name(Kind k);
 // docs/simhca.md §6: the command that destroys an object of kind k by its
 // number (0 for memory, which has no device object).
-uint16_t destroy_opcode(Kind k);
+hca::ObjectKind device_kind(Kind k);  // the device object a client object is
 
 // One object. Kept small (the benchmark holds 10,000 QPs): the device's
 // number, the handles it depends on (each holding a reference), and the

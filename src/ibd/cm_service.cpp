@@ -130,7 +130,7 @@ Result<void> may_listen(uint64_t sid, uint64_t mask, bool internal, bool privile
 
 }  // namespace
 
-CmService::CmService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports)
+CmService::CmService(boost::asio::io_context& io, hca::Device& hca, UmadService& umad, uint8_t num_ports)
     : io_(io), hca_(hca), umad_(umad), num_ports_(num_ports) {}
 
 CmService::~CmService() {

@@ -40,7 +40,7 @@
 #include "clientproto/messages.hpp"
 #include "cm/engine.hpp"
 #include "common/fd.hpp"
-#include "hca/hca.hpp"
+#include "hca/device.hpp"
 #include "ibd/budget.hpp"
 #include "ibd/event_socket.hpp"
 #include "ibd/umad_service.hpp"
@@ -78,7 +78,7 @@ class CmService {
   // this hard cap, which also bounds the passive ids REQs make there.
   static constexpr size_t kMaxInternalIds = 1u << 18;
 
-  CmService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports);
+  CmService(boost::asio::io_context& io, hca::Device& hca, UmadService& umad, uint8_t num_ports);
   ~CmService();
   CmService(const CmService&) = delete;
   CmService& operator=(const CmService&) = delete;
@@ -186,7 +186,7 @@ class CmService {
                                                      uint32_t sq_psn);
 
   boost::asio::io_context& io_;
-  hca::Hca& hca_;
+  hca::Device& hca_;
   UmadService& umad_;
   uint8_t num_ports_;
   QpOps qp_;

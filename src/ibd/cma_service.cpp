@@ -83,7 +83,7 @@ void copy_private(proto::CmPrivate& to, uint8_t& to_len, const uint8_t* from, si
 
 }  // namespace
 
-CmaService::CmaService(boost::asio::io_context& io, hca::Hca& hca, CmService& cm, SaService& sa, uint8_t num_ports)
+CmaService::CmaService(boost::asio::io_context& io, hca::Device& hca, CmService& cm, SaService& sa, uint8_t num_ports)
     : io_(io), hca_(hca), cm_(cm), sa_(sa), num_ports_(num_ports) {}
 
 CmaService::~CmaService() { *alive_ = false; }

@@ -49,7 +49,7 @@
 #include "cma/header.hpp"
 #include "cma/port_table.hpp"
 #include "clientproto/messages.hpp"
-#include "hca/hca.hpp"
+#include "hca/device.hpp"
 #include "ibd/budget.hpp"
 #include "ibd/cm_service.hpp"
 #include "ibd/event_socket.hpp"
@@ -75,7 +75,7 @@ class CmaService {
  public:
   using Done = hca::Completer<Result<void>>;
 
-  CmaService(boost::asio::io_context& io, hca::Hca& hca, CmService& cm, SaService& sa, uint8_t num_ports);
+  CmaService(boost::asio::io_context& io, hca::Device& hca, CmService& cm, SaService& sa, uint8_t num_ports);
   ~CmaService();
   CmaService(const CmaService&) = delete;
   CmaService& operator=(const CmaService&) = delete;
@@ -190,7 +190,7 @@ class CmaService {
                   Done done);
 
   boost::asio::io_context& io_;
-  hca::Hca& hca_;
+  hca::Device& hca_;
   CmService& cm_;
   SaService& sa_;
   uint8_t num_ports_;

@@ -17,7 +17,8 @@
 #include <filesystem>
 
 #include "common/log.hpp"
-#include "hca/hca.hpp"
+#include "hca/driver_table.hpp"
+#include "ibd/daemon.hpp"
 #include "ibd/device_lock.hpp"
 #include "ibd/device_slot.hpp"
 #include "ibd/ipoib_links.hpp"
@@ -87,16 +88,17 @@ hca::PortSetup static_port(const Options& o) {
   return ps;
 }
 
-Result<void> setup_port(const Options& o, hca::Hca& hca) {
+Result<void> setup_port(const Options& o, hca::Device& hca) {
   if (o.lid == 0) return ok();
-  if (auto r = hca.set_port(1, static_port(o)); !r)
+  auto r = hca::call_sync<void>(hca, [&](hca::Device::Done<void> d) { hca.set_port_async(1, static_port(o), std::move(d)); });
+  if (!r)
     return err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", o.lid, r.error().str());
   log::get("ibd")->info("port 1: LID {}, Active (static setup)", o.lid);
   return ok();
 }
 
 // The same on the loop (device recovery): a continuation, not a wait.
-void setup_port_async(const Options& o, hca::Hca& hca, hca::Hca::Done<void> done) {
+void setup_port_async(const Options& o, hca::Device& hca, hca::Device::Done<void> done) {
   if (o.lid == 0) return done(ok());
   hca.set_port_async(1, static_port(o), [&o, done = std::move(done)](Result<void> r) mutable {
     if (!r) return done(err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", o.lid, r.error().str()));
@@ -140,13 +142,12 @@ int run(const Options& o) {
   }
 
   asio::io_context io;
-  hca::HcaOptions hopts;
-  auto h = hca::Hca::open(slot, io, hopts);
+  auto h = hca::open_device(slot, io);  // the driver table's driver for its PCI ID
   if (!h) {
     logger->error("HCA bring-up on {}: {}", device_name, h.error().str());
     return 1;
   }
-  std::unique_ptr<hca::Hca> hca = std::move(*h);
+  std::unique_ptr<hca::Device> hca = std::move(*h);
   if (auto r = setup_port(o, *hca); !r) {
     logger->error("{}", r.error().str());
     return 1;
@@ -402,7 +403,7 @@ int run(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int openib::ibd::daemon_main(int argc, char** argv) {
   auto parsed = parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   const Options& o = *parsed.options;

@@ -88,8 +88,10 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
   const hca::DeviceCaps& k = hca_.caps();
   j["device"] = {{"name", "simhca0"},
                  {"spec", opts_.device_name},
-                 {"alive", hca_.device().alive()},
-                 {"fw_rev", fmt::format("{}.{}", hca_.fw_rev() >> 16, hca_.fw_rev() & 0xffff)},
+                 {"driver", hca_.info().driver},
+                 {"provider", hca_.info().provider},
+                 {"alive", hca_.alive()},
+                 {"fw_rev", fmt::format("{}.{}", hca_.info().fw_rev >> 16, hca_.info().fw_rev & 0xffff)},
                  {"node_guid", fmt::format("{:#018x}", k.node_guid)},
                  {"max_qp", k.max_qp}, {"max_cq", k.max_cq}, {"max_srq", k.max_srq},
                  {"max_pd", k.max_pd}, {"max_mr", k.max_mkey}, {"max_ah", k.max_ah},
@@ -99,7 +101,7 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
   // docs/simhca.md §3.1: what the device holds now. One BAR0 read, a
   // round trip to simhca: INFO only, never a data path. Left out while the
   // device is lost or the read fails.
-  if (hca_.is_open() && hca_.device().alive())
+  if (hca_.is_open() && hca_.alive())
     if (auto o = hca_.device_objects())
       j["device"]["device_objects"] = {{"pds", o->pds}, {"mrs", o->mkeys}, {"cqs", o->cqs},
                                        {"qps", o->qps}, {"srqs", o->srqs}, {"ahs", o->ahs},

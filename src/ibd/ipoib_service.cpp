@@ -43,7 +43,7 @@ Result<sa::McMemberRecord> join_record(Result<proto::McastJoinRep> r) {
 
 }  // namespace
 
-IpoibService::IpoibService(boost::asio::io_context& io, hca::Hca& hca, SaService& sa, IpoibConfig cfg)
+IpoibService::IpoibService(boost::asio::io_context& io, hca::Device& hca, SaService& sa, IpoibConfig cfg)
     : io_(io), hca_(hca), sa_(sa), cfg_(std::move(cfg)), frame_(kMaxFrame), retry_(io) {
   cfg_.pkey |= 0x8000;  // the broadcast group's P_Key has the full-member bit (RFC 4391 §4)
   sa_.set_mcast_change_handler([this](uint8_t port, const sa::McMemberRecord& r) { mcast_changed(port, r); });
@@ -245,7 +245,7 @@ hca::AddressVector IpoibService::group_av(const sa::McMemberRecord& rec) const {
 }
 
 void IpoibService::destroy_ah(uint32_t ahn) {
-  hca_.destroy_async(hca::prm::kDestroyAh, ahn, [](Result<void>) {});
+  hca_.destroy_async(hca::ObjectKind::kAh, ahn, [](Result<void>) {});
 }
 
 // A group's address handle, and for a full member the QP attached

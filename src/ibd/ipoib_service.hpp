@@ -40,7 +40,7 @@
 #include <utility>
 #include <vector>
 
-#include "hca/hca.hpp"
+#include "hca/device.hpp"
 #include "ibd/sa_service.hpp"
 #include "ipoib_tap/addr_watch.hpp"
 #include "ipoib_tap/ats.hpp"
@@ -63,7 +63,7 @@ inline constexpr uint32_t kIpoibOwner = 0xFFFFFFF0u;
 
 class IpoibService final : private ipoib::BridgeIo {
  public:
-  IpoibService(boost::asio::io_context& io, hca::Hca& hca, SaService& sa, IpoibConfig cfg);
+  IpoibService(boost::asio::io_context& io, hca::Device& hca, SaService& sa, IpoibConfig cfg);
   ~IpoibService() override;
   IpoibService(const IpoibService&) = delete;
   IpoibService& operator=(const IpoibService&) = delete;
@@ -134,7 +134,7 @@ class IpoibService final : private ipoib::BridgeIo {
   void destroy_ah(uint32_t ahn);
 
   boost::asio::io_context& io_;
-  hca::Hca& hca_;
+  hca::Device& hca_;
   SaService& sa_;
   IpoibConfig cfg_;
   State state_ = State::kDown;

@@ -10,7 +10,6 @@
 #include <algorithm>
 
 #include "common/log.hpp"
-#include "hca/prm.hpp"
 #include "ibd/fd_closer.hpp"
 #include "ibd/qp_attr_convert.hpp"
 #include "ibd/server.hpp"
@@ -152,7 +151,7 @@ hca::Completer<Result<uint32_t>> Server::created(uint32_t id, Object o, Respond 
     if (!c) {  // cannot happen while the server lives (a departing client waits for us)
       log::get("ibd")->warn("client {} unknown at the completion of its {} {:#x}; destroying it", id,
                             kind_name(o.kind), *r);
-      hca_.destroy_async(destroy_opcode(o.kind), *r, [](Result<void>) {});
+      hca_.destroy_async(device_kind(o.kind), *r, [](Result<void>) {});
       return done(err(ENOTCONN, "client gone"));
     }
     if (!client(id)) {
@@ -194,6 +193,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     h.version = version;
     h.client_id = c.id;
     h.num_ports = hca_.caps().num_ports;
+    h.provider = proto::provider_name(hca_.info().provider);  // the driver's data-path format
     c.hello = true;
     c.version = version;
     if (!m.fds.empty()) c.async_fd = std::move(m.fds[0]);
@@ -220,7 +220,8 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
     h.version = version;
     h.client_id = cl->id;
     h.uar = *uar;
-    h.uar_size = static_cast<uint32_t>(hca::prm::kUarPageSize);
+    h.uar_size = hca_.info().uar_page_size;
+    h.provider = proto::provider_name(hca_.info().provider);
     h.num_ports = hca_.caps().num_ports;
     // docs/simhca.md §4: the fd of this UAR's page alone, never BAR2's.
     auto page = hca_.uar_page_fd(*uar);
@@ -228,8 +229,8 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
       h.doorbell_mode = proto::kDoorbellMmap;
       h.uar_mmap_offset = 0;
       rep.fds.push_back(std::move(*page));
-    } else if (!hca_.device().alive()) {
-      hca_.destroy_async(hca::prm::kDeallocUar, *uar, [](Result<void>) {});
+    } else if (!hca_.alive()) {
+      hca_.destroy_async(hca::ObjectKind::kUar, *uar, [](Result<void>) {});
       return done(err(ENODEV, "the device is gone"));
     } else {
       log::get("ibd")->info("client {}: no doorbell page to hand out ({})", cl->id, page.error().str());
@@ -255,8 +256,8 @@ Result<Server::Reply> Server::op_query_device(Client&, proto::Message& m) {
   proto::DeviceRep d;
   d.node_guid = k.node_guid;
   d.sys_image_guid = k.sys_image_guid;
-  d.fw_rev = hca_.fw_rev();
-  d.vendor_id = hca::prm::kVendorId;
+  d.fw_rev = hca_.info().fw_rev;
+  d.vendor_id = hca_.info().vendor_id;
   d.vendor_part_id = k.vendor_part_id;
   d.max_qp = k.max_qp;
   d.max_cq = k.max_cq;
@@ -410,7 +411,7 @@ Result<void> Server::op_create_cq(Client& c, proto::Message& m, Respond& done) {
   o.log_size = req.log_size;
   o.deps = {req.mem, 0, 0, 0, 0};
   if (!m.fds.empty()) o.eventfd = std::move(m.fds[0]);
-  hca_.create_cq_at_async(req.log_size, ring, dbr, c.uar, hca_.eq0(), created(c.id, std::move(o), std::move(done)));
+  hca_.create_cq_at_async(req.log_size, ring, dbr, c.uar, created(c.id, std::move(o), std::move(done)));
   return ok();
 }
 
@@ -580,7 +581,7 @@ Result<void> Server::op_destroy(Client& c, proto::Message& m, Kind k, Respond& d
     done(Reply{});
     return ok();
   }
-  hca_.destroy_async(destroy_opcode(k), o->number,
+  hca_.destroy_async(device_kind(k), o->number,
                      guard<void>([this, id = c.id, handle = req.handle, done = std::move(done)](Result<void> r) mutable {
                        if (!r) return done(r.take_error());
                        if (Client* cl = owner(id)) drop(*cl, handle, ok());
@@ -617,7 +618,7 @@ Result<void> Server::op_info(Client& c, proto::Message& m, Respond& done) {
 void Server::info_ports(uint32_t id, uint32_t flags, std::vector<std::optional<hca::PortAttr>> got,
                         Respond done) {
   const auto port = static_cast<uint8_t>(got.size() + 1);
-  const bool device = device_state_ == DeviceState::kRunning && hca_.is_open() && hca_.device().alive();
+  const bool device = device_state_ == DeviceState::kRunning && hca_.is_open() && hca_.alive();
   if (!device || port > hca_.caps().num_ports) {
     Client* cl = client(id);
     if (!cl) return done(err(ENOTCONN, "client gone"));

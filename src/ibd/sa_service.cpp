@@ -24,7 +24,7 @@ namespace asio = boost::asio;
 // after it: the SA sees a bounded burst, stale entries are served meanwhile.
 constexpr size_t kRevalidateBatch = 64;
 
-SaService::SaService(asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports,
+SaService::SaService(asio::io_context& io, hca::Device& hca, UmadService& umad, uint8_t num_ports,
                      std::string state_dir, sa::PathCacheConfig cfg)
     : io_(io),
       hca_(hca),

@@ -67,7 +67,7 @@
 
 #include "clientproto/messages.hpp"
 #include "hca/completer.hpp"
-#include "hca/hca.hpp"
+#include "hca/device.hpp"
 #include "ibd/budget.hpp"
 #include "ibd/path_table_shm.hpp"
 #include "ibd/quota.hpp"
@@ -84,7 +84,7 @@ class SaService {
  public:
   // `state_dir`: where each port's cache file lives (sa/cache_file.hpp);
   // empty: nothing is saved or loaded.
-  SaService(boost::asio::io_context& io, hca::Hca& hca, UmadService& umad, uint8_t num_ports,
+  SaService(boost::asio::io_context& io, hca::Device& hca, UmadService& umad, uint8_t num_ports,
             std::string state_dir, sa::PathCacheConfig cfg = {});
   ~SaService();
   SaService(const SaService&) = delete;
@@ -247,7 +247,7 @@ class SaService {
   void lookup(const sa::PathKey& key, bool fresh, bool cached, hca::Completer<Result<proto::PathRep>> done);
 
   boost::asio::io_context& io_;
-  hca::Hca& hca_;
+  hca::Device& hca_;
   UmadService& umad_;
   uint8_t num_ports_;
   std::map<uint8_t, std::unique_ptr<sa::SaClient>> clients_;

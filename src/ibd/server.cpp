@@ -15,16 +15,12 @@
 #include <filesystem>
 
 #include "common/log.hpp"
-#include "hca/prm.hpp"
 #include "ibd/fd_closer.hpp"
 #include "ibd/peer.hpp"
 
 namespace openib::ibd {
 
 namespace asio = boost::asio;
-using hca::prm::get16;
-using hca::prm::get32;
-using hca::prm::get8;
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -54,11 +50,11 @@ enum IbvEvent : uint8_t {
 };
 }  // namespace
 
-Server::Server(asio::io_context& io, hca::Hca& hca, ServerOptions opts)
+Server::Server(asio::io_context& io, hca::Device& hca, ServerOptions opts)
     : io_(io), hca_(hca), opts_(std::move(opts)), health_(io), accept_retry_(io), quota_(opts_.limits),
       hello_deadlines_(io, opts_.limits.hello_timeout_ms, [this](uint32_t id) { on_hello_deadline(id); }),
       started_(std::chrono::steady_clock::now()), last_activity_(started_) {
-  hca_.set_event_handler([this](const hca::EventEntry& e) { on_event(e); });
+  hca_.set_event_handler([this](const hca::Event& e) { on_event(e); });
 }
 
 // Commands this server issued may still be in flight (teardowns of the
@@ -138,7 +134,7 @@ void Server::stop() {
 // other commands; it is asynchronous like every command on the loop.
 void Server::check_device() {
   if (stopped_ || device_state_ != DeviceState::kRunning) return;
-  if (hca_.device().alive() && !health_in_flight_ &&
+  if (hca_.alive() && !health_in_flight_ &&
       std::chrono::steady_clock::now() - last_activity_ > std::chrono::seconds(2)) {
     last_activity_ = std::chrono::steady_clock::now();
     health_in_flight_ = true;
@@ -150,10 +146,10 @@ void Server::check_device() {
       logger()->warn("health check NOP: {}", r.error().str());
       // A NOP the device never completes (ETIMEDOUT, its slot fenced) is a
       // hung device: handled as one that is gone (docs/operations.md §5).
-      if (!hca_.device().alive() || r.error().code == ENODEV || r.error().code == ETIMEDOUT) device_is_gone();
+      if (!hca_.alive() || r.error().code == ENODEV || r.error().code == ETIMEDOUT) device_is_gone();
     }));
   }
-  if (!hca_.device().alive()) return device_is_gone();
+  if (!hca_.alive()) return device_is_gone();
   health_.expires_after(std::chrono::seconds(1));
   health_.async_wait([this](const boost::system::error_code& e) {
     if (!e) check_device();
@@ -315,7 +311,7 @@ void Server::on_readable(uint32_t id) {
     if (!c) return;  // finish() disconnected it
     c->dispatching = false;
     if (c->busy) return;  // waits for the device; finish() resumes reading
-    if (!hca_.device().alive() && device_state_ == DeviceState::kRunning) return;  // finish() ran check_device()
+    if (!hca_.alive() && device_state_ == DeviceState::kRunning) return;  // finish() ran check_device()
   }
   watch(id);
 }
@@ -347,7 +343,7 @@ void Server::finish(uint32_t id, proto::Header h, Result<Reply> r) {
     disconnect(id, sent.error().code == EAGAIN ? "not reading its replies" : sent.error().str());
     return;
   }
-  if (!hca_.device().alive() && !device_gone_) {
+  if (!hca_.alive() && !device_gone_) {
     check_device();
     return;
   }
@@ -434,7 +430,7 @@ void Server::drop(Client& c, uint32_t handle, const Result<void>& r) {
   Object& o = it->second;
   // The device may still reach memory of an object it refused to destroy:
   // keep such mappings (never reuse their IOVA) while the device lives.
-  if (!r && hca_.device().alive()) {
+  if (!r && hca_.alive()) {
     for (uint32_t d : o.deps) {
       auto dit = c.objects.find(d);
       if (d && dit != c.objects.end() && dit->second.kind == Kind::kMem && dit->second.map.valid()) {
@@ -458,18 +454,18 @@ void Server::drop(Client& c, uint32_t handle, const Result<void>& r) {
   c.objects.erase(it);
 }
 
-uint16_t destroy_opcode(Kind k) {
-  namespace prm = hca::prm;
+hca::ObjectKind device_kind(Kind k) {
+  using D = hca::ObjectKind;
   switch (k) {
-    case Kind::kPd: return prm::kDeallocPd;
-    case Kind::kMr: return prm::kDestroyMkey;
-    case Kind::kCq: return prm::kDestroyCq;
-    case Kind::kSrq: return prm::kDestroySrq;
-    case Kind::kQp: return prm::kDestroyQp;
-    case Kind::kAh: return prm::kDestroyAh;
-    case Kind::kMem: break;
+    case Kind::kPd: return D::kPd;
+    case Kind::kMr: return D::kMkey;
+    case Kind::kCq: return D::kCq;
+    case Kind::kSrq: return D::kSrq;
+    case Kind::kQp: return D::kQp;
+    case Kind::kAh: return D::kAh;
+    case Kind::kMem: break;  // no device object
   }
-  return 0;
+  return D::kPd;
 }
 
 void Server::continue_teardown(uint32_t id) {
@@ -490,11 +486,11 @@ void Server::continue_teardown(uint32_t id) {
     if (handles.empty()) continue;
     c.teardown_outstanding = static_cast<uint32_t>(handles.size());
     for (uint32_t h : handles) {
-      hca_.destroy_async(destroy_opcode(k), c.objects.at(h).number,
+      hca_.destroy_async(device_kind(k), c.objects.at(h).number,
                          guard<void>([this, id, h](Result<void> r) {
                            Client* gone = owner(id);
                            if (!gone) return;
-                           if (!r && hca_.device().alive()) {
+                           if (!r && hca_.alive()) {
                              auto o = gone->objects.find(h);
                              if (o != gone->objects.end())
                                logger()->warn("client {}: destroying {} {:#x}: {}", id, kind_name(o->second.kind),
@@ -513,8 +509,8 @@ void Server::continue_teardown(uint32_t id) {
   if (c.uar) {
     const uint32_t uar = std::exchange(c.uar, 0);
     c.teardown_outstanding = 1;
-    hca_.destroy_async(hca::prm::kDeallocUar, uar, guard<void>([this, id, uar](Result<void> r) {
-                         if (!r && hca_.device().alive())
+    hca_.destroy_async(hca::ObjectKind::kUar, uar, guard<void>([this, id, uar](Result<void> r) {
+                         if (!r && hca_.alive())
                            logger()->warn("client {}: DEALLOC_UAR {}: {}", id, uar, r.error().str());
                          if (Client* gone = owner(id)) {
                            gone->teardown_outstanding = 0;
@@ -550,11 +546,12 @@ void Server::queue_event(Client& c, proto::AsyncEvent ev) {
   if (c.async_fd) signal_fd(c.async_fd.get());
 }
 
-// docs/simhca.md §9.4 -> IBA 11.6.3: affiliated events to the owner of the
-// object, unaffiliated ones (port, device) to every client.
-void Server::on_event(const hca::EventEntry& e) {
+// IBA 11.6.3: affiliated events to the owner of the object, unaffiliated
+// ones (port, device) to every client.
+void Server::on_event(const hca::Event& e) {
+  using K = hca::Event::Kind;
   auto to_owner = [&](std::unordered_map<uint32_t, Owner>& owners, uint8_t type, proto::ObjKind kind) {
-    auto it = owners.find(get32(e.data, 0));
+    auto it = owners.find(e.number);
     if (it == owners.end()) return;
     if (Client* c = client(it->second.client))
       queue_event(*c, {type, static_cast<uint8_t>(kind), 0, it->second.handle});
@@ -563,76 +560,72 @@ void Server::on_event(const hca::EventEntry& e) {
     for (auto& [id, c] : clients_)
       if (c->hello && !c->stale) queue_event(*c, {type, static_cast<uint8_t>(kind), port, 0});
   };
-  namespace prm = hca::prm;
-  switch (e.type) {
-    case prm::kEvCqCompletion: {
-      if (umad_ && umad_->on_cq_event(get32(e.data, 0))) return;
-      if (ipoib_ && ipoib_->on_cq_event(get32(e.data, 0))) return;
-      auto it = cq_owner_.find(get32(e.data, 0));
-      if (it == cq_owner_.end()) return;
-      Client* c = client(it->second.client);
-      if (!c) return;
-      auto o = c->objects.find(it->second.handle);
-      if (o != c->objects.end() && o->second.eventfd) {
-        ++counters_.cq_notifications;
-        signal_fd(o->second.eventfd.get());
-      }
-      return;
-    }
-    case prm::kEvCqError: return to_owner(cq_owner_, kIbvCqErr, proto::ObjKind::kCq);
-    case prm::kEvQpFatal: return to_owner(qp_owner_, kIbvQpFatal, proto::ObjKind::kQp);
-    case prm::kEvQpReqErr: return to_owner(qp_owner_, kIbvQpReqErr, proto::ObjKind::kQp);
-    case prm::kEvQpAccessErr: return to_owner(qp_owner_, kIbvQpAccessErr, proto::ObjKind::kQp);
-    case prm::kEvQpLastWqeReached: return to_owner(qp_owner_, kIbvQpLastWqeReached, proto::ObjKind::kQp);
-    case prm::kEvQpCommEst: return to_owner(qp_owner_, kIbvCommEst, proto::ObjKind::kQp);
-    case prm::kEvSqDrained: return to_owner(qp_owner_, kIbvSqDrained, proto::ObjKind::kQp);
-    case prm::kEvSrqLimit: return to_owner(srq_owner_, kIbvSrqLimitReached, proto::ObjKind::kSrq);
-    case prm::kEvSrqCatas: return to_owner(srq_owner_, kIbvSrqErr, proto::ObjKind::kSrq);
-    case prm::kEvPortStateChange: {
-      const uint8_t port = get8(e.data, 0), old_state = get8(e.data, 1), new_state = get8(e.data, 2);
-      logger()->info("port {}: state {} -> {}", port, old_state, new_state);
+  switch (e.kind) {
+    case K::kCqCompletion: return on_cq_event(e.number);
+    case K::kCqError: return to_owner(cq_owner_, kIbvCqErr, proto::ObjKind::kCq);
+    case K::kQpFatal: return to_owner(qp_owner_, kIbvQpFatal, proto::ObjKind::kQp);
+    case K::kQpReqErr: return to_owner(qp_owner_, kIbvQpReqErr, proto::ObjKind::kQp);
+    case K::kQpAccessErr: return to_owner(qp_owner_, kIbvQpAccessErr, proto::ObjKind::kQp);
+    case K::kQpLastWqeReached: return to_owner(qp_owner_, kIbvQpLastWqeReached, proto::ObjKind::kQp);
+    case K::kQpCommEst: return to_owner(qp_owner_, kIbvCommEst, proto::ObjKind::kQp);
+    case K::kSqDrained: return to_owner(qp_owner_, kIbvSqDrained, proto::ObjKind::kQp);
+    case K::kSrqLimit: return to_owner(srq_owner_, kIbvSrqLimitReached, proto::ObjKind::kSrq);
+    case K::kSrqError: return to_owner(srq_owner_, kIbvSrqErr, proto::ObjKind::kSrq);
+    case K::kPortState: {
+      logger()->info("port {}: state {} -> {}", e.port, e.old_state, e.new_state);
       // docs/sa.md "In ibd": a port going down loses its paths; one coming
       // up keeps them stale (a warm start's restored ones too) and revalidates.
-      if (sa_) sa_->port_state(port, new_state);
-      if (ipoib_) ipoib_->port_state(port, new_state);
-      if (cm_) cm_->port_changed(port);
-      if (new_state == hca::kPortActive) to_all(kIbvPortActive, proto::ObjKind::kPort, port);
-      else if (old_state == hca::kPortActive) to_all(kIbvPortErr, proto::ObjKind::kPort, port);
+      if (sa_) sa_->port_state(e.port, e.new_state);
+      if (ipoib_) ipoib_->port_state(e.port, e.new_state);
+      if (cm_) cm_->port_changed(e.port);
+      if (e.new_state == hca::kPortActive) to_all(kIbvPortActive, proto::ObjKind::kPort, e.port);
+      else if (e.old_state == hca::kPortActive) to_all(kIbvPortErr, proto::ObjKind::kPort, e.port);
       return;
     }
-    case prm::kEvLidChange: {
-      logger()->info("port {}: LID {}", get8(e.data, 0), get16(e.data, 2));
-      if (sa_) sa_->lid_changed(get8(e.data, 0), get16(e.data, 2));
-      if (cm_) cm_->port_changed(get8(e.data, 0));
-      return to_all(kIbvLidChange, proto::ObjKind::kPort, get8(e.data, 0));
+    case K::kLidChange: {
+      logger()->info("port {}: LID {}", e.port, e.lid);
+      if (sa_) sa_->lid_changed(e.port, e.lid);
+      if (cm_) cm_->port_changed(e.port);
+      return to_all(kIbvLidChange, proto::ObjKind::kPort, e.port);
     }
-    // docs/simhca.md §9.4, §14.3, §14.4: the SM's changes to the port. The
-    // path cache's levels as Linux's IPoIB flushes (docs/sa.md "In ibd").
-    case prm::kEvSmChange:
-    case prm::kEvClientReregister:
-    case prm::kEvPkeyChange:
-    case prm::kEvGidChange: {
-      const uint8_t port = get8(e.data, 0);
-      const bool light = e.type == prm::kEvSmChange || e.type == prm::kEvClientReregister;
-      const uint8_t ibv = e.type == prm::kEvSmChange            ? kIbvSmChange
-                          : e.type == prm::kEvClientReregister ? kIbvClientReregister
-                          : e.type == prm::kEvPkeyChange       ? kIbvPkeyChange
-                                                               : kIbvGidChange;
-      logger()->info("port {}: {}", port,
-                     light ? (e.type == prm::kEvSmChange ? "SM change" : "client reregister")
-                           : (e.type == prm::kEvPkeyChange ? "P_Key change" : "GID change"));
-      if (sa_) sa_->port_event(port, light ? sa::Invalidation::kLight : sa::Invalidation::kHeavy);
-      if (cm_) cm_->port_changed(port);
-      return to_all(ibv, proto::ObjKind::kPort, port);
+    // The SM's changes to the port (docs/simhca.md §14.3, §14.4). The path
+    // cache's levels as Linux's IPoIB flushes (docs/sa.md "In ibd").
+    case K::kSmChange:
+    case K::kClientReregister:
+    case K::kPkeyChange:
+    case K::kGidChange: {
+      const bool light = e.kind == K::kSmChange || e.kind == K::kClientReregister;
+      const uint8_t ibv = e.kind == K::kSmChange            ? kIbvSmChange
+                          : e.kind == K::kClientReregister ? kIbvClientReregister
+                          : e.kind == K::kPkeyChange       ? kIbvPkeyChange
+                                                           : kIbvGidChange;
+      logger()->info("port {}: {}", e.port, hca::event_name(e.kind));
+      if (sa_) sa_->port_event(e.port, light ? sa::Invalidation::kLight : sa::Invalidation::kHeavy);
+      if (cm_) cm_->port_changed(e.port);
+      return to_all(ibv, proto::ObjKind::kPort, e.port);
     }
-    case prm::kEvDeviceFatal:
-      // §11.4: the device fails most commands from now on; handled as a
-      // lost device (device_lost() sends every client DEVICE_FATAL), and
+    case K::kDeviceFatal:
+      // The device fails most commands from now on; handled as a lost
+      // device (device_lost() sends every client DEVICE_FATAL), and
       // recovery resets it (docs/operations.md §5).
-      logger()->error("device {}: DEVICE_FATAL (health syndrome {})", opts_.device_name, get32(e.data, 0));
+      logger()->error("device {}: DEVICE_FATAL (health syndrome {})", opts_.device_name, e.syndrome);
       return device_is_gone();
-    default:
-      logger()->debug("event type {:#x} not routed", e.type);
+  }
+}
+
+// A CQ's completion event: ibd's own (user MADs, IPoIB), else the owning
+// client's eventfd.
+void Server::on_cq_event(uint32_t cqn) {
+  if (umad_ && umad_->on_cq_event(cqn)) return;
+  if (ipoib_ && ipoib_->on_cq_event(cqn)) return;
+  auto it = cq_owner_.find(cqn);
+  if (it == cq_owner_.end()) return;
+  Client* c = client(it->second.client);
+  if (!c) return;
+  auto o = c->objects.find(it->second.handle);
+  if (o != c->objects.end() && o->second.eventfd) {
+    ++counters_.cq_notifications;
+    signal_fd(o->second.eventfd.get());
   }
 }
 
@@ -669,7 +662,7 @@ void Server::device_lost() {
   retire_status_page();
   // Fence: every command in flight or queued fails now with ENODEV; their
   // continuations answer their clients and drop what they would have made.
-  if (hca_.is_open()) hca_.commands().fence(err(ENODEV, "{}: device is gone", opts_.device_name));
+  if (hca_.is_open()) hca_.fence(err(ENODEV, "{}: device is gone", opts_.device_name));
   size_t notified = 0, objects = 0;
   for (auto& [id, c] : clients_) {
     if (!c->hello) continue;

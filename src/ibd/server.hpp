@@ -18,7 +18,7 @@
 #include <unordered_map>
 
 #include "clientproto/socket.hpp"
-#include "hca/hca.hpp"
+#include "hca/device.hpp"
 #include "ibd/client.hpp"
 #include "ibd/cm_service.hpp"
 #include "ibd/cma_service.hpp"
@@ -58,7 +58,7 @@ const char* device_state_name(DeviceState s);
 
 class Server {
  public:
-  Server(boost::asio::io_context& io, hca::Hca& hca, ServerOptions opts);
+  Server(boost::asio::io_context& io, hca::Device& hca, ServerOptions opts);
   ~Server();
 
   // Creates the socket (parent directory, stale socket removed unless a
@@ -199,8 +199,9 @@ class Server {
   // only after everything that used it is destroyed.
   void continue_teardown(uint32_t id);
 
-  // Events (docs/simhca.md §9.4 -> IBA 11.6.3 -> the client's queue).
-  void on_event(const hca::EventEntry& e);
+  // Events (the driver's, IBA 11.6.3 -> the client's queue).
+  void on_event(const hca::Event& e);
+  void on_cq_event(uint32_t cqn);
   void queue_event(Client& c, proto::AsyncEvent ev);
   void signal_fd(int fd);
 
@@ -211,7 +212,7 @@ class Server {
   void info_ports(uint32_t id, uint32_t flags, std::vector<std::optional<hca::PortAttr>> got, Respond done);
 
   boost::asio::io_context& io_;
-  hca::Hca& hca_;
+  hca::Device& hca_;
   ServerOptions opts_;
   std::unique_ptr<boost::asio::posix::stream_descriptor> listener_;
   boost::asio::steady_timer health_;

@@ -105,7 +105,7 @@ ssize_t recv_datagram(int sock, std::byte* buf, size_t len) {
 
 }  // namespace
 
-UmadService::UmadService(asio::io_context& io, hca::Hca& hca, std::string socket_path, uint8_t num_ports,
+UmadService::UmadService(asio::io_context& io, hca::Device& hca, std::string socket_path, uint8_t num_ports,
                          bool user_gmp)
     : io_(io), hca_(hca), socket_path_(std::move(socket_path)), num_ports_(num_ports), user_gmp_(user_gmp) {
   setup_issm();

@@ -48,7 +48,7 @@
 #include "clientproto/mad_socket.hpp"
 #include "clientproto/socket.hpp"
 #include "common/fd.hpp"
-#include "hca/hca.hpp"
+#include "hca/device.hpp"
 #include "mad/layer.hpp"
 
 namespace openib::ibd {
@@ -66,7 +66,7 @@ class UmadService {
  public:
   // `socket_path` names the issm files. The MAD ports are opened lazily, on
   // the first UMAD_OPEN of a port.
-  UmadService(boost::asio::io_context& io, hca::Hca& hca, std::string socket_path, uint8_t num_ports,
+  UmadService(boost::asio::io_context& io, hca::Device& hca, std::string socket_path, uint8_t num_ports,
               bool user_gmp = false);
   ~UmadService();
 
@@ -160,7 +160,7 @@ class UmadService {
   Session* find_session(uint32_t client, uint8_t port);
 
   boost::asio::io_context& io_;
-  hca::Hca& hca_;
+  hca::Device& hca_;
   std::string socket_path_;
   uint8_t num_ports_;
   bool user_gmp_;

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "common/log.hpp"
-#include "hca/prm.hpp"
 
 namespace openib::ipoib {
 namespace {
@@ -36,14 +35,14 @@ size_t UdPort::buffer_bytes(const UdPortConfig& c) {
 }
 size_t UdPort::buf_bytes() const { return buffer_bytes(cfg_); }
 
-void UdPort::open_async(hca::Hca& hca, const UdPortConfig& cfg, OpenDone done) {
+void UdPort::open_async(hca::Device& hca, const UdPortConfig& cfg, OpenDone done) {
   step(std::unique_ptr<UdPort>(new UdPort(hca, cfg)), std::move(done), kPd);
 }
 
 // One rung per call; each command's completion climbs the next (IBA
 // 10.3.1: RESET -> INIT (port, P_Key index, Q_Key) -> RTR -> RTS).
 void UdPort::step(std::unique_ptr<UdPort> p, OpenDone done, int rung) {
-  hca::Hca& h = p->hca_;
+  hca::Device& h = p->hca_;
   switch (rung) {
     case kPd:
       return h.alloc_pd_async([p = std::move(p), d = std::move(done)](Result<uint32_t> pd) mutable {
@@ -118,51 +117,35 @@ void UdPort::step(std::unique_ptr<UdPort> p, OpenDone done, int rung) {
       for (uint32_t s = 0; s < (1u << p->cfg_.log_slots); ++s)
         if (auto r = p->post_recv(s); !r) return fail(std::move(p), std::move(done), r.take_error());
       for (uint32_t s = 1u << p->cfg_.log_send_slots; s-- > 0;) p->free_send_.push_back(s);
-      if (auto r = h.arm_cq(p->cq_, false, p->cq_.ci); !r) return fail(std::move(p), std::move(done), r.take_error());
+      if (auto r = h.arm_cq(p->cq_, false); !r) return fail(std::move(p), std::move(done), r.take_error());
       return done(std::move(p));
     }
   }
 }
 
-std::vector<std::pair<uint16_t, uint32_t>> UdPort::teardown_steps() {
-  using namespace hca::prm;
-  std::vector<std::pair<uint16_t, uint32_t>> steps;  // run from the back: QP, CQ, MKEY, PD
-  if (have_pd_) steps.emplace_back(kDeallocPd, pdn_);
-  if (have_mkey_) steps.emplace_back(kDestroyMkey, mkey_.lkey);
-  if (have_cq_) steps.emplace_back(kDestroyCq, cq_.cqn);
-  if (have_qp_) steps.emplace_back(kDestroyQp, qp_.qpn);
+std::vector<std::pair<hca::ObjectKind, uint32_t>> UdPort::teardown_steps() {
+  using K = hca::ObjectKind;
+  std::vector<std::pair<K, uint32_t>> steps;  // QP, CQ, MKEY, PD
+  if (have_qp_) steps.emplace_back(K::kQp, qp_.qpn);
+  if (have_cq_) steps.emplace_back(K::kCq, cq_.cqn);
+  if (have_mkey_) steps.emplace_back(K::kMkey, mkey_.lkey);
+  if (have_pd_) steps.emplace_back(K::kPd, pdn_);
   have_pd_ = have_mkey_ = have_cq_ = have_qp_ = false;
   return steps;
 }
 
-namespace {
-// Runs `steps` from the back, one DESTROY at a time; `keep` (the port, whose
-// memory the device may still reach) lives until the last has answered.
-void destroy_chain(hca::Hca& h, std::shared_ptr<void> keep, std::vector<std::pair<uint16_t, uint32_t>> steps,
-                   std::function<void()> done) {
-  if (steps.empty()) return done();
-  const auto [op, num] = steps.back();
-  steps.pop_back();
-  h.destroy_async(op, num, [&h, keep = std::move(keep), s = std::move(steps), d = std::move(done), op = op,
-                            num = num](Result<void> r) mutable {
-    if (!r) log::get("ipoib")->warn("destroy {:#06x} {:#x}: {}", op, num, r.error().str());
-    destroy_chain(h, std::move(keep), std::move(s), std::move(d));
-  });
-}
-}  // namespace
-
 void UdPort::fail(std::unique_ptr<UdPort> p, OpenDone done, Error e) {
   log::get("ipoib")->warn("port {}: opening the IPoIB QP: {}", p->cfg_.port, e.str());
   auto steps = p->teardown_steps();
-  hca::Hca& h = p->hca_;
-  destroy_chain(h, std::shared_ptr<UdPort>(std::move(p)), std::move(steps),
-                [d = std::make_shared<OpenDone>(std::move(done)), e = std::move(e)]() mutable { (*d)(std::move(e)); });
+  hca::Device& h = p->hca_;
+  hca::destroy_in_order(h, std::move(steps), std::shared_ptr<UdPort>(std::move(p)),
+                        [d = std::make_shared<OpenDone>(std::move(done)), e = std::move(e)]() mutable { (*d)(std::move(e)); });
 }
 
 void UdPort::close_async(std::unique_ptr<UdPort> p, std::function<void()> done) {
   auto steps = p->teardown_steps();
-  hca::Hca& h = p->hca_;
-  destroy_chain(h, std::shared_ptr<UdPort>(std::move(p)), std::move(steps), std::move(done));
+  hca::Device& h = p->hca_;
+  hca::destroy_in_order(h, std::move(steps), std::shared_ptr<UdPort>(std::move(p)), std::move(done));
 }
 
 UdPort::~UdPort() = default;  // objects not closed went with the device
@@ -242,7 +225,7 @@ bool UdPort::on_cq_event(uint32_t cqn) {
         if (auto r = post_recv(slot); !r) ++counters_.recv_errors;
     }
   }
-  (void)hca_.arm_cq(cq_, false, cq_.ci);
+  (void)hca_.arm_cq(cq_, false);
   if (free_send_.size() > before && on_freed_) on_freed_();
   return true;
 }

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/result.hpp"
-#include "hca/hca.hpp"
+#include "hca/device.hpp"
 
 namespace openib::ipoib {
 
@@ -57,7 +57,7 @@ class UdPort {
   using OpenDone = hca::Completer<Result<std::unique_ptr<UdPort>>>;
   // PD, buffer and MKEY, CQ, UD QP moved to RTS with cfg's P_Key index and
   // Q_Key; receives posted, CQ armed. On failure what was made is undone.
-  static void open_async(hca::Hca& hca, const UdPortConfig& cfg, OpenDone done);
+  static void open_async(hca::Device& hca, const UdPortConfig& cfg, OpenDone done);
   // Forgets the objects (a lost device took them); use close_async() otherwise.
   ~UdPort();
   UdPort(const UdPort&) = delete;
@@ -77,7 +77,7 @@ class UdPort {
   Result<void> send(uint32_t ahn, uint32_t qpn, uint32_t qkey, std::span<const uint8_t> packet);
   size_t slots_free() const { return free_send_.size(); }
   // Between begin_batch() and end_batch() sends ring no doorbell; the
-  // end rings once for all of them (Hca::ring_sq).
+  // end rings once for all of them (Device::ring_sq).
   void begin_batch() { batching_ = true; }
   void end_batch();
   // Called after completions freed send slots (the owner resumes reading).
@@ -90,7 +90,7 @@ class UdPort {
   static size_t buffer_bytes(const UdPortConfig& c);
 
  private:
-  UdPort(hca::Hca& hca, const UdPortConfig& cfg) : hca_(hca), cfg_(cfg) {}
+  UdPort(hca::Device& hca, const UdPortConfig& cfg) : hca_(hca), cfg_(cfg) {}
   static void step(std::unique_ptr<UdPort> p, OpenDone done, int rung);
   static void fail(std::unique_ptr<UdPort> p, OpenDone done, Error e);
   size_t slot_stride() const;
@@ -98,9 +98,9 @@ class UdPort {
   uint8_t* at(size_t off) const { return static_cast<uint8_t*>(buf_.data()) + off; }
   uint64_t va(size_t off) const { return reinterpret_cast<uint64_t>(at(off)); }
   Result<void> post_recv(uint32_t slot);
-  std::vector<std::pair<uint16_t, uint32_t>> teardown_steps();
+  std::vector<std::pair<hca::ObjectKind, uint32_t>> teardown_steps();
 
-  hca::Hca& hca_;
+  hca::Device& hca_;
   UdPortConfig cfg_;
   uint32_t pdn_ = 0;
   hca::Mkey mkey_{};

@@ -38,7 +38,7 @@
 #include "mad/rmpp.hpp"
 
 namespace openib::hca {
-class Hca;
+class Device;
 }
 
 namespace openib::mad {
@@ -70,12 +70,11 @@ class MadLayer {
  public:
   using Handler = std::function<void(const Delivery&)>;
 
-  // The layer over `port`'s QP0 and QP1 on the HCA driver (defined in
-  // mad_port.cpp, with the driver-facing half).
-  static Result<std::unique_ptr<MadLayer>> open(boost::asio::io_context& io, hca::Hca& hca, uint8_t port);
-  // The same without blocking the loop (MadPort::open_async).
+  // The layer over `port`'s QP0 and QP1 on the device, without blocking
+  // the loop (MadPort::open_async; defined in mad_port.cpp, with the
+  // driver-facing half).
   using OpenDone = hca::Completer<Result<std::unique_ptr<MadLayer>>>;
-  static void open_async(boost::asio::io_context& io, hca::Hca& hca, uint8_t port, OpenDone done);
+  static void open_async(boost::asio::io_context& io, hca::Device& hca, uint8_t port, OpenDone done);
   // The layer over any transport (tests, the fuzz target).
   MadLayer(boost::asio::io_context& io, std::unique_ptr<MadTransport> port);
   ~MadLayer();

@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "common/log.hpp"
-#include "hca/prm.hpp"
 #include "mad/layer.hpp"
 
 namespace openib::mad {
@@ -31,12 +30,6 @@ uint32_t be32(const std::byte* p) {
 }
 
 }  // namespace
-
-Result<std::unique_ptr<MadPort>> MadPort::open(hca::Hca& hca, uint8_t port) {
-  std::unique_ptr<MadPort> p(new MadPort(hca, port));
-  OPENIB_TRY(p->setup());
-  return p;
-}
 
 std::byte* MadPort::slot_ptr(size_t offset) const { return static_cast<std::byte*>(buf_.data()) + offset; }
 uint64_t MadPort::slot_va(size_t offset) const { return reinterpret_cast<uint64_t>(slot_ptr(offset)); }
@@ -78,38 +71,10 @@ Result<void> MadPort::post_receives(uint8_t q) {
   return ok();
 }
 
-Result<void> MadPort::setup() {
-  OPENIB_TRY_ASSIGN(pdn_, hca_.alloc_pd());
-  have_pd_ = true;
-  OPENIB_TRY_ASSIGN(buf_, hca_.pool().alloc(kBufBytes, 4096));
-  std::memset(buf_.data(), 0, kBufBytes);
-  hca::MkeyParams mp;
-  mp.pdn = pdn_;
-  mp.access = hca::kAccessLocalWrite;
-  mp.start_va = slot_va(0);
-  mp.length = kBufBytes;
-  mp.log_page_size = 12;
-  for (size_t off = 0; off < kBufBytes; off += 4096) mp.pages.push_back(buf_.iova() + off);
-  OPENIB_TRY_ASSIGN(mkey_, hca_.create_mkey(mp));
-  have_mkey_ = true;
-  OPENIB_TRY_ASSIGN(cq_, hca_.create_cq(kLogCq));
-  have_cq_ = true;
-  for (uint8_t q = 0; q < 2; ++q) {
-    OPENIB_TRY_ASSIGN(qps_[q], hca_.create_qp(qp_init(q)));
-    have_qp_[q] = true;
-    for (auto to : {hca::QpState::kInit, hca::QpState::kRtr, hca::QpState::kRts})
-      OPENIB_TRY(hca_.modify_qp(qps_[q].qpn, modify_mask(to), modify_attr(q, to)));
-    OPENIB_TRY(post_receives(q));
-  }
-  for (uint32_t s = kSendSlots; s-- > 0;) free_send_.push_back(s);
-  OPENIB_TRY(hca_.arm_cq(cq_, false, cq_.ci));
-  return ok();
-}
-
-// The ladder of setup(), one command in flight at a time, on the loop:
+// The ladder, one command in flight at a time, on the loop:
 // ALLOC_PD, CREATE_MKEY, CREATE_CQ, then per QP CREATE_QP and three
 // MODIFY_QPs; receives posted and the CQ armed without a command.
-void MadPort::open_async(hca::Hca& hca, uint8_t port, OpenDone done) {
+void MadPort::open_async(hca::Device& hca, uint8_t port, OpenDone done) {
   std::unique_ptr<MadPort> p(new MadPort(hca, port));
   hca.alloc_pd_async([p = std::move(p), d = std::move(done)](Result<uint32_t> pd) mutable {
     if (!pd) return fail(std::move(p), std::move(d), pd.take_error());
@@ -131,12 +96,12 @@ void MadPort::rung_mkey(std::unique_ptr<MadPort> p, OpenDone done) {
   mp.length = kBufBytes;
   mp.log_page_size = 12;
   for (size_t off = 0; off < kBufBytes; off += 4096) mp.pages.push_back(p->buf_.iova() + off);
-  hca::Hca& h = p->hca_;
+  hca::Device& h = p->hca_;
   h.create_mkey_async(mp, [p = std::move(p), d = std::move(done)](Result<hca::Mkey> m) mutable {
     if (!m) return fail(std::move(p), std::move(d), m.take_error());
     p->mkey_ = *m;
     p->have_mkey_ = true;
-    hca::Hca& hc = p->hca_;
+    hca::Device& hc = p->hca_;
     hc.create_cq_async(kLogCq, [p = std::move(p), d = std::move(d)](Result<hca::Cq> cq) mutable {
       if (!cq) return fail(std::move(p), std::move(d), cq.take_error());
       p->cq_ = std::move(*cq);
@@ -149,7 +114,7 @@ void MadPort::rung_mkey(std::unique_ptr<MadPort> p, OpenDone done) {
 void MadPort::rung_qp(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q) {
   if (q == 2) return finish(std::move(p), std::move(done));
   const hca::QpInit in = p->qp_init(q);
-  hca::Hca& h = p->hca_;
+  hca::Device& h = p->hca_;
   h.create_qp_async(in, [p = std::move(p), d = std::move(done), q](Result<hca::Qp> qp) mutable {
     if (!qp) return fail(std::move(p), std::move(d), qp.take_error());
     p->qps_[q] = std::move(*qp);
@@ -159,7 +124,7 @@ void MadPort::rung_qp(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q) {
 }
 
 void MadPort::rung_modify(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q, hca::QpState to) {
-  hca::Hca& h = p->hca_;
+  hca::Device& h = p->hca_;
   const uint32_t qpn = p->qps_[q].qpn;
   h.modify_qp_async(qpn, modify_mask(to), modify_attr(q, to),
                     [p = std::move(p), d = std::move(done), q, to](Result<void> r) mutable {
@@ -173,7 +138,7 @@ void MadPort::rung_modify(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q, 
 
 void MadPort::finish(std::unique_ptr<MadPort> p, OpenDone done) {
   for (uint32_t s = kSendSlots; s-- > 0;) p->free_send_.push_back(s);
-  if (auto r = p->hca_.arm_cq(p->cq_, false, p->cq_.ci); !r) return fail(std::move(p), std::move(done), r.take_error());
+  if (auto r = p->hca_.arm_cq(p->cq_, false); !r) return fail(std::move(p), std::move(done), r.take_error());
   done(std::move(p));
 }
 
@@ -181,40 +146,42 @@ void MadPort::finish(std::unique_ptr<MadPort> p, OpenDone done) {
 // a time (a QP before its CQ), and the port's memory is kept until then,
 // since the device may still reach it. Then `done` gets the error.
 void MadPort::fail(std::unique_ptr<MadPort> p, OpenDone done, Error e) {
-  using namespace hca::prm;
-  std::vector<std::pair<uint16_t, uint32_t>> steps;  // run from the back
-  if (p->have_pd_) steps.emplace_back(kDeallocPd, p->pdn_);
-  if (p->have_mkey_) steps.emplace_back(kDestroyMkey, p->mkey_.lkey);
-  if (p->have_cq_) steps.emplace_back(kDestroyCq, p->cq_.cqn);
-  for (uint8_t q = 0; q < 2; ++q)
-    if (p->have_qp_[q]) steps.emplace_back(kDestroyQp, p->qps_[q].qpn);
-  p->have_pd_ = p->have_mkey_ = p->have_cq_ = p->have_qp_[0] = p->have_qp_[1] = false;  // the destructor's part
+  auto steps = p->teardown_steps();
   log::get("mad")->warn("port {}: opening QP0/QP1: {}; undoing {} step(s)", p->port_, e.str(), steps.size());
-  undo(std::move(p), std::move(steps), std::move(done), std::move(e));
+  hca::Device& h = p->hca_;
+  hca::destroy_in_order(h, std::move(steps), std::shared_ptr<MadPort>(std::move(p)),
+                        [d = std::make_shared<OpenDone>(std::move(done)), e = std::move(e)]() mutable { (*d)(std::move(e)); });
 }
 
-void MadPort::undo(std::unique_ptr<MadPort> p, std::vector<std::pair<uint16_t, uint32_t>> steps, OpenDone done,
-                   Error e) {
-  if (steps.empty()) return done(std::move(e));
-  const uint16_t op = steps.back().first;
-  const uint32_t num = steps.back().second;
-  steps.pop_back();
-  hca::Hca& h = p->hca_;
-  h.destroy_async(op, num, [p = std::move(p), s = std::move(steps), d = std::move(done), e = std::move(e), op,
-                            num](Result<void> r) mutable {
-    if (!r) log::get("mad")->warn("port {}: undo {:#06x} {:#x}: {}", p->port_, op, num, r.error().str());
-    undo(std::move(p), std::move(s), std::move(d), std::move(e));
-  });
-}
-
-MadPort::~MadPort() {
-  alive_.reset();  // CREATE_AH continuations completed by the teardown commands below do nothing
+// IBA 11.2's order: the QPs before their CQ, AHs and the MKEY before the PD.
+std::vector<std::pair<hca::ObjectKind, uint32_t>> MadPort::teardown_steps() {
+  using K = hca::ObjectKind;
+  std::vector<std::pair<K, uint32_t>> steps;
   for (int q = 1; q >= 0; --q)
-    if (have_qp_[q]) (void)hca_.destroy_qp(qps_[q]);
-  if (have_cq_) (void)hca_.destroy_cq(cq_);
-  for (auto& [key, ahn] : ahs_) (void)hca_.destroy_ah(ahn);
-  if (have_mkey_) (void)hca_.destroy_mkey(mkey_.lkey);
-  if (have_pd_) (void)hca_.dealloc_pd(pdn_);
+    if (have_qp_[q]) steps.emplace_back(K::kQp, qps_[q].qpn);
+  if (have_cq_) steps.emplace_back(K::kCq, cq_.cqn);
+  for (const auto& [key, ahn] : ahs_) steps.emplace_back(K::kAh, ahn);
+  ahs_.clear();
+  if (have_mkey_) steps.emplace_back(K::kMkey, mkey_.lkey);
+  if (have_pd_) steps.emplace_back(K::kPd, pdn_);
+  have_pd_ = have_mkey_ = have_cq_ = have_qp_[0] = have_qp_[1] = false;
+  return steps;
+}
+
+// The destroys are issued here and answered later (at once on a device
+// that is gone; by the driver's drain at shutdown): the rings and the MAD
+// buffers stay until the last has answered, since the device may reach them.
+MadPort::~MadPort() {
+  alive_.reset();  // CREATE_AH continuations completed by the teardown commands do nothing
+  auto steps = teardown_steps();
+  if (steps.empty()) return;
+  struct Memory {
+    dma::DmaBuffer buf;
+    hca::Cq cq;
+    hca::Qp qp0, qp1;
+  };
+  auto mem = std::make_shared<Memory>(Memory{std::move(buf_), std::move(cq_), std::move(qps_[0]), std::move(qps_[1])});
+  hca::destroy_in_order(hca_, std::move(steps), std::move(mem));
 }
 
 Result<void> MadPort::post_recv_slot(uint8_t qp, uint32_t slot) {
@@ -369,15 +336,10 @@ void MadPort::on_completion() {
         if (auto r = post_recv_slot(qp, slot); !r) ++counters_.recv_errors;
     }
   }
-  (void)hca_.arm_cq(cq_, false, cq_.ci);
+  (void)hca_.arm_cq(cq_, false);
 }
 
-Result<std::unique_ptr<MadLayer>> MadLayer::open(boost::asio::io_context& io, hca::Hca& hca, uint8_t port) {
-  OPENIB_TRY_ASSIGN(auto p, MadPort::open(hca, port));
-  return std::make_unique<MadLayer>(io, std::move(p));
-}
-
-void MadLayer::open_async(boost::asio::io_context& io, hca::Hca& hca, uint8_t port, OpenDone done) {
+void MadLayer::open_async(boost::asio::io_context& io, hca::Device& hca, uint8_t port, OpenDone done) {
   MadPort::open_async(hca, port, [&io, d = std::move(done)](Result<std::unique_ptr<MadPort>> p) mutable {
     if (!p) return d(p.take_error());
     d(std::make_unique<MadLayer>(io, std::move(*p)));

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/result.hpp"
-#include "hca/hca.hpp"
+#include "hca/device.hpp"
 #include "mad/bytes.hpp"
 #include "mad/transport.hpp"
 
@@ -29,13 +29,12 @@ class MadPort final : public MadTransport {
  public:
 
   // Creates the CQ, QP0 and QP1 on `port`, moves both to RTS (P_Key index
-  // 0; QP1's Q_Key kGsiQkey), posts the receive buffers and arms the CQ.
-  static Result<std::unique_ptr<MadPort>> open(hca::Hca& hca, uint8_t port);
-  // The same ladder as a chain of asynchronous commands, for ibd's loop
-  // (which never waits for a command): `done` gets the port, or the first
-  // failure after what was created has been destroyed again.
+  // 0; QP1's Q_Key kGsiQkey), posts the receive buffers and arms the CQ: a
+  // chain of asynchronous commands, for ibd's loop (which never waits for
+  // a command). `done` gets the port, or the first failure after what was
+  // created has been destroyed again.
   using OpenDone = hca::Completer<Result<std::unique_ptr<MadPort>>>;
-  static void open_async(hca::Hca& hca, uint8_t port, OpenDone done);
+  static void open_async(hca::Device& hca, uint8_t port, OpenDone done);
   ~MadPort();
   MadPort(const MadPort&) = delete;
   MadPort& operator=(const MadPort&) = delete;
@@ -63,16 +62,15 @@ class MadPort final : public MadTransport {
   const MadPortCounters& counters() const override { return counters_; }
 
  private:
-  MadPort(hca::Hca& hca, uint8_t port) : hca_(hca), port_(port) {}
-  Result<void> setup();
+  MadPort(hca::Device& hca, uint8_t port) : hca_(hca), port_(port) {}
   // open_async's rungs, each continuing the next; fail() undoes.
   static void rung_mkey(std::unique_ptr<MadPort> p, OpenDone done);
   static void rung_qp(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q);
   static void rung_modify(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q, hca::QpState to);
   static void finish(std::unique_ptr<MadPort> p, OpenDone done);
   static void fail(std::unique_ptr<MadPort> p, OpenDone done, Error e);
-  static void undo(std::unique_ptr<MadPort> p, std::vector<std::pair<uint16_t, uint32_t>> steps, OpenDone done,
-                   Error e);
+  // What is created, in the order it is destroyed; the have_ flags cleared.
+  std::vector<std::pair<hca::ObjectKind, uint32_t>> teardown_steps();
   hca::QpInit qp_init(uint8_t q) const;
   Result<void> post_receives(uint8_t q);
   Result<void> post_recv_slot(uint8_t qp, uint32_t slot);
@@ -94,7 +92,7 @@ class MadPort final : public MadTransport {
   std::byte* slot_ptr(size_t offset) const;
   uint64_t slot_va(size_t offset) const;
 
-  hca::Hca& hca_;
+  hca::Device& hca_;
   uint8_t port_;
   uint32_t pdn_ = 0;
   bool have_pd_ = false;
