@@ -41,6 +41,7 @@
 #include "cm/engine.hpp"
 #include "common/fd.hpp"
 #include "hca/device.hpp"
+#include "ibd/service.hpp"
 #include "ibd/budget.hpp"
 #include "ibd/event_socket.hpp"
 #include "ibd/umad_service.hpp"
@@ -54,21 +55,11 @@ struct CmServiceCounters {
   uint64_t requests_without_engine = 0;  // the port's MAD layer is not open (ENETDOWN)
 };
 
-class CmService {
+class CmService final : public Service {
  public:
-  // The client's QPs, through the server: lookup (QPN, type, state of the
-  // client's handle) and modify (as MODIFY_QP would, its state recorded).
-  struct QpInfo {
-    uint32_t qpn = 0;
-    uint8_t type = 0;   // 0 RC, 1 UC, 2 UD
-    uint8_t state = 0;  // as last set or seen
-  };
-  struct QpOps {
-    std::function<Result<QpInfo>(uint32_t client, uint32_t handle)> lookup;
-    std::function<void(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
-                       hca::Completer<Result<void>> done)>
-        modify;
-  };
+  // The client's QPs, through the server (service.hpp).
+  using QpInfo = ClientQpInfo;
+  using QpOps = ClientQps;
   using Done = hca::Completer<Result<void>>;
   using IdDone = hca::Completer<Result<uint32_t>>;
 
@@ -79,9 +70,16 @@ class CmService {
   static constexpr size_t kMaxInternalIds = 1u << 18;
 
   CmService(boost::asio::io_context& io, hca::Device& hca, UmadService& umad, uint8_t num_ports);
-  ~CmService();
+  ~CmService() override;
   CmService(const CmService&) = delete;
   CmService& operator=(const CmService&) = delete;
+
+  std::string_view service_name() const override { return "cm"; }
+  // CM_OPEN ... CM_INFO (cm_requests.cpp).
+  std::vector<proto::Op> ops() const override;
+  Result<void> handle(const Caller& c, proto::Message& m, Respond& done) override;
+  // Any port event: the engine's PortInfo is read again.
+  void port_event(const hca::Event& e) override { port_changed(e.port); }
 
   void set_qp_ops(QpOps ops) { qp_ = std::move(ops); }
   // Events kept for a client that does not read them (ibd --cm-max-queued-events).
@@ -122,14 +120,14 @@ class CmService {
   Result<uint32_t> sidr_query(uint32_t client, const proto::CmSidrQueryReq& r);
   Result<void> sidr_reply(uint32_t client, const proto::CmSidrReplyReq& r);
   Result<proto::CmInitQpAttrRep> init_qp_attr(uint32_t client, const proto::CmInitQpAttrReq& r);
-  void client_gone(uint32_t client);
+  void client_gone(uint32_t client) override;
   // How many ids the client holds (quota).
   size_t ids_of(uint32_t client) const;
 
   // `viewer`: only that client's own session is listed (an unprivileged
   // caller); nullopt: every session. Counters are global either way.
   std::string json(std::optional<uint32_t> viewer = std::nullopt) const;
-  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const override;
   // ibd's memory for the CM: the engines' and the sessions' (bench).
   size_t memory_bytes() const;
 

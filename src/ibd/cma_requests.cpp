@@ -2,23 +2,30 @@
 // "RDMA CM"): ids owned by the connection; QPs named must be the client's.
 #include <cstring>
 
-#include "ibd/server.hpp"
+#include "ibd/cma_service.hpp"
 
 namespace openib::ibd {
 
-Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
-  using proto::Op;
-  if (!cma_) return err(EOPNOTSUPP, "this ibd runs no RDMA CM");
+using proto::Op;
+
+std::vector<proto::Op> CmaService::ops() const {
+  return {Op::kCmaOpen,    Op::kCmaCreateId,   Op::kCmaBind,      Op::kCmaResolveAddr, Op::kCmaResolveRoute,
+          Op::kCmaListen,  Op::kCmaInitQp,     Op::kCmaConnect,   Op::kCmaAccept,      Op::kCmaReject,
+          Op::kCmaDisconnect, Op::kCmaDestroyId, Op::kCmaJoin,    Op::kCmaLeave,       Op::kCmaQuery,
+          Op::kCmaInfo};
+}
+
+Result<void> CmaService::handle(const Caller& c, proto::Message& m, Respond& done) {
   if (!m.fds.empty()) return err(EINVAL, "{} takes no fds", proto::op_name(m.header.op));
   // Ports below 1024, and every user's ids in CMA_INFO: root or
   // CAP_NET_ADMIN (Linux: CAP_NET_BIND_SERVICE for the ports).
-  const bool privileged = c.uid == 0 || c.net_admin;
+  const bool privileged = c.privileged();
   auto empty = [&done] {
     done(Reply{});
     return ok();
   };
-  auto async_empty = [this](Respond d) {
-    return guard<void>([d = std::move(d)](Result<void> r) mutable {
+  auto async_empty = [](Respond d) {
+    return hca::Completer<Result<void>>([d = std::move(d)](Result<void> r) mutable {
       if (!r) return d(r.take_error());
       d(Reply{});
     });
@@ -26,7 +33,7 @@ Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
   switch (static_cast<Op>(m.header.op)) {
     case Op::kCmaOpen: {
       if (!m.body.empty()) return err(EINVAL, "CMA_OPEN takes no body");
-      OPENIB_TRY_ASSIGN(UniqueFd fd, cma_->open(c.id, c.uid));
+      OPENIB_TRY_ASSIGN(UniqueFd fd, open(c.id, c.uid));
       Reply r;
       r.fds.push_back(std::move(fd));
       done(std::move(r));
@@ -34,80 +41,80 @@ Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
     }
     case Op::kCmaCreateId: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaCreateIdReq>(m.body));
-      OPENIB_TRY_ASSIGN(uint32_t h, cma_->create_id(c.id, req));
+      OPENIB_TRY_ASSIGN(uint32_t h, create_id(c.id, req));
       done(Reply{proto::encode(proto::HandleRep{h}), {}});
       return ok();
     }
     case Op::kCmaBind: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaAddrReq>(m.body));
-      OPENIB_TRY_ASSIGN(auto rep, cma_->bind(c.id, req, privileged));
+      OPENIB_TRY_ASSIGN(auto rep, bind(c.id, req, privileged));
       done(Reply{proto::encode(rep), {}});
       return ok();
     }
     case Op::kCmaResolveAddr: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaResolveAddrReq>(m.body));
-      OPENIB_TRY(cma_->resolve_addr(c.id, req, privileged));
+      OPENIB_TRY(resolve_addr(c.id, req, privileged));
       return empty();
     }
     case Op::kCmaResolveRoute: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaIdTimeoutReq>(m.body));
-      OPENIB_TRY(cma_->resolve_route(c.id, req));
+      OPENIB_TRY(resolve_route(c.id, req));
       return empty();
     }
     case Op::kCmaListen: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaListenReq>(m.body));
-      OPENIB_TRY(cma_->listen(c.id, req, privileged));
+      OPENIB_TRY(listen(c.id, req, privileged));
       return empty();
     }
     case Op::kCmaInitQp: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaQpReq>(m.body));
-      cma_->init_qp(c.id, req, async_empty(std::move(done)));
+      init_qp(c.id, req, async_empty(std::move(done)));
       return ok();
     }
     case Op::kCmaConnect: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaConnReq>(m.body));
-      cma_->connect(c.id, req, async_empty(std::move(done)));
+      connect(c.id, req, async_empty(std::move(done)));
       return ok();
     }
     case Op::kCmaAccept: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaConnReq>(m.body));
-      cma_->accept(c.id, req, async_empty(std::move(done)));
+      accept(c.id, req, async_empty(std::move(done)));
       return ok();
     }
     case Op::kCmaReject: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaRejectReq>(m.body));
-      OPENIB_TRY(cma_->reject(c.id, req));
+      OPENIB_TRY(reject(c.id, req));
       return empty();
     }
     case Op::kCmaDisconnect: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
-      OPENIB_TRY(cma_->disconnect(c.id, req.handle));
+      OPENIB_TRY(disconnect(c.id, req.handle));
       return empty();
     }
     case Op::kCmaDestroyId: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
-      OPENIB_TRY(cma_->destroy(c.id, req.handle));
+      OPENIB_TRY(destroy(c.id, req.handle));
       return empty();
     }
     case Op::kCmaJoin: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaJoinReq>(m.body));
-      cma_->join(c.id, req, async_empty(std::move(done)));
+      join(c.id, req, async_empty(std::move(done)));
       return ok();
     }
     case Op::kCmaLeave: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaJoinReq>(m.body));
-      OPENIB_TRY(cma_->leave(c.id, req));
+      OPENIB_TRY(leave(c.id, req));
       return empty();
     }
     case Op::kCmaQuery: {
       OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
-      OPENIB_TRY_ASSIGN(auto rep, cma_->query(c.id, req.handle));
+      OPENIB_TRY_ASSIGN(auto rep, query(c.id, req.handle));
       done(Reply{proto::encode(rep), {}});
       return ok();
     }
     case Op::kCmaInfo: {
       if (!m.body.empty()) return err(EINVAL, "CMA_INFO takes no body");
-      const std::string text = cma_->json(c.uid, privileged);
+      const std::string text = json(c.uid, privileged);
       if (text.size() > proto::kMaxMessage - proto::kHeaderSize - 64) return err(EMSGSIZE, "RDMA CM state too large");
       done(Reply::text(text));
       return ok();
@@ -115,11 +122,6 @@ Result<void> Server::op_cma(Client& c, proto::Message& m, Respond& done) {
     default: break;
   }
   return err(EOPNOTSUPP, "unknown RDMA CM operation {}", m.header.op);
-}
-
-void Server::set_cma(CmaService* cma) {
-  cma_ = cma;
-  if (cma_) cma_->set_qp_ops(qp_ops());
 }
 
 }  // namespace openib::ibd

@@ -50,6 +50,7 @@
 #include "cma/port_table.hpp"
 #include "clientproto/messages.hpp"
 #include "hca/device.hpp"
+#include "ibd/service.hpp"
 #include "ibd/budget.hpp"
 #include "ibd/cm_service.hpp"
 #include "ibd/event_socket.hpp"
@@ -71,14 +72,19 @@ struct CmaServiceCounters {
   uint64_t requests_bad_address = 0, requests_over_backlog = 0, requests_over_budget = 0, requests_expired = 0;
 };
 
-class CmaService {
+class CmaService final : public Service {
  public:
   using Done = hca::Completer<Result<void>>;
 
   CmaService(boost::asio::io_context& io, hca::Device& hca, CmService& cm, SaService& sa, uint8_t num_ports);
-  ~CmaService();
+  ~CmaService() override;
   CmaService(const CmaService&) = delete;
   CmaService& operator=(const CmaService&) = delete;
+
+  std::string_view service_name() const override { return "cma"; }
+  // CMA_OPEN ... CMA_INFO (cma_requests.cpp).
+  std::vector<proto::Op> ops() const override;
+  Result<void> handle(const Caller& c, proto::Message& m, Respond& done) override;
 
   // The clients' QPs (the server's lookup/modify, as the IB CM's).
   void set_qp_ops(CmService::QpOps ops) { qp_ = std::move(ops); }
@@ -112,15 +118,15 @@ class CmaService {
   void join(uint32_t client, const proto::CmaJoinReq& r, Done done);
   Result<void> leave(uint32_t client, const proto::CmaJoinReq& r);
   Result<proto::CmaIdRep> query(uint32_t client, uint32_t id);
-  void client_gone(uint32_t client);
+  void client_gone(uint32_t client) override;
   // The device went: DEVICE_REMOVAL for every id on a port.
-  void device_lost();
+  void device_lost() override;
   size_t ids_of(uint32_t client) const;
 
   // CMA_INFO: the counters and gauges, and the ids of the sessions of
   // `uid` only, or of everyone when `privileged` (root, CAP_NET_ADMIN).
   std::string json(uid_t uid, bool privileged) const;
-  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const override;
 
  private:
   struct Group {

@@ -25,6 +25,11 @@
 #include "ibd/options.hpp"
 #include "ibd/server.hpp"
 #include "ibd/simhca_child.hpp"
+#include "ibd/cm_service.hpp"
+#include "ibd/cma_service.hpp"
+#include "ibd/ipoib_service.hpp"
+#include "ibd/sa_service.hpp"
+#include "ibd/umad_service.hpp"
 #include "vfio/device.hpp"
 
 namespace asio = boost::asio;
@@ -160,19 +165,18 @@ int run(const Options& o) {
       std::make_unique<Server>(io, *hca, ServerOptions{o.socket, o.socket_mode, o.socket_group, device_name, o.limits});
   Server& server = *server_ptr;
   umad->set_max_outstanding(o.limits.umad_max_outstanding);
-  server.set_umad(umad.get());
   // The SA client and path cache on each port's MAD layer (docs/sa.md "In ibd").
   auto sa_service = std::make_unique<SaService>(io, *hca, *umad, hca->caps().num_ports, o.state_dir);
   if (auto r = sa_service->publish_table(o.path_table_slots); !r)  // docs/sa.md "Shared table"
     logger->warn("no shared path table (clients ask ibd for every path): {}", r.error().str());
   sa_service->set_limits(o.limits.mcast_joins, o.limits.services, o.limits.uid_sa_queries_per_sec,
                          o.limits.uid_sa_query_burst);  // clients' joins, services, SA queries (docs/sa.md "Security")
-  server.set_sa(sa_service.get());
+  sa_service->set_path_change_handler(
+      [&server](uint8_t port, uint16_t pkey, const sa::Gid& dgid) { server.on_path_change(port, pkey, dgid); });
   // IPoIB on a TAP interface (docs/ipoib.md).
   std::unique_ptr<IpoibService> ipoib;
   if (!o.ipoib.empty()) {
     ipoib = std::make_unique<IpoibService>(io, *hca, *sa_service, IpoibConfig{o.ipoib, o.ipoib_pkey, o.ipoib_port, o.ipoib_qkey});
-    server.set_ipoib(ipoib.get());
   }
   // The connection manager on each port's MAD layer (docs/cm.md).
   // Queued event bytes per client and per uid, shared by the CM and the
@@ -182,7 +186,7 @@ int run(const Options& o) {
   cm->set_max_queued_events(o.cm_max_queued_events);
   cm->set_event_budget(&event_bytes);
   cm->set_id_limits(o.limits.cm_ids);
-  server.set_cm(cm.get());
+  cm->set_qp_ops(server.qp_ops());
   // The RDMA CM over it, with the ARP module on the IPoIB interface
   // (docs/cma.md, docs/arp.md).
   std::unique_ptr<IpoibLinks> ipoib_links;
@@ -197,7 +201,15 @@ int run(const Options& o) {
   cma->set_id_limit(o.limits.cma_ids);
   cma->set_event_budget(&event_bytes);
   if (ipoib) cma->set_ipoib_qkey([p = ipoib.get()] { return p->qkey(); });
-  server.set_cma(cma.get());
+  cma->set_qp_ops(server.qp_ops());
+  // The services, each after those it uses (service.hpp).
+  ServiceRegistry services;
+  services.add(*umad);
+  services.add(*sa_service);
+  if (ipoib) services.add(*ipoib);
+  services.add(*cm);
+  services.add(*cma);
+  server.set_services(&services);
   if (auto r = server.start(); !r) {
     logger->error("client socket: {}", r.error().str());
     return 1;

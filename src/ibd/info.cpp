@@ -140,16 +140,8 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
   // Gauges of what clients that left still hold: 0 once ibd is done with them.
   j["counters"]["departing_clients"] = departing_.size();
   j["counters"]["fds_closing"] = fds_closing_off_loop();
-  if (umad_)
-    for (const auto& [name, value] : umad_->counter_list()) j["counters"][name] = value;
-  if (sa_)
-    for (const auto& [name, value] : sa_->counter_list()) j["counters"][name] = value;
-  if (ipoib_)
-    for (const auto& [name, value] : ipoib_->counter_list()) j["counters"][name] = value;
-  if (cm_)
-    for (const auto& [name, value] : cm_->counter_list()) j["counters"][name] = value;
-  if (cma_)
-    for (const auto& [name, value] : cma_->counter_list()) j["counters"][name] = value;
+  if (services_)
+    for (const auto& [name, value] : services_->counter_list()) j["counters"][name] = value;
   // kInfoObjects: every client's objects for root, the asker's own otherwise.
   const bool all_objects = (flags & proto::kInfoObjects) && asker.uid == 0;
   const bool own_objects = (flags & proto::kInfoObjects) != 0;

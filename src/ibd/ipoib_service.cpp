@@ -336,6 +336,10 @@ void IpoibService::go_down(const char* why, bool device_gone) {
 
 bool IpoibService::on_cq_event(uint32_t cqn) { return qp_ && qp_->on_cq_event(cqn); }
 
+void IpoibService::port_event(const hca::Event& e) {
+  if (e.kind == hca::Event::Kind::kPortState) port_state(e.port, e.new_state);
+}
+
 void IpoibService::port_state(uint8_t port, uint8_t state) {
   if (port != cfg_.port) return;
   if (state == hca::kPortActive) {
@@ -636,6 +640,16 @@ std::optional<std::array<uint8_t, 16>> IpoibService::gid_of_mac(std::span<const 
   auto a = bridge_->addr_of(m);
   if (!a) return std::nullopt;
   return a->gid;
+}
+
+// IPOIB_INFO: the IPoIB interface as JSON (docs/ipoib.md "ibdctl ipoib"),
+// open to every client as INFO is; bounded by the message.
+Result<void> IpoibService::handle(const Caller&, proto::Message& m, Respond& done) {
+  if (!m.body.empty()) return err(EINVAL, "IPOIB_INFO takes no body");
+  OPENIB_TRY(expect_fds(m, 0));
+  const std::string text = json(proto::kMaxMessage - proto::kHeaderSize - 64);
+  done(Reply::text(text));
+  return ok();
 }
 
 }  // namespace openib::ibd

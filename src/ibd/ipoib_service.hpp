@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "hca/device.hpp"
+#include "ibd/service.hpp"
 #include "ibd/sa_service.hpp"
 #include "ipoib_tap/addr_watch.hpp"
 #include "ipoib_tap/ats.hpp"
@@ -61,12 +62,17 @@ struct IpoibConfig {
 // ids start at 1 and count up).
 inline constexpr uint32_t kIpoibOwner = 0xFFFFFFF0u;
 
-class IpoibService final : private ipoib::BridgeIo {
+class IpoibService final : public Service, private ipoib::BridgeIo {
  public:
   IpoibService(boost::asio::io_context& io, hca::Device& hca, SaService& sa, IpoibConfig cfg);
   ~IpoibService() override;
   IpoibService(const IpoibService&) = delete;
   IpoibService& operator=(const IpoibService&) = delete;
+
+  std::string_view service_name() const override { return "ipoib"; }
+  // IPOIB_INFO.
+  std::vector<proto::Op> ops() const override { return {proto::Op::kIpoibInfo}; }
+  Result<void> handle(const Caller& c, proto::Message& m, Respond& done) override;
 
   // Brings the interface up if the port is Active already.
   void start();
@@ -74,11 +80,12 @@ class IpoibService final : private ipoib::BridgeIo {
   // the objects go with TEARDOWN_HCA), ATS records and joins left.
   void stop();
 
-  // From the server's event routing (docs/simhca.md §9.4).
-  bool on_cq_event(uint32_t cqn);
+  // From the server's event routing (service.hpp).
+  bool on_cq_event(uint32_t cqn) override;
+  void port_event(const hca::Event& e) override;  // its port's state changes
   void port_state(uint8_t port, uint8_t state);
-  void device_lost();
-  void device_back();
+  void device_lost() override;
+  void device_back() override;
 
   // For the RDMA CM's address resolution (docs/arp.md): the interface's
   // index (0 before it exists), the port, its GID 0 and P_Key, the
@@ -95,7 +102,7 @@ class IpoibService final : private ipoib::BridgeIo {
   // counters as JSON text.
   // At most max_bytes: neighbours past that are left out ("truncated").
   std::string json(size_t max_bytes = SIZE_MAX) const;
-  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const override;
 
  private:
   enum class State { kDown, kBringingUp, kUp };

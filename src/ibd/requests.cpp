@@ -22,12 +22,6 @@ namespace {
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kMaxMapLength = 16ull << 30;
 
-Result<void> expect_fds(const proto::Message& m, size_t n) {
-  if (m.fds.size() != n)
-    return err(EINVAL, "{} takes {} fds, got {}", proto::op_name(m.header.op), n, m.fds.size());
-  return ok();
-}
-
 // The fd must be an eventfd: ibd only ever writes 8-byte counts to it.
 Result<void> check_eventfd(int fd) {
   char buf[64];
@@ -99,48 +93,13 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kDestroyAh: return run(op_destroy(c, m, Kind::kAh, done));
     case Op::kGetAsyncEvents: return done(op_get_async_events(c, m));
     case Op::kInfo: return run(op_info(c, m, done));
-    case Op::kUmadPort:
-    case Op::kUmadOpen:
-    case Op::kUmadRegister:
-    case Op::kUmadUnregister: return run(op_umad(c, m, done));
-    case Op::kPathQuery: return run(op_path_query(c, m, done));
-    case Op::kPathTable: return done(op_path_table(c, m));
-    case Op::kMcastJoin:
-    case Op::kMcastLeave:
-    case Op::kServiceSet:
-    case Op::kServiceDelete: return run(op_sa_member(c, m, done));
-    case Op::kPathList: return done(op_path_list(c, m));
-    case Op::kPathFlush: return done(op_path_flush(c, m));
-    case Op::kIpoibInfo: return done(op_ipoib_info(c, m));
-    case Op::kCmOpen:
-    case Op::kCmListen:
-    case Op::kCmConnect:
-    case Op::kCmAccept:
-    case Op::kCmReject:
-    case Op::kCmDisconnect:
-    case Op::kCmDestroy:
-    case Op::kCmSidrQuery:
-    case Op::kCmSidrReply:
-    case Op::kCmInitQpAttr:
-    case Op::kCmInfo: return run(op_cm(c, m, done));
-    case Op::kCmaOpen:
-    case Op::kCmaCreateId:
-    case Op::kCmaBind:
-    case Op::kCmaResolveAddr:
-    case Op::kCmaResolveRoute:
-    case Op::kCmaListen:
-    case Op::kCmaInitQp:
-    case Op::kCmaConnect:
-    case Op::kCmaAccept:
-    case Op::kCmaReject:
-    case Op::kCmaDisconnect:
-    case Op::kCmaDestroyId:
-    case Op::kCmaJoin:
-    case Op::kCmaLeave:
-    case Op::kCmaQuery:
-    case Op::kCmaInfo: return run(op_cma(c, m, done));
+    default: break;  // the services' (service.hpp)
   }
-  done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
+  // Path users get PATH_CHANGED events.
+  Service* svc = services_ ? services_->serving(op) : nullptr;
+  if (!svc) return done(err(EOPNOTSUPP, "unknown operation {}", m.header.op));
+  if (op == Op::kPathQuery || op == Op::kPathTable) c.path_user = true;
+  run(svc->handle(Caller{c.id, c.uid, c.net_admin}, m, done));
 }
 
 hca::Completer<Result<uint32_t>> Server::created(uint32_t id, Object o, Respond done) {
@@ -249,7 +208,7 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
   return ok();
 }
 
-Result<Server::Reply> Server::op_query_device(Client&, proto::Message& m) {
+Result<Reply> Server::op_query_device(Client&, proto::Message& m) {
   OPENIB_TRY(proto::decode<proto::Empty>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   const hca::DeviceCaps& k = hca_.caps();
@@ -332,7 +291,7 @@ Result<void> Server::op_alloc_pd(Client& c, proto::Message& m, Respond& done) {
 // seal comes first: without it the length check below means nothing, and
 // the device's copies would fault on pages truncated away (memfd_create(2),
 // "File sealing"; docs/client-protocol.md §3.1).
-Result<Server::Reply> Server::op_map_mem(Client& c, proto::Message& m) {
+Result<Reply> Server::op_map_mem(Client& c, proto::Message& m) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::MapMemReq>(m.body));
   OPENIB_TRY(expect_fds(m, 1));
   if (req.length == 0 || req.length % kPage != 0 || req.length > kMaxMapLength)
@@ -590,7 +549,7 @@ Result<void> Server::op_destroy(Client& c, proto::Message& m, Kind k, Respond& d
   return ok();
 }
 
-Result<Server::Reply> Server::op_get_async_events(Client& c, proto::Message& m) {
+Result<Reply> Server::op_get_async_events(Client& c, proto::Message& m) {
   OPENIB_TRY(proto::decode<proto::Empty>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   proto::AsyncEventsRep3 r;
@@ -632,290 +591,17 @@ void Server::info_ports(uint32_t id, uint32_t flags, std::vector<std::optional<h
   }));
 }
 
-// UMAD_*: the user-MAD service (docs/client-protocol.md "User MADs").
-Result<void> Server::op_umad(Client& c, proto::Message& m, Respond& done) {
-  auto r = op_umad_sync(c, m, done);
-  if (r && done) done(std::move(*r));
-  if (!r) return r.take_error();
-  return ok();
-}
-
-Result<Server::Reply> Server::op_umad_sync(Client& c, proto::Message& m, Respond& done) {
-  if (!umad_) return err(EOPNOTSUPP, "this ibd has no user-MAD service");
-  Reply rep;
-  switch (static_cast<Op>(m.header.op)) {
-    case Op::kUmadPort: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
-      OPENIB_TRY(expect_fds(m, 0));
-      umad_->port_info_async(req.port, guard<proto::UmadPortRep>([done = std::move(done)](Result<proto::UmadPortRep> p) mutable {
-        if (!p) return done(p.take_error());
-        done(Reply{body(*p), {}});
-      }));
-      return rep;  // `done` is gone: the continuation answers
-    }
-    case Op::kUmadOpen: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PortReq>(m.body));
-      OPENIB_TRY(expect_fds(m, 0));
-      umad_->open_async(c.id, req.port, c.net_admin, guard<UniqueFd>([done = std::move(done), id = c.id, port = req.port](
-                                                         Result<UniqueFd> fd) mutable {
-        if (!fd) return done(fd.take_error());
-        log::get("ibd")->info("client {}: UMAD_OPEN port {}", id, port);
-        Reply r;
-        r.fds.push_back(std::move(*fd));
-        done(std::move(r));
-      }));
-      return rep;  // `done` is gone: the continuation answers
-    }
-    case Op::kUmadRegister: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::UmadRegReq>(m.body));
-      OPENIB_TRY(expect_fds(m, 0));
-      OPENIB_TRY_ASSIGN(uint32_t id, umad_->register_agent(c.id, req));
-      proto::HandleRep h;
-      h.handle = id;
-      rep.payload = body(h);
-      return rep;
-    }
-    case Op::kUmadUnregister: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
-      OPENIB_TRY(expect_fds(m, 0));
-      OPENIB_TRY(umad_->unregister_agent(c.id, req.handle));
-      return rep;
-    }
-    default: break;
-  }
-  return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
-}
-
-// PATH_QUERY: a path record through ibd's path cache (sa_service.hpp).
-Result<void> Server::op_path_query(Client& c, proto::Message& m, Respond& done) {
-  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
-  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathQueryReq>(m.body));
-  OPENIB_TRY(expect_fds(m, 0));
-  c.path_user = true;
-  // The client's uid: its misses are bounded per uid (sa_service.hpp).
-  sa_->path_query(c.uid, req, guard<proto::PathRep>([done = std::move(done)](Result<proto::PathRep> p) mutable {
-    if (!p) return done(p.take_error());
-    done(Reply{body(*p), {}});
-  }));
-  return ok();  // `done` is gone: the continuation answers
-}
-
-// PATH_TABLE: the shared path table, read-only (docs/client-protocol.md
-// "Path records"). Any client: it holds what PATH_QUERY gives any client.
-Result<Server::Reply> Server::op_path_table(Client& c, proto::Message& m) {
-  OPENIB_TRY(proto::decode<proto::Empty>(m.body));
-  OPENIB_TRY(expect_fds(m, 0));
-  const PathTableShm* t = sa_ ? sa_->table() : nullptr;
-  if (!t) return err(EOPNOTSUPP, "this ibd publishes no shared path table (--path-table-slots 0)");
-  OPENIB_TRY_ASSIGN(UniqueFd fd, t->client_fd());
-  c.path_user = true;
-  Reply r;
-  r.payload = body(proto::PathTableRep{t->bytes(), t->slots()});
-  r.fds.push_back(std::move(fd));
-  return r;
-}
-
-// MCAST_JOIN, MCAST_LEAVE, SERVICE_SET, SERVICE_DELETE: joins and
-// service registrations the client owns (sa_service.hpp), within the
-// client's and its uid's budgets (SaService: --client-max-mcast-joins,
-// --uid-max-mcast-joins, --client-max-services, --uid-max-services).
-Result<void> Server::op_sa_member(Client& c, proto::Message& m, Respond& done) {
-  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
-  OPENIB_TRY(expect_fds(m, 0));
-  switch (static_cast<Op>(m.header.op)) {
-    case Op::kMcastJoin: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::McastJoinReq>(m.body));
-      // IPoIB's groups (RFC 4391 section 4) are ibd's: a client's join
-      // with its own creation components could make the broadcast group
-      // unusable for IPoIB (issue 29 finding 7).
-      sa::Gid mgid;
-      std::copy(req.mgid.begin(), req.mgid.end(), mgid.begin());
-      if (sa::is_ipoib_mgid(mgid))
-        return err(EACCES, "IPoIB's multicast groups (ff1x:401b:<pkey>::, ff1x:601b:<pkey>::) are ibd's own");
-      sa_->mcast_join(c.id, c.uid, req, guard<proto::McastJoinRep>([done = std::move(done)](auto r) mutable {
-        if (!r) return done(r.take_error());
-        done(Reply{body(*r), {}});
-      }));
-      return ok();
-    }
-    case Op::kServiceSet: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ServiceReq>(m.body));
-      // Registering a service for another GID would speak for another
-      // node: management, as the user-MAD service is (DESIGN.md).
-      if (!c.net_admin && std::any_of(req.record.begin() + 8, req.record.begin() + 24, [](uint8_t b) { return b; }))
-        return err(EPERM, "a ServiceGID other than 0 (the port's own) is for root or CAP_NET_ADMIN");
-      sa_->service_set(c.id, c.uid, req, guard<proto::ServiceRep>([done = std::move(done)](auto r) mutable {
-        if (!r) return done(r.take_error());
-        done(Reply{body(*r), {}});
-      }));
-      return ok();
-    }
-    case Op::kMcastLeave: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::McastLeaveReq>(m.body));
-      OPENIB_TRY(sa_->mcast_leave(c.id, req));
-      break;
-    }
-    case Op::kServiceDelete: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::ServiceReq>(m.body));
-      OPENIB_TRY(sa_->service_delete(c.id, req));
-      break;
-    }
-    default: return err(EOPNOTSUPP, "unknown operation {}", m.header.op);
-  }
-  done(Reply{});
-  return ok();
-}
-
-// PATH_LIST: one page of the path cache as JSON, bounded by the message
-// (docs/client-protocol.md "Path records"). Open to every client, as
-// PATH_QUERY.
-Result<Server::Reply> Server::op_path_list(Client& c, proto::Message& m) {
-  (void)c;
-  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
-  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathListReq>(m.body));
-  OPENIB_TRY(expect_fds(m, 0));
-  // The reply's header and status word come on top of the text.
-  const std::string text = sa_->list_json(req.port, req.start, proto::kMaxMessage - proto::kHeaderSize - 64);
-  return Reply::text(text);
-}
-
-// PATH_FLUSH: management, as the user-MAD service (root or CAP_NET_ADMIN,
-// peer.hpp): a flush costs every client of the host SA queries.
-Result<Server::Reply> Server::op_path_flush(Client& c, proto::Message& m) {
-  if (!sa_) return err(EOPNOTSUPP, "this ibd has no SA client");
-  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PathFlushReq>(m.body));
-  OPENIB_TRY(expect_fds(m, 0));
-  if (!c.net_admin) return err(EPERM, "PATH_FLUSH: root or CAP_NET_ADMIN only");
-  if (req.flags & ~proto::kPathFlushDgid) return err(EINVAL, "unknown PATH_FLUSH flags {:#x}", req.flags);
-  std::optional<sa::Gid> dgid;
-  if (req.flags & proto::kPathFlushDgid) {
-    dgid.emplace();
-    std::memcpy(dgid->data(), req.dgid.data(), dgid->size());
-  }
-  proto::PathFlushRep rep;
-  rep.dropped = static_cast<uint32_t>(sa_->flush(req.port, dgid));
-  log::get("ibd")->info("client {}: PATH_FLUSH port {}{}: {} entries dropped", c.id, req.port,
-                        dgid ? " (one DGID)" : "", rep.dropped);
-  return Reply{body(rep), {}};
-}
-
-// IPOIB_INFO: the IPoIB interface as JSON (docs/ipoib.md "ibdctl ipoib"),
-// open to every client as INFO is; bounded by the message.
-Result<Server::Reply> Server::op_ipoib_info(Client& c, proto::Message& m) {
-  (void)c;
-  if (!ipoib_) return err(EOPNOTSUPP, "this ibd runs no IPoIB interface (--ipoib)");
-  if (!m.body.empty()) return err(EINVAL, "IPOIB_INFO takes no body");
-  OPENIB_TRY(expect_fds(m, 0));
-  const std::string text = ipoib_->json(proto::kMaxMessage - proto::kHeaderSize - 64);
-  return Reply::text(text);
-}
-
 }  // namespace openib::ibd
 
 namespace openib::ibd {
 
-// CM_*: the connection manager (docs/cm.md, docs/client-protocol.md
-// "Connection manager"). Ids are the connection's own; QPs named must be
-// the client's.
-Result<void> Server::op_cm(Client& c, proto::Message& m, Respond& done) {
-  using proto::Op;
-  if (!cm_) return err(EOPNOTSUPP, "this ibd runs no connection manager");
-  OPENIB_TRY(expect_fds(m, 0));
-  // docs/cm.md "Security": masked listens and reserved service IDs, other sessions in CM_INFO.
-  const bool privileged = c.uid == 0 || c.net_admin;
-  auto reply_handle = [](uint32_t h) { return Reply{body(proto::HandleRep{h}), {}}; };
-  switch (static_cast<Op>(m.header.op)) {
-    case Op::kCmOpen: {
-      if (!m.body.empty()) return err(EINVAL, "CM_OPEN takes no body");
-      OPENIB_TRY_ASSIGN(UniqueFd fd, cm_->open(c.id, c.uid));
-      Reply r;
-      r.fds.push_back(std::move(fd));
-      done(std::move(r));
-      return ok();
-    }
-    case Op::kCmListen: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmListenReq>(m.body));
-      OPENIB_TRY_ASSIGN(uint32_t h, cm_->listen(c.id, req, privileged));
-      done(reply_handle(h));
-      return ok();
-    }
-    case Op::kCmConnect: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmConnectReq>(m.body));
-      cm_->connect(c.id, req, guard<uint32_t>([done = std::move(done), reply_handle](Result<uint32_t> h) mutable {
-        if (!h) return done(h.take_error());
-        done(reply_handle(*h));
-      }));
-      return ok();
-    }
-    case Op::kCmAccept: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmAcceptReq>(m.body));
-      cm_->accept(c.id, req, guard<void>([done = std::move(done)](Result<void> r) mutable {
-        if (!r) return done(r.take_error());
-        done(Reply{});
-      }));
-      return ok();
-    }
-    case Op::kCmReject: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmRejectReq>(m.body));
-      OPENIB_TRY(cm_->reject(c.id, req));
-      done(Reply{});
-      return ok();
-    }
-    case Op::kCmDisconnect: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmDisconnectReq>(m.body));
-      OPENIB_TRY(cm_->disconnect(c.id, req));
-      done(Reply{});
-      return ok();
-    }
-    case Op::kCmDestroy: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
-      OPENIB_TRY(cm_->destroy(c.id, req.handle));
-      done(Reply{});
-      return ok();
-    }
-    case Op::kCmSidrQuery: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmSidrQueryReq>(m.body));
-      OPENIB_TRY_ASSIGN(uint32_t h, cm_->sidr_query(c.id, req));
-      done(reply_handle(h));
-      return ok();
-    }
-    case Op::kCmSidrReply: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmSidrReplyReq>(m.body));
-      OPENIB_TRY(cm_->sidr_reply(c.id, req));
-      done(Reply{});
-      return ok();
-    }
-    case Op::kCmInitQpAttr: {
-      OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmInitQpAttrReq>(m.body));
-      OPENIB_TRY_ASSIGN(auto rep, cm_->init_qp_attr(c.id, req));
-      done(Reply{body(rep), {}});
-      return ok();
-    }
-    case Op::kCmInfo: {
-      if (!m.body.empty()) return err(EINVAL, "CM_INFO takes no body");
-      // Another user's sessions are counted, not listed, unless privileged.
-      const std::string text = cm_->json(privileged ? std::nullopt : std::optional<uint32_t>(c.id));
-      if (text.size() > proto::kMaxMessage - proto::kHeaderSize - 64) return err(EMSGSIZE, "CM state too large");
-      done(Reply::text(text));
-      return ok();
-    }
-    default: break;
-  }
-  return err(EOPNOTSUPP, "unknown CM operation {}", m.header.op);
-}
-
-void Server::set_cm(CmService* cm) {
-  cm_ = cm;
-  if (cm_) cm_->set_qp_ops(qp_ops());
-}
-
-CmService::QpOps Server::qp_ops() {
-  CmService::QpOps ops;
-  ops.lookup = [this](uint32_t id, uint32_t handle) -> Result<CmService::QpInfo> {
+ClientQps Server::qp_ops() {
+  ClientQps ops;
+  ops.lookup = [this](uint32_t id, uint32_t handle) -> Result<ClientQpInfo> {
     Client* c = client(id);
     if (!c) return err(ENOTCONN, "client gone");
     OPENIB_TRY_ASSIGN(Object * qp, find(*c, handle, Kind::kQp));
-    return CmService::QpInfo{qp->number, qp->qp_type, qp->qp_state};
+    return ClientQpInfo{qp->number, qp->qp_type, qp->qp_state};
   };
   ops.modify = [this](uint32_t id, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
                       hca::Completer<Result<void>> done) {

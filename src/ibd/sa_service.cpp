@@ -233,6 +233,24 @@ void SaService::lookup(const sa::PathKey& key, bool fresh, bool cached, hca::Com
   cache_.lookup(key, std::move(answer));
 }
 
+// The device's port events at the cache's levels (docs/sa.md "In ibd"): a
+// port going down loses its paths, one coming up keeps them stale (a warm
+// start's restored ones too) and revalidates; SM change and
+// ClientReregister light, P_Key and GID changes heavy, as Linux's IPoIB
+// flushes.
+void SaService::port_event(const hca::Event& e) {
+  using K = hca::Event::Kind;
+  switch (e.kind) {
+    case K::kPortState: return port_state(e.port, e.new_state);
+    case K::kLidChange: return lid_changed(e.port, e.lid);
+    case K::kSmChange:
+    case K::kClientReregister: return port_event(e.port, sa::Invalidation::kLight);
+    case K::kPkeyChange:
+    case K::kGidChange: return port_event(e.port, sa::Invalidation::kHeavy);
+    default: return;
+  }
+}
+
 void SaService::lid_changed(uint8_t port, uint16_t lid) {
   uint16_t& had = lid_[port];
   const bool first = had == 0;

@@ -68,6 +68,7 @@
 #include "clientproto/messages.hpp"
 #include "hca/completer.hpp"
 #include "hca/device.hpp"
+#include "ibd/service.hpp"
 #include "ibd/budget.hpp"
 #include "ibd/path_table_shm.hpp"
 #include "ibd/quota.hpp"
@@ -80,15 +81,23 @@
 
 namespace openib::ibd {
 
-class SaService {
+class SaService final : public Service {
  public:
   // `state_dir`: where each port's cache file lives (sa/cache_file.hpp);
   // empty: nothing is saved or loaded.
   SaService(boost::asio::io_context& io, hca::Device& hca, UmadService& umad, uint8_t num_ports,
             std::string state_dir, sa::PathCacheConfig cfg = {});
-  ~SaService();
+  ~SaService() override;
   SaService(const SaService&) = delete;
   SaService& operator=(const SaService&) = delete;
+
+  std::string_view service_name() const override { return "sa"; }
+  // PATH_QUERY, PATH_TABLE, PATH_LIST, PATH_FLUSH, MCAST_JOIN, MCAST_LEAVE,
+  // SERVICE_SET, SERVICE_DELETE (sa_requests.cpp).
+  std::vector<proto::Op> ops() const override;
+  Result<void> handle(const Caller& c, proto::Message& m, Respond& done) override;
+  // The port's state, LID and SM events, at the cache's levels below.
+  void port_event(const hca::Event& e) override;
 
   // Loads each port's cache file (its entries stale: served at once and
   // revalidated), asks the user-MAD service for each port's MAD layer.
@@ -169,7 +178,7 @@ class SaService {
   void service_set(uint32_t owner, const proto::ServiceReq& req, hca::Completer<Result<proto::ServiceRep>> done);
   Result<void> service_delete(uint32_t owner, const proto::ServiceReq& req);
   // The client went: its joins left, its registrations deleted.
-  void client_gone(uint32_t owner);
+  void client_gone(uint32_t owner) override;
   size_t joins_of(uint32_t owner) const { return joins_.memberships(owner); }
   size_t services_of(uint32_t owner) const { return services_.registrations(owner); }
   // The clients' bounds (quota.hpp Limits: mcast_joins, services,
@@ -198,10 +207,16 @@ class SaService {
   size_t flush(uint8_t port, const std::optional<sa::Gid>& dgid);
 
   // Flat name -> value pairs for INFO's counters (sa.*, path_cache.*).
-  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const override;
   const sa::PathCache& cache() const { return cache_; }
 
  private:
+  // The requests (sa_requests.cpp).
+  Result<void> op_path_query(const Caller& c, proto::Message& m, Respond& done);
+  Result<Reply> op_path_table(const Caller& c, proto::Message& m);
+  Result<void> op_sa_member(const Caller& c, proto::Message& m, Respond& done);
+  Result<Reply> op_path_list(const Caller& c, proto::Message& m);
+  Result<Reply> op_path_flush(const Caller& c, proto::Message& m);
   struct PortQuerier final : sa::PathQuerier {  // the cache's querier: the key's port's client
     SaService* self = nullptr;
     void query_path(const sa::PathKey& key, sa::PathAnswerFn done) override;

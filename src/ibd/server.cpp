@@ -368,7 +368,6 @@ void Server::disconnect(uint32_t id, const std::string& why) {
   if (c.async_fd) signal_fd(c.async_fd.get());
   for (auto& [h, o] : c.objects)
     if (o.eventfd) signal_fd(o.eventfd.get());
-  if (umad_) umad_->client_gone(id);
   boost::system::error_code ec;
   c.sock.cancel(ec);
   // Its queue may hold fds in flight, released with the socket: closed
@@ -379,13 +378,11 @@ void Server::disconnect(uint32_t id, const std::string& why) {
                  why, c.objects.size(), c.busy ? " after its request in flight" : "", c.stats.requests,
                  c.stats.errors);
   departing_.emplace(id, std::move(owned));
-  // Its multicast joins left, its services deleted; a join it still waits
-  // for is answered (ECANCELED) now, to the departing client.
-  if (sa_) sa_->client_gone(id);
-  // Its CM ids: DREQ for a connection established, REJ for one being made
-  // (docs/cm.md "In ibd"); its QPs go with the rest below.
-  if (cma_) cma_->client_gone(id);  // before the IB CM: its ids use the CM's
-  if (cm_) cm_->client_gone(id);
+  // What the services hold for it (service.hpp), users before what they
+  // use: its RDMA CM ids before the IB CM's; CM ids DREQ'd or REJ'd
+  // (docs/cm.md "In ibd"), multicast joins left, services deleted, MAD
+  // sockets closed. Its QPs go with the rest below.
+  if (services_) services_->client_gone(id);
   continue_teardown(id);
 }
 
@@ -573,35 +570,27 @@ void Server::on_event(const hca::Event& e) {
     case K::kSrqError: return to_owner(srq_owner_, kIbvSrqErr, proto::ObjKind::kSrq);
     case K::kPortState: {
       logger()->info("port {}: state {} -> {}", e.port, e.old_state, e.new_state);
-      // docs/sa.md "In ibd": a port going down loses its paths; one coming
-      // up keeps them stale (a warm start's restored ones too) and revalidates.
-      if (sa_) sa_->port_state(e.port, e.new_state);
-      if (ipoib_) ipoib_->port_state(e.port, e.new_state);
-      if (cm_) cm_->port_changed(e.port);
+      if (services_) services_->port_event(e);
       if (e.new_state == hca::kPortActive) to_all(kIbvPortActive, proto::ObjKind::kPort, e.port);
       else if (e.old_state == hca::kPortActive) to_all(kIbvPortErr, proto::ObjKind::kPort, e.port);
       return;
     }
     case K::kLidChange: {
       logger()->info("port {}: LID {}", e.port, e.lid);
-      if (sa_) sa_->lid_changed(e.port, e.lid);
-      if (cm_) cm_->port_changed(e.port);
+      if (services_) services_->port_event(e);
       return to_all(kIbvLidChange, proto::ObjKind::kPort, e.port);
     }
-    // The SM's changes to the port (docs/simhca.md §14.3, §14.4). The path
-    // cache's levels as Linux's IPoIB flushes (docs/sa.md "In ibd").
+    // The SM's changes to the port (docs/simhca.md §14.3, §14.4).
     case K::kSmChange:
     case K::kClientReregister:
     case K::kPkeyChange:
     case K::kGidChange: {
-      const bool light = e.kind == K::kSmChange || e.kind == K::kClientReregister;
       const uint8_t ibv = e.kind == K::kSmChange            ? kIbvSmChange
                           : e.kind == K::kClientReregister ? kIbvClientReregister
                           : e.kind == K::kPkeyChange       ? kIbvPkeyChange
                                                            : kIbvGidChange;
       logger()->info("port {}: {}", e.port, hca::event_name(e.kind));
-      if (sa_) sa_->port_event(e.port, light ? sa::Invalidation::kLight : sa::Invalidation::kHeavy);
-      if (cm_) cm_->port_changed(e.port);
+      if (services_) services_->port_event(e);
       return to_all(ibv, proto::ObjKind::kPort, e.port);
     }
     case K::kDeviceFatal:
@@ -616,8 +605,7 @@ void Server::on_event(const hca::Event& e) {
 // A CQ's completion event: ibd's own (user MADs, IPoIB), else the owning
 // client's eventfd.
 void Server::on_cq_event(uint32_t cqn) {
-  if (umad_ && umad_->on_cq_event(cqn)) return;
-  if (ipoib_ && ipoib_->on_cq_event(cqn)) return;
+  if (services_ && services_->on_cq_event(cqn)) return;
   auto it = cq_owner_.find(cqn);
   if (it == cq_owner_.end()) return;
   Client* c = client(it->second.client);
@@ -629,15 +617,8 @@ void Server::on_cq_event(uint32_t cqn) {
   }
 }
 
-void Server::set_sa(SaService* s) {
-  sa_ = s;
-  if (sa_)
-    sa_->set_path_change_handler(
-        [this](uint8_t port, uint16_t pkey, const sa::Gid& dgid) { on_path_change(port, pkey, dgid); });
-}
-
 // docs/client-protocol.md "Path records": to every client that looks paths up.
-void Server::on_path_change(uint8_t port, uint16_t pkey, const sa::Gid& dgid) {
+void Server::on_path_change(uint8_t port, uint16_t pkey, const std::array<uint8_t, 16>& dgid) {
   proto::AsyncEvent ev{proto::kEventPathChanged, static_cast<uint8_t>(proto::ObjKind::kPort), port, 0, pkey, dgid};
   for (auto& [id, c] : clients_)
     if (c->hello && c->path_user && c->async_fd && c->version >= proto::kProtocolPathEvents) queue_event(*c, ev);
@@ -681,9 +662,7 @@ void Server::device_lost() {
     c->uar = 0;
   }
   // User-MAD sessions and agents outlive the device (docs/umad.md "Device loss").
-  if (umad_) umad_->device_lost();
-  if (ipoib_) ipoib_->device_lost();
-  if (cma_) cma_->device_lost();
+  if (services_) services_->device_lost();
   for (auto& [id, c] : departing_) objects += c->objects.size();
   departing_.clear();
   cq_owner_.clear();
@@ -704,8 +683,7 @@ void Server::device_back() {
   device_state_ = DeviceState::kRunning;
   device_gone_ = false;
   last_activity_ = std::chrono::steady_clock::now();
-  if (umad_) umad_->device_back();
-  if (ipoib_) ipoib_->device_back();
+  if (services_) services_->device_back();
   for (auto& [id, c] : clients_)
     if (!c->busy) watch(id);
   if (!stopped_) {

@@ -20,13 +20,9 @@
 #include "clientproto/socket.hpp"
 #include "hca/device.hpp"
 #include "ibd/client.hpp"
-#include "ibd/cm_service.hpp"
-#include "ibd/cma_service.hpp"
 #include "ibd/device_status.hpp"
 #include "ibd/quota.hpp"
-#include "ibd/ipoib_service.hpp"
-#include "ibd/sa_service.hpp"
-#include "ibd/umad_service.hpp"
+#include "ibd/service.hpp"
 
 namespace openib::ibd {
 
@@ -84,17 +80,15 @@ class Server {
   void device_back();
   DeviceState device_state() const { return device_state_; }
   uint64_t device_generation() const { return generation_; }
-  // The user-MAD service (UMAD_* requests, its CQ events); may stay unset.
-  void set_umad(UmadService* u) { umad_ = u; }
-  void set_ipoib(IpoibService* i) { ipoib_ = i; }
-  // The connection manager (CM_* requests); may stay unset. Gives it the
-  // clients' QPs (lookup and modify, as MODIFY_QP).
-  void set_cm(CmService* c);
-  void set_cma(CmaService* c);
+  // The device's services (service.hpp): the requests they serve, and the
+  // events of the device's and the clients' lives. May stay unset (then
+  // only the Server's own requests are served).
+  void set_services(const ServiceRegistry* s) { services_ = s; }
   // The server's QP operations for the IB CM and the RDMA CM.
-  CmService::QpOps qp_ops();
-  // The SA client and path cache (PATH_QUERY, port events); may stay unset.
-  void set_sa(SaService* s);
+  ClientQps qp_ops();
+  // A cached path changed (the SA service's path-change handler): every
+  // client that looks paths up is told (PATH_CHANGED).
+  void on_path_change(uint8_t port, uint16_t pkey, const std::array<uint8_t, 16>& dgid);
 
   size_t num_clients() const { return clients_.size(); }
   // Clients disconnected whose objects are still being destroyed.
@@ -102,22 +96,9 @@ class Server {
   const ServerCounters& counters() const { return counters_; }
 
  private:
-  struct Reply {
-    proto::Bytes payload;
-    std::vector<UniqueFd> fds;
-    // A reply of UTF-8 text (INFO, CM_INFO, CMA_INFO, ...).
-    static Reply text(std::string_view t) {
-      Reply r;
-      r.payload.resize(t.size());
-      if (!t.empty()) std::memcpy(r.payload.data(), t.data(), t.size());
-      return r;
-    }
-  };
   struct Owner {
     uint32_t client = 0, handle = 0;
   };
-
-  using Respond = hca::Completer<Result<Reply>>;
 
   void accept_next();
   void on_acceptable();
@@ -165,18 +146,6 @@ class Server {
   Result<void> op_destroy(Client& c, proto::Message& m, Kind k, Respond& done);
   Result<Reply> op_get_async_events(Client& c, proto::Message& m);
   Result<void> op_info(Client& c, proto::Message& m, Respond& done);
-  Result<void> op_umad(Client& c, proto::Message& m, Respond& done);
-  Result<Reply> op_umad_sync(Client& c, proto::Message& m, Respond& done);
-  Result<void> op_path_query(Client& c, proto::Message& m, Respond& done);
-  Result<Reply> op_path_table(Client& c, proto::Message& m);
-  // A cached path changed (SaService's path-change handler).
-  void on_path_change(uint8_t port, uint16_t pkey, const sa::Gid& dgid);
-  Result<void> op_sa_member(Client& c, proto::Message& m, Respond& done);
-  Result<Reply> op_path_list(Client& c, proto::Message& m);
-  Result<Reply> op_ipoib_info(Client& c, proto::Message& m);
-  Result<void> op_cm(Client& c, proto::Message& m, Respond& done);
-  Result<void> op_cma(Client& c, proto::Message& m, Respond& done);  // cma_requests.cpp
-  Result<Reply> op_path_flush(Client& c, proto::Message& m);
   // The continuation of a command that created an object `o` (its number
   // filled in from the result) for client `id`: the object is added to the
   // client's table, also when the client left meanwhile (its teardown then
@@ -228,11 +197,7 @@ class Server {
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_activity_;
   std::function<void()> on_device_gone_;
-  UmadService* umad_ = nullptr;
-  SaService* sa_ = nullptr;
-  IpoibService* ipoib_ = nullptr;
-  CmService* cm_ = nullptr;
-  CmaService* cma_ = nullptr;
+  const ServiceRegistry* services_ = nullptr;
   bool device_gone_ = false;
   DeviceState device_state_ = DeviceState::kRunning;
   uint64_t generation_ = 1;  // +1 each time the device comes back

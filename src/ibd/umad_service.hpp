@@ -49,6 +49,7 @@
 #include "clientproto/socket.hpp"
 #include "common/fd.hpp"
 #include "hca/device.hpp"
+#include "ibd/service.hpp"
 #include "mad/layer.hpp"
 
 namespace openib::ibd {
@@ -62,13 +63,18 @@ struct UmadCounters {
   uint64_t pieces_in = 0, pieces_out = 0;  // messages that crossed the MAD socket in pieces
 };
 
-class UmadService {
+class UmadService final : public Service {
  public:
   // `socket_path` names the issm files. The MAD ports are opened lazily, on
   // the first UMAD_OPEN of a port.
   UmadService(boost::asio::io_context& io, hca::Device& hca, std::string socket_path, uint8_t num_ports,
               bool user_gmp = false);
-  ~UmadService();
+  ~UmadService() override;
+
+  std::string_view service_name() const override { return "umad"; }
+  // UMAD_PORT, UMAD_OPEN, UMAD_REGISTER, UMAD_UNREGISTER (umad_requests.cpp).
+  std::vector<proto::Op> ops() const override;
+  Result<void> handle(const Caller& c, proto::Message& m, Respond& done) override;
 
   // Client requests (the client's id is ibd's connection id).
   // QUERY_PORT, asynchronous (called from a request handler).
@@ -81,17 +87,17 @@ class UmadService {
   Result<uint32_t> register_agent(uint32_t client, const proto::UmadRegReq& r);
   Result<void> unregister_agent(uint32_t client, uint32_t agent);
   // The client's connection closed: its MAD sockets and agents go.
-  void client_gone(uint32_t client);
+  void client_gone(uint32_t client) override;
 
   // The device is gone (before the HCA is closed): the MAD layers go, no
   // device command is issued; sessions and agents stay.
-  void device_lost();
+  void device_lost() override;
   // The device is back (HCA reopened): layers reopened for the ports in
   // use, agents registered again, IsSM applied again.
-  void device_back();
+  void device_back() override;
 
   // A completion event on CQ `cqn`: true if it was one of ours.
-  bool on_cq_event(uint32_t cqn);
+  bool on_cq_event(uint32_t cqn) override;
 
   // ibd's own users of a port's MAD layer (the SA client, sa_service.hpp):
   // `w` is called with the layer whenever it is open (now, if it is; the
@@ -108,9 +114,10 @@ class UmadService {
   bool is_sm(uint8_t port) const;
   const UmadCounters& counters() const { return counters_; }
   // Flat name -> value pairs for INFO's counters (ibdctl counters).
-  std::vector<std::pair<std::string, uint64_t>> counter_list() const;
+  std::vector<std::pair<std::string, uint64_t>> counter_list() const override;
 
  private:
+  Result<Reply> handle_sync(const Caller& c, proto::Message& m, Respond& done);
   struct Agent {  // one UMAD_REGISTER: kept across a device loss
     mad::AgentSpec spec;
     uint32_t key = 0;  // the MAD layer's agent; 0: not registered on the current layer
