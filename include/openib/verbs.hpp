@@ -99,6 +99,7 @@ struct QpAttr {  // struct ibv_qp_attr, the fields simhca supports
   uint16_t pkey_index = 0;
   uint8_t port = 1, timeout = 14, retry_cnt = 7, rnr_retry = 7, min_rnr_timer = 12;
   uint8_t max_rd_atomic = 1, max_dest_rd_atomic = 1;
+  bool en_sqd_async_notify = false;  // query: sq_draining
 };
 
 // ---- work requests and completions (struct ibv_send_wr / ibv_wc) ----------

@@ -307,6 +307,25 @@ struct CreateQpReq {
   }
 };
 
+// The address vector's and the QP attributes' fields, listed once: the
+// wire's order (docs/client-protocol.md, docs/simhca.md §7.6, §7.7), and
+// the fields the two converters copy, ibd's (wire <-> hca/verbs.hpp's
+// types) and libopenib's (wire <-> include/openib/verbs.hpp's), whose
+// types name their fields as these do (docs/library.md "Types").
+// f(t.field...) once per field, in order, over every t at once.
+template <class F, class... T> void av_fields(F&& f, T&... t) {
+  f(t.dlid...); f(t.sl...); f(t.src_path_bits...); f(t.static_rate...); f(t.port...); f(t.grh...);
+  f(t.hop_limit...); f(t.flow_label...); f(t.sgid_index...); f(t.traffic_class...); f(t.dgid...);
+}
+// Without the mask, which only the wire carries (hca::encode_modify_qp takes it apart).
+template <class F, class... T> void qp_attr_fields(F&& f, T&... t) {
+  f(t.state...); f(t.cur_state...); f(t.port...); f(t.path_mtu...); f(t.pkey_index...); f(t.access...);
+  f(t.en_sqd_async_notify...); f(t.qkey...); f(t.dest_qpn...); f(t.rq_psn...); f(t.sq_psn...);
+  f(t.timeout...); f(t.retry_cnt...); f(t.rnr_retry...); f(t.min_rnr_timer...); f(t.max_rd_atomic...);
+  f(t.max_dest_rd_atomic...);
+  av_fields(f, t.av...);
+}
+
 // docs/simhca.md §7.6
 struct Av {
   uint16_t dlid = 0;
@@ -314,10 +333,7 @@ struct Av {
   uint32_t flow_label = 0;
   uint8_t sgid_index = 0, traffic_class = 0;
   std::array<uint8_t, 16> dgid{};
-  template <class V> void visit(V& v) {
-    v(dlid); v(sl); v(src_path_bits); v(static_rate); v(port); v(grh); v(hop_limit);
-    v(flow_label); v(sgid_index); v(traffic_class); v(dgid);
-  }
+  template <class V> void visit(V& v) { av_fields(v, *this); }
 };
 
 // docs/simhca.md §7.7; mask bits are enum ibv_qp_attr_mask's.
@@ -331,10 +347,8 @@ struct QpAttr {
   uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0;
   Av av;
   template <class V> void visit(V& v) {
-    v(mask); v(state); v(cur_state); v(port); v(path_mtu); v(pkey_index); v(access);
-    v(en_sqd_async_notify); v(qkey); v(dest_qpn); v(rq_psn); v(sq_psn); v(timeout);
-    v(retry_cnt); v(rnr_retry); v(min_rnr_timer); v(max_rd_atomic); v(max_dest_rd_atomic);
-    av.visit(v);
+    v(mask);
+    qp_attr_fields(v, *this);
   }
 };
 struct ModifyQpReq {

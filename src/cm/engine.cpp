@@ -1289,48 +1289,48 @@ Result<QpParams> Engine::qp_params(uint32_t id, uint8_t target) const {
   bool have_peer = active ? (s == State::kRepRcvd || s == State::kMraRepSent || s == State::kEstablished)
                           : (s == State::kReqRcvd || s == State::kMraReqSent || s == State::kRepSent ||
                              s == State::kMraRepRcvd || s == State::kEstablished);
+  namespace m = verbs::qp_attr;
   QpParams q;
-  q.qp_state = target;
+  verbs::QpAttr& a = q.attr;
+  a.state = static_cast<verbs::QpState>(target);
   switch (target) {
     case 1:
       if (!connecting) return err(EINVAL, "cm: qp_params(INIT): id {:#x} is {}", id, to_string(s));
-      q.mask = QpParams::kState | QpParams::kPkeyIndex | QpParams::kAccess;
-      q.pkey_index = c.peer.pkey_index;
-      q.access = QpParams::kAccessRemoteWrite;
-      if (rc && c.resp_res) q.access |= QpParams::kAccessRemoteRead | QpParams::kAccessRemoteAtomic;
+      q.mask = m::kState | m::kPkeyIndex | m::kAccessFlags;
+      a.pkey_index = c.peer.pkey_index;
+      a.access = verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite;
+      if (rc && c.resp_res) a.access |= verbs::kAccessRemoteRead | verbs::kAccessRemoteAtomic;
       return q;
     case 2:
       if (!have_peer) return err(EINVAL, "cm: qp_params(RTR): id {:#x} is {}", id, to_string(s));
-      q.mask = QpParams::kState | QpParams::kAv | QpParams::kPathMtu | QpParams::kDestQpn | QpParams::kRqPsn;
-      q.av.lid = c.path.remote_lid;
-      q.av.sl = c.path.sl;
-      q.av.path_bits = static_cast<uint8_t>(c.path.local_lid & 0x7f);
-      q.av.grh = !c.path.subnet_local;
-      q.av.gid = c.path.remote_gid;
-      q.av.flow_label = c.path.flow_label;
-      q.av.hop_limit = c.path.hop_limit;
-      q.av.traffic_class = c.path.traffic_class;
-      q.av.pkey_index = c.peer.pkey_index;
-      q.pkey_index = c.peer.pkey_index;
-      q.path_mtu = c.path_mtu;
-      q.dest_qpn = c.remote_qpn;
-      q.rq_psn = c.rq_psn;
+      q.mask = m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn;
+      a.av.dlid = c.path.remote_lid;
+      a.av.sl = c.path.sl;
+      a.av.src_path_bits = static_cast<uint8_t>(c.path.local_lid & 0x7f);
+      a.av.grh = !c.path.subnet_local;
+      a.av.dgid = c.path.remote_gid;
+      a.av.flow_label = c.path.flow_label;
+      a.av.hop_limit = c.path.hop_limit;
+      a.av.traffic_class = c.path.traffic_class;
+      a.path_mtu = c.path_mtu;
+      a.dest_qpn = c.remote_qpn;
+      a.rq_psn = c.rq_psn;
       if (rc) {
-        q.mask |= QpParams::kMaxDestRdAtomic | QpParams::kMinRnrTimer;
-        q.max_dest_rd_atomic = c.resp_res;
-        q.min_rnr_timer = 0;
+        q.mask |= m::kMaxDestRdAtomic | m::kMinRnrTimer;
+        a.max_dest_rd_atomic = c.resp_res;
+        a.min_rnr_timer = 0;
       }
       return q;
     case 3:
       if (!have_peer) return err(EINVAL, "cm: qp_params(RTS): id {:#x} is {}", id, to_string(s));
-      q.mask = QpParams::kState | QpParams::kSqPsn;
-      q.sq_psn = c.sq_psn;
+      q.mask = m::kState | m::kSqPsn;
+      a.sq_psn = c.sq_psn;
       if (rc) {
-        q.mask |= QpParams::kTimeout | QpParams::kRetryCnt | QpParams::kRnrRetry | QpParams::kMaxRdAtomic;
-        q.timeout = c.ack_timeout;
-        q.retry_cnt = c.retry_cnt;
-        q.rnr_retry = c.rnr_retry;
-        q.max_rd_atomic = c.init_depth;
+        q.mask |= m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic;
+        a.timeout = c.ack_timeout;
+        a.retry_cnt = c.retry_cnt;
+        a.rnr_retry = c.rnr_retry;
+        a.max_rd_atomic = c.init_depth;
       }
       return q;
     default:

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "cm/wire.hpp"
+#include "common/qp_attr.hpp"
 #include "common/result.hpp"
 #include "mad/bytes.hpp"
 #include "mad/transport.hpp"
@@ -157,27 +158,13 @@ struct SidrParams {
   Bytes private_data;                // <= 216 bytes
 };
 
-// What a QP needs for a transition (Linux's ib_cm_init_qp_attr). Every
-// field is filled for the state asked for; `mask` says which ones apply
-// (bits below).
+// What a QP needs for a transition (Linux's ib_cm_init_qp_attr), in the
+// daemon's one QP-attribute type (common/qp_attr.hpp): `mask` (enum
+// ibv_qp_attr_mask bits, verbs::qp_attr) says which fields apply. The AV's
+// port is left to the glue, which knows the HCA's port number.
 struct QpParams {
-  static constexpr uint32_t kState = 1u << 0, kPkeyIndex = 1u << 1, kAccess = 1u << 2, kAv = 1u << 3,
-                            kPathMtu = 1u << 4, kDestQpn = 1u << 5, kRqPsn = 1u << 6,
-                            kMaxDestRdAtomic = 1u << 7, kMinRnrTimer = 1u << 8, kSqPsn = 1u << 9,
-                            kTimeout = 1u << 10, kRetryCnt = 1u << 11, kRnrRetry = 1u << 12,
-                            kMaxRdAtomic = 1u << 13;
-  static constexpr uint32_t kAccessRemoteWrite = 1, kAccessRemoteRead = 2, kAccessRemoteAtomic = 4;
   uint32_t mask = 0;
-  uint8_t qp_state = 0;          // 1 INIT, 2 RTR, 3 RTS
-  uint16_t pkey_index = 0;
-  uint32_t access = 0;           // kAccess* bits
-  mad::MadAddress av;            // lid = DLID, sl, grh/gid/flow_label/hop_limit/traffic_class
-  uint8_t path_mtu = 0;
-  uint32_t dest_qpn = 0, rq_psn = 0, sq_psn = 0;
-  uint8_t max_dest_rd_atomic = 0, max_rd_atomic = 0;
-  uint8_t min_rnr_timer = 0;
-  uint8_t timeout = 0;           // local ACK timeout, 4.096 us * 2^t
-  uint8_t retry_cnt = 0, rnr_retry = 0;
+  verbs::QpAttr attr;
 };
 
 enum class State : uint8_t {

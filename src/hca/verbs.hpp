@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "common/qp_attr.hpp"
 #include "common/result.hpp"
 
 namespace openib::hca {
@@ -52,47 +53,22 @@ struct PortSetup {  // only the fields set are changed
 };
 Bytes encode_set_port(uint8_t port, const PortSetup& s);
 
-// §7.6 address vector
-struct AddressVector {
-  uint16_t dlid = 0;
-  uint8_t sl = 0, src_path_bits = 0, static_rate = 0, port = 1;
-  bool grh = false;
-  uint8_t hop_limit = 0;
-  uint32_t flow_label = 0;
-  uint8_t sgid_index = 0, traffic_class = 0;
-  std::array<uint8_t, 16> dgid{};
-};
+// §7.6 address vector: the daemon's one (common/qp_attr.hpp).
+using AddressVector = verbs::AddressVector;
 void encode_av(std::span<std::byte> out, const AddressVector& av);
 AddressVector decode_av(std::span<const std::byte> in);
 
-// §7.7, §8: QP types, states, attribute mask (enum ibv_qp_attr_mask values).
+// §7.7, §8: QP types; states, attribute mask (enum ibv_qp_attr_mask
+// values), access flags (§6.7, §7.7) and the attributes are the daemon's
+// one set (common/qp_attr.hpp).
 enum class QpType : uint8_t { kRc = 0, kUc = 1, kUd = 2, kSmi = 3, kGsi = 4 };
-enum class QpState : uint8_t { kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5, kErr = 6 };
-namespace qp_attr {
-inline constexpr uint32_t kState = 1u << 0, kCurState = 1u << 1, kEnSqdAsyncNotify = 1u << 2;
-inline constexpr uint32_t kAccessFlags = 1u << 3, kPkeyIndex = 1u << 4, kPort = 1u << 5;
-inline constexpr uint32_t kQkey = 1u << 6, kAv = 1u << 7, kPathMtu = 1u << 8, kTimeout = 1u << 9;
-inline constexpr uint32_t kRetryCnt = 1u << 10, kRnrRetry = 1u << 11, kRqPsn = 1u << 12;
-inline constexpr uint32_t kMaxQpRdAtomic = 1u << 13, kAltPath = 1u << 14, kMinRnrTimer = 1u << 15;
-inline constexpr uint32_t kSqPsn = 1u << 16, kMaxDestRdAtomic = 1u << 17;
-inline constexpr uint32_t kPathMigState = 1u << 18, kCap = 1u << 19, kDestQpn = 1u << 20;
-}  // namespace qp_attr
-// Access flags (§6.7, §7.7), the values of enum ibv_access_flags.
-inline constexpr uint32_t kAccessLocalWrite = 1, kAccessRemoteWrite = 2, kAccessRemoteRead = 4,
-                          kAccessRemoteAtomic = 8;
-
-struct QpAttr {
-  QpState state = QpState::kReset;
-  QpState cur_state = QpState::kReset;
-  uint8_t port = 0, path_mtu = 0;
-  uint16_t pkey_index = 0;
-  uint8_t access = 0;
-  bool en_sqd_async_notify = false;  // query: sq_draining
-  uint32_t qkey = 0, dest_qpn = 0, rq_psn = 0, sq_psn = 0;
-  uint8_t timeout = 0, retry_cnt = 0, rnr_retry = 0, min_rnr_timer = 0;
-  uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0;
-  AddressVector av;
-};
+using verbs::QpState;
+namespace qp_attr = verbs::qp_attr;
+using verbs::kAccessLocalWrite;
+using verbs::kAccessRemoteAtomic;
+using verbs::kAccessRemoteRead;
+using verbs::kAccessRemoteWrite;
+using QpAttr = verbs::QpAttr;
 Bytes encode_modify_qp(uint32_t qpn, uint32_t mask, const QpAttr& a);
 QpAttr decode_qp_attr(std::span<const std::byte> in);
 

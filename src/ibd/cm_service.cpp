@@ -376,42 +376,10 @@ Result<std::pair<uint32_t, hca::QpAttr>> CmService::hca_attr(uint8_t port, uint3
   if (state == 1) return init_attr(port);
   OPENIB_TRY_ASSIGN(cm::Engine * e, engine(port));
   OPENIB_TRY_ASSIGN(cm::QpParams q, e->qp_params(engine_id, state));
-  using P = cm::QpParams;
   namespace m = hca::qp_attr;
-  uint32_t mask = m::kState;
-  hca::QpAttr a;
-  a.state = static_cast<hca::QpState>(state);
-  if (q.mask & P::kPkeyIndex) mask |= m::kPkeyIndex, a.pkey_index = q.pkey_index;
-  if (q.mask & P::kAccess) {
-    mask |= m::kAccessFlags;
-    a.access = hca::kAccessLocalWrite;
-    if (q.access & P::kAccessRemoteWrite) a.access |= hca::kAccessRemoteWrite;
-    if (q.access & P::kAccessRemoteRead) a.access |= hca::kAccessRemoteRead;
-    if (q.access & P::kAccessRemoteAtomic) a.access |= hca::kAccessRemoteAtomic;
-  }
-  if (q.mask & P::kAv) {
-    mask |= m::kAv;
-    a.av.dlid = q.av.lid;
-    a.av.sl = q.av.sl;
-    a.av.src_path_bits = q.av.path_bits;
-    a.av.port = port;
-    a.av.grh = q.av.grh;
-    a.av.hop_limit = q.av.hop_limit;
-    a.av.flow_label = q.av.flow_label;
-    a.av.sgid_index = q.av.gid_index;
-    a.av.traffic_class = q.av.traffic_class;
-    a.av.dgid = q.av.gid;
-  }
-  if (q.mask & P::kPathMtu) mask |= m::kPathMtu, a.path_mtu = q.path_mtu;
-  if (q.mask & P::kDestQpn) mask |= m::kDestQpn, a.dest_qpn = q.dest_qpn;
-  if (q.mask & P::kRqPsn) mask |= m::kRqPsn, a.rq_psn = q.rq_psn;
-  if (q.mask & P::kMaxDestRdAtomic) mask |= m::kMaxDestRdAtomic, a.max_dest_rd_atomic = q.max_dest_rd_atomic;
-  if (q.mask & P::kMinRnrTimer) mask |= m::kMinRnrTimer, a.min_rnr_timer = q.min_rnr_timer;
-  if (q.mask & P::kSqPsn) mask |= m::kSqPsn, a.sq_psn = q.sq_psn;
-  if (q.mask & P::kTimeout) mask |= m::kTimeout, a.timeout = q.timeout;
-  if (q.mask & P::kRetryCnt) mask |= m::kRetryCnt, a.retry_cnt = q.retry_cnt;
-  if (q.mask & P::kRnrRetry) mask |= m::kRnrRetry, a.rnr_retry = q.rnr_retry;
-  if (q.mask & P::kMaxRdAtomic) mask |= m::kMaxQpRdAtomic, a.max_rd_atomic = q.max_rd_atomic;
+  uint32_t mask = q.mask;
+  hca::QpAttr a = q.attr;  // the engine's attributes are the driver's type
+  if (mask & m::kAv) a.av.port = port;
   // The passive side's own send PSN (chosen at accept, before the engine knows it).
   if (state == 3 && sq_psn != UINT32_MAX) mask |= m::kSqPsn, a.sq_psn = sq_psn;
   return std::pair<uint32_t, hca::QpAttr>{mask, a};

@@ -1,8 +1,10 @@
 // Between the client protocol's QP attributes and address vectors
 // (clientproto/messages.hpp, docs/client-protocol.md) and the driver's
-// (hca/verbs.hpp, docs/simhca.md §7.6, §7.7): field by field, nothing
-// checked here. MODIFY_QP, QUERY_QP and CREATE_AH use them, and the CM
-// service's CM_INIT_QP_ATTR.
+// (hca/verbs.hpp, docs/simhca.md §7.6, §7.7): the wire <-> daemon
+// boundary's one converter, walking clientproto's one field list
+// (proto::av_fields, proto::qp_attr_fields), nothing checked here.
+// MODIFY_QP, QUERY_QP and CREATE_AH use them, and the CM service's
+// CM_INIT_QP_ATTR.
 #pragma once
 
 #include "clientproto/messages.hpp"

@@ -31,8 +31,6 @@ const char* cm_event_str(CmEventType t) {
 
 namespace lib {
 
-QpAttr from_proto(const proto::QpAttr& p);
-
 namespace {
 
 using proto::Op;

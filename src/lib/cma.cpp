@@ -140,8 +140,6 @@ Result<IpEndpoint> rdma_getaddrinfo(const char* node, const char* service, int f
 
 namespace lib {
 
-AddressVector from_proto(const proto::Av& a);
-
 namespace {
 
 using proto::Op;

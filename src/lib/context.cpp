@@ -187,35 +187,38 @@ Result<std::unique_ptr<Pd>> ContextImpl::alloc_pd() {
 }
 PdImpl::~PdImpl() { ctx_.destroy(Op::kDeallocPd, handle_); }
 
+// The wire <-> library boundary's one converter (docs/library.md "Types"):
+// clientproto's field lists (proto::av_fields, proto::qp_attr_fields)
+// walked over the public type and the wire's at once.
+namespace {
+struct Assign {
+  template <class To, class From> void operator()(To& to, const From& from) const { to = static_cast<To>(from); }
+  void operator()(Gid& to, const std::array<uint8_t, 16>& from) const { to.raw = from; }
+  void operator()(std::array<uint8_t, 16>& to, const Gid& from) const { to = from.raw; }
+};
+}  // namespace
+
 proto::Av to_proto(const AddressVector& av) {
   proto::Av a;
-  a.dlid = av.dlid;
-  a.sl = av.sl;
-  a.src_path_bits = av.src_path_bits;
-  a.static_rate = av.static_rate;
-  a.port = av.port;
-  a.grh = av.grh ? 1 : 0;
-  a.hop_limit = av.hop_limit;
-  a.flow_label = av.flow_label;
-  a.sgid_index = av.sgid_index;
-  a.traffic_class = av.traffic_class;
-  a.dgid = av.dgid.raw;
+  proto::av_fields(Assign{}, a, av);
   return a;
 }
 AddressVector from_proto(const proto::Av& a) {
   AddressVector av;
-  av.dlid = a.dlid;
-  av.sl = a.sl;
-  av.src_path_bits = a.src_path_bits;
-  av.static_rate = a.static_rate;
-  av.port = a.port;
-  av.grh = a.grh & 1;
-  av.hop_limit = a.hop_limit;
-  av.flow_label = a.flow_label;
-  av.sgid_index = a.sgid_index;
-  av.traffic_class = a.traffic_class;
-  av.dgid.raw = a.dgid;
+  proto::av_fields(Assign{}, av, a);
   return av;
+}
+proto::QpAttr to_proto(const QpAttr& a, uint32_t mask) {
+  proto::QpAttr p;
+  p.mask = mask;
+  proto::qp_attr_fields(Assign{}, p, a);
+  return p;
+}
+QpAttr from_proto(const proto::QpAttr& p) {
+  QpAttr a;
+  proto::qp_attr_fields(Assign{}, a, p);
+  a.cur_state = a.state;  // as ibv_query_qp's cur_qp_state (and CM_INIT_QP_ATTR's, as before)
+  return a;
 }
 
 Result<std::unique_ptr<Ah>> ContextImpl::create_ah(Pd& pd, const AddressVector& av) {

@@ -295,6 +295,13 @@ class ContextImpl final : public Context {
   std::vector<std::unique_ptr<Remap>> remaps_;
 };
 
+// Between the public address vector and QP attributes and the wire's
+// (context.cpp; docs/library.md "Types").
+proto::Av to_proto(const AddressVector& av);
+AddressVector from_proto(const proto::Av& a);
+proto::QpAttr to_proto(const QpAttr& a, uint32_t mask);
+QpAttr from_proto(const proto::QpAttr& p);
+
 // The data-path objects keep the context's provider and UAR page (both
 // fixed at open): a post or a poll loads nothing else of the context.
 inline CqImpl::CqImpl(ContextImpl& ctx) : ctx_(ctx), prov_(ctx.provider()), uar_(ctx.uar_page()) {}

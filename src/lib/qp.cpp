@@ -11,57 +11,6 @@ namespace openib::lib {
 using proto::Op;
 
 uint32_t log2_ceil(uint32_t n);
-proto::Av to_proto(const AddressVector& av);
-AddressVector from_proto(const proto::Av& a);
-
-namespace {
-
-proto::QpAttr to_proto(const QpAttr& a, uint32_t mask) {
-  proto::QpAttr p;
-  p.mask = mask;
-  p.state = uint8_t(a.state);
-  p.cur_state = uint8_t(a.cur_state);
-  p.port = a.port;
-  p.path_mtu = uint8_t(a.path_mtu);
-  p.pkey_index = a.pkey_index;
-  p.access = uint8_t(a.access);
-  p.qkey = a.qkey;
-  p.dest_qpn = a.dest_qpn;
-  p.rq_psn = a.rq_psn;
-  p.sq_psn = a.sq_psn;
-  p.timeout = a.timeout;
-  p.retry_cnt = a.retry_cnt;
-  p.rnr_retry = a.rnr_retry;
-  p.min_rnr_timer = a.min_rnr_timer;
-  p.max_rd_atomic = a.max_rd_atomic;
-  p.max_dest_rd_atomic = a.max_dest_rd_atomic;
-  p.av = lib::to_proto(a.av);
-  return p;
-}
-
-}  // namespace
-
-QpAttr from_proto(const proto::QpAttr& p) {
-  QpAttr a;
-  a.state = QpState(p.state);
-  a.cur_state = QpState(p.state);
-  a.port = p.port;
-  a.path_mtu = Mtu(p.path_mtu);
-  a.pkey_index = p.pkey_index;
-  a.access = p.access;
-  a.qkey = p.qkey;
-  a.dest_qpn = p.dest_qpn;
-  a.rq_psn = p.rq_psn;
-  a.sq_psn = p.sq_psn;
-  a.timeout = p.timeout;
-  a.retry_cnt = p.retry_cnt;
-  a.rnr_retry = p.rnr_retry;
-  a.min_rnr_timer = p.min_rnr_timer;
-  a.max_rd_atomic = p.max_rd_atomic;
-  a.max_dest_rd_atomic = p.max_dest_rd_atomic;
-  a.av = lib::from_proto(p.av);
-  return a;
-}
 
 Result<std::unique_ptr<Qp>> ContextImpl::create_qp(Pd& pd, const QpInit& init) {
   if (!init.send_cq || !init.recv_cq) return err(EINVAL, "create_qp: a send and a receive CQ are needed");

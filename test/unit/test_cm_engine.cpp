@@ -282,23 +282,23 @@ TEST_CASE("cm engine: connect, accept, RTU: established on both sides with match
   auto b_rts = b.engine->qp_params(bid, 3);
   REQUIRE(b_rtr);
   REQUIRE(b_rts);
-  CHECK(a_rtr->dest_qpn == 0x200);
-  CHECK(b_rtr->dest_qpn == 0x100);
-  CHECK(b_rtr->rq_psn == 0x123456);
-  CHECK(a_rts->sq_psn == 0x123456);
-  CHECK(a_rtr->rq_psn == b_rts->sq_psn);
-  CHECK(a_rtr->av.lid == 2);
-  CHECK(b_rtr->av.lid == 1);
-  CHECK(b_rtr->av.sl == 3);
-  CHECK(a_rtr->path_mtu == 5);
-  CHECK(a_rts->max_rd_atomic == 2);       // B's responder resources
-  CHECK(b_rtr->max_dest_rd_atomic == 2);
-  CHECK(b_rts->max_rd_atomic == 4);
-  CHECK(a_rtr->max_dest_rd_atomic == 4);  // B's initiator depth
+  CHECK(a_rtr->attr.dest_qpn == 0x200);
+  CHECK(b_rtr->attr.dest_qpn == 0x100);
+  CHECK(b_rtr->attr.rq_psn == 0x123456);
+  CHECK(a_rts->attr.sq_psn == 0x123456);
+  CHECK(a_rtr->attr.rq_psn == b_rts->attr.sq_psn);
+  CHECK(a_rtr->attr.av.dlid == 2);
+  CHECK(b_rtr->attr.av.dlid == 1);
+  CHECK(b_rtr->attr.av.sl == 3);
+  CHECK(a_rtr->attr.path_mtu == 5);
+  CHECK(a_rts->attr.max_rd_atomic == 2);       // B's responder resources
+  CHECK(b_rtr->attr.max_dest_rd_atomic == 2);
+  CHECK(b_rts->attr.max_rd_atomic == 4);
+  CHECK(a_rtr->attr.max_dest_rd_atomic == 4);  // B's initiator depth
   // Local ACK timeout: 2 * packet lifetime + ACK delay (the passive side
   // knows the lifetime only as the REQ's timeout - 1, so it may be one more).
-  CHECK(a_rts->timeout == 6);
-  CHECK(b_rts->timeout >= a_rts->timeout);
+  CHECK(a_rts->attr.timeout == 6);
+  CHECK(b_rts->attr.timeout >= a_rts->attr.timeout);
   CHECK(b.engine->counters().sent[attr::kRep & 0x1f] == 1);
   auto j = b.engine->json();
   CHECK(j.find("\"established\":1") != std::string::npos);
