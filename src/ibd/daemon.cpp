@@ -20,6 +20,7 @@
 #include "hca/driver_table.hpp"
 #include "ibd/daemon.hpp"
 #include "ibd/device_lock.hpp"
+#include "ibd/recovery.hpp"
 #include "ibd/device_slot.hpp"
 #include "ibd/ipoib_links.hpp"
 #include "ibd/options.hpp"
@@ -112,305 +113,334 @@ void setup_port_async(const Options& o, hca::Device& hca, hca::Device::Done<void
   });
 }
 
-int run(const Options& o) {
-  auto logger = log::get("ibd");
-  if (!o.config.empty()) logger->info("config {}", o.config);
-  std::error_code ec;
-  std::filesystem::create_directories(o.run_dir, ec);
-  if (ec) {
-    logger->error("cannot create run directory {}: {}", o.run_dir, ec.message());
-    return 1;
-  }
-  auto lock = DeviceLock::acquire(lock_dir(o), lock_device_name(o));
-  if (!lock) {
-    logger->error("{}", lock.error().message);
-    return 1;
-  }
+// ibd's life: the device opened through the driver table, the services
+// built and registered in order (each after those it uses), the loop, the
+// recovery of a lost device (recovery.hpp), and the teardown in reverse.
+class Daemon {
+ public:
+  explicit Daemon(const Options& o)
+      : o_(o), log_(log::get("ibd")), device_name_(device_name(o)), slot_(device_name_),
+        event_bytes_("queued event bytes", "event-bytes", o.limits.event_bytes), connect_timer_(io_),
+        signals_(io_, SIGTERM, SIGINT), chld_(io_, SIGCHLD) {}
+  int run();
 
-  // The device: named, or an embedded simhca child (docs/simhca.md §13),
-  // inside a slot that outlives its transports (device recovery).
-  std::unique_ptr<SimhcaChild> child;
-  std::string device_name = o.device;
-  if (o.device.empty()) {
-    device_name = "vfio-user:" + o.run_dir + "/simhca.sock (embedded)";
-  } else if (!o.cable.empty() || !o.pcap.empty() || !o.faults.empty() || !o.simhca_args.empty()) {
-    logger->warn("--cable, --pcap, --faults and --simhca-arg apply to the embedded simhca only; ignored");
+ private:
+  static std::string device_name(const Options& o) {
+    return o.device.empty() ? "vfio-user:" + o.run_dir + "/simhca.sock (embedded)" : o.device;
   }
-  DeviceSlot slot(device_name);
-  {
-    auto d = open_transport(o, child);
-    if (!d) {
-      logger->error("opening {}: {}", device_name, d.error().str());
-      return 1;
-    }
-    slot.replace(std::move(*d));
-  }
+  Result<void> open_device();
+  void build_services();
+  Result<void> start_services();
+  void watch_signals();
+  void watch_child();
+  void shutdown(int code, const std::string& why);
+  void teardown();
+  // Recovery's steps (docs/operations.md §5).
+  Recovery::Steps recovery_steps();
+  void fence(const std::string& why);
+  void attempt(unsigned n, Recovery::AttemptDone done);
+  void poll_connect(Recovery::AttemptDone done);
+  void bring_up(std::unique_ptr<vfio::Device> d, Recovery::AttemptDone done);
+  void attempt_failed(unsigned n, const Error& e);
+  void device_back(unsigned attempts, std::chrono::milliseconds down);
 
-  asio::io_context io;
-  auto h = hca::open_device(slot, io);  // the driver table's driver for its PCI ID
-  if (!h) {
-    logger->error("HCA bring-up on {}: {}", device_name, h.error().str());
-    return 1;
-  }
-  std::unique_ptr<hca::Device> hca = std::move(*h);
-  if (auto r = setup_port(o, *hca); !r) {
-    logger->error("{}", r.error().str());
-    return 1;
-  }
-
-  int exit_code = 0;
-  // The user-MAD service (libibumad.so.3 clients: OpenSM, infiniband-diags).
-  auto umad = std::make_unique<UmadService>(io, *hca, o.socket, hca->caps().num_ports, o.umad_user_gmp);
-  auto server_ptr =
-      std::make_unique<Server>(io, *hca, ServerOptions{o.socket, o.socket_mode, o.socket_group, device_name, o.limits});
-  Server& server = *server_ptr;
-  umad->set_max_outstanding(o.limits.umad_max_outstanding);
-  // The SA client and path cache on each port's MAD layer (docs/sa.md "In ibd").
-  auto sa_service = std::make_unique<SaService>(io, *hca, *umad, hca->caps().num_ports, o.state_dir);
-  if (auto r = sa_service->publish_table(o.path_table_slots); !r)  // docs/sa.md "Shared table"
-    logger->warn("no shared path table (clients ask ibd for every path): {}", r.error().str());
-  sa_service->set_limits(o.limits.mcast_joins, o.limits.services, o.limits.uid_sa_queries_per_sec,
-                         o.limits.uid_sa_query_burst);  // clients' joins, services, SA queries (docs/sa.md "Security")
-  sa_service->set_path_change_handler(
-      [&server](uint8_t port, uint16_t pkey, const sa::Gid& dgid) { server.on_path_change(port, pkey, dgid); });
-  // IPoIB on a TAP interface (docs/ipoib.md).
-  std::unique_ptr<IpoibService> ipoib;
-  if (!o.ipoib.empty()) {
-    ipoib = std::make_unique<IpoibService>(io, *hca, *sa_service, IpoibConfig{o.ipoib, o.ipoib_pkey, o.ipoib_port, o.ipoib_qkey});
-  }
-  // The connection manager on each port's MAD layer (docs/cm.md).
+  const Options& o_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::string device_name_;
+  asio::io_context io_;
+  std::unique_ptr<SimhcaChild> child_;
+  DeviceSlot slot_;  // outlives its transports (device recovery)
+  std::unique_ptr<hca::Device> hca_;
   // Queued event bytes per client and per uid, shared by the CM and the
   // RDMA CM (docs/operations.md "Limits"); it outlives both services.
-  Budget event_bytes("queued event bytes", "event-bytes", o.limits.event_bytes);
-  auto cm = std::make_unique<CmService>(io, *hca, *umad, hca->caps().num_ports);
-  cm->set_max_queued_events(o.cm_max_queued_events);
-  cm->set_event_budget(&event_bytes);
-  cm->set_id_limits(o.limits.cm_ids);
-  cm->set_qp_ops(server.qp_ops());
-  // The RDMA CM over it, with the ARP module on the IPoIB interface
-  // (docs/cma.md, docs/arp.md).
-  std::unique_ptr<IpoibLinks> ipoib_links;
-  std::unique_ptr<arp::Resolver> resolver;
-  if (ipoib) {
-    ipoib_links = std::make_unique<IpoibLinks>(*ipoib);
-    resolver = std::make_unique<arp::Resolver>(io, *ipoib_links);
-  }
-  auto cma = std::make_unique<CmaService>(io, *hca, *cm, *sa_service, hca->caps().num_ports);
-  cma->set_max_queued_events(o.cm_max_queued_events);
-  // RDMA CM ids per client and per uid; queued event bytes in the IB CM's budget (budget.hpp).
-  cma->set_id_limit(o.limits.cma_ids);
-  cma->set_event_budget(&event_bytes);
-  if (ipoib) cma->set_ipoib_qkey([p = ipoib.get()] { return p->qkey(); });
-  cma->set_qp_ops(server.qp_ops());
-  // The services, each after those it uses (service.hpp).
-  ServiceRegistry services;
-  services.add(*umad);
-  services.add(*sa_service);
-  if (ipoib) services.add(*ipoib);
-  services.add(*cm);
-  services.add(*cma);
-  server.set_services(&services);
-  if (auto r = server.start(); !r) {
-    logger->error("client socket: {}", r.error().str());
+  Budget event_bytes_;
+  std::unique_ptr<UmadService> umad_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<SaService> sa_;
+  std::unique_ptr<IpoibService> ipoib_;
+  std::unique_ptr<CmService> cm_;
+  std::unique_ptr<IpoibLinks> ipoib_links_;
+  std::unique_ptr<arp::Resolver> resolver_;
+  std::unique_ptr<CmaService> cma_;
+  ServiceRegistry services_;
+  std::unique_ptr<Recovery> recovery_;
+  asio::steady_timer connect_timer_;  // an attempt's polls of the child's socket
+  std::chrono::steady_clock::time_point connect_deadline_;
+  asio::signal_set signals_, chld_;
+  bool stopping_ = false;
+  int exit_code_ = 0;
+};
+
+int Daemon::run() {
+  if (!o_.config.empty()) log_->info("config {}", o_.config);
+  std::error_code ec;
+  std::filesystem::create_directories(o_.run_dir, ec);
+  if (ec) {
+    log_->error("cannot create run directory {}: {}", o_.run_dir, ec.message());
     return 1;
   }
-  sa_service->start();
-  cm->start();
-  if (resolver) {
-    if (auto r = resolver->start(); !r) {
-      logger->warn("no address resolution for the RDMA CM: {}", r.error().str());
-    } else {
-      cma->set_resolver(resolver.get());
-    }
+  auto lock = DeviceLock::acquire(lock_dir(o_), lock_device_name(o_));
+  if (!lock) {
+    log_->error("{}", lock.error().message);
+    return 1;
   }
-  if (auto r = cma->start(); !r) logger->warn("no RDMA CM: {}", r.error().str());
-  if (ipoib) ipoib->start();
+  if (auto r = open_device(); !r) {
+    log_->error("{}", r.error().str());
+    return 1;
+  }
+  build_services();
+  if (auto r = start_services(); !r) {
+    log_->error("client socket: {}", r.error().str());
+    teardown();
+    return 1;
+  }
+  recovery_ = std::make_unique<Recovery>(io_, o_.restart_limit, recovery_steps());
+  server_->set_on_device_gone([this] { recovery_->lost("commands fail, or DEVICE_FATAL"); });
+  watch_signals();
+  if (o_.device.empty()) watch_child();
+  (void)sd_notify(0, "READY=1");
+  log_->info("ready on {} (device {})", o_.socket, device_name_);
+  std::fprintf(stderr, "ibd: ready on %s\n", o_.socket.c_str());
+  std::fflush(stderr);
+  io_.run();
+  teardown();
+  log_->info("exit {}", exit_code_);
+  return exit_code_;
+}
 
-  bool stopping = false;
-  asio::steady_timer restart_timer(io);
-  auto shutdown = [&](int code, const std::string& why) {
-    if (stopping) return;
-    stopping = true;
-    exit_code = code;
-    restart_timer.cancel();
-    (void)sd_notify(0, "STOPPING=1");
-    logger->info("shutting down: {}", why);
-    if (code != 0) server.notify_device_fatal();
-    sa_service->save();  // the path cache, for the next start (docs/sa.md)
-    server.stop();
-    if (ipoib) ipoib->stop();
-    // The SA is told to forget the ports' trap subscriptions (docs/sa.md
-    // "In ibd"): the loop runs on until it answered, at most 1 s; a second
-    // SIGTERM/SIGINT stops at once. Not when the device is gone (code != 0):
-    // nothing goes out through it, and the loop stops at once as before.
-    if (code != 0) return io.stop();
-    sa_service->shutdown(std::chrono::seconds(1), [&] { io.stop(); });
-  };
+// The device: named, or an embedded simhca child (docs/simhca.md §13); its
+// driver from the table by PCI ID (hca/driver_table.hpp); the static port
+// setup.
+Result<void> Daemon::open_device() {
+  if (!o_.device.empty() && (!o_.cable.empty() || !o_.pcap.empty() || !o_.faults.empty() || !o_.simhca_args.empty()))
+    log_->warn("--cable, --pcap, --faults and --simhca-arg apply to the embedded simhca only; ignored");
+  auto d = open_transport(o_, child_);
+  if (!d) return err(d.error().code, "opening {}: {}", device_name_, d.error().str());
+  slot_.replace(std::move(*d));
+  auto h = hca::open_device(slot_, io_);
+  if (!h) return err(h.error().code, "HCA bring-up on {}: {}", device_name_, h.error().str());
+  hca_ = std::move(*h);
+  return setup_port(o_, *hca_);
+}
 
-  // Device recovery (docs/operations.md §5): Running -> Dead -> Restarting
-  // -> Running. Dead: the device is fenced (an embedded simhca SIGKILLed,
-  // the transport closed), clients are told and their objects forgotten,
-  // the MAD layer and the HCA closed, all without device commands.
-  // Restarting: bring-up attempts with backoff, at most --restart-limit.
-  unsigned attempt = 0;
-  auto lost_at = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point connect_deadline;
-  std::function<void()> try_restart, poll_connect;
-  std::function<void(std::unique_ptr<vfio::Device>)> bring_up;
-  auto retry_or_give_up = [&](const Error& e) {
-    if (stopping) return;
-    logger->warn("device restart attempt {} of {}: {}", attempt, o.restart_limit, e.str());
-    if (child) (void)child->kill_now();
-    child.reset();
-    slot.clear();
-    if (attempt >= o.restart_limit) return shutdown(1, fmt::format("the device did not come back after {} attempts", attempt));
-    const auto delay = std::chrono::milliseconds(std::min(5000, 100 << std::min(attempt - 1, 6u)));
-    restart_timer.expires_after(delay);
-    restart_timer.async_wait([&](const boost::system::error_code& e2) {
-      if (!e2 && !stopping) try_restart();
-    });
-  };
-  // Every step of an attempt runs on the loop and returns to it: the
-  // child's socket is tried every 20 ms on a timer (simhca takes tens of
-  // milliseconds to listen, or much longer on a loaded host), the bring-up
-  // ladder's commands and the port setup continue from their completions,
-  // so clients, INFO and signals are served meanwhile. What stays a call
-  // on the loop: fork/exec, the vfio-user handshake once the socket
-  // accepts, the function reset, and the ladder's register accesses and
-  // DMA_MAPs (well under a millisecond on simhca).
-  try_restart = [&] {
-    ++attempt;
-    logger->info("restarting device {} (attempt {} of {})", device_name, attempt, o.restart_limit);
-    if (!o.device.empty()) {
-      auto d = vfio::open_device(o.device);
-      if (!d) return retry_or_give_up(d.error());
-      return bring_up(std::move(*d));
-    }
-    auto c = SimhcaChild::spawn(simhca_params(o));
-    if (!c) return retry_or_give_up(c.error());
-    child = std::move(*c);
-    connect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    poll_connect();
-  };
-  poll_connect = [&] {
-    auto d = child->try_connect();
-    if (d) return bring_up(std::move(*d));
-    if (d.error().code != EAGAIN) return retry_or_give_up(err(d.error().code, "embedded simhca: {}", d.error().message));
-    if (std::chrono::steady_clock::now() >= connect_deadline)
-      return retry_or_give_up(err(ETIMEDOUT, "embedded simhca did not accept within 10 s: {}", d.error().message));
-    restart_timer.expires_after(std::chrono::milliseconds(20));
-    restart_timer.async_wait([&](const boost::system::error_code& e2) {
-      if (!e2 && !stopping && child) poll_connect();
-    });
-  };
-  // An attempt's next step, run from the loop once `r` is known (not inside
-  // the completion that produced it: a failed attempt's close_dead() would
-  // destroy the command interface under itself), unless the attempt is
-  // over (shutdown, or a later attempt).
-  auto then_on_loop = [&](unsigned this_attempt, std::function<void()> next) {
-    return [&, this_attempt, next = std::move(next)](Result<void> r) mutable {
-      asio::post(io, [&, this_attempt, next = std::move(next), r = std::move(r)] {
-        if (stopping || this_attempt != attempt) return;
-        if (!r) {
-          (void)hca->close_dead();
-          return retry_or_give_up(r.error());
-        }
-        next();
-      });
-    };
-  };
-  bring_up = [&](std::unique_ptr<vfio::Device> d) {
-    const auto t0 = std::chrono::steady_clock::now();
-    slot.replace(std::move(d));
-    // A device that is not ours to restart may still be in its fatal state
-    // (docs/simhca.md §11.4): a function reset first (§11.5, VFIO reset).
-    if (!o.device.empty()) {
-      if (auto r = slot.reset(); !r) return retry_or_give_up(r.error());
-    }
-    const unsigned this_attempt = attempt;
-    hca->reopen_async(then_on_loop(this_attempt, [&, this_attempt, t0] {
-      logger->info("device {}: bring-up took {} ms", device_name,
-                   std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
-      setup_port_async(o, *hca, then_on_loop(this_attempt, [&] {
-        server.device_back();  // and the user-MAD service's layers and agents
-        logger->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name,
-                     attempt, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count(),
-                     server.device_generation());
-      }));
-    }));
-  };
-  auto lose_device = [&](const std::string& why) {
-    if (stopping || server.device_state() != DeviceState::kRunning) return;
-    if (o.restart_limit == 0) return shutdown(1, "the device is gone");
-    lost_at = std::chrono::steady_clock::now();
-    logger->error("device {} is gone ({}); recovering", device_name, why);
-    // Fence: the device must not touch memory any more.
-    if (child) {
-      const int st = child->kill_now();
-      logger->info("embedded simhca {}", describe_wait_status(st));
-    }
-    slot.clear();
-    server.device_lost();  // user-MAD sessions and agents stay (docs/umad.md "Device loss")
-    (void)hca->close_dead();
-    child.reset();
-    server.set_device_state(DeviceState::kRestarting);
-    attempt = 0;
-    try_restart();
-  };
-  server.set_on_device_gone([&] { lose_device("commands fail, or DEVICE_FATAL"); });
+// The services, each after those it uses, registered in that order
+// (service.hpp): the user-MAD service, the SA client and path cache, IPoIB,
+// the IB CM, the RDMA CM over it with the ARP module on IPoIB.
+void Daemon::build_services() {
+  const uint8_t ports = hca_->caps().num_ports;
+  umad_ = std::make_unique<UmadService>(io_, *hca_, o_.socket, ports, o_.umad_user_gmp);
+  umad_->set_max_outstanding(o_.limits.umad_max_outstanding);
+  server_ = std::make_unique<Server>(io_, *hca_, ServerOptions{o_.socket, o_.socket_mode, o_.socket_group, device_name_, o_.limits});
+  sa_ = std::make_unique<SaService>(io_, *hca_, *umad_, ports, o_.state_dir);
+  if (auto r = sa_->publish_table(o_.path_table_slots); !r)  // docs/sa.md "Shared table"
+    log_->warn("no shared path table (clients ask ibd for every path): {}", r.error().str());
+  sa_->set_limits(o_.limits.mcast_joins, o_.limits.services, o_.limits.uid_sa_queries_per_sec,
+                  o_.limits.uid_sa_query_burst);  // docs/sa.md "Security"
+  sa_->set_path_change_handler(
+      [this](uint8_t port, uint16_t pkey, const sa::Gid& dgid) { server_->on_path_change(port, pkey, dgid); });
+  if (!o_.ipoib.empty())  // docs/ipoib.md
+    ipoib_ = std::make_unique<IpoibService>(io_, *hca_, *sa_, IpoibConfig{o_.ipoib, o_.ipoib_pkey, o_.ipoib_port, o_.ipoib_qkey});
+  cm_ = std::make_unique<CmService>(io_, *hca_, *umad_, ports);  // docs/cm.md
+  cm_->set_max_queued_events(o_.cm_max_queued_events);
+  cm_->set_event_budget(&event_bytes_);
+  cm_->set_id_limits(o_.limits.cm_ids);
+  cm_->set_qp_ops(server_->qp_ops());
+  if (ipoib_) {  // docs/cma.md, docs/arp.md
+    ipoib_links_ = std::make_unique<IpoibLinks>(*ipoib_);
+    resolver_ = std::make_unique<arp::Resolver>(io_, *ipoib_links_);
+  }
+  cma_ = std::make_unique<CmaService>(io_, *hca_, *cm_, *sa_, ports);
+  cma_->set_max_queued_events(o_.cm_max_queued_events);
+  cma_->set_id_limit(o_.limits.cma_ids);  // budget.hpp
+  cma_->set_event_budget(&event_bytes_);
+  if (ipoib_) cma_->set_ipoib_qkey([p = ipoib_.get()] { return p->qkey(); });
+  cma_->set_qp_ops(server_->qp_ops());
+  services_.add(*umad_);
+  services_.add(*sa_);
+  if (ipoib_) services_.add(*ipoib_);
+  services_.add(*cm_);
+  services_.add(*cma_);
+  server_->set_services(&services_);
+}
 
-  asio::signal_set signals(io, SIGTERM, SIGINT);
-  std::function<void(const boost::system::error_code&, int)> on_signal =
-      [&](const boost::system::error_code& e, int sig) {
-        if (e) return;
-        if (stopping) {
-          logger->info("{} again: stopping now", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-          return io.stop();
-        }
-        shutdown(0, sig == SIGTERM ? "SIGTERM" : "SIGINT");
-        signals.async_wait(on_signal);
-      };
-  signals.async_wait(on_signal);
-  // The embedded device dies with its process: SIGCHLD means the device is gone.
-  asio::signal_set chld(io, SIGCHLD);
-  std::function<void(const boost::system::error_code&, int)> on_chld;
-  on_chld = [&](const boost::system::error_code& e, int) {
+Result<void> Daemon::start_services() {
+  OPENIB_TRY(server_->start());
+  sa_->start();
+  cm_->start();
+  if (resolver_) {
+    if (auto r = resolver_->start(); !r)
+      log_->warn("no address resolution for the RDMA CM: {}", r.error().str());
+    else
+      cma_->set_resolver(resolver_.get());
+  }
+  if (auto r = cma_->start(); !r) log_->warn("no RDMA CM: {}", r.error().str());
+  if (ipoib_) ipoib_->start();
+  return ok();
+}
+
+// SIGTERM/SIGINT stop ibd (a second one at once).
+void Daemon::watch_signals() {
+  signals_.async_wait([this](const boost::system::error_code& e, int sig) {
+    if (e) return;
+    const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (stopping_) {
+      log_->info("{} again: stopping now", name);
+      return io_.stop();
+    }
+    shutdown(0, name);
+    watch_signals();
+  });
+}
+
+// The embedded device dies with its process: SIGCHLD means the device is gone.
+void Daemon::watch_child() {
+  chld_.async_wait([this](const boost::system::error_code& e, int) {
     if (e) return;
     int st = 0;
-    if (child && child->exited(&st)) {
-      logger->error("embedded simhca {}; the device is gone", describe_wait_status(st));
-      lose_device("embedded simhca " + describe_wait_status(st));
+    if (child_ && child_->exited(&st)) {
+      log_->error("embedded simhca {}; the device is gone", describe_wait_status(st));
+      recovery_->lost("embedded simhca " + describe_wait_status(st));
     }
-    if (!stopping) chld.async_wait(on_chld);
-  };
-  if (o.device.empty()) chld.async_wait(on_chld);
+    if (!stopping_) watch_child();
+  });
+}
 
-  (void)sd_notify(0, "READY=1");
-  logger->info("ready on {} (device {})", o.socket, device_name);
-  std::fprintf(stderr, "ibd: ready on %s\n", o.socket.c_str());
-  std::fflush(stderr);
+void Daemon::shutdown(int code, const std::string& why) {
+  if (stopping_) return;
+  stopping_ = true;
+  exit_code_ = code;
+  recovery_->stop();
+  connect_timer_.cancel();
+  (void)sd_notify(0, "STOPPING=1");
+  log_->info("shutting down: {}", why);
+  if (code != 0) server_->notify_device_fatal();
+  sa_->save();  // the path cache, for the next start (docs/sa.md)
+  server_->stop();
+  if (ipoib_) ipoib_->stop();
+  // The SA is told to forget the ports' trap subscriptions (docs/sa.md
+  // "In ibd"): the loop runs on until it answered, at most 1 s; a second
+  // SIGTERM/SIGINT stops at once. Not when the device is gone (code != 0):
+  // nothing goes out through it, and the loop stops at once.
+  if (code != 0) return io_.stop();
+  sa_->shutdown(std::chrono::seconds(1), [this] { io_.stop(); });
+}
 
-  io.run();
-
-  // Teardown ladder: clients are gone (server.stop); the HCA, then the child.
-  restart_timer.cancel();
-  server.stop();
-  server_ptr.reset();  // before the HCA it uses
-  cm.reset();          // its CM agents, before the MAD layers
-  umad.reset();        // QP0/QP1 and the issm files, before the HCA
-  signals.cancel();
-  chld.cancel();
-  if (auto r = hca->close(); !r) {
-    if (exit_code == 0) logger->warn("HCA close: {}", r.error().str());
+// The ladder in reverse: clients (the Server), the services users first
+// (the RDMA CM before the IB CM, the CM's agents before the MAD layers,
+// QP0/QP1 and the issm files last), the device, its transport, the child.
+void Daemon::teardown() {
+  if (recovery_) recovery_->stop();
+  connect_timer_.cancel();
+  if (server_) server_->stop();
+  server_.reset();
+  cma_.reset();
+  resolver_.reset();
+  ipoib_links_.reset();
+  cm_.reset();
+  ipoib_.reset();
+  sa_.reset();
+  umad_.reset();
+  boost::system::error_code ec;
+  signals_.cancel(ec);
+  chld_.cancel(ec);
+  if (hca_) {
+    if (auto r = hca_->close(); !r && exit_code_ == 0) log_->warn("HCA close: {}", r.error().str());
   }
-  hca.reset();
-  slot.clear();
-  if (child) {
-    const int st = child->stop();
-    logger->info("embedded simhca {}", describe_wait_status(st));
+  hca_.reset();
+  slot_.clear();
+  if (child_) log_->info("embedded simhca {}", describe_wait_status(child_->stop()));
+}
+
+// ---- device recovery (docs/operations.md §5) ---------------------------------
+
+Recovery::Steps Daemon::recovery_steps() {
+  Recovery::Steps s;
+  s.fence = [this](const std::string& why) { fence(why); };
+  s.attempt = [this](unsigned n, Recovery::AttemptDone done) { attempt(n, std::move(done)); };
+  s.failed = [this](unsigned n, const Error& e) { attempt_failed(n, e); };
+  s.back = [this](unsigned n, std::chrono::milliseconds down) { device_back(n, down); };
+  s.give_up = [this](const std::string& why) { shutdown(1, o_.restart_limit == 0 ? "the device is gone" : why); };
+  return s;
+}
+
+// Dead: the device fenced (an embedded simhca SIGKILLed, the transport
+// closed), clients told and their objects forgotten, the MAD layers and
+// the HCA closed, all without device commands.
+void Daemon::fence(const std::string& why) {
+  if (stopping_) return;
+  log_->error("device {} is gone ({}); recovering", device_name_, why);
+  if (child_) log_->info("embedded simhca {}", describe_wait_status(child_->kill_now()));
+  slot_.clear();
+  server_->device_lost();  // user-MAD sessions and agents stay (docs/umad.md "Device loss")
+  (void)hca_->close_dead();
+  child_.reset();
+  server_->set_device_state(DeviceState::kRestarting);
+}
+
+// One attempt. Every step runs on the loop and returns to it: the child's
+// socket is tried every 20 ms on a timer (simhca takes tens of milliseconds
+// to listen, or much longer on a loaded host), the bring-up ladder's
+// commands and the port setup continue from their completions, so clients,
+// INFO and signals are served meanwhile. What stays a call on the loop:
+// fork/exec, the vfio-user handshake once the socket accepts, the function
+// reset, and the ladder's register accesses and DMA_MAPs (well under a
+// millisecond on simhca).
+void Daemon::attempt(unsigned n, Recovery::AttemptDone done) {
+  log_->info("restarting device {} (attempt {} of {})", device_name_, n, o_.restart_limit);
+  if (!o_.device.empty()) {
+    auto d = vfio::open_device(o_.device);
+    if (!d) return done(d.error());
+    return bring_up(std::move(*d), std::move(done));
   }
-  logger->info("exit {}", exit_code);
-  return exit_code;
+  auto c = SimhcaChild::spawn(simhca_params(o_));
+  if (!c) return done(c.error());
+  child_ = std::move(*c);
+  connect_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  poll_connect(std::move(done));
+}
+
+void Daemon::poll_connect(Recovery::AttemptDone done) {
+  auto d = child_->try_connect();
+  if (d) return bring_up(std::move(*d), std::move(done));
+  if (d.error().code != EAGAIN) return done(err(d.error().code, "embedded simhca: {}", d.error().message));
+  if (std::chrono::steady_clock::now() >= connect_deadline_)
+    return done(err(ETIMEDOUT, "embedded simhca did not accept within 10 s: {}", d.error().message));
+  connect_timer_.expires_after(std::chrono::milliseconds(20));
+  connect_timer_.async_wait([this, done = std::move(done)](const boost::system::error_code& e) mutable {
+    if (!e && !stopping_ && child_) poll_connect(std::move(done));
+  });
+}
+
+void Daemon::bring_up(std::unique_ptr<vfio::Device> d, Recovery::AttemptDone done) {
+  const auto t0 = std::chrono::steady_clock::now();
+  slot_.replace(std::move(d));
+  // A device that is not ours to restart may still be in its fatal state
+  // (docs/simhca.md §11.4): a function reset first (§11.5, VFIO reset).
+  if (!o_.device.empty()) {
+    if (auto r = slot_.reset(); !r) return done(r.error());
+  }
+  hca_->reopen_async([this, t0, done = std::move(done)](Result<void> r) mutable {
+    if (!r) return done(r.take_error());
+    log_->info("device {}: bring-up took {} ms", device_name_,
+               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+    setup_port_async(o_, *hca_, std::move(done));
+  });
+}
+
+// What a failed attempt left: the device closed, the child killed, the
+// transport dropped.
+void Daemon::attempt_failed(unsigned n, const Error& e) {
+  log_->warn("device restart attempt {} of {}: {}", n, o_.restart_limit, e.str());
+  (void)hca_->close_dead();
+  if (child_) (void)child_->kill_now();
+  child_.reset();
+  slot_.clear();
+}
+
+void Daemon::device_back(unsigned attempts, std::chrono::milliseconds down) {
+  server_->device_back();  // and the services (the user-MAD service's layers and agents)
+  log_->info("device {} is back after {} attempt(s), {} ms after it was lost (generation {})", device_name_, attempts,
+             down.count(), server_->device_generation());
 }
 
 }  // namespace
@@ -430,5 +460,5 @@ int openib::ibd::daemon_main(int argc, char** argv) {
   }
   // asio's signal_set catches these; block none (children start with an
   // empty mask anyway).
-  return run(o);
+  return Daemon(o).run();
 }
