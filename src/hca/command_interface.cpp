@@ -103,7 +103,7 @@ uint64_t CommandInterface::mailbox_iova(bool output) const {
 
 Result<void> CommandInterface::check_sizes(uint16_t opcode, size_t in_len, size_t out_len) const {
   if (!enabled_) return err(EINVAL, "{}: command interface disabled", dev_.name());
-  if (in_len > kInline + opts_.mailbox_size || out_len > kInline + opts_.mailbox_size)
+  if (in_len > kInlineSize + opts_.mailbox_size || out_len > kInlineSize + opts_.mailbox_size)
     return err(EMSGSIZE, "{}: command {:#06x} with {} input / {} output bytes exceeds the mailbox",
                dev_.name(), opcode, in_len, out_len);
   return ok();
@@ -147,10 +147,10 @@ void CommandInterface::submit(uint16_t opcode, std::span<const std::byte> in, si
 // executes only entries handed over with OWNER set).
 Result<void> CommandInterface::start(uint32_t slot, Pending& p) {
   Slot& s = slots_[slot];
-  if (p.in.size() > kInline && !s.in_mbox.valid()) {
+  if (p.in.size() > kInlineSize && !s.in_mbox.valid()) {
     OPENIB_TRY_ASSIGN(s.in_mbox, pool_.alloc(opts_.mailbox_size, 64));
   }
-  if (p.out_len > kInline && !s.out_mbox.valid()) {
+  if (p.out_len > kInlineSize && !s.out_mbox.valid()) {
     OPENIB_TRY_ASSIGN(s.out_mbox, pool_.alloc(opts_.mailbox_size, 64));
   }
   const uint32_t token = next_token_++;
@@ -161,15 +161,15 @@ Result<void> CommandInterface::start(uint32_t slot, Pending& p) {
   put32(e, kEntToken, token);
   put32(e, kEntInLen, p.in.size());
   put32(e, kEntOutLen, p.out_len);
-  if (!p.in.empty()) std::memcpy(e.data() + kEntInlineIn, p.in.data(), std::min(p.in.size(), kInline));
-  if (p.in.size() > kInline) {
-    std::memcpy(s.in_mbox.data(), p.in.data() + kInline, p.in.size() - kInline);
+  if (!p.in.empty()) std::memcpy(e.data() + kEntInlineIn, p.in.data(), std::min(p.in.size(), kInlineSize));
+  if (p.in.size() > kInlineSize) {
+    std::memcpy(s.in_mbox.data(), p.in.data() + kInlineSize, p.in.size() - kInlineSize);
     put64(e, kEntInMbox, s.in_mbox.iova());
   }
-  if (p.out_len > kInline) put64(e, kEntOutMbox, s.out_mbox.iova());
+  if (p.out_len > kInlineSize) put64(e, kEntOutMbox, s.out_mbox.iova());
   std::atomic_thread_fence(std::memory_order_release);
   std::atomic_ref<uint8_t>(*reinterpret_cast<uint8_t*>(e.data() + kEntFlags))
-      .store(kOwner, std::memory_order_release);
+      .store(kOwnerBit, std::memory_order_release);
   s.state = State::kBusy;
   s.owner_seen_clear = false;
   s.opcode = p.opcode;
@@ -235,8 +235,8 @@ void CommandInterface::complete(uint32_t slot) {
   r.status = get8(e, kEntStatus);
   r.syndrome = get32(e, kEntSyndrome);
   r.output.resize(s.out_len);
-  if (s.out_len) std::memcpy(r.output.data(), e.data() + kEntInlineOut, std::min(s.out_len, kInline));
-  if (s.out_len > kInline) std::memcpy(r.output.data() + kInline, s.out_mbox.data(), s.out_len - kInline);
+  if (s.out_len) std::memcpy(r.output.data(), e.data() + kEntInlineOut, std::min(s.out_len, kInlineSize));
+  if (s.out_len > kInlineSize) std::memcpy(r.output.data() + kInlineSize, s.out_mbox.data(), s.out_len - kInlineSize);
   CommandCompleter done = std::move(s.done);
   s.state = State::kFree;
   ++stats_.executed;
@@ -291,7 +291,7 @@ void CommandInterface::on_completion_event(uint32_t token) {
   for (uint32_t i = 0; i < num_slots(); ++i) {
     Slot& s = slots_[i];
     if (s.token != token || s.state == State::kFree) continue;
-    if (entry_flags(i) & kOwner) break;  // not done by §5.4's order: leave it to the timer
+    if (entry_flags(i) & kOwnerBit) break;  // not done by §5.4's order: leave it to the timer
     if (s.state == State::kFenced) {  // timed out earlier; now really done
       s.state = State::kFree;
       ++stats_.late_completions;
@@ -324,7 +324,7 @@ void CommandInterface::poll_slots(bool from_timer) {
   for (uint32_t i = 0; i < num_slots(); ++i) {
     Slot& s = slots_[i];
     if (s.state == State::kFree) continue;
-    const bool clear = !(entry_flags(i) & kOwner);
+    const bool clear = !(entry_flags(i) & kOwnerBit);
     if (s.state == State::kFenced) {
       if (clear) {
         s.state = State::kFree;
@@ -446,7 +446,7 @@ Result<std::array<std::byte, kEntrySize>> CommandInterface::exec_raw(std::span<c
     return r.take_error();
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (entry_flags(uint32_t(slot)) & kOwner) {
+  while (entry_flags(uint32_t(slot)) & kOwnerBit) {
     if (Clock::now() >= deadline) {
       OPENIB_TRY(check_health());
       ++stats_.timeouts;

@@ -119,7 +119,7 @@ Result<void> Hca::reopen() {
 
 Result<DeviceObjects> Hca::device_objects() {
   std::array<std::byte, kNumObjCounts * 4> raw{};
-  OPENIB_TRY(dev_.region_read(kBar0, kObjCounts, raw));
+  OPENIB_TRY(dev_.region_read(kBar0, kObjBlock, raw));
   std::array<uint32_t, kNumObjCounts> v{};
   for (size_t i = 0; i < v.size(); ++i)  // little-endian registers (§1)
     v[i] = bytes::get_le32(raw, i * 4);
@@ -130,13 +130,13 @@ Result<DeviceObjects> Hca::device_objects() {
 Result<void> Hca::bring_up() {
   OPENIB_TRY(bring_up_queue());
   // 3. INIT_HCA and QUERY_DEVICE_CAP, polled (§5.4).
-  OPENIB_TRY(command(kInitHca, {}, 0));
+  OPENIB_TRY(command(kOpInitHca, {}, 0));
   initialized_ = true;
-  OPENIB_TRY_ASSIGN(Bytes caps, command(kQueryDeviceCap, {}, 80));
+  OPENIB_TRY_ASSIGN(Bytes caps, command(kOpQueryDeviceCap, {}, 80));
   caps_ = decode_caps(caps);
   // 4. MSI-X vector 0 and EQ 0 (§5.1, §10), then completions by event.
   OPENIB_TRY_ASSIGN(auto eq, bring_up_eq0_memory());
-  OPENIB_TRY_ASSIGN(uint32_t eqn, command_u32(kCreateEq, create_eq0_input(*eq)));
+  OPENIB_TRY_ASSIGN(uint32_t eqn, command_u32(kOpCreateEq, create_eq0_input(*eq)));
   return bring_up_events(std::move(eq), eqn);
 }
 
@@ -215,17 +215,17 @@ void Hca::reopen_async(Done<void> done) {
   cmd_->set_poll_ms(1);
   cmd_->use_events(&io_);
   // 3. INIT_HCA, then QUERY_DEVICE_CAP, each continuing from the last.
-  command_async(kInitHca, {}, 0, [this, done = std::move(done)](Result<Bytes> r) mutable {
+  command_async(kOpInitHca, {}, 0, [this, done = std::move(done)](Result<Bytes> r) mutable {
     if (!r) return done(r.take_error());
     initialized_ = true;
-    command_async(kQueryDeviceCap, {}, 80, [this, done = std::move(done)](Result<Bytes> c) mutable {
+    command_async(kOpQueryDeviceCap, {}, 80, [this, done = std::move(done)](Result<Bytes> c) mutable {
       if (!c) return done(c.take_error());
       caps_ = decode_caps(*c);
       // 4. MSI-X vector 0 and EQ 0.
       auto eq = bring_up_eq0_memory();
       if (!eq) return done(eq.take_error());
       const Bytes in = create_eq0_input(**eq);
-      command_async(kCreateEq, in, 4,
+      command_async(kOpCreateEq, in, 4,
                     [this, eq = std::move(*eq), done = std::move(done)](Result<Bytes> n) mutable {
                       if (!n) return done(n.take_error());
                       if (n->size() < 4) return done(err(EIO, "{}: short CREATE_EQ output", dev_.name()));
@@ -259,15 +259,15 @@ Result<void> Hca::close(bool force) {
   // DESTROY_EQ is RESOURCE_BUSY while CQs still use EQ 0; TEARDOWN_HCA
   // below then decides (graceful: EBUSY; force: everything goes).
   if (eq0_ && cmd_ && dev_.alive()) {
-    auto r = command(kDestroyEq, encode_u32(eq0_->eqn()), 0);
+    auto r = command(kOpDestroyEq, encode_u32(eq0_->eqn()), 0);
     if (!r && last_status_ != kResourceBusy) note(r.take_error());
   }
   irqs_.reset();  // disables MSI-X on a live device
   if (initialized_ && cmd_ && dev_.alive()) {
-    auto r = command(kTeardownHca, encode_u32(force ? 1 : 0), 0);
+    auto r = command(kOpTeardownHca, encode_u32(force ? 1 : 0), 0);
     if (!r && last_status_ == kResourceBusy && r.error().code == EBUSY) {
       const uint32_t left = last_syndrome_;
-      auto forced = command(kTeardownHca, encode_u32(1), 0);
+      auto forced = command(kOpTeardownHca, encode_u32(1), 0);
       if (!forced) note(forced.take_error());
       else note(err(EBUSY, "{}: {} objects still alive at teardown; destroyed by force", dev_.name(), left));
     } else if (!r) {
@@ -361,7 +361,7 @@ void Hca::then_async(uint16_t opcode, std::span<const std::byte> in, size_t out_
 }
 
 void Hca::nop_async(Done<void> done) {
-  command_async(kNop, {}, 0, [d = std::move(done)](Result<Bytes> r) mutable {
+  command_async(kOpNop, {}, 0, [d = std::move(done)](Result<Bytes> r) mutable {
     d(r ? Result<void>(ok()) : Result<void>(r.take_error()));
   }, SlotClass::kHealth);
 }
@@ -369,48 +369,48 @@ void Hca::nop_async(Done<void> done) {
 void Hca::query_port_async(uint8_t port, Done<PortAttr> done) {
   Bytes in(4);
   put8(in, 0, port);
-  then_async<PortAttr>(kQueryPort, in, 48, std::move(done), [](const Bytes& o) { return Result<PortAttr>(decode_port(o)); });
+  then_async<PortAttr>(kOpQueryPort, in, 48, std::move(done), [](const Bytes& o) { return Result<PortAttr>(decode_port(o)); });
 }
 
 void Hca::set_port_async(uint8_t port, const PortSetup& s, Done<void> done) {
-  destroy_like(kSetPort, encode_set_port(port, s), std::move(done));
+  destroy_like(kOpSetPort, encode_set_port(port, s), std::move(done));
 }
 
 void Hca::alloc_pd_async(Done<uint32_t> done) {
-  then_async<uint32_t>(kAllocPd, {}, 4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
+  then_async<uint32_t>(kOpAllocPd, {}, 4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
 }
 
 void Hca::alloc_uar_async(Done<uint32_t> done) {
-  then_async<uint32_t>(kAllocUar, {}, 4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
+  then_async<uint32_t>(kOpAllocUar, {}, 4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
 }
 
 void Hca::create_cq_at_async(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova, uint32_t uar,
                              uint32_t eqn, Done<uint32_t> done) {
-  then_async<uint32_t>(kCreateCq, encode_create_cq(log_size, ring_iova, dbr_iova, uar, eqn), 4, std::move(done),
+  then_async<uint32_t>(kOpCreateCq, encode_create_cq(log_size, ring_iova, dbr_iova, uar, eqn), 4, std::move(done),
                        [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
 }
 
 void Hca::create_srq_at_async(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint64_t ring_iova,
                               uint64_t dbr_iova, uint32_t limit, uint32_t uar, Done<uint32_t> done) {
-  then_async<uint32_t>(kCreateSrq, encode_create_srq(pdn, log_size, log_stride, ring_iova, dbr_iova, limit, uar),
+  then_async<uint32_t>(kOpCreateSrq, encode_create_srq(pdn, log_size, log_stride, ring_iova, dbr_iova, limit, uar),
                        4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
 }
 
 void Hca::arm_srq_async(uint32_t srqn, uint32_t limit, Done<void> done) {
-  destroy_like(kArmSrq, encode_u32x2(srqn, limit), std::move(done));
+  destroy_like(kOpArmSrq, encode_u32x2(srqn, limit), std::move(done));
 }
 
 void Hca::create_qp_at_async(const QpCreateParams& p, Done<uint32_t> done) {
-  then_async<uint32_t>(kCreateQp, encode_create_qp(p), 4, std::move(done),
+  then_async<uint32_t>(kOpCreateQp, encode_create_qp(p), 4, std::move(done),
                        [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
 }
 
 void Hca::modify_qp_async(uint32_t qpn, uint32_t mask, const QpAttr& a, Done<void> done) {
-  destroy_like(kModifyQp, encode_modify_qp(qpn, mask, a), std::move(done));
+  destroy_like(kOpModifyQp, encode_modify_qp(qpn, mask, a), std::move(done));
 }
 
 void Hca::query_qp_async(uint32_t qpn, Done<QpInfo> done) {
-  command_async(kQueryQp, encode_u32(qpn), 128, [d = std::move(done)](Result<Bytes> r) mutable {
+  command_async(kOpQueryQp, encode_u32(qpn), 128, [d = std::move(done)](Result<Bytes> r) mutable {
     if (!r) return d(r.take_error());
     std::span<const std::byte> o(*r);
     d(QpInfo{decode_qp_attr(o.first(64)), decode_create_qp(o.subspan(64))});
@@ -418,21 +418,21 @@ void Hca::query_qp_async(uint32_t qpn, Done<QpInfo> done) {
 }
 
 void Hca::create_mkey_async(const MkeyParams& p, Done<Mkey> done) {
-  then_async<Mkey>(kCreateMkey, encode_create_mkey(p), 8, std::move(done),
+  then_async<Mkey>(kOpCreateMkey, encode_create_mkey(p), 8, std::move(done),
                    [](const Bytes& o) { return Result<Mkey>(Mkey{get32(o, 0), get32(o, 4)}); });
 }
 
 void Hca::create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done) {
-  then_async<uint32_t>(kCreateAh, encode_create_ah(pdn, av), 4, std::move(done),
+  then_async<uint32_t>(kOpCreateAh, encode_create_ah(pdn, av), 4, std::move(done),
                        [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
 }
 
 void Hca::attach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid, Done<void> done) {
-  destroy_like(kAttachMcg, encode_mcg({qpn, mgid, mlid}), std::move(done));
+  destroy_like(kOpAttachMcg, encode_mcg({qpn, mgid, mlid}), std::move(done));
 }
 
 void Hca::detach_mcast_async(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid, Done<void> done) {
-  destroy_like(kDetachMcg, encode_mcg({qpn, mgid, mlid}), std::move(done));
+  destroy_like(kOpDetachMcg, encode_mcg({qpn, mgid, mlid}), std::move(done));
 }
 
 void Hca::destroy_async(uint16_t opcode, uint32_t number, Done<void> done) {
@@ -443,20 +443,20 @@ void Hca::destroy_async(uint16_t opcode, uint32_t number, Done<void> done) {
 void Hca::destroy_async(ObjectKind kind, uint32_t number, Done<void> done) {
   uint16_t opcode = 0;
   switch (kind) {
-    case ObjectKind::kPd: opcode = kDeallocPd; break;
-    case ObjectKind::kUar: opcode = kDeallocUar; break;
-    case ObjectKind::kMkey: opcode = kDestroyMkey; break;
-    case ObjectKind::kCq: opcode = kDestroyCq; break;
-    case ObjectKind::kSrq: opcode = kDestroySrq; break;
-    case ObjectKind::kQp: opcode = kDestroyQp; break;
-    case ObjectKind::kAh: opcode = kDestroyAh; break;
+    case ObjectKind::kPd: opcode = kOpDeallocPd; break;
+    case ObjectKind::kUar: opcode = kOpDeallocUar; break;
+    case ObjectKind::kMkey: opcode = kOpDestroyMkey; break;
+    case ObjectKind::kCq: opcode = kOpDestroyCq; break;
+    case ObjectKind::kSrq: opcode = kOpDestroySrq; break;
+    case ObjectKind::kQp: opcode = kOpDestroyQp; break;
+    case ObjectKind::kAh: opcode = kOpDestroyAh; break;
   }
   destroy_async(opcode, number, std::move(done));
 }
 
 // The ring memory goes with the Cq / Qp once the device let go of it.
 void Hca::destroy_cq_async(Cq& cq, Done<void> done) {
-  destroy_async(kDestroyCq, cq.cqn, [this, mem = std::move(cq), d = std::move(done)](Result<void> r) mutable {
+  destroy_async(kOpDestroyCq, cq.cqn, [this, mem = std::move(cq), d = std::move(done)](Result<void> r) mutable {
     if (!r) {  // the device may still write them: kept until teardown
       kept_.push_back(std::move(mem.ring));
       kept_.push_back(std::move(mem.dbr));
@@ -467,7 +467,7 @@ void Hca::destroy_cq_async(Cq& cq, Done<void> done) {
 }
 
 void Hca::destroy_qp_async(Qp& qp, Done<void> done) {
-  destroy_async(kDestroyQp, qp.qpn, [this, mem = std::move(qp), d = std::move(done)](Result<void> r) mutable {
+  destroy_async(kOpDestroyQp, qp.qpn, [this, mem = std::move(qp), d = std::move(done)](Result<void> r) mutable {
     if (!r) {  // the device may still read them: kept until teardown
       kept_.push_back(std::move(mem.sq));
       kept_.push_back(std::move(mem.rq));
@@ -503,35 +503,35 @@ Result<uint32_t> Hca::command_u32(uint16_t opcode, std::span<const std::byte> in
 // ---- verbs --------------------------------------------------------------------
 
 Result<void> Hca::nop() {
-  OPENIB_TRY(command(kNop, {}, 0));
+  OPENIB_TRY(command(kOpNop, {}, 0));
   return ok();
 }
 
 Result<DeviceCaps> Hca::query_device() {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryDeviceCap, {}, 80));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryDeviceCap, {}, 80));
   return decode_caps(out);
 }
 
 Result<PortAttr> Hca::query_port(uint8_t port) {
   Bytes in(4);
   put8(in, 0, port);
-  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryPort, in, 48));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryPort, in, 48));
   return decode_port(out);
 }
 
 Result<void> Hca::set_port(uint8_t port, const PortSetup& s) {
-  OPENIB_TRY(command(kSetPort, encode_set_port(port, s), 0));
+  OPENIB_TRY(command(kOpSetPort, encode_set_port(port, s), 0));
   return ok();
 }
 
-Result<uint32_t> Hca::alloc_pd() { return command_u32(kAllocPd, {}); }
+Result<uint32_t> Hca::alloc_pd() { return command_u32(kOpAllocPd, {}); }
 Result<void> Hca::dealloc_pd(uint32_t pdn) {
-  OPENIB_TRY(command(kDeallocPd, encode_u32(pdn), 0));
+  OPENIB_TRY(command(kOpDeallocPd, encode_u32(pdn), 0));
   return ok();
 }
-Result<uint32_t> Hca::alloc_uar() { return command_u32(kAllocUar, {}); }
+Result<uint32_t> Hca::alloc_uar() { return command_u32(kOpAllocUar, {}); }
 Result<void> Hca::dealloc_uar(uint32_t uar) {
-  OPENIB_TRY(command(kDeallocUar, encode_u32(uar), 0));
+  OPENIB_TRY(command(kOpDeallocUar, encode_u32(uar), 0));
   return ok();
 }
 
@@ -554,7 +554,7 @@ Result<UniqueFd> Hca::uar_page_fd(uint32_t uar) {
 }
 
 Result<EqContext> Hca::query_eq(uint32_t eqn) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryEq, encode_u32(eqn), 40));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryEq, encode_u32(eqn), 40));
   return decode_eq_context(out);
 }
 
@@ -589,13 +589,13 @@ void Hca::create_cq_async(uint8_t log_size, Done<Cq> done) {
 }
 
 Result<void> Hca::destroy_cq(Cq& cq) {
-  OPENIB_TRY(command(kDestroyCq, encode_u32(cq.cqn), 0));
+  OPENIB_TRY(command(kOpDestroyCq, encode_u32(cq.cqn), 0));
   cq = Cq{};
   return ok();
 }
 
 Result<CqContext> Hca::query_cq(uint32_t cqn) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryCq, encode_u32(cqn), 48));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryCq, encode_u32(cqn), 48));
   return decode_cq_context(out);
 }
 
@@ -621,25 +621,25 @@ Result<Srq> Hca::create_srq(uint32_t pdn, uint8_t log_size, uint8_t log_stride, 
   put32(in, 0x14, pdn);
   put32(in, 0x18, limit);
   put32(in, 0x1c, uar);
-  OPENIB_TRY_ASSIGN(s.srqn, command_u32(kCreateSrq, in));
+  OPENIB_TRY_ASSIGN(s.srqn, command_u32(kOpCreateSrq, in));
   s.log_size = log_size;
   s.log_stride = log_stride;
   return s;
 }
 
 Result<void> Hca::destroy_srq(Srq& s) {
-  OPENIB_TRY(command(kDestroySrq, encode_u32(s.srqn), 0));
+  OPENIB_TRY(command(kOpDestroySrq, encode_u32(s.srqn), 0));
   s = Srq{};
   return ok();
 }
 
 Result<SrqContext> Hca::query_srq(uint32_t srqn) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kQuerySrq, encode_u32(srqn), 40));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQuerySrq, encode_u32(srqn), 40));
   return decode_srq_context(out);
 }
 
 Result<void> Hca::arm_srq(uint32_t srqn, uint32_t limit) {
-  OPENIB_TRY(command(kArmSrq, encode_u32x2(srqn, limit), 0));
+  OPENIB_TRY(command(kOpArmSrq, encode_u32x2(srqn, limit), 0));
   return ok();
 }
 
@@ -678,7 +678,7 @@ Result<Qp> Hca::qp_memory(const QpInit& init, QpCreateParams& p) {
 Result<Qp> Hca::create_qp(const QpInit& init) {
   QpCreateParams p;
   OPENIB_TRY_ASSIGN(Qp qp, qp_memory(init, p));
-  OPENIB_TRY_ASSIGN(qp.qpn, command_u32(kCreateQp, encode_create_qp(p)));
+  OPENIB_TRY_ASSIGN(qp.qpn, command_u32(kOpCreateQp, encode_create_qp(p)));
   return qp;
 }
 
@@ -697,18 +697,18 @@ void Hca::create_qp_async(const QpInit& init, Done<Qp> done) {
 }
 
 Result<void> Hca::modify_qp(uint32_t qpn, uint32_t mask, const QpAttr& a) {
-  OPENIB_TRY(command(kModifyQp, encode_modify_qp(qpn, mask, a), 0));
+  OPENIB_TRY(command(kOpModifyQp, encode_modify_qp(qpn, mask, a), 0));
   return ok();
 }
 
 Result<QpInfo> Hca::query_qp(uint32_t qpn) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryQp, encode_u32(qpn), 128));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryQp, encode_u32(qpn), 128));
   std::span<const std::byte> o(out);
   return QpInfo{decode_qp_attr(o.first(64)), decode_create_qp(o.subspan(64))};
 }
 
 Result<void> Hca::destroy_qp(Qp& qp) {
-  OPENIB_TRY(command(kDestroyQp, encode_u32(qp.qpn), 0));
+  OPENIB_TRY(command(kOpDestroyQp, encode_u32(qp.qpn), 0));
   qp = Qp{};
   return ok();
 }
@@ -718,31 +718,31 @@ Result<void> Hca::destroy_qp(Qp& qp) {
 // §6.5 CREATE_CQ input layout, memory supplied by the caller.
 Result<uint32_t> Hca::create_cq_at(uint8_t log_size, uint64_t ring_iova, uint64_t dbr_iova,
                                    uint32_t uar, std::optional<uint32_t> eqn) {
-  return command_u32(kCreateCq, encode_create_cq(log_size, ring_iova, dbr_iova, uar, eqn.value_or(eq0())));
+  return command_u32(kOpCreateCq, encode_create_cq(log_size, ring_iova, dbr_iova, uar, eqn.value_or(eq0())));
 }
 
 // §6.9 CREATE_SRQ
 Result<uint32_t> Hca::create_srq_at(uint32_t pdn, uint8_t log_size, uint8_t log_stride,
                                     uint64_t ring_iova, uint64_t dbr_iova, uint32_t limit,
                                     uint32_t uar) {
-  return command_u32(kCreateSrq, encode_create_srq(pdn, log_size, log_stride, ring_iova, dbr_iova, limit, uar));
+  return command_u32(kOpCreateSrq, encode_create_srq(pdn, log_size, log_stride, ring_iova, dbr_iova, limit, uar));
 }
 
 // §6.10 CREATE_QP
 Result<uint32_t> Hca::create_qp_at(const QpCreateParams& p) {
-  return command_u32(kCreateQp, encode_create_qp(p));
+  return command_u32(kOpCreateQp, encode_create_qp(p));
 }
 
 Result<void> Hca::destroy_cq(uint32_t cqn) {
-  OPENIB_TRY(command(kDestroyCq, encode_u32(cqn), 0));
+  OPENIB_TRY(command(kOpDestroyCq, encode_u32(cqn), 0));
   return ok();
 }
 Result<void> Hca::destroy_srq(uint32_t srqn) {
-  OPENIB_TRY(command(kDestroySrq, encode_u32(srqn), 0));
+  OPENIB_TRY(command(kOpDestroySrq, encode_u32(srqn), 0));
   return ok();
 }
 Result<void> Hca::destroy_qp(uint32_t qpn) {
-  OPENIB_TRY(command(kDestroyQp, encode_u32(qpn), 0));
+  OPENIB_TRY(command(kOpDestroyQp, encode_u32(qpn), 0));
   return ok();
 }
 
@@ -812,41 +812,41 @@ std::vector<WorkCompletion> Hca::poll_cq(Cq& cq, size_t max) {
 }
 
 Result<Mkey> Hca::create_mkey(const MkeyParams& p) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kCreateMkey, encode_create_mkey(p), 8));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpCreateMkey, encode_create_mkey(p), 8));
   return Mkey{get32(out, 0), get32(out, 4)};
 }
 
 Result<void> Hca::destroy_mkey(uint32_t lkey) {
-  OPENIB_TRY(command(kDestroyMkey, encode_u32(lkey), 0));
+  OPENIB_TRY(command(kOpDestroyMkey, encode_u32(lkey), 0));
   return ok();
 }
 
 Result<MkeyContext> Hca::query_mkey(uint32_t lkey) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryMkey, encode_u32(lkey), 40));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryMkey, encode_u32(lkey), 40));
   return decode_mkey_context(out);
 }
 
 Result<uint32_t> Hca::create_ah(uint32_t pdn, const AddressVector& av) {
-  return command_u32(kCreateAh, encode_create_ah(pdn, av));
+  return command_u32(kOpCreateAh, encode_create_ah(pdn, av));
 }
 
 Result<void> Hca::attach_mcast(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid) {
-  OPENIB_TRY(command(kAttachMcg, encode_mcg({qpn, mgid, mlid}), 0));
+  OPENIB_TRY(command(kOpAttachMcg, encode_mcg({qpn, mgid, mlid}), 0));
   return ok();
 }
 
 Result<void> Hca::detach_mcast(uint32_t qpn, const std::array<uint8_t, 16>& mgid, uint16_t mlid) {
-  OPENIB_TRY(command(kDetachMcg, encode_mcg({qpn, mgid, mlid}), 0));
+  OPENIB_TRY(command(kOpDetachMcg, encode_mcg({qpn, mgid, mlid}), 0));
   return ok();
 }
 
 Result<void> Hca::destroy_ah(uint32_t ahn) {
-  OPENIB_TRY(command(kDestroyAh, encode_u32(ahn), 0));
+  OPENIB_TRY(command(kOpDestroyAh, encode_u32(ahn), 0));
   return ok();
 }
 
 Result<std::pair<uint32_t, AddressVector>> Hca::query_ah(uint32_t ahn) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kQueryAh, encode_u32(ahn), 40));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryAh, encode_u32(ahn), 40));
   return std::pair<uint32_t, AddressVector>{get32(out, 0), decode_av(std::span<const std::byte>(out).subspan(8))};
 }
 

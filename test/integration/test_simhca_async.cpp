@@ -60,7 +60,7 @@ TEST_CASE("async commands: many in flight complete with their own outputs", "[si
       if (r) pds.push_back(*r);
       else ++failures;
     });
-    f.hca->command_async(prm::kQueryDeviceCap, {}, 80, [&](Result<Bytes> r) {
+    f.hca->command_async(prm::kOpQueryDeviceCap, {}, 80, [&](Result<Bytes> r) {
       if (r && decode_caps(*r).max_qp == f.hca->caps().max_qp &&
           decode_caps(*r).node_guid == f.hca->caps().node_guid)
         ++caps_ok;
@@ -92,7 +92,7 @@ TEST_CASE("async commands: the reserved slot serves a NOP while 31 are busy", "[
   // normal slot; a 32nd waits in the queue.
   f.cmd().test_withhold_doorbell(31);
   int normal_done = 0;
-  for (int i = 0; i < 32; ++i) f.hca->command_async(prm::kNop, {}, 0, [&](Result<Bytes>) { ++normal_done; });
+  for (int i = 0; i < 32; ++i) f.hca->command_async(prm::kOpNop, {}, 0, [&](Result<Bytes>) { ++normal_done; });
   CHECK(f.cmd().in_flight() == 31);
   CHECK(f.cmd().queued() == 1);
   std::optional<Result<void>> health;

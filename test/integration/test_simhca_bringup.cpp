@@ -105,7 +105,7 @@ TEST_CASE("simhca: command completions arrive as events on MSI-X vector 0", "[si
   // handler (the synchronous path polls and sees no interrupt).
   int done = 0;
   std::function<void()> next = [&] {
-    f.hca->command_async(prm::kNop, {}, 0, [&](Result<hca::Bytes> r) {
+    f.hca->command_async(prm::kOpNop, {}, 0, [&](Result<hca::Bytes> r) {
       REQUIRE(r.ok());
       if (++done < 20) next();
     });

@@ -105,7 +105,7 @@ TEST_CASE("simhca: PDs, UARs, EQs and CQs", "[simhca][commands]") {
   prm::put64(in, 8, 1ull << prm::kEvCqCompletion);
   prm::put8(in, 0x10, 4);
   prm::put16(in, 0x12, 3);
-  auto eqn_out = f.hca->command(prm::kCreateEq, in, 4);
+  auto eqn_out = f.hca->command(prm::kOpCreateEq, in, 4);
   REQUIRE(eqn_out.ok());
   const uint32_t eqn = prm::get32(*eqn_out, 0);
   CHECK(eqn != f.hca->eq0());
@@ -116,12 +116,12 @@ TEST_CASE("simhca: PDs, UARs, EQs and CQs", "[simhca][commands]") {
   CHECK(eq->armed);
   auto cq2 = f.hca->create_cq(2, eqn);
   REQUIRE(cq2.ok());
-  CHECK(f.hca->command(prm::kDestroyEq, encode_u32(eqn), 0).error().code == EBUSY);
+  CHECK(f.hca->command(prm::kOpDestroyEq, encode_u32(eqn), 0).error().code == EBUSY);
   CHECK(f.hca->last_status() == prm::kResourceBusy);
   CHECK(f.hca->dealloc_uar(*uar).error().code == EBUSY);  // the CQ uses it
 
   REQUIRE(f.hca->destroy_cq(*cq2).ok());
-  REQUIRE(f.hca->command(prm::kDestroyEq, encode_u32(eqn), 0).ok());
+  REQUIRE(f.hca->command(prm::kOpDestroyEq, encode_u32(eqn), 0).ok());
   CHECK(f.hca->query_eq(eqn).error().code == ENOENT);
   REQUIRE(f.hca->destroy_cq(*cq).ok());
   REQUIRE(f.hca->dealloc_uar(*uar).ok());
@@ -366,9 +366,9 @@ TEST_CASE("simhca: object-count registers follow creates, destroys and a reset",
   CHECK(base.dma_maps == f.hca->pool().stats().blocks);
   CHECK(base.dma_maps > 0);
   // The block read is the nine 4-byte reads.
-  CHECK(f.reg(prm::kObjCounts + 6 * 4) == base.eqs);
-  CHECK(f.reg(prm::kObjCounts + 7 * 4) == base.uars);
-  CHECK(f.reg(prm::kObjCounts + 8 * 4) == base.dma_maps);
+  CHECK(f.reg(prm::kObjBlock + 6 * 4) == base.eqs);
+  CHECK(f.reg(prm::kObjBlock + 7 * 4) == base.uars);
+  CHECK(f.reg(prm::kObjBlock + 8 * 4) == base.dma_maps);
 
   auto pd = f.hca->alloc_pd();
   REQUIRE(pd.ok());
@@ -436,7 +436,7 @@ TEST_CASE("simhca: object-count registers follow creates, destroys and a reset",
   // a multi-register read elsewhere, reads all ones and is counted.
   const uint32_t bad = f.reg(prm::kBadAccess);
   std::array<std::byte, 8> two{};
-  REQUIRE(f.dev->region_read(VFIO_PCI_BAR0_REGION_INDEX, prm::kObjCounts + 8 * 4, two).ok());
+  REQUIRE(f.dev->region_read(VFIO_PCI_BAR0_REGION_INDEX, prm::kObjBlock + 8 * 4, two).ok());
   CHECK(two[0] == std::byte{0xff});
   REQUIRE(f.dev->region_read(VFIO_PCI_BAR0_REGION_INDEX, prm::kFwRev, two).ok());
   CHECK(two[0] == std::byte{0xff});

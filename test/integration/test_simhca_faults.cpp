@@ -30,14 +30,14 @@ Entry make_entry(uint16_t opcode, uint32_t in_len, uint32_t out_len, uint64_t in
   prm::put64(e, prm::kEntInMbox, in_mbox);
   prm::put64(e, prm::kEntOutMbox, out_mbox);
   prm::put8(e, prm::kEntStatus, 0xee);
-  prm::put8(e, prm::kEntFlags, owner ? prm::kOwner : 0);
+  prm::put8(e, prm::kEntFlags, owner ? prm::kOwnerBit : 0);
   return e;
 }
 
 uint8_t run_raw(Hca& h, const Entry& e) {
   auto r = h.commands().exec_raw(e, 3000);
   REQUIRE(r.ok());
-  CHECK((prm::get8(*r, prm::kEntFlags) & prm::kOwner) == 0);
+  CHECK((prm::get8(*r, prm::kEntFlags) & prm::kOwnerBit) == 0);
   return prm::get8(*r, prm::kEntStatus);
 }
 
@@ -53,15 +53,15 @@ TEST_CASE("simhca faults: garbage command entries get error statuses, the device
   const uint64_t out_mbox = h.commands().mailbox_iova(true);
 
   CHECK(run_raw(h, make_entry(0x7777, 0, 0)) == prm::kBadOpcode);
-  CHECK(run_raw(h, make_entry(prm::kNop, 0x7fffffff, 0)) == prm::kBadInputLen);
-  CHECK(run_raw(h, make_entry(prm::kNop, 0, 0xffffffff)) == prm::kBadOutputLen);
-  CHECK(run_raw(h, make_entry(prm::kCreateQp, 64, 4, 0)) == prm::kBadAddress);          // no mailbox
-  CHECK(run_raw(h, make_entry(prm::kCreateQp, 64, 4, kUnmapped)) == prm::kBadAddress);  // unmapped
-  CHECK(run_raw(h, make_entry(prm::kCreateQp, 64, 4, in_mbox + 3)) == prm::kBadAddress);  // misaligned
-  CHECK(run_raw(h, make_entry(prm::kDeallocPd, 2, 0)) == prm::kBadInputLen);
-  CHECK(run_raw(h, make_entry(prm::kAllocPd, 0, 2)) == prm::kBadOutputLen);
-  CHECK(run_raw(h, make_entry(prm::kAllocPd, 0, 64, 0, kUnmapped)) == prm::kBadAddress);
-  CHECK(run_raw(h, make_entry(prm::kQueryQp, 4, 128, 0, out_mbox + 4)) == prm::kBadAddress);
+  CHECK(run_raw(h, make_entry(prm::kOpNop, 0x7fffffff, 0)) == prm::kBadInputLen);
+  CHECK(run_raw(h, make_entry(prm::kOpNop, 0, 0xffffffff)) == prm::kBadOutputLen);
+  CHECK(run_raw(h, make_entry(prm::kOpCreateQp, 64, 4, 0)) == prm::kBadAddress);          // no mailbox
+  CHECK(run_raw(h, make_entry(prm::kOpCreateQp, 64, 4, kUnmapped)) == prm::kBadAddress);  // unmapped
+  CHECK(run_raw(h, make_entry(prm::kOpCreateQp, 64, 4, in_mbox + 3)) == prm::kBadAddress);  // misaligned
+  CHECK(run_raw(h, make_entry(prm::kOpDeallocPd, 2, 0)) == prm::kBadInputLen);
+  CHECK(run_raw(h, make_entry(prm::kOpAllocPd, 0, 2)) == prm::kBadOutputLen);
+  CHECK(run_raw(h, make_entry(prm::kOpAllocPd, 0, 64, 0, kUnmapped)) == prm::kBadAddress);
+  CHECK(run_raw(h, make_entry(prm::kOpQueryQp, 4, 128, 0, out_mbox + 4)) == prm::kBadAddress);
   // None of the failed ALLOC_PDs allocated anything (§5.5: no effect).
   auto pd = h.alloc_pd();
   REQUIRE(pd.ok());
@@ -70,7 +70,7 @@ TEST_CASE("simhca faults: garbage command entries get error statuses, the device
 
   // An entry without OWNER is never executed: dropped and counted (§5.3).
   const uint32_t dropped = f.reg(prm::kCmdsDropped);
-  auto left = h.commands().exec_raw(make_entry(prm::kAllocPd, 0, 4, 0, 0, false), 1000);
+  auto left = h.commands().exec_raw(make_entry(prm::kOpAllocPd, 0, 4, 0, 0, false), 1000);
   REQUIRE(left.ok());
   CHECK(prm::get8(*left, prm::kEntStatus) == 0xee);
   CHECK(f.reg(prm::kCmdsDropped) == dropped + 1);
@@ -90,7 +90,7 @@ TEST_CASE("simhca faults: garbage command entries get error statuses, the device
     if (rng() & 1) prm::put32(e, prm::kEntOutLen, rng() % 300);
     if (rng() & 1) prm::put64(e, prm::kEntInMbox, in_mbox);
     if (rng() & 1) prm::put64(e, prm::kEntOutMbox, out_mbox);
-    prm::put8(e, prm::kEntFlags, prm::kOwner);
+    prm::put8(e, prm::kEntFlags, prm::kOwnerBit);
     const uint8_t st = run_raw(h, e);
     CHECK(st <= prm::kNotSupported);
   }
@@ -117,17 +117,17 @@ TEST_CASE("simhca faults: commands in the wrong device state are BAD_SYS_STATE",
     REQUIRE(r.ok());
     return r->status;
   };
-  CHECK(st(prm::kAllocPd, {}, 4) == prm::kBadSysState);  // before INIT_HCA
-  CHECK(st(prm::kQueryPort, encode_u32(1 << 24), 48) == prm::kBadSysState);
-  CHECK(st(prm::kNop, {}, 0) == prm::kOk);
-  CHECK(st(prm::kQueryDeviceCap, {}, 80) == prm::kOk);
-  CHECK(st(prm::kInitHca, {}, 0) == prm::kOk);
-  CHECK(st(prm::kInitHca, {}, 0) == prm::kBadSysState);  // twice
-  CHECK(st(prm::kAllocPd, {}, 4) == prm::kOk);
-  CHECK(st(prm::kTeardownHca, encode_u32(2), 0) == prm::kBadParam);
-  CHECK(st(prm::kTeardownHca, encode_u32(0), 0) == prm::kResourceBusy);  // the PD
-  CHECK(st(prm::kTeardownHca, encode_u32(1), 0) == prm::kOk);
-  CHECK(st(prm::kAllocPd, {}, 4) == prm::kBadSysState);  // after TEARDOWN_HCA
+  CHECK(st(prm::kOpAllocPd, {}, 4) == prm::kBadSysState);  // before INIT_HCA
+  CHECK(st(prm::kOpQueryPort, encode_u32(1 << 24), 48) == prm::kBadSysState);
+  CHECK(st(prm::kOpNop, {}, 0) == prm::kOk);
+  CHECK(st(prm::kOpQueryDeviceCap, {}, 80) == prm::kOk);
+  CHECK(st(prm::kOpInitHca, {}, 0) == prm::kOk);
+  CHECK(st(prm::kOpInitHca, {}, 0) == prm::kBadSysState);  // twice
+  CHECK(st(prm::kOpAllocPd, {}, 4) == prm::kOk);
+  CHECK(st(prm::kOpTeardownHca, encode_u32(2), 0) == prm::kBadParam);
+  CHECK(st(prm::kOpTeardownHca, encode_u32(0), 0) == prm::kResourceBusy);  // the PD
+  CHECK(st(prm::kOpTeardownHca, encode_u32(1), 0) == prm::kOk);
+  CHECK(st(prm::kOpAllocPd, {}, 4) == prm::kBadSysState);  // after TEARDOWN_HCA
   CHECK(c.disable().ok());
 }
 
@@ -168,7 +168,7 @@ TEST_CASE("simhca faults: a command queue outside mapped memory is a counted fau
   auto ci = CommandInterface::create(*dev, **pool);
   REQUIRE(ci.ok());
   CHECK_FALSE((r(prm::kStatus) & prm::kStatusCmdqFault));  // cleared by the disable
-  auto nop = (*ci)->exec(prm::kNop, {}, 0);
+  auto nop = (*ci)->exec(prm::kOpNop, {}, 0);
   REQUIRE(nop.ok());
   CHECK(nop->ok());
 }

@@ -113,7 +113,7 @@ Result<Entry> decode_entry(ByteView b) {
   e.output_length = get32(b, 0x0c);
   e.input_mailbox = get64(b, 0x10);
   e.output_mailbox = get64(b, 0x18);
-  std::copy_n(b.begin() + kEntryInlineIn, kInlineSize, e.inline_input.begin());
+  std::copy_n(b.begin() + kEntInlineIn, kInlineSize, e.inline_input.begin());
   e.owner = get8(b, 0x67) & kOwnerBit;
   return e;
 }

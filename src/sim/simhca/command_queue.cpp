@@ -154,8 +154,8 @@ bool CommandQueue::write_completion(uint64_t iova, const Entry& e, Outcome o, co
     if (!host_.dma_write(e.output_mailbox, rest)) o = {kBadAddress, 5};
   }
   auto tail = encode_entry_tail(o.status, o.syndrome);
-  if (!host_.dma_write(iova + kEntryInlineOut, inline_out) ||
-      !host_.dma_write(iova + kEntryTail, tail)) {
+  if (!host_.dma_write(iova + kEntInlineOut, inline_out) ||
+      !host_.dma_write(iova + kEntSyndrome, tail)) {
     cmdq_status_ |= kStatusCmdqFault;
     ++stats_.cmds_dropped;
     log_->warn("simhca: command entry at {:#x} not writable; CMDQ_FAULT", iova);
