@@ -197,11 +197,10 @@ class Device {
                                   Done<void> done) = 0;
   virtual void destroy_async(ObjectKind kind, uint32_t number, Done<void> done) = 0;
   // The daemon's own CQ and QP, rings in the driver's memory (freed again
-  // if the command fails), and their destroy (the memory freed after it).
+  // if the command fails); destroyed by number (destroy_in_order), the
+  // memory kept by the caller until then.
   virtual void create_cq_async(uint8_t log_size, Done<Cq> done) = 0;
   virtual void create_qp_async(const QpInit& init, Done<Qp> done) = 0;
-  virtual void destroy_cq_async(Cq& cq, Done<void> done) = 0;
-  virtual void destroy_qp_async(Qp& qp, Done<void> done) = 0;
 
   // ---- the daemon's own data path (no command) -----------------------------
   // At most 2^log_sq_size send WQEs outstanding, likewise for receives.

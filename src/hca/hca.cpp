@@ -278,7 +278,6 @@ Result<void> Hca::close(bool force) {
   if (cmd_ && dev_.alive()) note(cmd_->disable());
   eq0_.reset();
   cmd_.reset();
-  kept_.clear();  // torn down: nothing reaches them any more
   pool_.reset();
   if (!dev_.alive() && first) return err(ENODEV, "{}: device gone during teardown", dev_.name());
   return first;
@@ -452,30 +451,6 @@ void Hca::destroy_async(ObjectKind kind, uint32_t number, Done<void> done) {
     case ObjectKind::kAh: opcode = kOpDestroyAh; break;
   }
   destroy_async(opcode, number, std::move(done));
-}
-
-// The ring memory goes with the Cq / Qp once the device let go of it.
-void Hca::destroy_cq_async(Cq& cq, Done<void> done) {
-  destroy_async(kOpDestroyCq, cq.cqn, [this, mem = std::move(cq), d = std::move(done)](Result<void> r) mutable {
-    if (!r) {  // the device may still write them: kept until teardown
-      kept_.push_back(std::move(mem.ring));
-      kept_.push_back(std::move(mem.dbr));
-    }
-    d(std::move(r));
-  });
-  cq = Cq{};
-}
-
-void Hca::destroy_qp_async(Qp& qp, Done<void> done) {
-  destroy_async(kOpDestroyQp, qp.qpn, [this, mem = std::move(qp), d = std::move(done)](Result<void> r) mutable {
-    if (!r) {  // the device may still read them: kept until teardown
-      kept_.push_back(std::move(mem.sq));
-      kept_.push_back(std::move(mem.rq));
-      kept_.push_back(std::move(mem.dbr));
-    }
-    d(std::move(r));
-  });
-  qp = Qp{};
 }
 
 void Hca::destroy_like(uint16_t opcode, std::span<const std::byte> in, Done<void> done) {

@@ -161,8 +161,6 @@ class Hca final : public Device {
   // rings allocated here, then one command; freed again if it fails.
   void create_cq_async(uint8_t log_size, Done<Cq> done) override;
   void create_qp_async(const QpInit& init, Done<Qp> done) override;
-  void destroy_cq_async(Cq& cq, Done<void> done) override;
-  void destroy_qp_async(Qp& qp, Done<void> done) override;
 
   // ---- verbs (IBA 11.2), one command each, synchronous -------------------
   Result<void> nop();
@@ -279,7 +277,6 @@ class Hca final : public Device {
   bool initialized_ = false;  // INIT_HCA done, TEARDOWN_HCA not yet
   DeviceCaps caps_;
   DeviceInfo info_;
-  std::vector<dma::DmaBuffer> kept_;  // rings of objects the device refused to destroy
   EventHandler on_event_;
   std::deque<EventEntry> events_;
   uint8_t last_status_ = 0;

@@ -102,8 +102,6 @@ class CountingDevice final : public hca::Device {
   void create_qp_async(const hca::QpInit& init, Done<hca::Qp> done) override {
     count("create_qp"), in_->create_qp_async(init, std::move(done));
   }
-  void destroy_cq_async(hca::Cq& cq, Done<void> done) override { count("destroy_cq"), in_->destroy_cq_async(cq, std::move(done)); }
-  void destroy_qp_async(hca::Qp& qp, Done<void> done) override { count("destroy_qp"), in_->destroy_qp_async(qp, std::move(done)); }
 
   Result<void> post_send(hca::Qp& qp, const hca::SendWr& wr, bool ring) override {
     return count("post_send"), in_->post_send(qp, wr, ring);
