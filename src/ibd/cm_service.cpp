@@ -92,6 +92,23 @@ void fill_private(proto::CmEventMsg& m, cm::Bytes pd) {
   m.private_len = static_cast<uint8_t>(n);
 }
 
+// An engine event's fields as the client sees them; its type and id are the caller's.
+proto::CmEventMsg event_msg(uint8_t port, const cm::Event& e) {
+  proto::CmEventMsg m;
+  m.port = port;
+  m.service_id = e.service_id;
+  m.remote_qpn = e.remote_qpn;
+  m.starting_psn = e.starting_psn;
+  m.responder_resources = e.responder_resources;
+  m.initiator_depth = e.initiator_depth;
+  m.rnr_retry_count = e.rnr_retry_count;
+  m.srq = e.srq ? 1 : 0;
+  m.remote_lid = e.peer.lid;
+  if (e.path) m.remote_gid = e.path->local_gid;  // the REQ's sender
+  fill_private(m, e.private_data);
+  return m;
+}
+
 // Service-ID ownership for CM_LISTEN (docs/cm.md "Security"). A range is
 // (value, mask): the service IDs x with (x ^ value) & mask == 0.
 struct SidRange {
@@ -673,43 +690,10 @@ Result<proto::CmInitQpAttrRep> CmService::init_qp_attr(uint32_t client, const pr
 // ---- engine events -------------------------------------------------------------
 
 void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
-  using T = proto::CmEventType;
+  proto::CmEventMsg m = event_msg(port, e);
+  if (e.type == cm::EventType::kReqReceived || e.type == cm::EventType::kSidrReqReceived)
+    return on_passive_id(port, e, m);
   Port& P = ports_[port];
-  proto::CmEventMsg m;
-  m.port = port;
-  m.service_id = e.service_id;
-  m.remote_qpn = e.remote_qpn;
-  m.starting_psn = e.starting_psn;
-  m.responder_resources = e.responder_resources;
-  m.initiator_depth = e.initiator_depth;
-  m.rnr_retry_count = e.rnr_retry_count;
-  m.srq = e.srq ? 1 : 0;
-  m.remote_lid = e.peer.lid;
-  if (e.path) m.remote_gid = e.path->local_gid;  // the REQ's sender
-  fill_private(m, e.private_data);
-
-  // A new id from a listener.
-  if (e.type == cm::EventType::kReqReceived || e.type == cm::EventType::kSidrReqReceived) {
-    auto lo = P.owners.find(e.listen_id);
-    auto s = lo == P.owners.end() ? sessions_.end() : sessions_.find(lo->second.first);
-    if (s == sessions_.end()) {  // the listener's client is gone: nobody to ask
-      boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), port, id = e.id] {
-        if (alive.expired()) return;
-        if (auto& pt = ports_[port]; pt.engine) pt.engine->destroy(id);
-      });
-      return;
-    }
-    IdRec rec;
-    rec.port = port;
-    rec.kind = e.type == cm::EventType::kReqReceived ? kConn : kSidr;
-    rec.engine_id = e.id;
-    m.id = add_id(s->second, rec);
-    m.listen_id = lo->second.second;
-    m.type = static_cast<uint8_t>(e.type == cm::EventType::kReqReceived ? T::kRequest : T::kSidrRequest);
-    m.qkey = e.qkey;
-    return emit(s->first, m);
-  }
-
   auto o = P.owners.find(e.id);
   if (o == P.owners.end()) return;  // destroyed by its client: no more events
   const uint32_t client = o->second.first, handle = o->second.second;
@@ -718,61 +702,41 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
   if (sit == sessions_.end()) return;
   auto rit = sit->second.ids.find(handle);
   if (rit == sit->second.ids.end()) return;
-  IdRec& rec = rit->second;
-  // The id is done (timewait over, SIDR answered or timed out): the engine
-  // keeps it until destroy() (cm/engine.hpp), so it is destroyed there now
-  // (after this event; the engine is not re-entered) and forgotten here;
-  // the client's handle stays until CM_DESTROY.
-  auto forget = [&] {
-    P.owners.erase(e.id);
-    rec.engine_id = 0;
-    boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), port, gen = P.generation, eid = e.id] {
-      if (alive.expired()) return;
-      if (auto& pt = ports_[port]; pt.engine && pt.generation == gen) pt.engine->destroy(eid);
-    });
-  };
-  // IBA 12.9.5: a passive side whose RTU was lost learns from the peer's
-  // DREQ that the peer was established; its consumer hears of it first.
-  auto implied_established = [&] {
-    if (rec.active || !rec.accepted || rec.established) return;
-    rec.established = true;
-    proto::CmEventMsg est;
-    est.type = static_cast<uint8_t>(T::kEstablished);
-    est.id = handle;
-    est.port = port;
-    emit(client, est);
-  };
+  on_id_event(port, e, client, rit->second, m);
+}
 
+// A new id from a listener (a REQ or a SIDR_REQ): the listener's client
+// gets it, with the listener's handle.
+void CmService::on_passive_id(uint8_t port, const cm::Event& e, proto::CmEventMsg& m) {
+  using T = proto::CmEventType;
+  Port& P = ports_[port];
+  auto lo = P.owners.find(e.listen_id);
+  auto s = lo == P.owners.end() ? sessions_.end() : sessions_.find(lo->second.first);
+  if (s == sessions_.end()) {  // the listener's client is gone: nobody to ask
+    boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), port, id = e.id] {
+      if (alive.expired()) return;
+      if (auto& pt = ports_[port]; pt.engine) pt.engine->destroy(id);
+    });
+    return;
+  }
+  const uint32_t listen_handle = lo->second.second;  // (before add_id adds to P.owners)
+  IdRec rec;
+  rec.port = port;
+  rec.kind = e.type == cm::EventType::kReqReceived ? kConn : kSidr;
+  rec.engine_id = e.id;
+  m.id = add_id(s->second, rec);
+  m.listen_id = listen_handle;
+  m.type = static_cast<uint8_t>(e.type == cm::EventType::kReqReceived ? T::kRequest : T::kSidrRequest);
+  m.qkey = e.qkey;
+  emit(s->first, m);
+}
+
+// An event of an id the client holds (its handle in m.id).
+void CmService::on_id_event(uint8_t port, const cm::Event& e, uint32_t client, IdRec& rec, proto::CmEventMsg& m) {
+  using T = proto::CmEventType;
   switch (e.type) {
-    case cm::EventType::kRepReceived: {
-      m.type = static_cast<uint8_t>(T::kReply);
-      emit(client, m);
-      if (rec.manual) return;  // the client moves its QP and sends the RTU (CM_ACCEPT)
-      move_qp(client, rec.qp, port, e.id, {2, 3}, UINT32_MAX,
-              [this, port, client, handle, eid = e.id](Result<void> r) {
-                auto f = find(client, handle);
-                auto en = engine(port);
-                if (!f || !en || f->second->engine_id != eid) return;
-                proto::CmEventMsg ev;
-                ev.id = handle;
-                ev.port = port;
-                if (r) {
-                  if (auto s = (*en)->send_rtu(eid, {}); !s) {
-                    r = s.take_error();
-                  } else {
-                    ev.type = static_cast<uint8_t>(proto::CmEventType::kEstablished);
-                    f->second->established = true;
-                    return emit(client, ev);
-                  }
-                }
-                (void)(*en)->reject(eid, 28, {}, {});
-                qp_to_error(client, *f->second);
-                ev.type = static_cast<uint8_t>(proto::CmEventType::kError);
-                ev.status = r.error().code;
-                emit(client, ev);
-              });
-      return;
-    }
+    case cm::EventType::kRepReceived:
+      return on_rep(port, e.id, client, rec, m);
     case cm::EventType::kRtuReceived:
     case cm::EventType::kEstablished:
       if (rec.established) return;
@@ -790,7 +754,7 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
       m.type = static_cast<uint8_t>(T::kMraReceived);
       return emit(client, m);
     case cm::EventType::kDreqReceived:
-      implied_established();
+      implied_established(port, client, m.id, rec);
       m.type = static_cast<uint8_t>(T::kDisconnectRequest);
       qp_to_error(client, rec);
       // ibd answers at once (as rdma_cm does); the engine is not re-entered.
@@ -800,7 +764,7 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
       });
       return emit(client, m);
     case cm::EventType::kStale:
-      implied_established();
+      implied_established(port, client, m.id, rec);
       m.type = static_cast<uint8_t>(T::kDisconnectRequest);
       m.status = ESTALE;
       qp_to_error(client, rec);
@@ -810,32 +774,100 @@ void CmService::on_engine_event(uint8_t port, const cm::Event& e) {
       return emit(client, m);
     case cm::EventType::kTimewaitExit:
       m.type = static_cast<uint8_t>(T::kTimewaitExit);
-      forget();
+      forget_engine_id(port, e.id, rec);
       return emit(client, m);
     case cm::EventType::kTimeout:
-      m.status = ETIMEDOUT;
-      if (e.attr_id == kAttrDreq) {
-        m.type = static_cast<uint8_t>(T::kDisconnected);
-      } else {
-        m.type = static_cast<uint8_t>(T::kTimeout);
-        // A SIDR request done, or a passive id its consumer never answered
-        // (cm::EngineLimits): the engine's id goes; the handle stays.
-        if (e.attr_id == kAttrSidrReq || (e.attr_id == kAttrReq && !rec.active)) forget();
-        if (e.attr_id == kAttrReq || e.attr_id == kAttrRep) qp_to_error(client, rec);
-      }
-      return emit(client, m);
+      return on_timeout(port, e, client, rec, m);
     case cm::EventType::kSidrRepReceived:
       m.type = static_cast<uint8_t>(T::kSidrReply);
       m.sidr_status = e.sidr_status;
       m.qkey = e.qkey;
-      forget();
+      forget_engine_id(port, e.id, rec);
       return emit(client, m);
     case cm::EventType::kLapReceived:
       return;  // answered by the engine (APR: no alternate paths); nothing for the client
     case cm::EventType::kReqReceived:
     case cm::EventType::kSidrReqReceived:
-      return;  // handled above
+      return;  // on_passive_id's
   }
+}
+
+// A REP came (active side): the client hears of it; unless it moves its QP
+// itself, ibd moves the QP to RTR and RTS and sends the RTU.
+void CmService::on_rep(uint8_t port, uint32_t eid, uint32_t client, const IdRec& rec, proto::CmEventMsg& m) {
+  m.type = static_cast<uint8_t>(proto::CmEventType::kReply);
+  emit(client, m);
+  if (rec.manual) return;  // the client moves its QP and sends the RTU (CM_ACCEPT)
+  move_qp(client, rec.qp, port, eid, {2, 3}, UINT32_MAX,
+          [this, port, client, handle = m.id, eid](Result<void> r) {
+            rep_qp_moved(port, client, handle, eid, std::move(r));
+          });
+}
+
+// The QP of a REP's id is at RTS (`r` ok): the RTU goes and the id is
+// established; else the connection is rejected and its QP goes to ERROR.
+void CmService::rep_qp_moved(uint8_t port, uint32_t client, uint32_t handle, uint32_t eid, Result<void> r) {
+  auto f = find(client, handle);
+  auto en = engine(port);
+  if (!f || !en || f->second->engine_id != eid) return;
+  proto::CmEventMsg ev;
+  ev.id = handle;
+  ev.port = port;
+  if (r) {
+    if (auto s = (*en)->send_rtu(eid, {}); !s) {
+      r = s.take_error();
+    } else {
+      ev.type = static_cast<uint8_t>(proto::CmEventType::kEstablished);
+      f->second->established = true;
+      return emit(client, ev);
+    }
+  }
+  (void)(*en)->reject(eid, 28, {}, {});
+  qp_to_error(client, *f->second);
+  ev.type = static_cast<uint8_t>(proto::CmEventType::kError);
+  ev.status = r.error().code;
+  emit(client, ev);
+}
+
+void CmService::on_timeout(uint8_t port, const cm::Event& e, uint32_t client, IdRec& rec, proto::CmEventMsg& m) {
+  using T = proto::CmEventType;
+  m.status = ETIMEDOUT;
+  if (e.attr_id == kAttrDreq) {
+    m.type = static_cast<uint8_t>(T::kDisconnected);
+  } else {
+    m.type = static_cast<uint8_t>(T::kTimeout);
+    // A SIDR request done, or a passive id its consumer never answered
+    // (cm::EngineLimits): the engine's id goes; the handle stays.
+    if (e.attr_id == kAttrSidrReq || (e.attr_id == kAttrReq && !rec.active)) forget_engine_id(port, e.id, rec);
+    if (e.attr_id == kAttrReq || e.attr_id == kAttrRep) qp_to_error(client, rec);
+  }
+  emit(client, m);
+}
+
+// The id is done (timewait over, SIDR answered or timed out): the engine
+// keeps it until destroy() (cm/engine.hpp), so it is destroyed there now
+// (after this event; the engine is not re-entered) and forgotten here;
+// the client's handle stays until CM_DESTROY.
+void CmService::forget_engine_id(uint8_t port, uint32_t eid, IdRec& rec) {
+  Port& P = ports_[port];
+  P.owners.erase(eid);
+  rec.engine_id = 0;
+  boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), port, gen = P.generation, eid] {
+    if (alive.expired()) return;
+    if (auto& pt = ports_[port]; pt.engine && pt.generation == gen) pt.engine->destroy(eid);
+  });
+}
+
+// IBA 12.9.5: a passive side whose RTU was lost learns from the peer's
+// DREQ that the peer was established; its consumer hears of it first.
+void CmService::implied_established(uint8_t port, uint32_t client, uint32_t handle, IdRec& rec) {
+  if (rec.active || !rec.accepted || rec.established) return;
+  rec.established = true;
+  proto::CmEventMsg est;
+  est.type = static_cast<uint8_t>(proto::CmEventType::kEstablished);
+  est.id = handle;
+  est.port = port;
+  emit(client, est);
 }
 
 // ---- INFO ----------------------------------------------------------------------

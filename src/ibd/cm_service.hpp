@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -132,6 +133,25 @@ class CmService final : public Service {
   size_t memory_bytes() const;
 
  private:
+  // The requests (cm_requests.cpp): one member an operation, in one table.
+  using OpFn = Result<void> (CmService::*)(const Caller& c, proto::Message& m, Respond& done);
+  struct OpEntry {
+    proto::Op op;
+    OpFn fn;
+  };
+  static std::span<const OpEntry> op_table();
+  Result<void> op_open(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_listen(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_connect(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_accept(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_reject(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_disconnect(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_destroy(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_sidr_query(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_sidr_reply(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_init_qp_attr(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_info(const Caller& c, proto::Message& m, Respond& done);
+
   struct IdRec {
     uint8_t port = 0;
     uint8_t kind = 0;  // kListen, kConn, kSidr
@@ -163,7 +183,18 @@ class CmService final : public Service {
 
   void on_layer(uint8_t port, mad::MadLayer* layer);
   void make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a);
+  // The engine's events (cm_service.cpp "engine events"): a listener's new
+  // id, or an event of an id a client holds (its handle in m.id).
   void on_engine_event(uint8_t port, const cm::Event& e);
+  void on_passive_id(uint8_t port, const cm::Event& e, proto::CmEventMsg& m);
+  void on_id_event(uint8_t port, const cm::Event& e, uint32_t client, IdRec& rec, proto::CmEventMsg& m);
+  void on_rep(uint8_t port, uint32_t eid, uint32_t client, const IdRec& rec, proto::CmEventMsg& m);
+  void rep_qp_moved(uint8_t port, uint32_t client, uint32_t handle, uint32_t eid, Result<void> r);
+  void on_timeout(uint8_t port, const cm::Event& e, uint32_t client, IdRec& rec, proto::CmEventMsg& m);
+  // The engine's id of `rec` destroyed after this event, the client's handle kept.
+  void forget_engine_id(uint8_t port, uint32_t eid, IdRec& rec);
+  // IBA 12.9.5: kEstablished before a DREQ's event when the RTU was lost.
+  void implied_established(uint8_t port, uint32_t client, uint32_t handle, IdRec& rec);
   Result<std::pair<Session*, IdRec*>> find(uint32_t client, uint32_t handle);
   Result<cm::Engine*> engine(uint8_t port);
   uint32_t add_id(Session& s, IdRec rec);

@@ -80,6 +80,10 @@ void copy_private(proto::CmPrivate& to, uint8_t& to_len, const uint8_t* from, si
   if (n) std::memcpy(to.data(), from, n);
   to_len = static_cast<uint8_t>(n);
 }
+// The IB CM event's private data into the RDMA CM event.
+void with_private(proto::CmaEventMsg& m, const proto::CmEventMsg& e) {
+  copy_private(m.private_data, m.private_len, e.private_data.data(), e.private_len);
+}
 
 }  // namespace
 
@@ -770,34 +774,16 @@ void CmaService::on_cm_event(const proto::CmEventMsg& e) {
     return;
   }
   proto::CmaEventMsg m;
-  auto with_private = [&] { copy_private(m.private_data, m.private_len, e.private_data.data(), e.private_len); };
-  auto disconnected = [&] {
-    id->state = S::kDisconnect;
-    if (id->reported_disconnect) return;
-    id->reported_disconnect = true;
-    m.type = static_cast<uint8_t>(T::kDisconnected);
-    emit(*id, m);
-  };
   switch (type) {
     case C::kReply:
       id->rep = e;
       return;
     case C::kEstablished:
-      m.type = static_cast<uint8_t>(T::kEstablished);
-      if (id->rep) {  // the active side: the REP's parameters and private data (rdma_cm's conn param)
-        m.responder_resources = id->rep->responder_resources;
-        m.initiator_depth = id->rep->initiator_depth;
-        m.rnr_retry_count = id->rep->rnr_retry_count;
-        m.srq = id->rep->srq;
-        m.qp_num = id->rep->remote_qpn;
-        copy_private(m.private_data, m.private_len, id->rep->private_data.data(), id->rep->private_len);
-        id->rep.reset();
-      }
-      return emit(*id, m);
+      return on_established(*id);
     case C::kRejected:  // (a connect request the peer gave up on: out of the backlog)
       m.type = static_cast<uint8_t>(T::kRejected);
       m.status = e.reason;
-      with_private();
+      with_private(m, e);
       unpend(*id);
       id->state = S::kDisconnect;
       forget_cm(*id);
@@ -806,63 +792,106 @@ void CmaService::on_cm_event(const proto::CmEventMsg& e) {
       return;
     case C::kDisconnectRequest:
     case C::kDisconnected:
-      return disconnected();
+      return report_disconnected(*id, m);
     case C::kTimewaitExit:
       m.type = static_cast<uint8_t>(T::kTimewaitExit);
       forget_cm(*id);
       return emit(*id, m);
     case C::kTimeout:
-      if (id->parent) return request_expired(*id);  // a connect request never answered
-      m.type = static_cast<uint8_t>(T::kUnreachable);
-      m.status = -ETIMEDOUT;
-      if (id->state == S::kDisconnect) return disconnected();  // our DREQ went unanswered
-      id->state = S::kDisconnect;
-      forget_cm(*id);
-      return emit(*id, m);
-    case C::kSidrReply: {
-      if (e.sidr_status != 0) {
-        m.type = static_cast<uint8_t>(T::kUnreachable);
-        m.status = e.sidr_status;
-        with_private();
-        forget_cm(*id);
-        return emit(*id, m);
-      }
-      auto path = sa::decode_path_record(std::as_bytes(std::span(id->path)));
-      m.type = static_cast<uint8_t>(T::kEstablished);
-      m.qp_num = e.remote_qpn;
-      m.qkey = e.qkey;
-      if (path) {
-        m.ah.dlid = path->dlid;
-        m.ah.sl = path->sl;
-        m.ah.port = id->port;
-        m.ah.dgid = path->dgid;
-        if (path->hop_limit > 1) {
-          m.ah.grh = 1;
-          m.ah.hop_limit = path->hop_limit;
-          m.ah.flow_label = path->flow_label;
-          m.ah.traffic_class = path->tclass;
-        }
-      }
-      with_private();
-      forget_cm(*id);
-      return emit(*id, m);
-    }
+      return on_cm_timeout(*id);
+    case C::kSidrReply:
+      return on_sidr_reply(*id, e);
     case C::kError:
-      if (e.status == ENODEV) {
-        if (id->state == S::kDeviceRemoval) return;
-        id->state = S::kDeviceRemoval;
-        ++counters_.device_removals;
-        m.type = static_cast<uint8_t>(T::kDeviceRemoval);
-        m.status = -ENODEV;
-        return emit(*id, m);
-      }
-      m.type = static_cast<uint8_t>(T::kConnectError);
-      m.status = -e.status;
-      return emit(*id, m);
+      return on_cm_error(*id, e);
     case C::kRequest:
     case C::kSidrRequest:
       return;
   }
+}
+
+// The connection is down (a DREQ, a DREP, or our DREQ unanswered): the id
+// reports it once, with `m`'s status.
+void CmaService::report_disconnected(Id& id, proto::CmaEventMsg m) {
+  id.state = S::kDisconnect;
+  if (id.reported_disconnect) return;
+  id.reported_disconnect = true;
+  m.type = static_cast<uint8_t>(T::kDisconnected);
+  emit(id, m);
+}
+
+void CmaService::on_established(Id& id) {
+  proto::CmaEventMsg m;
+  m.type = static_cast<uint8_t>(T::kEstablished);
+  if (id.rep) {  // the active side: the REP's parameters and private data (rdma_cm's conn param)
+    m.responder_resources = id.rep->responder_resources;
+    m.initiator_depth = id.rep->initiator_depth;
+    m.rnr_retry_count = id.rep->rnr_retry_count;
+    m.srq = id.rep->srq;
+    m.qp_num = id.rep->remote_qpn;
+    copy_private(m.private_data, m.private_len, id.rep->private_data.data(), id.rep->private_len);
+    id.rep.reset();
+  }
+  emit(id, m);
+}
+
+void CmaService::on_cm_timeout(Id& id) {
+  if (id.parent) return request_expired(id);  // a connect request never answered
+  proto::CmaEventMsg m;
+  m.type = static_cast<uint8_t>(T::kUnreachable);
+  m.status = -ETIMEDOUT;
+  if (id.state == S::kDisconnect) return report_disconnected(id, m);  // our DREQ went unanswered
+  id.state = S::kDisconnect;
+  forget_cm(id);
+  emit(id, m);
+}
+
+// A SIDR_REP (IBA 12.11.2): refused, the id is unreachable; else the
+// peer's QP, Q_Key and the address vector along the id's path.
+void CmaService::on_sidr_reply(Id& id, const proto::CmEventMsg& e) {
+  proto::CmaEventMsg m;
+  if (e.sidr_status != 0) {
+    m.type = static_cast<uint8_t>(T::kUnreachable);
+    m.status = e.sidr_status;
+    with_private(m, e);
+    forget_cm(id);
+    return emit(id, m);
+  }
+  auto path = sa::decode_path_record(std::as_bytes(std::span(id.path)));
+  m.type = static_cast<uint8_t>(T::kEstablished);
+  m.qp_num = e.remote_qpn;
+  m.qkey = e.qkey;
+  if (path) {
+    m.ah.dlid = path->dlid;
+    m.ah.sl = path->sl;
+    m.ah.port = id.port;
+    m.ah.dgid = path->dgid;
+    if (path->hop_limit > 1) {
+      m.ah.grh = 1;
+      m.ah.hop_limit = path->hop_limit;
+      m.ah.flow_label = path->flow_label;
+      m.ah.traffic_class = path->tclass;
+    }
+  }
+  with_private(m, e);
+  forget_cm(id);
+  emit(id, m);
+}
+
+// The IB CM's kError: the device gone (ENODEV, reported once as
+// DEVICE_REMOVAL), or a connection that failed.
+void CmaService::on_cm_error(Id& id, const proto::CmEventMsg& e) {
+  proto::CmaEventMsg m;
+  if (e.status == ENODEV) {
+    if (id.state == S::kDeviceRemoval) return;
+    id.state = S::kDeviceRemoval;
+    ++counters_.device_removals;
+    m.type = static_cast<uint8_t>(T::kDeviceRemoval);
+    m.status = -ENODEV;
+    return emit(id, m);
+  }
+  m.type = static_cast<uint8_t>(T::kConnectError);
+  m.status = -e.status;
+  emit(id, m);
 }
 
 // ---- multicast ----------------------------------------------------------------

@@ -39,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -129,6 +130,30 @@ class CmaService final : public Service {
   std::vector<std::pair<std::string, uint64_t>> counter_list() const override;
 
  private:
+  // The requests (cma_requests.cpp): one member an operation, in one table.
+  using OpFn = Result<void> (CmaService::*)(const Caller& c, proto::Message& m, Respond& done);
+  struct OpEntry {
+    proto::Op op;
+    OpFn fn;
+  };
+  static std::span<const OpEntry> op_table();
+  Result<void> op_open(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_create_id(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_bind(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_resolve_addr(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_resolve_route(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_listen(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_init_qp(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_connect(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_accept(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_reject(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_disconnect(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_destroy_id(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_join(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_leave(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_query(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_info(const Caller& c, proto::Message& m, Respond& done);
+
   struct Group {
     std::array<uint8_t, 16> mgid{};
     uint16_t mlid = 0;
@@ -186,7 +211,13 @@ class CmaService final : public Service {
   Result<void> do_bind(Id& id, const cma::Addr& a, bool privileged);
   uint32_t qkey_of(const Id& id) const;
   uint32_t token(uint32_t client, uint32_t qp);
+  // The IB CM's events (cma_service.cpp "the IB CM's events").
   void on_cm_event(const proto::CmEventMsg& e);
+  void report_disconnected(Id& id, proto::CmaEventMsg m);  // DISCONNECTED, once
+  void on_established(Id& id);
+  void on_cm_timeout(Id& id);
+  void on_sidr_reply(Id& id, const proto::CmEventMsg& e);
+  void on_cm_error(Id& id, const proto::CmEventMsg& e);
   void on_request(const proto::CmEventMsg& e);
   void refuse(const proto::CmEventMsg& e, bool sidr, uint64_t* why = nullptr);
   void release(Id& id);  // everything but the record itself

@@ -707,7 +707,18 @@ void SaService::on_report(const mad::Notice& n) {
                         sa::gid_guid(t->gid), acted ? "" : " (ignored)");
 }
 
+// INFO's counters, in this order: the SA clients', multicast and service
+// registrations', the path cache's, the shared path table's.
 std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
+  CounterList out;
+  client_counters(out);
+  mcast_service_counters(out);
+  path_cache_counters(out);
+  path_table_counters(out);
+  return out;
+}
+
+void SaService::client_counters(CounterList& out) const {
   // The SA clients' counters, summed over the ports: one table of names.
   using C = sa::SaClientCounters;
   static constexpr std::pair<const char*, uint64_t C::*> kClient[] = {
@@ -716,13 +727,14 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
       {"sa_errors", &C::errors}, {"sa_class_port_info", &C::class_port_info},
       {"sa_redirects", &C::redirects}, {"sa_redirect_fallbacks", &C::redirect_fallbacks},
       {"sa_reports", &C::reports}, {"sa_queued", &C::queued}};
-  std::vector<std::pair<std::string, uint64_t>> out;
   for (const auto& [name, field] : kClient) {
     uint64_t sum = 0;
     for (const auto& [p, c] : clients_) sum += c->counters().*field;
     out.emplace_back(name, sum);
   }
-  const auto& k = cache_.counters();
+}
+
+void SaService::mcast_service_counters(CounterList& out) const {
   const auto& j = joins_.counters();
   const auto& v = services_.counters();
   out.insert(out.end(), {{"sa_mcast_created_reports", mcast_created_reports_},
@@ -752,6 +764,10 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
                          {"service_deletes", v.deletes},
                          {"service_errors", v.errors},
                          {"service_reregisters", v.reregisters}});
+}
+
+void SaService::path_cache_counters(CounterList& out) const {
+  const auto& k = cache_.counters();
   out.insert(out.end(), {{"sa_gid_reports", gid_reports_},
                          {"sa_subscriptions", subscribed_},
                          {"sa_subscribe_errors", subscribe_errors_},
@@ -781,15 +797,16 @@ std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
                          {"path_cache_load_errors", load_errors_},
                          {"path_cache_saves", saves_},
                          {"path_cache_save_errors", save_errors_}});
-  if (table_) {
-    const auto& t = table_->counters();
-    out.insert(out.end(), {{"path_table_slots", table_->slots()},
-                           {"path_table_entries", table_->size()},
-                           {"path_table_published", t.published},
-                           {"path_table_withdrawn", t.withdrawn},
-                           {"path_table_full", t.full}});
-  }
-  return out;
+}
+
+void SaService::path_table_counters(CounterList& out) const {
+  if (!table_) return;
+  const auto& t = table_->counters();
+  out.insert(out.end(), {{"path_table_slots", table_->slots()},
+                         {"path_table_entries", table_->size()},
+                         {"path_table_published", t.published},
+                         {"path_table_withdrawn", t.withdrawn},
+                         {"path_table_full", t.full}});
 }
 
 }  // namespace openib::ibd

@@ -217,6 +217,12 @@ class SaService final : public Service {
   Result<void> op_sa_member(const Caller& c, proto::Message& m, Respond& done);
   Result<Reply> op_path_list(const Caller& c, proto::Message& m);
   Result<Reply> op_path_flush(const Caller& c, proto::Message& m);
+  // counter_list()'s parts, each appending its names in INFO's order.
+  using CounterList = std::vector<std::pair<std::string, uint64_t>>;
+  void client_counters(CounterList& out) const;         // sa_*: the SA clients', summed over the ports
+  void mcast_service_counters(CounterList& out) const;  // multicast joins, service registrations, SA pacing
+  void path_cache_counters(CounterList& out) const;     // GID reports and subscriptions, path_cache_*
+  void path_table_counters(CounterList& out) const;     // path_table_*: the shared path table's, if any
   struct PortQuerier final : sa::PathQuerier {  // the cache's querier: the key's port's client
     SaService* self = nullptr;
     void query_path(const sa::PathKey& key, sa::PathAnswerFn done) override;
