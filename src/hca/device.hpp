@@ -171,6 +171,14 @@ class Device {
   virtual void nop_async(Done<void> done) = 0;  // a health check that never waits behind work
   virtual void query_port_async(uint8_t port, Done<PortAttr> done) = 0;
   virtual void set_port_async(uint8_t port, const PortSetup& s, Done<void> done) = 0;
+  // The port's GID table (docs/device-access.md "Ports"), as Linux's
+  // query_gid / add_gid / del_gid: entry `index` (ENODATA when it is empty,
+  // as ibv_query_gid_ex), and entry `index` written or, with nullopt,
+  // removed. Entry 0 is the port's own. The port raises kGidChange after a
+  // change.
+  virtual void query_gid_async(uint8_t port, uint16_t index, Done<GidEntry> done) = 0;
+  virtual void modify_gid_async(uint8_t port, uint16_t index, const std::optional<GidEntry>& e,
+                                Done<void> done) = 0;
   virtual void alloc_pd_async(Done<uint32_t> done) = 0;
   virtual void alloc_uar_async(Done<uint32_t> done) = 0;
   // An fd of UAR `uar`'s doorbell page alone (mmap offset 0), for the one

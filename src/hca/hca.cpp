@@ -375,6 +375,19 @@ void Hca::set_port_async(uint8_t port, const PortSetup& s, Done<void> done) {
   destroy_like(kOpSetPort, encode_set_port(port, s), std::move(done));
 }
 
+void Hca::query_gid_async(uint8_t port, uint16_t index, Done<GidEntry> done) {
+  then_async<GidEntry>(kOpQueryGid, encode_query_gid(port, index), 20, std::move(done),
+                       [port, index](const Bytes& o) -> Result<GidEntry> {
+                         OPENIB_TRY_ASSIGN(auto e, decode_gid_entry(o));
+                         if (!e) return err(ENODATA, "port {}: GID entry {} is empty", port, index);
+                         return *e;
+                       });
+}
+
+void Hca::modify_gid_async(uint8_t port, uint16_t index, const std::optional<GidEntry>& e, Done<void> done) {
+  destroy_like(kOpSetGid, encode_set_gid(port, index, e), std::move(done));
+}
+
 void Hca::alloc_pd_async(Done<uint32_t> done) {
   then_async<uint32_t>(kOpAllocPd, {}, 4, std::move(done), [](const Bytes& o) { return Result<uint32_t>(get32(o, 0)); });
 }

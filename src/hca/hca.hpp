@@ -130,6 +130,9 @@ class Hca final : public Device {
   void nop_async(Done<void> done) override;
   void query_port_async(uint8_t port, Done<PortAttr> done) override;
   void set_port_async(uint8_t port, const PortSetup& s, Done<void> done) override;
+  // §6.12 QUERY_GID, SET_GID.
+  void query_gid_async(uint8_t port, uint16_t index, Done<GidEntry> done) override;
+  void modify_gid_async(uint8_t port, uint16_t index, const std::optional<GidEntry>& e, Done<void> done) override;
   void alloc_pd_async(Done<uint32_t> done) override;
   void alloc_uar_async(Done<uint32_t> done) override;
   // On EQ `eqn`; the seam's form puts the CQ on EQ 0.

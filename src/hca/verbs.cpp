@@ -67,9 +67,48 @@ PortAttr decode_port(std::span<const std::byte> o) {
   p.port_guid = get64(o, 0x18);
   p.cap_flags = get32(o, 0x20);
   p.pkey0 = get16(o, 0x24);
+  p.link_layer = static_cast<LinkLayer>(get8(o, 0x26));
   p.qkey_violations = get32(o, 0x28);
   p.pkey_violations = get32(o, 0x2c);
   return p;
+}
+
+// §6.12
+const char* gid_type_name(GidType t) {
+  switch (t) {
+    case GidType::kIb: return "IB";
+    case GidType::kRoceV2: return "RoCEv2";
+  }
+  return "?";
+}
+
+Bytes encode_query_gid(uint8_t port, uint16_t index) {
+  Bytes b(4);
+  put8(b, 0x00, port);
+  put16(b, 0x02, index);
+  return b;
+}
+
+Result<std::optional<GidEntry>> decode_gid_entry(std::span<const std::byte> o) {
+  if (o.size() < 20) return err(EPROTO, "QUERY_GID: {} bytes of output, 20 expected", o.size());
+  const uint8_t type = get8(o, 0x00);
+  if (type == 0) return std::optional<GidEntry>();
+  if (type != uint8_t(GidType::kIb) && type != uint8_t(GidType::kRoceV2))
+    return err(EPROTO, "QUERY_GID: entry type {}", type);
+  GidEntry e;
+  e.type = static_cast<GidType>(type);
+  for (size_t i = 0; i < 16; ++i) e.gid[i] = get8(o, 0x04 + i);
+  return std::optional<GidEntry>(e);
+}
+
+Bytes encode_set_gid(uint8_t port, uint16_t index, const std::optional<GidEntry>& e) {
+  Bytes b(24);
+  put8(b, 0x00, port);
+  put8(b, 0x01, e ? uint8_t(e->type) : 0);  // 0: remove
+  put16(b, 0x02, index);
+  if (e)
+    for (size_t i = 0; i < 16; ++i) put8(b, 0x08 + i, e->gid[i]);
+  return b;
 }
 
 Bytes encode_set_port(uint8_t port, const PortSetup& s) {

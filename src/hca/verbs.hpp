@@ -31,6 +31,10 @@ struct DeviceCaps {
 DeviceCaps decode_caps(std::span<const std::byte> out);
 
 // §6.3 QUERY_PORT / SET_PORT
+// The port's link layer (§6.3 `link_layer`; enum ibv_port_attr.link_layer's
+// values): what the port speaks, and so what it can do (port_caps.hpp).
+// 0 (a device that does not say) is InfiniBand, as in libibverbs.
+enum class LinkLayer : uint8_t { kUnspecified = 0, kInfiniBand = 1, kEthernet = 2 };
 struct PortAttr {
   uint8_t state = 0, phys_state = 0;
   uint16_t lid = 0, sm_lid = 0;
@@ -40,6 +44,7 @@ struct PortAttr {
   uint32_t cap_flags = 0;
   uint16_t pkey0 = 0;
   uint32_t qkey_violations = 0, pkey_violations = 0;
+  LinkLayer link_layer = LinkLayer::kInfiniBand;
 };
 PortAttr decode_port(std::span<const std::byte> out);
 enum PortState : uint8_t { kPortDown = 1, kPortInit = 2, kPortArmed = 3, kPortActive = 4 };
@@ -52,6 +57,22 @@ struct PortSetup {  // only the fields set are changed
   std::optional<uint32_t> cap_set, cap_clear;
 };
 Bytes encode_set_port(uint8_t port, const PortSetup& s);
+
+// §6.12 GID table: an entry is a GID and its type (IB on an InfiniBand
+// port; RoCEv2, a GID from an IP address, on an Ethernet one).
+enum class GidType : uint8_t { kIb = 1, kRoceV2 = 2 };
+struct GidEntry {
+  std::array<uint8_t, 16> gid{};
+  GidType type = GidType::kIb;
+  bool operator==(const GidEntry&) const = default;
+};
+const char* gid_type_name(GidType t);
+Bytes encode_query_gid(uint8_t port, uint16_t index);
+// QUERY_GID's output: the entry, or nullopt for an empty one; EPROTO for a
+// type this driver does not know.
+Result<std::optional<GidEntry>> decode_gid_entry(std::span<const std::byte> out);
+// SET_GID's input: the entry written, or removed (nullopt).
+Bytes encode_set_gid(uint8_t port, uint16_t index, const std::optional<GidEntry>& e);
 
 // §7.6 address vector: the daemon's one (common/qp_attr.hpp).
 using AddressVector = verbs::AddressVector;

@@ -97,7 +97,7 @@ enum Status : uint8_t {
 // §6 opcodes.
 enum Opcode : uint16_t {
   kOpNop = 0x0001, kOpQueryDeviceCap = 0x0100, kOpInitHca = 0x0101, kOpTeardownHca = 0x0102,
-  kOpQueryPort = 0x0103, kOpSetPort = 0x0104, kOpCreateEq = 0x0200, kOpDestroyEq = 0x0201,
+  kOpQueryPort = 0x0103, kOpSetPort = 0x0104, kOpQueryGid = 0x0105, kOpSetGid = 0x0106, kOpCreateEq = 0x0200, kOpDestroyEq = 0x0201,
   kOpQueryEq = 0x0202, kOpCreateCq = 0x0300, kOpDestroyCq = 0x0301, kOpQueryCq = 0x0302,
   kOpCreateQp = 0x0400, kOpModifyQp = 0x0401, kOpQueryQp = 0x0402, kOpDestroyQp = 0x0403,
   kOpCreateSrq = 0x0500, kOpDestroySrq = 0x0501, kOpQuerySrq = 0x0502, kOpArmSrq = 0x0503,
@@ -105,6 +105,11 @@ enum Opcode : uint16_t {
   kOpQueryMkey = 0x0702, kOpCreateAh = 0x0800, kOpDestroyAh = 0x0801, kOpQueryAh = 0x0802,
   kOpAllocUar = 0x0900, kOpDeallocUar = 0x0901, kOpAttachMcg = 0x0a00, kOpDetachMcg = 0x0a01,
 };
+
+// §6.3 QUERY_PORT `link_layer` (enum ibv_port_attr.link_layer's values).
+enum LinkLayerCode : uint8_t { kLinkLayerInfiniBand = 1, kLinkLayerEthernet = 2 };
+// §6.12 GID table entry types (0: the entry is empty; SET_GID: remove it).
+enum GidTypeCode : uint8_t { kGidTypeNone = 0, kGidTypeIb = 1, kGidTypeRoceV2 = 2 };
 
 // §9.1 event queue entries, §9.4 event types.
 inline constexpr size_t kEqeSize = 32;

@@ -41,6 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)decode_create_mkey(in, 1024);
   (void)decode_create_ah(in);
   (void)decode_set_port(in);
+  (void)decode_query_gid(in);
+  (void)decode_set_gid(in);
   if (auto m = decode_modify_qp(in)) {
     for (uint8_t type = 0; type < 6; ++type)
       for (uint8_t cur = 0; cur < 8; ++cur) (void)check_modify(type, cur, *m, QpLimits{});

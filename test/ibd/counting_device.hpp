@@ -59,6 +59,12 @@ class CountingDevice final : public hca::Device {
   void set_port_async(uint8_t port, const hca::PortSetup& s, Done<void> done) override {
     count("set_port"), in_->set_port_async(port, s, std::move(done));
   }
+  void query_gid_async(uint8_t port, uint16_t index, Done<hca::GidEntry> done) override {
+    count("query_gid"), in_->query_gid_async(port, index, std::move(done));
+  }
+  void modify_gid_async(uint8_t port, uint16_t index, const std::optional<hca::GidEntry>& e, Done<void> done) override {
+    count("modify_gid"), in_->modify_gid_async(port, index, e, std::move(done));
+  }
   void alloc_pd_async(Done<uint32_t> done) override { count("alloc_pd"), in_->alloc_pd_async(std::move(done)); }
   void alloc_uar_async(Done<uint32_t> done) override { count("alloc_uar"), in_->alloc_uar_async(std::move(done)); }
   Result<UniqueFd> uar_page_fd(uint32_t uar) override { return count("uar_page_fd"), in_->uar_page_fd(uar); }

@@ -32,6 +32,8 @@ const char* opcode_name(uint16_t op) {
     case kOpTeardownHca: return "TEARDOWN_HCA";
     case kOpQueryPort: return "QUERY_PORT";
     case kOpSetPort: return "SET_PORT";
+    case kOpQueryGid: return "QUERY_GID";
+    case kOpSetGid: return "SET_GID";
     case kOpCreateEq: return "CREATE_EQ";
     case kOpDestroyEq: return "DESTROY_EQ";
     case kOpQueryEq: return "QUERY_EQ";
@@ -71,6 +73,7 @@ struct Layout {
 constexpr Layout kLayouts[] = {
     {kOpNop, 0, 0},          {kOpQueryDeviceCap, 0, 80}, {kOpInitHca, 0, 0},
     {kOpTeardownHca, 4, 0},  {kOpQueryPort, 4, 48},      {kOpSetPort, 24, 0},
+    {kOpQueryGid, 4, 20},    {kOpSetGid, 24, 0},
     {kOpCreateEq, 32, 4},    {kOpDestroyEq, 4, 0},       {kOpQueryEq, 4, 40},
     {kOpCreateCq, 32, 4},    {kOpDestroyCq, 4, 0},       {kOpQueryCq, 4, 48},
     {kOpCreateQp, 64, 4},    {kOpModifyQp, 80, 0},       {kOpQueryQp, 4, 128},
@@ -352,6 +355,31 @@ Result<SetPort> decode_set_port(ByteView in) {
   return s;
 }
 
+// §6.12: QUERY_GID's input (port, reserved, index), SET_GID's (port, type,
+// index, 4 reserved, GID). Reserved bytes must be zero.
+Result<GidRef> decode_query_gid(ByteView in) {
+  OPENIB_TRY(need(in, 4, "QUERY_GID"));
+  if (get8(in, 0x01) != 0) return err(kBadParam, "QUERY_GID: reserved byte {:#x}", get8(in, 0x01));
+  return GidRef{get8(in, 0x00), get16(in, 0x02)};
+}
+
+Bytes encode_gid_entry(const GidEntry& e) {
+  Bytes o(20);
+  put8(o, 0x00, e.type);
+  for (size_t i = 0; i < 16; ++i) put8(o, 0x04 + i, e.gid[i]);
+  return o;
+}
+
+Result<SetGid> decode_set_gid(ByteView in) {
+  OPENIB_TRY(need(in, 24, "SET_GID"));
+  if (get32(in, 0x04) != 0) return err(kBadParam, "SET_GID: reserved bytes {:#x}", get32(in, 0x04));
+  SetGid s;
+  s.ref = GidRef{get8(in, 0x00), get16(in, 0x02)};
+  s.entry.type = get8(in, 0x01);
+  for (size_t i = 0; i < 16; ++i) s.entry.gid[i] = get8(in, 0x08 + i);
+  return s;
+}
+
 Bytes encode_port_info(const PortInfo& p) {
   Bytes o(48);
   put8(o, 0x00, p.state);
@@ -370,6 +398,7 @@ Bytes encode_port_info(const PortInfo& p) {
   put64(o, 0x18, p.port_guid);
   put32(o, 0x20, p.cap_flags);
   put16(o, 0x24, p.pkey0);
+  put8(o, 0x26, p.link_layer);
   put32(o, 0x28, p.qkey_violations);
   put32(o, 0x2c, p.pkey_violations);
   return o;

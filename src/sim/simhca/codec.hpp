@@ -152,17 +152,39 @@ inline constexpr uint8_t kSelState = 1, kSelLid = 2, kSelSmLid = 4, kSelLmc = 8,
                          kSelGidPrefix = 32, kSelSmSl = 64, kSelPkey = 128;
 Result<SetPort> decode_set_port(ByteView in);
 
+// §6.12: the entries of a port's GID table (index 0 included).
+inline constexpr uint16_t kGidTableLen = 16;
+
 struct PortInfo {
   uint8_t state = 1, phys_state = 5;
   uint16_t lid = 0, sm_lid = 0;
   uint8_t lmc = 0, sm_sl = 0, max_mtu = 5, active_mtu = 5, active_width = 2, active_speed = 4;
-  uint16_t pkey_table_len = 1, gid_table_len = 1;
+  uint16_t pkey_table_len = 1, gid_table_len = kGidTableLen;
+  uint8_t link_layer = kLinkLayerInfiniBand;  // §6.3 0x26
   uint64_t gid_prefix = 0xfe80000000000000ull, port_guid = 0;
   uint32_t cap_flags = 0;
   uint16_t pkey0 = 0xffff;
   uint32_t qkey_violations = 0, pkey_violations = 0;
 };
 Bytes encode_port_info(const PortInfo& p);   // 48 bytes
+
+// §6.12 QUERY_GID input and output, SET_GID input.
+struct GidRef {
+  uint8_t port = 0;
+  uint16_t index = 0;
+};
+Result<GidRef> decode_query_gid(ByteView in);
+struct GidEntry {
+  uint8_t type = kGidTypeNone;
+  std::array<uint8_t, 16> gid{};
+  bool operator==(const GidEntry&) const = default;
+};
+Bytes encode_gid_entry(const GidEntry& e);  // 20 bytes
+struct SetGid {
+  GidRef ref;
+  GidEntry entry;  // type kGidTypeNone: remove
+};
+Result<SetGid> decode_set_gid(ByteView in);
 Bytes encode_caps(const Caps& c);            // 80 bytes
 
 // A 4-byte input holding one number (qpn, cqn, ...), and two for ARM_SRQ.

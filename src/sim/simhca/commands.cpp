@@ -45,6 +45,8 @@ Outcome Hca::dispatch(uint16_t op, ByteView in, Bytes& out) {
     case kOpTeardownHca: return cmd_teardown_hca(in);
     case kOpQueryPort: return cmd_query_port(in, out);
     case kOpSetPort: return cmd_set_port(in);
+    case kOpQueryGid: return cmd_query_gid(in, out);
+    case kOpSetGid: return cmd_set_gid(in);
     case kOpCreateEq: return cmd_create_eq(in, out);
     case kOpDestroyEq: return cmd_destroy_eq(in);
     case kOpQueryEq: return cmd_query_eq(in, out);
@@ -93,6 +95,7 @@ Outcome Hca::cmd_init_hca() {
   reset_tables();
   if (!host_.uar_alloc(0)) return {kNoResources, 0};  // §4: UAR 0's page
   tables_.uars.alloc_at(0, Uar{});  // UAR 0: the driver's
+  for (Port& pt : ports_) pt.gids = {};  // §6.12: the driver that initializes fills the table
   initialized_ = true;
   status_ |= kStatusHcaInitialized;
   return {};
@@ -147,6 +150,58 @@ Outcome Hca::cmd_set_port(ByteView in) {
   pt.info = p;
   if (p.state != old.state) port_event_state(s.port, old.state, p.state);
   if (p.lid != old.lid) port_event_lid(s.port, p.lid);
+  return {};
+}
+
+// ---- §6.12 GID table ------------------------------------------------------------
+
+GidEntry Hca::gid_entry(uint8_t port, uint16_t index) const {
+  if (port < 1 || port > opts_.caps.num_ports) return {};
+  const Port& pt = port_at(port);
+  if (index >= pt.info.gid_table_len || index >= kGidTableLen) return {};
+  if (index > 0) return pt.gids[index];
+  GidEntry e;  // §6.12: entry 0, the port's own GID (IBA 4.1.1)
+  e.type = kGidTypeIb;
+  for (int i = 0; i < 8; ++i) {
+    e.gid[size_t(i)] = static_cast<uint8_t>(pt.info.gid_prefix >> (56 - 8 * i));
+    e.gid[size_t(8 + i)] = static_cast<uint8_t>(pt.info.port_guid >> (56 - 8 * i));
+  }
+  return e;
+}
+
+Outcome Hca::cmd_query_gid(ByteView in, Bytes& out) {
+  SIMHCA_DECODE(q, decode_query_gid(in));
+  if (q.port < 1 || q.port > opts_.caps.num_ports) return {kBadParam, 1};
+  if (q.index >= port_at(q.port).info.gid_table_len) return {kBadParam, 2};
+  out = encode_gid_entry(gid_entry(q.port, q.index));
+  return {};
+}
+
+// §6.12: the type must be the port's link layer's (IB on an InfiniBand
+// port, RoCEv2 on an Ethernet one); entry 0 is the port's own.
+Outcome Hca::cmd_set_gid(ByteView in) {
+  SIMHCA_DECODE(s, decode_set_gid(in));
+  if (s.ref.port < 1 || s.ref.port > opts_.caps.num_ports) return {kBadParam, 1};
+  Port& pt = port_at(s.ref.port);
+  if (s.ref.index >= pt.info.gid_table_len) return {kBadParam, 2};
+  if (s.ref.index == 0) return {kBadParam, 3};
+  const GidEntry& e = s.entry;
+  if (e.type > kGidTypeRoceV2) return {kBadParam, 4};
+  GidEntry& slot = pt.gids[s.ref.index];
+  if (e.type == kGidTypeNone) {  // remove
+    if (slot.type == kGidTypeNone) return {kBadResource, 0};
+    slot = GidEntry{};
+    port_event(kEvGidChange, s.ref.port);
+    return {};
+  }
+  const uint8_t want = pt.info.link_layer == kLinkLayerEthernet ? kGidTypeRoceV2 : kGidTypeIb;
+  if (e.type != want) return {kBadParam, 5};
+  if (e.gid == std::array<uint8_t, 16>{}) return {kBadParam, 6};  // the zero GID marks no entry
+  for (uint16_t i = 0; i < pt.info.gid_table_len; ++i)
+    if (i != s.ref.index && gid_entry(s.ref.port, i) == e) return {kBadParam, 7};  // one entry per GID
+  if (slot == e) return {};
+  slot = e;
+  port_event(kEvGidChange, s.ref.port);
   return {};
 }
 
@@ -429,7 +484,8 @@ Outcome Hca::check_av(const Av& av, bool connected) const {
   if (av.sl > 15 || av.src_path_bits > 127 || av.static_rate > 18) return {kBadParam, 21};
   if (av.port < 1 || av.port > opts_.caps.num_ports) return {kBadParam, 22};
   if (av.flags & 0xfe) return {kBadParam, 23};
-  if (av.grh() && (av.flow_label >= (1u << 20) || av.sgid_index >= port_at(av.port).info.gid_table_len))
+  // §6.12: the SGID index names an entry of the port's GID table.
+  if (av.grh() && (av.flow_label >= (1u << 20) || gid_entry(av.port, av.sgid_index).type == kGidTypeNone))
     return {kBadParam, 24};
   // §6.8: a multicast DLID goes with a GRH whose DGID is a multicast GID
   // (IBA 4.1.1; the receivers match the group by its MGID, §12.8).

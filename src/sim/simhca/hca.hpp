@@ -141,6 +141,9 @@ class Hca final : private WireOps, private CommandExecutor {
                       Clock::time_point now);
   // §6.3 / §14: a port's state as QUERY_PORT shows it (port 1..num_ports).
   const PortInfo& port_info(uint8_t port) const { return port_at(port).info; }
+  // §6.12: GID table entry `index` of `port` (type kGidTypeNone: empty or
+  // out of the table); entry 0 is gid_prefix : port_guid.
+  GidEntry gid_entry(uint8_t port, uint16_t index) const;
   const sim::sma::PortCounterValues& pma_counters(uint8_t port) const { return port_at(port).pma; }
   // §14 / §15 agent statistics.
   const sim::sma::SmaStats& sma_stats() const { return sma_->stats(); }
@@ -252,6 +255,8 @@ class Hca final : private WireOps, private CommandExecutor {
   Outcome cmd_teardown_hca(ByteView in);
   Outcome cmd_query_port(ByteView in, Bytes& out);
   Outcome cmd_set_port(ByteView in);
+  Outcome cmd_query_gid(ByteView in, Bytes& out);
+  Outcome cmd_set_gid(ByteView in);
   Outcome cmd_create_eq(ByteView in, Bytes& out);
   Outcome cmd_destroy_eq(ByteView in);
   Outcome cmd_query_eq(ByteView in, Bytes& out);

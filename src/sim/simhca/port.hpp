@@ -67,6 +67,9 @@ struct SmaPortState {
 
 struct Port {
   PortInfo info;       // §6.3 QUERY_PORT
+  // §6.12 the GID table's entries 1 and up as SET_GID wrote them (entry 0
+  // is the port's own, gid_prefix : port_guid, and is not stored).
+  std::array<GidEntry, kGidTableLen> gids{};
   SmaPortState sma;    // §14
   sim::sma::PortCounterValues pma;  // §15 (data counters in octets)
   sim::Link* link = nullptr;  // §12.7: the cable end (nullptr: no cable)
