@@ -60,6 +60,10 @@ struct DeviceAttr {
   uint8_t num_ports = 0, max_rd_atomic = 0, max_dest_rd_atomic = 0;
 };
 
+// What a port speaks (enum ibv_port_attr.link_layer's values): InfiniBand
+// (LIDs, SMA, SA paths) or Ethernet (RoCEv2: no SA, routes from addresses).
+enum class LinkLayer : uint8_t { kUnspecified = 0, kInfiniBand = 1, kEthernet = 2 };
+
 struct PortAttr {
   uint8_t state = 0;  // 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE (enum ibv_port_state)
   uint8_t phys_state = 0;
@@ -70,10 +74,25 @@ struct PortAttr {
   uint16_t pkey_table_len = 0, gid_table_len = 0;
   uint64_t gid_prefix = 0, port_guid = 0;  // GID 0 = prefix:guid
   uint32_t cap_flags = 0;
+  // Every port ibd serves today is InfiniBand; query_gid_entry() reports
+  // the port's link layer as ibd says it.
+  LinkLayer link_layer = LinkLayer::kInfiniBand;
 };
 
 struct Gid {
   std::array<uint8_t, 16> raw{};
+};
+
+// A GID table entry's type (enum ibv_gid_type's values).
+enum class GidType : uint8_t { kIb = 0, kRoceV1 = 1, kRoceV2 = 2 };
+// One entry of a port's GID table (struct ibv_gid_entry), with the port's
+// link layer.
+struct GidEntry {
+  Gid gid;
+  uint32_t gid_index = 0;
+  uint8_t port_num = 0;
+  GidType gid_type = GidType::kIb;
+  LinkLayer link_layer = LinkLayer::kInfiniBand;
 };
 
 struct AddressVector {  // struct ibv_ah_attr
@@ -297,6 +316,10 @@ class Context {
   virtual int async_fd() const = 0;
 
   virtual uint32_t client_id() const = 0;
+
+  // ibv_query_gid_ex: entry `index` of the port's GID table with its type
+  // (ENODATA: the entry is empty; EINVAL: no such port or index).
+  virtual Result<GidEntry> query_gid_entry(uint8_t port, int index) = 0;
 };
 
 }  // namespace openib

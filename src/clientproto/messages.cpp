@@ -11,6 +11,7 @@ const char* op_name(uint16_t op) {
     case Op::kHello: return "HELLO";
     case Op::kQueryDevice: return "QUERY_DEVICE";
     case Op::kQueryPort: return "QUERY_PORT";
+    case Op::kQueryGid: return "QUERY_GID";
     case Op::kAllocPd: return "ALLOC_PD";
     case Op::kDeallocPd: return "DEALLOC_PD";
     case Op::kMapMem: return "MAP_MEM";

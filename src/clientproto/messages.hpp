@@ -117,6 +117,9 @@ enum class Op : uint16_t {
   kCmaLeave = 60,         // CmaJoinReq -> Empty
   kCmaQuery = 61,         // HandleReq (the id) -> CmaIdRep
   kCmaInfo = 62,          // Empty -> UTF-8 JSON text (ibdctl cma)
+  // A port's GID table entry, with its type and the port's link layer
+  // (docs/client-protocol.md §3, "GidRep").
+  kQueryGid = 63,         // GidReq -> GidRep
 };
 const char* op_name(uint16_t op);
 
@@ -226,6 +229,25 @@ struct PortRep {
     v(active_width); v(active_speed); v(pkey_table_len); v(gid_table_len); v(gid_prefix);
     v(port_guid); v(cap_flags);
   }
+};
+
+// QUERY_GID: entry `index` of port `port`'s GID table.
+struct GidReq {
+  uint8_t port = 1;
+  uint8_t reserved = 0;
+  uint16_t index = 0;
+  template <class V> void visit(V& v) { v(port); v(reserved); v(index); }
+};
+// The entry's GID and type (enum ibv_gid_type: 0 IB, 1 RoCE v1, 2 RoCE
+// v2), and the port's link layer (enum ibv_port_attr.link_layer: 1
+// InfiniBand, 2 Ethernet), which PortRep does not carry.
+inline constexpr uint8_t kGidTypeIb = 0, kGidTypeRoceV1 = 1, kGidTypeRoceV2 = 2;
+inline constexpr uint8_t kLinkLayerInfiniBand = 1, kLinkLayerEthernet = 2;
+struct GidRep {
+  std::array<uint8_t, 16> gid{};
+  uint8_t gid_type = kGidTypeIb, link_layer = kLinkLayerInfiniBand;
+  uint16_t reserved = 0;
+  template <class V> void visit(V& v) { v(gid); v(gid_type); v(link_layer); v(reserved); }
 };
 
 struct HandleReq {

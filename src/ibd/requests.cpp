@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "common/log.hpp"
+#include "hca/port_caps.hpp"
 #include "ibd/fd_closer.hpp"
 #include "ibd/qp_attr_convert.hpp"
 #include "ibd/server.hpp"
@@ -56,6 +57,35 @@ proto::Bytes body(const M& m) {
   return proto::encode(m);
 }
 
+// QUERY_GID (docs/client-protocol.md §3.1): the entry (the device's
+// QUERY_GID, docs/simhca.md §6.12), then the port's link layer; the
+// numbering of enum ibv_gid_type and ibv_port_attr.link_layer on the wire.
+proto::GidRep gid_rep(const hca::GidEntry& e, const hca::PortAttr& a) {
+  proto::GidRep r;
+  r.gid = e.gid;
+  r.gid_type = e.type == hca::GidType::kRoceV2 ? proto::kGidTypeRoceV2 : proto::kGidTypeIb;
+  r.link_layer = hca::protocol_roce(a.link_layer) ? proto::kLinkLayerEthernet : proto::kLinkLayerInfiniBand;
+  return r;
+}
+
+Result<void> query_gid(hca::Device& hca, const std::weak_ptr<bool>& alive, proto::Message& m, Respond& done) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::GidReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  if (req.reserved != 0) return err(EINVAL, "QUERY_GID: reserved byte {:#x}", req.reserved);
+  if (req.port < 1 || req.port > hca.caps().num_ports) return err(EINVAL, "no port {}", req.port);
+  hca.query_gid_async(req.port, req.index, [&hca, alive, port = req.port,
+                                            done = std::move(done)](Result<hca::GidEntry> e) mutable {
+    if (alive.expired()) return;
+    if (!e) return done(e.take_error());
+    hca.query_port_async(port, [alive, e = *e, done = std::move(done)](Result<hca::PortAttr> a) mutable {
+      if (alive.expired()) return;
+      if (!a) return done(a.take_error());
+      done(Reply{body(gid_rep(e, *a)), {}});
+    });
+  });
+  return ok();
+}
+
 }  // namespace
 
 void Server::handle(Client& c, proto::Message& m, Respond done) {
@@ -74,6 +104,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kHello: return run(op_hello(c, m, done));
     case Op::kQueryDevice: return done(op_query_device(c, m));
     case Op::kQueryPort: return run(op_query_port(c, m, done));
+    case Op::kQueryGid: return run(query_gid(hca_, alive_, m, done));
     case Op::kAllocPd: return run(op_alloc_pd(c, m, done));
     case Op::kDeallocPd: return run(op_destroy(c, m, Kind::kPd, done));
     case Op::kMapMem: return done(op_map_mem(c, m));

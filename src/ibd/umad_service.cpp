@@ -295,7 +295,7 @@ void UmadService::on_layer_open(uint8_t port, Result<std::unique_ptr<mad::MadLay
     }
   }
   counters_.reregistered += again;
-  log::get("ibd")->info("umad: port {}: QP0 and QP1 up{}", port,
+  log::get("ibd")->info("umad: port {}: {} up{}", port, layer.has_smi() ? "QP0 and QP1" : "QP1 (no SMI: no QP0)",
                         again ? fmt::format(", {} agents registered again", again) : std::string());
   if (auto w = watchers_.find(port); w != watchers_.end())
     for (auto& f : w->second) f(&layer);

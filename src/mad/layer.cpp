@@ -46,6 +46,11 @@ bool MadLayer::on_cq_event(uint32_t cqn) { return port_->on_cq_event(cqn); }
 
 Result<uint32_t> MadLayer::register_agent(const AgentSpec& spec, Handler h) {
   if (spec.rmpp_version > 1) return err(EINVAL, "RMPP version {} (1 is the only one)", spec.rmpp_version);
+  // IBA 13.4.4: SMPs go on QP0, which only a port with an SMI has (Linux's
+  // ib_register_mad_agent refuses QP0 agents where !rdma_cap_ib_smi).
+  if (is_smp_class(spec.mgmt_class) && !port_->has_smi())
+    return err(EOPNOTSUPP, "port {} has no QP0 (no SMI: not an InfiniBand port): class {:#04x} is an SMP class",
+               port_->port(), spec.mgmt_class);
   if (spec.rmpp_version && !rmpp_class_allowed(spec.mgmt_class))
     return err(EINVAL, "class {:#04x} does not use RMPP", spec.mgmt_class);
   if (vendor_with_oui(spec.mgmt_class) && spec.oui == 0)

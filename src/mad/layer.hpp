@@ -80,6 +80,9 @@ class MadLayer {
   ~MadLayer();
 
   uint8_t port() const { return port_->port(); }
+  // QP0 exists (an InfiniBand port); without it SMP-class agents are
+  // refused (EOPNOTSUPP).
+  bool has_smi() const { return port_->has_smi(); }
 
   // EBUSY: another agent takes one of the methods for this class/version.
   Result<uint32_t> register_agent(const AgentSpec& spec, Handler h);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "hca/port_caps.hpp"
 #include "mad/layer.hpp"
 
 namespace openib::mad {
@@ -72,15 +73,22 @@ Result<void> MadPort::post_receives(uint8_t q) {
 }
 
 // The ladder, one command in flight at a time, on the loop:
-// ALLOC_PD, CREATE_MKEY, CREATE_CQ, then per QP CREATE_QP and three
-// MODIFY_QPs; receives posted and the CQ armed without a command.
+// QUERY_PORT (QP0 only where the port has an SMI, as Linux's
+// ib_mad_port_open asks rdma_cap_ib_smi), ALLOC_PD, CREATE_MKEY,
+// CREATE_CQ, then per QP CREATE_QP and three MODIFY_QPs; receives posted
+// and the CQ armed without a command.
 void MadPort::open_async(hca::Device& hca, uint8_t port, OpenDone done) {
   std::unique_ptr<MadPort> p(new MadPort(hca, port));
-  hca.alloc_pd_async([p = std::move(p), d = std::move(done)](Result<uint32_t> pd) mutable {
-    if (!pd) return fail(std::move(p), std::move(d), pd.take_error());
-    p->pdn_ = *pd;
-    p->have_pd_ = true;
-    rung_mkey(std::move(p), std::move(d));
+  hca.query_port_async(port, [p = std::move(p), d = std::move(done)](Result<hca::PortAttr> a) mutable {
+    if (!a) return fail(std::move(p), std::move(d), a.take_error());
+    p->smi_ = hca::cap_ib_smi(a->link_layer);
+    hca::Device& h = p->hca_;
+    h.alloc_pd_async([p = std::move(p), d = std::move(d)](Result<uint32_t> pd) mutable {
+      if (!pd) return fail(std::move(p), std::move(d), pd.take_error());
+      p->pdn_ = *pd;
+      p->have_pd_ = true;
+      rung_mkey(std::move(p), std::move(d));
+    });
   });
 }
 
@@ -106,7 +114,8 @@ void MadPort::rung_mkey(std::unique_ptr<MadPort> p, OpenDone done) {
       if (!cq) return fail(std::move(p), std::move(d), cq.take_error());
       p->cq_ = std::move(*cq);
       p->have_cq_ = true;
-      rung_qp(std::move(p), std::move(d), 0);
+      const uint8_t first = p->smi_ ? 0 : 1;
+      rung_qp(std::move(p), std::move(d), first);
     });
   });
 }
@@ -147,7 +156,8 @@ void MadPort::finish(std::unique_ptr<MadPort> p, OpenDone done) {
 // since the device may still reach it. Then `done` gets the error.
 void MadPort::fail(std::unique_ptr<MadPort> p, OpenDone done, Error e) {
   auto steps = p->teardown_steps();
-  log::get("mad")->warn("port {}: opening QP0/QP1: {}; undoing {} step(s)", p->port_, e.str(), steps.size());
+  log::get("mad")->warn("port {}: opening {}: {}; undoing {} step(s)", p->port_, p->smi_ ? "QP0/QP1" : "QP1",
+                        e.str(), steps.size());
   hca::Device& h = p->hca_;
   hca::destroy_in_order(h, std::move(steps), std::shared_ptr<MadPort>(std::move(p)),
                         [d = std::make_shared<OpenDone>(std::move(done)), e = std::move(e)]() mutable { (*d)(std::move(e)); });
@@ -230,6 +240,7 @@ void MadPort::create_ah_async(const AhKey& key, const MadAddress& to) {
 
 Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) {
   if (qp > 1) return err(EINVAL, "MAD send on QP{}", qp);
+  if (qp == 0 && !smi_) return err(EOPNOTSUPP, "port {} has no QP0 (no SMI: not an InfiniBand port)", port_);
   if (mad.size() != kMadBytes) return err(EINVAL, "a MAD is {} bytes, not {}", kMadBytes, mad.size());
   const AhKey key = ah_key(to);
   if (auto it = ahs_.find(key); it != ahs_.end()) return post(qp, to, mad, it->second);

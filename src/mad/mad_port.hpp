@@ -28,7 +28,9 @@ namespace openib::mad {
 class MadPort final : public MadTransport {
  public:
 
-  // Creates the CQ, QP0 and QP1 on `port`, moves both to RTS (P_Key index
+  // Asks the port what it can do (QUERY_PORT's link layer), then creates
+  // the CQ, QP0 (only where the port has an SMI, hca::cap_ib_smi) and QP1
+  // on `port`, moves them to RTS (P_Key index
   // 0; QP1's Q_Key kGsiQkey), posts the receive buffers and arms the CQ: a
   // chain of asynchronous commands, for ibd's loop (which never waits for
   // a command). `done` gets the port, or the first failure after what was
@@ -40,6 +42,7 @@ class MadPort final : public MadTransport {
   MadPort& operator=(const MadPort&) = delete;
 
   uint8_t port() const override { return port_; }
+  bool has_smi() const override { return smi_; }
   uint32_t cqn() const { return cq_.cqn; }
   void set_receiver(Receiver r) override { receiver_ = std::move(r); }
 
@@ -94,6 +97,7 @@ class MadPort final : public MadTransport {
 
   hca::Device& hca_;
   uint8_t port_;
+  bool smi_ = true;  // QP0 exists (qps_[0])
   uint32_t pdn_ = 0;
   bool have_pd_ = false;
   hca::Cq cq_;

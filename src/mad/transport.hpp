@@ -50,6 +50,9 @@ class MadTransport {
   using Receiver = std::function<void(const ReceivedMad&)>;
   virtual ~MadTransport() = default;
   virtual uint8_t port() const = 0;
+  // The port has QP0, the SMI (hca/port_caps.hpp cap_ib_smi: an InfiniBand
+  // port); a port without one (Ethernet) has QP1 alone.
+  virtual bool has_smi() const { return true; }
   virtual void set_receiver(Receiver r) = 0;
   // One MAD (exactly kMadBytes) on QP `qp` (0 or 1) to `to`.
   virtual Result<void> send(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad) = 0;

@@ -31,6 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   round_trip<DeviceRep>(in);
   round_trip<PortReq>(in);
   round_trip<PortRep>(in);
+  round_trip<GidReq>(in);
+  round_trip<GidRep>(in);
   round_trip<HandleReq>(in);
   round_trip<ObjRep>(in);
   round_trip<MapMemReq>(in);

@@ -57,6 +57,33 @@ TEST_CASE("query_gid: GID 0 is the subnet prefix and the port GUID (IBA 4.1.1); 
   CHECK(b->gid.raw != g.raw);
 }
 
+TEST_CASE("query_gid_entry: GID 0 with its type IB and the port's link layer; empty and bad entries fail cleanly",
+          "[api]") {
+  auto a = open_ep(sock_a());
+  PortAttr p = must(a->ctx->query_port(1), "query_port");
+  CHECK(p.link_layer == LinkLayer::kInfiniBand);
+  GidEntry e = must(a->ctx->query_gid_entry(1, 0), "query_gid_entry");
+  CHECK(e.gid.raw == must(a->ctx->query_gid(1, 0), "query_gid").raw);
+  CHECK(e.gid_type == GidType::kIb);
+  CHECK(e.link_layer == LinkLayer::kInfiniBand);
+  CHECK(e.port_num == 1);
+  CHECK(e.gid_index == 0);
+  // An entry the table has but nobody filled: ENODATA (ibv_query_gid_ex).
+  REQUIRE(p.gid_table_len > 1);
+  auto empty = a->ctx->query_gid_entry(1, 1);
+  REQUIRE_FALSE(empty.ok());
+  CHECK(empty.error().code == ENODATA);
+  // Past the table, a port the device lacks, a negative index: EINVAL.
+  auto past = a->ctx->query_gid_entry(1, p.gid_table_len);
+  REQUIRE_FALSE(past.ok());
+  CHECK(past.error().code == EINVAL);
+  const auto d = must(a->ctx->query_device(), "query_device");
+  CHECK(a->ctx->query_gid_entry(uint8_t(d.num_ports + 1), 0).error().code == EINVAL);
+  CHECK(a->ctx->query_gid_entry(1, -1).error().code == EINVAL);
+  // The connection still answers.
+  CHECK(a->ctx->query_gid_entry(1, 0).ok());
+}
+
 TEST_CASE("Qp::query returns what modify set, state by state; a bad transition changes nothing",
           "[api]") {
   auto a = open_ep(sock_a());
