@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_flag("-a,--all", all, "all sizes 2..8M (powers of two)");
   app.add_option("-p,--port", port, "TCP port of the side channel (default 18515)");
   app.add_option("-i,--ib-port", ib_port, "port of the IB device (default 1)");
-  app.add_option("-d,--ib-dev", ib_dev, "IB device (accepted, ignored)");
+  app.add_option("-d,--ib-dev", ib_dev, "IB device, by name (default $OPENIB_DEVICE, else ibd's first)");
   app.add_option("--mtu", mtu, "path MTU (default 1024)");
   app.add_option("-w,--window", window, "bw: WRs outstanding (default 64)");
   app.add_option("--socket", socket, "ibd's socket (default $OPENIB_SOCKET, else /run/ibd/ibd.sock)");
@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
 
   ContextOptions copts;
   copts.socket = socket;
+  copts.device = ib_dev;
   auto ctx = check(Context::open(copts), "Couldn't open ibd's device");
   const uint32_t depth = std::max<uint32_t>(128, window);
   auto side = check(perf::make_side(*ctx, *std::max_element(sizes.begin(), sizes.end()), depth, uint8_t(ib_port)),

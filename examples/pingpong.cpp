@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   CLI::App app{std::string(kName) + ": ping-pong over " + (kUd ? "UD" : "RC") + " through ibd (like ibv_" +
                (kUd ? "ud" : "rc") + "_pingpong)"};
   app.add_option("-p,--port", o.port, "listen on/connect to TCP port (default 18515)");
-  app.add_option("-d,--ib-dev", o.ib_dev, "IB device (accepted, ignored: ibd has one)");
+  app.add_option("-d,--ib-dev", o.ib_dev, "IB device, by name (default $OPENIB_DEVICE, else ibd's first)");
   app.add_option("-i,--ib-port", o.ib_port, "port of the IB device (default 1)");
   app.add_option("-s,--size", o.size, "size of message to exchange");
   if (!kUd) app.add_option("-m,--mtu", o.mtu, "path MTU (default 1024)");
@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
 
   ContextOptions copts;
   copts.socket = o.socket;
+  copts.device = o.ib_dev;
   copts.poll_yield = o.poll_yield;
   auto ctx = check(Context::open(copts), "Couldn't open ibd's device");
   const PortAttr pattr = check(ctx->query_port(uint8_t(o.ib_port)), "Couldn't get port info");

@@ -279,6 +279,9 @@ struct AsyncEvent {
 struct ContextOptions {
   // ibd's socket; empty: $OPENIB_SOCKET, else /run/ibd/ibd.sock.
   std::string socket;
+  // The device of that ibd to open, by name (docs/library.md "Devices");
+  // empty: $OPENIB_DEVICE, else ibd's first device.
+  std::string device;
   int timeout_ms = 10000;  // per control request; ETIMEDOUT after it
   // Cq::poll calls sched_yield() after this many consecutive empty polls
   // of a CQ (docs/library.md "Polling"); 0: never. Negative:
@@ -286,6 +289,15 @@ struct ContextOptions {
   static constexpr int kDefaultPollYield = 64;
   int poll_yield = -1;
 };
+
+// One device an ibd serves (ibv_get_device_list's entry).
+struct DeviceEntry {
+  std::string name;    // as QUERY_DEVICE names it, and ContextOptions::device takes it
+  std::string socket;  // the device's own socket
+};
+// The devices the ibd at `socket` serves (empty: $OPENIB_SOCKET, else the
+// default), by name; ENODEV when none answers there.
+Result<std::vector<DeviceEntry>> list_devices(const std::string& socket = {});
 
 class Context {
  public:

@@ -70,6 +70,22 @@ json client_summary(uint32_t id, const Client& c, std::chrono::steady_clock::tim
               {"events_queued", c.events.size()}, {"events_dropped", c.stats.events_dropped},
               {"uptime_s", std::chrono::duration_cast<std::chrono::seconds>(now - c.connected).count()}};
 }
+json ports_json(const std::vector<std::optional<hca::PortAttr>>& got) {
+  json ports = json::array();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto& a = got[i];
+    if (!a) continue;
+    const auto p = static_cast<uint8_t>(i + 1);
+    ports.push_back({{"port", p}, {"state", a->state}, {"state_name", port_state_name(a->state)}, {"phys_state", a->phys_state},
+                     {"lid", a->lid}, {"sm_lid", a->sm_lid}, {"lmc", a->lmc},
+                     {"active_mtu", a->active_mtu}, {"active_width", a->active_width},
+                     {"active_speed", a->active_speed},
+                     {"port_guid", fmt::format("{:#018x}", a->port_guid)},
+                     {"qkey_violations", a->qkey_violations},
+                     {"pkey_violations", a->pkey_violations}});
+  }
+  return ports;
+}
 }  // namespace
 
 std::string Server::info_json(const Client& asker, uint32_t flags,
@@ -86,7 +102,9 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
                  {"device_generation", generation_},
                  {"device_losses", counters_.device_losses}};
   const hca::DeviceCaps& k = hca_.caps();
-  j["device"] = {{"name", "simhca0"},
+  j["devices"] = json::array();
+  for (const auto& [name, socket] : opts_.all_devices) j["devices"].push_back({{"name", name}, {"socket", socket}});
+  j["device"] = {{"name", opts_.name},
                  {"spec", opts_.device_name},
                  {"driver", hca_.info().driver},
                  {"provider", hca_.info().provider},
@@ -106,22 +124,14 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
       j["device"]["device_objects"] = {{"pds", o->pds}, {"mrs", o->mkeys}, {"cqs", o->cqs},
                                        {"qps", o->qps}, {"srqs", o->srqs}, {"ahs", o->ahs},
                                        {"eqs", o->eqs}, {"uars", o->uars}, {"dma_maps", o->dma_maps}};
-  json ports = json::array();
-  for (size_t i = 0; i < got.size(); ++i) {
-    const auto& a = got[i];
-    if (!a) continue;
-    const auto p = static_cast<uint8_t>(i + 1);
-    ports.push_back({{"port", p}, {"state", a->state}, {"state_name", port_state_name(a->state)}, {"phys_state", a->phys_state},
-                     {"lid", a->lid}, {"sm_lid", a->sm_lid}, {"lmc", a->lmc},
-                     {"active_mtu", a->active_mtu}, {"active_width", a->active_width},
-                     {"active_speed", a->active_speed},
-                     {"port_guid", fmt::format("{:#018x}", a->port_guid)},
-                     {"qkey_violations", a->qkey_violations},
-                     {"pkey_violations", a->pkey_violations}});
-  }
-  j["ports"] = std::move(ports);
+  j["ports"] = ports_json(got);
+  j["counters"] = info_counters();
+  return info_with_clients(std::move(j), asker, flags, now);
+}
+
+json Server::info_counters() const {
   const auto pool = hca_.is_open() ? hca_.pool().stats() : dma::PoolStats{};  // closed while the device is dead
-  j["counters"] = {{"connects", counters_.connects},
+  json c = {{"connects", counters_.connects},
                    {"disconnects", counters_.disconnects},
                    {"requests", counters_.requests},
                    {"errors", counters_.errors},
@@ -135,13 +145,19 @@ std::string Server::info_json(const Client& asker, uint32_t flags,
                    {"dma_mapped_bytes", pool.mapped_bytes},
                    {"dma_maps_total", pool.maps_total},
                    {"dma_unmaps_total", pool.unmaps_total}};
-  j["counters"]["connections_refused_peercred"] = counters_.connections_refused_peercred;
-  j["counters"]["fds_closed_off_loop_total"] = fds_closed_off_loop();
+  c["connections_refused_peercred"] = counters_.connections_refused_peercred;
+  c["fds_closed_off_loop_total"] = fds_closed_off_loop();
   // Gauges of what clients that left still hold: 0 once ibd is done with them.
-  j["counters"]["departing_clients"] = departing_.size();
-  j["counters"]["fds_closing"] = fds_closing_off_loop();
+  c["departing_clients"] = departing_.size();
+  c["fds_closing"] = fds_closing_off_loop();
   if (services_)
-    for (const auto& [name, value] : services_->counter_list()) j["counters"][name] = value;
+    for (const auto& [name, value] : services_->counter_list()) c[name] = value;
+  return c;
+}
+
+// The clients, each dumped alone and assembled into `j`'s text.
+std::string Server::info_with_clients(json j, const Client& asker, uint32_t flags,
+                                      std::chrono::steady_clock::time_point now) const {
   // kInfoObjects: every client's objects for root, the asker's own otherwise.
   const bool all_objects = (flags & proto::kInfoObjects) && asker.uid == 0;
   const bool own_objects = (flags & proto::kInfoObjects) != 0;

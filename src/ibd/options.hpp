@@ -14,6 +14,26 @@
 
 namespace openib::ibd {
 
+// One device ibd serves (docs/operations.md "Several devices"): from a
+// `--device` flag or a `[[device]]` table of the config file; the first
+// one also from the per-device flags (--cable, --lid, --ipoib, ...).
+struct DeviceOptions {
+  std::string name;  // the clients' name for it (OPENIB_DEVICE); default simhca<i>
+  std::string spec;  // "vfio:<PCI>" / "vfio-user:<socket>"; empty: an embedded simhca
+  std::string cable, pcap, faults;       // passed to the embedded simhca
+  std::vector<std::string> simhca_args;  // more arguments for it
+  uint16_t lid = 1;  // static port-1 setup (SET_PORT); 0: leave the port to an SM
+  std::string ipoib;  // IPoIB's TAP interface (empty: none), P_Key, port, Q_Key
+  uint16_t ipoib_pkey = 0xFFFF;
+  uint8_t ipoib_port = 1;
+  uint32_t ipoib_qkey = 0x0b1b;
+  // Derived: its client socket (the first device's is --socket, the others'
+  // proto::device_socket beside it), its embedded simhca's socket, its saved
+  // state (none when empty).
+  std::string socket, simhca_socket, state_dir;
+  bool embedded() const { return spec.empty(); }
+};
+
 struct Options {
   std::string device;        // "vfio:<PCI>" / "vfio-user:<socket>"; empty: embedded simhca
   std::string socket = "/run/ibd/ibd.sock";
@@ -52,6 +72,10 @@ struct Options {
   std::string log = "info";
   std::string config;        // the TOML file read, if any
   Limits limits;             // per client and per uid (quota.hpp)
+  // The devices served, in order (at least one): the first from --device
+  // (its first value) and the per-device flags above, more from further
+  // --device values or the config's [[device]] tables.
+  std::vector<DeviceOptions> devices;
 };
 
 // Parses argv (and the --config file). std::nullopt with exit_code set

@@ -266,7 +266,7 @@ Result<Reply> Server::op_query_device(Client&, proto::Message& m) {
   d.max_rd_atomic = k.max_rd_atomic;
   d.max_dest_rd_atomic = k.max_dest_rd_atomic;
   d.local_ca_ack_delay = k.local_ca_ack_delay;
-  const std::string_view name = "simhca0";
+  const std::string_view name = std::string_view(opts_.name).substr(0, d.name.size() - 1);
   std::copy(name.begin(), name.end(), d.name.begin());
   return Reply{body(d), {}};
 }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -30,8 +32,12 @@ struct ServerOptions {
   std::string socket;
   mode_t socket_mode = 0666;
   std::string socket_group;
-  std::string device_name;  // for INFO
+  std::string device_name;  // the device's spec and how it is reached, for logs and INFO
   Limits limits;            // quota.hpp
+  // Its name for clients (QUERY_DEVICE, INFO; docs/client-protocol.md §2.1),
+  // and every device the daemon serves, as INFO lists them.
+  std::string name = "simhca0";
+  std::vector<std::pair<std::string, std::string>> all_devices;  // name, socket
 };
 
 struct ServerCounters {
@@ -175,6 +181,9 @@ class Server {
   void signal_fd(int fd);
 
   // `ports[i]`: port i + 1 as QUERY_PORT returned it (nullopt: failed).
+  nlohmann::json info_counters() const;
+  std::string info_with_clients(nlohmann::json j, const Client& asker, uint32_t flags,
+                                std::chrono::steady_clock::time_point now) const;
   std::string info_json(const Client& asker, uint32_t flags,
                         const std::vector<std::optional<hca::PortAttr>>& ports);
   // INFO's QUERY_PORTs, one after another, each a continuation; then the reply.

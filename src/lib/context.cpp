@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "clientproto/devices.hpp"
 #include "common/log.hpp"
 #include "lib/objects.hpp"
 
@@ -41,14 +42,23 @@ uint32_t poll_yield_of(const ContextOptions& opts) {
   return uint32_t(v);
 }
 
+// ibd's socket: the option, else $OPENIB_SOCKET, else the default.
+std::string daemon_socket(const std::string& option) {
+  if (!option.empty()) return option;
+  const char* env = std::getenv("OPENIB_SOCKET");
+  return env && *env ? env : proto::kDefaultSocket;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
-  std::string path = opts.socket;
-  if (path.empty()) {
-    const char* env = std::getenv("OPENIB_SOCKET");
-    path = env && *env ? env : proto::kDefaultSocket;
+  std::string device = opts.device;
+  if (device.empty()) {
+    const char* env = std::getenv("OPENIB_DEVICE");
+    if (env) device = env;
   }
+  // docs/client-protocol.md §2.1: each device has a socket of its own.
+  OPENIB_TRY_ASSIGN(std::string path, proto::socket_for_device(daemon_socket(opts.socket), device));
   std::unique_ptr<ContextImpl> c(new ContextImpl);
   OPENIB_TRY_ASSIGN(Conn * conn, Conn::connect(path));
   c->conn_.reset(conn);
@@ -355,6 +365,14 @@ const char* wc_status_str(uint8_t status) {
     case kWcGeneralErr: return "general error";
     default: return "unknown";
   }
+}
+
+Result<std::vector<DeviceEntry>> list_devices(const std::string& socket) {
+  const std::string main = lib::daemon_socket(socket);
+  std::vector<DeviceEntry> out;
+  for (auto& e : proto::list_devices(main)) out.push_back({std::move(e.name), std::move(e.socket)});
+  if (out.empty()) return err(ENODEV, "no ibd device answers beside {}", main);
+  return out;
 }
 
 }  // namespace openib

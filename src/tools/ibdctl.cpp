@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "clientproto/devices.hpp"
 #include "clientproto/socket.hpp"
 #include "sa/path_record.hpp"
 #include "tools/ibdctl.hpp"
@@ -397,6 +398,9 @@ int main(int argc, char** argv) {
   bool as_json = false;
   CLI::App app{"ibdctl: status of ibd (devices, ports, clients, objects, counters)"};
   app.add_option("--socket", socket, "ibd's client socket")->capture_default_str();
+  const char* env_device = std::getenv("OPENIB_DEVICE");
+  std::string device = env_device ? env_device : "";
+  app.add_option("-d,--device", device, "the device, by name (default $OPENIB_DEVICE, else ibd's first)");
   app.add_flag("--json", as_json, "print INFO's raw JSON");
   std::string gid;
   unsigned port = 1, pkey = 0;
@@ -421,7 +425,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto fd = connect_to(socket);
+  auto device_socket = proto::socket_for_device(socket, device);  // docs/client-protocol.md §2.1
+  if (!device_socket) {
+    std::fprintf(stderr, "ibdctl: %s\n", device_socket.error().str().c_str());
+    return 1;
+  }
+  auto fd = connect_to(*device_socket);
   if (!fd) {
     std::fprintf(stderr, "ibdctl: %s\n", fd.error().str().c_str());
     return 1;
@@ -449,6 +458,10 @@ int main(int argc, char** argv) {
     key_values(j["daemon"]);
     std::printf("\n");
     key_values(j["device"]);
+    if (j.contains("devices") && j["devices"].size() > 1) {
+      std::printf("\nall devices:\n");
+      table(j["devices"], {"name", "socket"});
+    }
   } else if (what == "ports") {
     table(j["ports"], {"port", "state_name", "phys_state", "lid", "sm_lid", "active_mtu", "port_guid",
                        "qkey_violations", "pkey_violations"});

@@ -9,8 +9,9 @@
 // programs expect. Agent registration goes over the port's control
 // connection (kept in a table next to the fd).
 //
-// ibd's socket: $OPENIB_SOCKET, else /run/ibd/ibd.sock. One ibd serves one
-// device, so there is at most one CA.
+// ibd's socket: $OPENIB_SOCKET, else /run/ibd/ibd.sock. Each device ibd
+// serves is a CA, reached through its own socket (docs/client-protocol.md
+// §2.1 "Devices"); the first is the default CA.
 #include <fcntl.h>
 #include <infiniband/umad.h>
 #include <poll.h>
@@ -23,6 +24,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -30,7 +32,9 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "clientproto/devices.hpp"
 #include "clientproto/mad_socket.hpp"
 #include "clientproto/messages.hpp"
 #include "clientproto/socket.hpp"
@@ -63,13 +67,12 @@ std::string socket_path() {
 // One synchronous control connection to ibd.
 class Control {
  public:
-  static int connect(Control& out) {
+  static int connect(Control& out, const std::string& path) {
     int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
     UniqueFd s(fd);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
-    const std::string path = socket_path();
     if (path.size() >= sizeof a.sun_path) return -ENAMETOOLONG;
     std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
@@ -127,13 +130,18 @@ class Control {
 
 struct Device {
   std::string name;
+  std::string socket;  // its own (proto::device_socket), or ibd's for the first
   proto::DeviceRep dev;
 };
 
-// The one CA ibd serves, or -ENODEV.
-int query_device(Device& d) {
+// The CA served at `socket`, or -ENODEV.
+int query_device(Device& d, const std::string& socket) {
   Control c;
-  if (int r = Control::connect(c); r < 0) return -ENODEV;
+  // The first device's name is a symlink to ibd's socket: its issm files
+  // are named after the socket itself.
+  char real[PATH_MAX];
+  d.socket = ::realpath(socket.c_str(), real) ? real : socket;
+  if (int r = Control::connect(c, socket); r < 0) return -ENODEV;
   if (int r = c.call(proto::Op::kQueryDevice, proto::Empty{}, d.dev); r < 0) return r;
   d.name.assign(reinterpret_cast<const char*>(d.dev.name.data()),
                 strnlen(reinterpret_cast<const char*>(d.dev.name.data()), d.dev.name.size()));
@@ -141,7 +149,28 @@ int query_device(Device& d) {
   return 0;
 }
 
-bool name_matches(const char* ca_name, const Device& d) { return !ca_name || !*ca_name || d.name == ca_name; }
+// The CAs in order: ibd's devices by name; an ibd that lists none (its
+// first device's name link missing) still has the one at its socket.
+std::vector<Device> all_devices() {
+  std::vector<Device> out;
+  for (const auto& e : proto::list_devices(socket_path())) {
+    Device d;
+    if (query_device(d, e.socket) == 0) out.push_back(std::move(d));
+  }
+  if (out.empty()) {
+    Device d;
+    if (query_device(d, socket_path()) == 0) out.push_back(std::move(d));
+  }
+  return out;
+}
+
+// The CA named `ca_name`; NULL or empty: ibd's first device.
+int find_device(const char* ca_name, Device& d) {
+  auto path = proto::socket_for_device(socket_path(), ca_name ? ca_name : "");
+  if (!path) return -ENODEV;
+  if (int r = query_device(d, *path); r < 0) return r;
+  return ca_name && *ca_name && d.name != ca_name ? -ENODEV : 0;
+}
 
 // IBA 14.2.5.6 LinkWidthActive x LinkSpeedActive, in Gb/s as sysfs "rate".
 unsigned rate_of(uint8_t width, uint8_t speed) {
@@ -192,18 +221,11 @@ Control* control_of(int fd) {
   return it == g_ports.end() ? nullptr : &it->second;
 }
 
-// A CA name and port as rdma-core resolves them: NULL = the (only) CA, port
-// 0 = its first Active port, else its first LinkUp port, else port 1.
-int resolve(const char* ca_name, int portnum, Device& d, int& port_out) {
-  if (int r = query_device(d); r < 0) return r;
-  if (!name_matches(ca_name, d)) return -ENODEV;
-  if (portnum > 0) {
-    if (portnum > d.dev.num_ports) return -EINVAL;
-    port_out = portnum;
-    return 0;
-  }
+// Port 0 of CA `d` as rdma-core resolves it: its first Active port, else
+// its first LinkUp port; 0 when it has neither.
+int usable_port(const Device& d, bool& active) {
   Control c;
-  if (int r = Control::connect(c); r < 0) return r;
+  if (Control::connect(c, d.socket) < 0) return 0;
   int up = 0;
   for (int p = 1; p <= d.dev.num_ports; ++p) {
     umad_port_t port;
@@ -211,12 +233,47 @@ int resolve(const char* ca_name, int portnum, Device& d, int& port_out) {
     const unsigned state = port.state, phys = port.phys_state;
     std::free(port.pkeys);
     if (state == 4) {
-      port_out = p;
-      return 0;
+      active = true;
+      return p;
     }
     if (!up && phys == 5) up = p;
   }
-  port_out = up ? up : 1;
+  active = false;
+  return up;
+}
+
+// A CA name and port as rdma-core resolves them: NULL = the first CA with
+// an Active port (else with a LinkUp port, else the first CA); port 0 =
+// that CA's first Active port, else its first LinkUp port, else port 1.
+int resolve(const char* ca_name, int portnum, Device& d, int& port_out) {
+  if (ca_name && *ca_name) {
+    if (int r = find_device(ca_name, d); r < 0) return r;
+  } else if (portnum > 0) {
+    if (int r = find_device(nullptr, d); r < 0) return r;
+  } else {
+    auto all = all_devices();
+    if (all.empty()) return -ENODEV;
+    int best = -1, best_port = 1;
+    for (size_t i = 0; i < all.size(); ++i) {
+      bool active = false;
+      const int p = usable_port(all[i], active);
+      if (p && (active || best < 0)) {
+        best = int(i), best_port = p;
+        if (active) break;
+      }
+    }
+    d = std::move(all[best < 0 ? 0 : size_t(best)]);
+    port_out = best_port;
+    return 0;
+  }
+  if (portnum > 0) {
+    if (portnum > d.dev.num_ports) return -EINVAL;
+    port_out = portnum;
+    return 0;
+  }
+  bool active = false;
+  const int p = usable_port(d, active);
+  port_out = p ? p : 1;
   return 0;
 }
 
@@ -233,20 +290,23 @@ int umad_debug(int level) {
 }
 
 int umad_get_cas_names(char cas[][UMAD_CA_NAME_LEN], int max) {
-  Device d;
-  if (max < 1 || query_device(d) < 0) return 0;
-  std::snprintf(cas[0], UMAD_CA_NAME_LEN, "%s", d.name.c_str());
-  return 1;
+  if (max < 1) return 0;
+  int n = 0;
+  for (const auto& d : all_devices()) {
+    if (n == max) break;
+    std::snprintf(cas[n++], UMAD_CA_NAME_LEN, "%s", d.name.c_str());
+  }
+  return n;
 }
 
 int umad_get_ca_portguids(const char* ca_name, __be64* portguids, int max) {
   Device d;
-  if (query_device(d) < 0 || !name_matches(ca_name, d)) return -ENODEV;
+  if (find_device(ca_name, d) < 0) return -ENODEV;
   const int n = d.dev.num_ports + 1;
   if (!portguids) return n;
   if (n > max) return -ENOMEM;
   Control c;
-  if (int r = Control::connect(c); r < 0) return r;
+  if (int r = Control::connect(c, d.socket); r < 0) return r;
   portguids[0] = htobe64(0);  // a CA has no port 0
   for (int p = 1; p < n; ++p) {
     umad_port_t port;
@@ -260,7 +320,7 @@ int umad_get_ca_portguids(const char* ca_name, __be64* portguids, int max) {
 int umad_get_ca(const char* ca_name, umad_ca_t* ca) {
   if (!ca) return -EINVAL;
   Device d;
-  if (query_device(d) < 0 || !name_matches(ca_name, d)) return -ENODEV;
+  if (find_device(ca_name, d) < 0) return -ENODEV;
   std::memset(ca, 0, sizeof *ca);
   std::snprintf(ca->ca_name, sizeof ca->ca_name, "%s", d.name.c_str());
   ca->node_type = 1;  // IBA 14.2.5.3 NodeType: channel adapter
@@ -272,7 +332,7 @@ int umad_get_ca(const char* ca_name, umad_ca_t* ca) {
   ca->node_guid = htobe64(d.dev.node_guid);
   ca->system_guid = htobe64(d.dev.sys_image_guid);
   Control c;
-  if (int r = Control::connect(c); r < 0) return r;
+  if (int r = Control::connect(c, d.socket); r < 0) return r;
   for (int p = 1; p <= ca->numports; ++p) {
     auto* port = static_cast<umad_port_t*>(std::calloc(1, sizeof(umad_port_t)));
     if (!port || fill_port(c, d, p, port) < 0) {
@@ -302,7 +362,7 @@ int umad_get_port(const char* ca_name, int portnum, umad_port_t* port) {
   int p = 0;
   if (int r = resolve(ca_name, portnum, d, p); r < 0) return r;
   Control c;
-  if (int r = Control::connect(c); r < 0) return r;
+  if (int r = Control::connect(c, d.socket); r < 0) return r;
   return fill_port(c, d, p, port);
 }
 
@@ -319,7 +379,7 @@ int umad_get_issm_path(const char* ca_name, int portnum, char path[], int max) {
   Device d;
   int p = 0;
   if (int r = resolve(ca_name, portnum, d, p); r < 0) return r;
-  std::string base = socket_path();
+  std::string base = d.socket;
   if (base.size() > 5 && base.compare(base.size() - 5, 5, ".sock") == 0) base.resize(base.size() - 5);
   std::snprintf(path, size_t(max), "%s.issm%d", base.c_str(), p);
   return 0;
@@ -330,7 +390,7 @@ int umad_open_port(const char* ca_name, int portnum) {
   int p = 0;
   if (int r = resolve(ca_name, portnum, d, p); r < 0) return r;
   Control c;
-  if (int r = Control::connect(c); r < 0) return r;
+  if (int r = Control::connect(c, d.socket); r < 0) return r;
   proto::PortReq req;
   req.port = uint8_t(p);
   proto::Empty rep;
@@ -637,16 +697,20 @@ int umad_unregister(int portid, int agentid) {
 }
 
 struct umad_device_node* umad_get_ca_device_list(void) {
-  Device d;
-  if (query_device(d) < 0) return nullptr;
-  auto* node = static_cast<umad_device_node*>(std::calloc(1, sizeof(umad_device_node)));
-  if (!node) return nullptr;
-  node->ca_name = strdup(d.name.c_str());
-  if (!node->ca_name) {
-    std::free(node);
-    return nullptr;
+  umad_device_node* head = nullptr;
+  umad_device_node** tail = &head;
+  for (const auto& d : all_devices()) {
+    auto* node = static_cast<umad_device_node*>(std::calloc(1, sizeof(umad_device_node)));
+    if (node) node->ca_name = strdup(d.name.c_str());
+    if (!node || !node->ca_name) {
+      std::free(node);
+      umad_free_ca_device_list(head);
+      return nullptr;
+    }
+    *tail = node;
+    tail = &node->next;
   }
-  return node;
+  return head;
 }
 
 void umad_free_ca_device_list(struct umad_device_node* head) {
