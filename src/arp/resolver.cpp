@@ -710,6 +710,7 @@ void Resolver::resolve(const std::optional<Ip>& src, const Ip& dst, std::chrono:
 void Resolver::set_addr_change_handler(AddrChangeFn f) { impl_->addr_change = std::move(f); }
 std::optional<Link> Resolver::link_of_address(const Ip& a) const { return impl_->link_of_address(a); }
 bool Resolver::is_local_address(const Ip& a) const { return impl_->is_local_address(a); }
+std::vector<int> Resolver::interfaces_of_address(const Ip& a) const { return impl_->addrs.interfaces_of(a); }
 void Resolver::flush() { impl_->drop_all(); }
 const Counters& Resolver::counters() const { return impl_->counters; }
 std::string Resolver::json() const { return impl_->json(); }

@@ -115,6 +115,8 @@ class Resolver {
   // Is `a` an address of this host, on any interface (loopback included)?
   // (The RDMA CM refuses a REQ from another host claiming one as its source.)
   bool is_local_address(const Ip& a) const;
+  // The interfaces holding `a` (none: no address of this host).
+  std::vector<int> interfaces_of_address(const Ip& a) const;
   void flush();  // drops the cache
   const Counters& counters() const;
   std::string json() const;  // for ibdctl (counters, cache entries)

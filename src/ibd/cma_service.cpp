@@ -444,10 +444,21 @@ Result<void> CmaService::check_request(const cma::Header& h, uint8_t hport, cons
   if (link->port != hport)
     return err(ENODEV, "the destination {} is an address of port {}'s interface, the REQ came to port {}", h.dst.str(),
                link->port, hport);
-  if (e.remote_gid != link->gid && arp_->is_local_address(to_ip(h.src)))
+  if (!from_holder_of(h, e, *link))
     return err(EHOSTUNREACH, "the source {} is an address of this host, but the REQ came from another port",
                h.src.str());
   return ok();
+}
+
+// A REQ whose source is an address of this host came from this port, or
+// from the port of an IPoIB interface holding that address (another device
+// of this ibd cabled to this one); any other source passes.
+bool CmaService::from_holder_of(const cma::Header& h, const proto::CmEventMsg& e, const arp::Link& dst_link) const {
+  if (e.remote_gid == dst_link.gid || !arp_->is_local_address(to_ip(h.src))) return true;
+  if (!host_links_) return false;
+  for (int ifindex : arp_->interfaces_of_address(to_ip(h.src)))
+    if (auto l = host_links_(ifindex); l && l->gid == e.remote_gid) return true;
+  return false;
 }
 
 void CmaService::on_request(const proto::CmEventMsg& e) {

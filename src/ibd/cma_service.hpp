@@ -93,6 +93,11 @@ class CmaService final : public Service {
   void set_resolver(arp::Resolver* r);
   // The IPoIB port space's Q_Key (the broadcast group's; 0 while down).
   void set_ipoib_qkey(std::function<uint32_t()> f) { ipoib_qkey_ = std::move(f); }
+  // The IPoIB link behind an interface on any device of this ibd (the
+  // daemon's view; unset: this device's links only): a REQ whose source is
+  // an address of this host must come from the GID of an interface holding
+  // it (docs/cma.md "Security").
+  void set_host_links(std::function<std::optional<arp::Link>(int ifindex)> f) { host_links_ = std::move(f); }
   void set_max_queued_events(size_t n) { max_queued_ = n ? n : 1; }
   // Per-client and per-uid bounds of RDMA CM ids (--client-max-cma-ids,
   // --uid-max-cma-ids), and the budget of queued event bytes the sessions'
@@ -233,6 +238,8 @@ class CmaService final : public Service {
   uint8_t num_ports_;
   CmService::QpOps qp_;
   arp::Resolver* arp_ = nullptr;
+  std::function<std::optional<arp::Link>(int ifindex)> host_links_;
+  bool from_holder_of(const cma::Header& h, const proto::CmEventMsg& e, const arp::Link& dst_link) const;
   std::function<uint32_t()> ipoib_qkey_;
   size_t max_queued_ = CmService::kMaxQueuedEvents;
   cma::PortTable ports_;

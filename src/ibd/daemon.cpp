@@ -60,6 +60,11 @@ int Daemon::run() {
   }
   for (size_t i = 0; i < o_.devices.size(); ++i) {
     devices_.push_back(std::make_unique<ServedDevice>(io_, o_, i, [this, i](int code) { device_stopped(i, code); }));
+    devices_.back()->set_host_links([this](int ifindex) -> std::optional<arp::Link> {
+      for (const auto& d : devices_)
+        if (auto l = d->ipoib_link(ifindex)) return l;
+      return std::nullopt;
+    });
     if (auto r = devices_.back()->start(); !r) {
       log_->error("device {}: {}", o_.devices[i].name, r.error().str());
       teardown();

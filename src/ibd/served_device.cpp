@@ -126,6 +126,10 @@ void ServedDevice::link_name() {
   else linked_ = path;
 }
 
+std::optional<arp::Link> ServedDevice::ipoib_link(int ifindex) const {
+  return ipoib_links_ ? ipoib_links_->link(ifindex) : std::nullopt;
+}
+
 // The device: named, or an embedded simhca child (docs/simhca.md §13); its
 // driver from the table by PCI ID (hca/driver_table.hpp); the static port
 // setup.
@@ -200,6 +204,7 @@ void ServedDevice::build_services() {
   cma_->set_id_limit(o_.limits.cma_ids);  // budget.hpp
   cma_->set_event_budget(&event_bytes_);
   if (ipoib_) cma_->set_ipoib_qkey([p = ipoib_.get()] { return p->qkey(); });
+  if (host_links_) cma_->set_host_links(host_links_);
   cma_->set_qp_ops(server_->qp_ops());
   services_.add(*umad_);
   services_.add(*sa_);

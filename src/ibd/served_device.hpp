@@ -57,6 +57,10 @@ class ServedDevice {
   const std::string& name() const { return d_.name; }
   const std::string& spec() const { return spec_; }
   bool serving() const { return serving_; }
+  // Its IPoIB interface's link if `ifindex` is it (the daemon's view of
+  // every device's links, for the RDMA CM's source check).
+  std::optional<arp::Link> ipoib_link(int ifindex) const;
+  void set_host_links(std::function<std::optional<arp::Link>(int)> f) { host_links_ = std::move(f); }
 
  private:
   void link_name();
@@ -102,6 +106,7 @@ class ServedDevice {
   boost::asio::steady_timer connect_timer_;  // an attempt's polls of the child's socket
   std::chrono::steady_clock::time_point connect_deadline_;
   boost::asio::signal_set chld_;
+  std::function<std::optional<arp::Link>(int)> host_links_;
   bool serving_ = false, stopping_ = false;
 };
 

@@ -64,6 +64,25 @@ pids+=($!)
 for _ in $(seq 100); do grep -q "ibd: ready" "$work/ibd.log" && break; sleep 0.1; done
 grep -q "ibd: ready" "$work/ibd.log" || fail "ibd not ready within 10 s"
 
+# Names a client or the config can give: a name with a path in it, an
+# unknown device, two devices with one name, cable options on a device that
+# is not embedded: refused with the reason, nothing served.
+out=$(OPENIB_DEVICE=../ibd timeout 10 "$EX/openib-rc-pingpong" -p 18610 2>&1) && fail "OPENIB_DEVICE=../ibd opened: $out"
+grep -q "not a device name" <<<"$out" || fail "OPENIB_DEVICE=../ibd: $out"
+out=$(OPENIB_DEVICE=nope timeout 10 "$EX/openib-rc-pingpong" -p 18610 2>&1) && fail "OPENIB_DEVICE=nope opened: $out"
+grep -q "no device 'nope'" <<<"$out" || fail "OPENIB_DEVICE=nope: $out"
+bad() {
+  local want=$1 rc=0
+  shift
+  out=$(timeout 10 "$IBD" --socket "$work/bad.sock" --state-dir none "$@" 2>&1) || rc=$?
+  ((rc == 2)) && grep -q -- "$want" <<<"$out" || fail "ibd $*: exit $rc, '$out' (expected 2, '$want')"
+  [[ ! -e $work/bad.sock ]] || fail "ibd $* left a socket"
+}
+bad "device name 'a/b'" --device a/b=embedded
+bad "two devices named 'x'" --device x=embedded --device x=embedded
+bad "apply to an embedded simhca only" --device vfio-user:/nonexistent --cable SHM=/dev/null,END=A
+echo "bad device names and configurations refused"
+
 # Two CAs, by name, each with its own node GUID and two ports.
 cas=$(ibstat -l | tr '\n' ' ')
 [[ $cas == "hca_a hca_b " ]] || fail "ibstat -l: '$cas', expected hca_a hca_b"
@@ -145,6 +164,19 @@ inns ping -6 -c 3 -i 0.2 -W 2 "$ll_b%mda0" >"$work/ping.out" 2>&1 || fail "ping 
 rx1=$(inns cat /sys/class/net/mdb0/statistics/rx_packets)
 ((rx1 >= rx0 + 3)) || fail "mdb0 received $((rx1 - rx0)) packets for 3 pings: they did not cross the cable"
 echo "IPoIB: mda0 -> $ll_b%mdb0 ping, $((rx1 - rx0)) packets into mdb0 through hca_b"
+
+# The RDMA CM on each device: rping from hca_a to hca_b's link-local
+# address (the route and the neighbour through mda0, the path from hca_a's
+# SA client; the server's RDMA CM on hca_b).
+inns env OPENIB_DEVICE=hca_b timeout 30 "$EX/openib-rping" -s -a "$ll_b%mdb0" -p 7190 -V >"$work/rping-server.out" 2>&1 &
+pids+=($!)
+srv=$!
+sleep 0.5
+inns env OPENIB_DEVICE=hca_a timeout 30 "$EX/openib-rping" -c -a "$ll_b%mda0" -p 7190 -C 50 -V >"$work/rping-client.out" 2>&1 ||
+  fail "rping hca_a -> $ll_b%mda0"
+wait "$srv" || fail "rping server on hca_b"
+grep -q "50 iterations, verified" "$work/rping-server.out" || fail "rping server: $(cat "$work/rping-server.out")"
+echo "RDMA CM: rping hca_a -> $ll_b (hca_b), 50 iterations verified"
 
 # hca_b's simhca killed: hca_b comes back (OpenSM brings its port Active
 # again) while hca_a keeps its clients: a ping-pong server on hca_a, made
