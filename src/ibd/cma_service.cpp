@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.hpp"
+#include "hca/port_caps.hpp"
+#include "sa/local_route.hpp"
 #include "sa/mcmember_record.hpp"
 #include "sa/path_record.hpp"
 
@@ -328,28 +330,66 @@ Result<void> CmaService::resolve_route(uint32_t client, const proto::CmaIdTimeou
     return err(EINVAL, "id {} is {}: resolve_route wants its address resolved", r.id, state_name(id->state));
   id->state = S::kRouteQuery;
   const uint64_t op = ++id->op;
-  proto::PathQueryReq q;
-  q.port = id->port;
-  q.pkey = id->pkey;
-  q.dgid = id->dgid;
-  sa_.path_query(sessions_.at(client).uid, q, [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, op](Result<proto::PathRep> p) {
+  // The port says what it can do (docs/device-access.md "Ports"): the SA
+  // where it has one (rdma_cap_ib_sa), else a route from the addresses
+  // (Linux's cma_resolve_iboe_route).
+  hca_.query_port_async(id->port, [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id,
+                                   op](Result<hca::PortAttr> a) {
     if (alive.expired()) return;
     Id* i = waiting(client, h, op, S::kRouteQuery);
     if (!i) return;
-    proto::CmaEventMsg m;
-    if (!p) {
-      i->state = S::kAddrResolved;
-      m.type = static_cast<uint8_t>(T::kRouteError);
-      m.status = -p.error().code;
-      return emit(*i, m);
-    }
-    i->path = p->record;
-    i->have_path = true;
-    i->state = S::kRouteResolved;
-    m.type = static_cast<uint8_t>(T::kRouteResolved);
-    emit(*i, m);
+    if (!a) return route_done(*i, a.take_error());
+    if (hca::cap_ib_sa(a->link_layer)) return route_from_sa(client, *i);
+    ++counters_.local_routes;
+    route_done(*i, route_from_addresses(*i, *a));
   });
   return ok();
+}
+
+void CmaService::route_from_sa(uint32_t client, Id& id) {
+  proto::PathQueryReq q;
+  q.port = id.port;
+  q.pkey = id.pkey;
+  q.dgid = id.dgid;
+  sa_.path_query(sessions_.at(client).uid, q, [this, alive = std::weak_ptr<bool>(alive_), client, h = id.handle,
+                                               op = id.op](Result<proto::PathRep> p) {
+    if (alive.expired()) return;
+    Id* i = waiting(client, h, op, S::kRouteQuery);
+    if (!i) return;
+    if (!p) return route_done(*i, p.take_error());
+    route_done(*i, p->record);
+  });
+}
+
+// An Ethernet port's route (sa/local_route.hpp): the id's SGID (its
+// source address's GID table entry) and DGID, the port's active MTU and
+// rate, the default hop limit. TODO(RoCE issue): the destination MAC from
+// the neighbour table, for the address handle.
+Result<std::array<uint8_t, 64>> CmaService::route_from_addresses(const Id& id, const hca::PortAttr& a) {
+  sa::RouteAddresses in;
+  in.sgid = id.sgid;
+  in.dgid = id.dgid;
+  in.mtu = a.active_mtu;
+  in.rate = sa::ib_rate_code(a.active_width, a.active_speed);
+  in.service_id = cma::service_id(id.ps, id.dst.port);
+  std::array<uint8_t, 64> rec{};
+  sa::encode_path_record(std::as_writable_bytes(std::span(rec)), sa::route_from_addresses(in));
+  return rec;
+}
+
+void CmaService::route_done(Id& id, Result<std::array<uint8_t, 64>> path) {
+  proto::CmaEventMsg m;
+  if (!path) {
+    id.state = S::kAddrResolved;
+    m.type = static_cast<uint8_t>(T::kRouteError);
+    m.status = -path.error().code;
+    return emit(id, m);
+  }
+  id.path = *path;
+  id.have_path = true;
+  id.state = S::kRouteResolved;
+  m.type = static_cast<uint8_t>(T::kRouteResolved);
+  emit(id, m);
 }
 
 // ---- listening -------------------------------------------------------------------
@@ -1135,6 +1175,7 @@ std::vector<std::pair<std::string, uint64_t>> CmaService::counter_list() const {
       {"cma.requests_over_backlog", counters_.requests_over_backlog},
       {"cma.requests_over_budget", counters_.requests_over_budget},
       {"cma.requests_expired", counters_.requests_expired},
+      {"cma.local_routes", counters_.local_routes},
       {"cma.ids_denied", ids_budget_.denied()},
       {"cma.ids", ids},
       {"cma.bound_ports", ports_.size()},

@@ -71,6 +71,8 @@ struct CmaServiceCounters {
   // take (docs/cma.md "Security"), a full backlog, the listener's RDMA CM
   // id budget spent. And connect requests expired unanswered.
   uint64_t requests_bad_address = 0, requests_over_backlog = 0, requests_over_budget = 0, requests_expired = 0;
+  // Routes built from addresses on a port without an SA (an Ethernet port).
+  uint64_t local_routes = 0;
 };
 
 class CmaService final : public Service {
@@ -198,6 +200,11 @@ class CmaService final : public Service {
   };
 
   Result<Id*> find(uint32_t client, uint32_t handle);
+  // resolve_route's two ways (docs/cma.md "Routes"), and its end: the path
+  // (an event ROUTE_RESOLVED) or the error (ROUTE_ERROR).
+  void route_from_sa(uint32_t client, Id& id);
+  static Result<std::array<uint8_t, 64>> route_from_addresses(const Id& id, const hca::PortAttr& a);
+  void route_done(Id& id, Result<std::array<uint8_t, 64>> path);
   Id* find_id(uint32_t client, uint32_t handle);
   // The id a late answer (address, route) is for, if it still waits for
   // that answer: the same request (`op`) and still in `state`; else nullptr.

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "common/log.hpp"
+#include "hca/port_caps.hpp"
 #include "ipoib_tap/ats.hpp"
 #include "mad/mad.hpp"
 #include "sa/cache_file.hpp"
@@ -84,7 +85,16 @@ Result<void> SaService::publish_table(uint32_t slots) {
 }
 
 void SaService::note_port(uint8_t port, const hca::PortAttr& a) {
+  link_[port] = a.link_layer;
   if (table_) table_->set_default_pkey(port, a.pkey0);
+}
+
+Result<void> SaService::sa_port(uint8_t port) {
+  if (!client(port)) return err(EINVAL, "no port {}", port);
+  if (auto l = link_.find(port); l != link_.end() && !hca::cap_ib_sa(l->second))
+    return err(EOPNOTSUPP, "port {} is {}: it has no SA (its routes are built from addresses)", port,
+               hca::link_layer_name(l->second));
+  return ok();
 }
 
 void SaService::read_port(uint8_t port) {
@@ -121,26 +131,36 @@ void SaService::start() {
     for (auto& [p, c] : clients_) load(p);
     arm_save();
   }
-  for (auto& [p, c] : clients_) {
-    read_port(p);
-    umad_.watch_layer(p, [this, port = p](mad::MadLayer* l) {
-      sa::SaClient& sc = *clients_.at(port);
-      if (!l) {
-        sc.detach();
-        // The device went: the next one may give the port other LIDs.
-        cache_.invalidate(sa::Invalidation::kNormal, port);
-        lid_[port] = 0;
-        state_.erase(port);
-        return;
-      }
-      if (auto r = sc.attach(*l); !r)
-        log::get("ibd")->warn("sa: port {}: SA client not attached: {}", port, r.error().str());
-      else {
-        log::get("ibd")->info("sa: port {}: SA client attached", port);
-        subscribe(port);
-      }
+  // Each port is asked what it is first: SA clients only where it has an
+  // SA (a port whose QUERY_PORT fails is taken for InfiniBand, as before).
+  for (auto& [p, c] : clients_)
+    hca_.query_port_async(p, [this, port = p, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
+      if (alive.expired()) return;
+      if (a) note_port(port, *a);
+      if (a && !hca::cap_ib_sa(a->link_layer))
+        return log::get("ibd")->info("sa: port {} is {}: no SA client", port, hca::link_layer_name(a->link_layer));
+      attach_port(port);
     });
-  }
+}
+
+void SaService::attach_port(uint8_t p) {
+  umad_.watch_layer(p, [this, port = p](mad::MadLayer* l) {
+    sa::SaClient& sc = *clients_.at(port);
+    if (!l) {
+      sc.detach();
+      // The device went: the next one may give the port other LIDs.
+      cache_.invalidate(sa::Invalidation::kNormal, port);
+      lid_[port] = 0;
+      state_.erase(port);
+      return;
+    }
+    if (auto r = sc.attach(*l); !r)
+      log::get("ibd")->warn("sa: port {}: SA client not attached: {}", port, r.error().str());
+    else {
+      log::get("ibd")->info("sa: port {}: SA client attached", port);
+      subscribe(port);
+    }
+  });
 }
 
 sa::SaClient* SaService::client(uint8_t port) {
@@ -199,6 +219,7 @@ void SaService::path_query(uid_t uid, const proto::PathQueryReq& req, hca::Compl
     if (alive.expired()) return done(err(ECANCELED, "ibd is stopping"));
     if (!a) return done(a.take_error());
     note_port(req.port, *a);
+    if (auto s = sa_port(req.port); !s) return done(s.take_error());
     const sa::PathKey key = default_path_key(req.port, sa::make_gid(a->gid_prefix, a->port_guid),
                                              req.pkey ? req.pkey : a->pkey0, req.dgid);
     const bool fresh = req.flags & proto::kPathFresh;
@@ -379,9 +400,9 @@ void SaService::mcast_join(uint32_t owner, const proto::McastJoinReq& req,
 void SaService::start_join(uint32_t owner, sa::JoinRequest j, const proto::McastJoinReq& req,
                            hca::Completer<Result<proto::McastJoinRep>> done, std::function<void()> settled) {
   auto shared = std::make_shared<hca::Completer<Result<proto::McastJoinRep>>>(std::move(done));
-  if (!client(req.port)) {
+  if (auto s = sa_port(req.port); !s) {
     settled();
-    return fail_later(io_, std::move(*shared), err(EINVAL, "no port {}", req.port));
+    return fail_later(io_, std::move(*shared), s.take_error());
   }
   if (req.flags & ~proto::kMcastCreate) {
     settled();
@@ -468,9 +489,10 @@ void SaService::start_service(uint32_t owner, const proto::ServiceReq& req,
   const bool own = !settled;
   if (own) settled = [] {};
   auto rec = sa::decode_service_record(std::as_bytes(std::span(req.record)));
-  if (!client(req.port) || !rec) {
+  auto port_ok = sa_port(req.port);
+  if (!port_ok || !rec) {
     settled();
-    return fail_later(io_, std::move(done), rec ? err(EINVAL, "no port {}", req.port) : rec.take_error());
+    return fail_later(io_, std::move(done), !port_ok ? port_ok.take_error() : rec.take_error());
   }
   auto shared = std::make_shared<hca::Completer<Result<proto::ServiceRep>>>(std::move(done));
   services_.register_service(owner, req.port, *rec, [shared, settled = std::move(settled)](Result<sa::ServiceRecord> r) {

@@ -246,8 +246,14 @@ class SaService final : public Service {
   void sm_known(uint8_t port, uint64_t guid);
   void on_report(const mad::Notice& n);
   void arm_sweep();
-  void note_port(uint8_t port, const hca::PortAttr& a);  // the table's default P_Key
+  void note_port(uint8_t port, const hca::PortAttr& a);  // the table's default P_Key, the link layer
   void read_port(uint8_t port);
+  // The port's SA client on its MAD layer, once the port is known to have
+  // an SA (hca::cap_ib_sa, as Linux's ib_sa_add_one asks rdma_cap_ib_sa).
+  void attach_port(uint8_t port);
+  // EOPNOTSUPP for a port known to have no SA (an Ethernet port: its
+  // routes are built from addresses, sa/local_route.hpp), EINVAL for none.
+  Result<void> sa_port(uint8_t port);
 
   // A client's join or registration counted in a budget: (owner, port,
   // MGID) and (owner, port, ServiceID, ServiceGID as given, P_Key) -> uid.
@@ -272,6 +278,7 @@ class SaService final : public Service {
   UmadService& umad_;
   uint8_t num_ports_;
   std::map<uint8_t, std::unique_ptr<sa::SaClient>> clients_;
+  std::map<uint8_t, hca::LinkLayer> link_;  // as the port last said (note_port)
   PortQuerier querier_;
   Requester requester_;
   sa::SteadyClock clock_;

@@ -4,13 +4,16 @@
 // and event by name. ibd run with it as the driver of simhca's PCI ID
 // (ibd_counting.cpp) works only if ibd and its services use the seam alone.
 // At the end it writes the counts to stderr (ibd's log): one line,
-// "counting driver: name=N name=N ...".
+// "counting driver: name=N name=N ...". Ports named in `ethernet_ports`
+// say they are Ethernet (QUERY_PORT's link layer), as the RoCE issue's
+// ports will: ibd must then give them no QP0 and no SA traffic.
 #pragma once
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "hca/device.hpp"
@@ -19,7 +22,8 @@ namespace openib::testing {
 
 class CountingDevice final : public hca::Device {
  public:
-  explicit CountingDevice(std::unique_ptr<hca::Device> inner) : in_(std::move(inner)) {
+  explicit CountingDevice(std::unique_ptr<hca::Device> inner, std::set<uint8_t> ethernet_ports = {})
+      : in_(std::move(inner)), ethernet_(std::move(ethernet_ports)) {
     info_ = in_->info();
     info_.driver = "counting(" + info_.driver + ")";
   }
@@ -54,7 +58,12 @@ class CountingDevice final : public hca::Device {
 
   void nop_async(Done<void> done) override { count("nop"), in_->nop_async(std::move(done)); }
   void query_port_async(uint8_t port, Done<hca::PortAttr> done) override {
-    count("query_port"), in_->query_port_async(port, std::move(done));
+    count("query_port");
+    if (!ethernet_.contains(port)) return in_->query_port_async(port, std::move(done));
+    in_->query_port_async(port, [d = std::move(done)](Result<hca::PortAttr> a) mutable {
+      if (a) a->link_layer = hca::LinkLayer::kEthernet;
+      d(std::move(a));
+    });
   }
   void set_port_async(uint8_t port, const hca::PortSetup& s, Done<void> done) override {
     count("set_port"), in_->set_port_async(port, s, std::move(done));
@@ -106,7 +115,10 @@ class CountingDevice final : public hca::Device {
     count("create_cq"), in_->create_cq_async(log_size, std::move(done));
   }
   void create_qp_async(const hca::QpInit& init, Done<hca::Qp> done) override {
-    count("create_qp"), in_->create_qp_async(init, std::move(done));
+    count("create_qp");
+    if (init.type == hca::QpType::kSmi) count("create_qp.smi");
+    if (init.type == hca::QpType::kGsi) count("create_qp.gsi");
+    in_->create_qp_async(init, std::move(done));
   }
 
   Result<void> post_send(hca::Qp& qp, const hca::SendWr& wr, bool ring) override {
@@ -124,6 +136,7 @@ class CountingDevice final : public hca::Device {
  private:
   void count(const std::string& what) { ++n_[what]; }
   std::unique_ptr<hca::Device> in_;
+  std::set<uint8_t> ethernet_;
   hca::DeviceInfo info_;
   std::map<std::string, uint64_t> n_;
 };
