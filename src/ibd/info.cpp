@@ -80,6 +80,7 @@ json ports_json(const std::vector<std::optional<hca::PortAttr>>& got) {
                      {"lid", a->lid}, {"sm_lid", a->sm_lid}, {"lmc", a->lmc},
                      {"active_mtu", a->active_mtu}, {"active_width", a->active_width},
                      {"active_speed", a->active_speed},
+                     {"link_layer", a->link_layer == hca::LinkLayer::kEthernet ? "Ethernet" : "InfiniBand"},
                      {"port_guid", fmt::format("{:#018x}", a->port_guid)},
                      {"qkey_violations", a->qkey_violations},
                      {"pkey_violations", a->pkey_violations}});

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.hpp"
+#include "hca/port_caps.hpp"
 #include "ipoib_tap/ats.hpp"
 #include "ipoib_tap/kernel_groups.hpp"
 #include "sa/mcmember_record.hpp"
@@ -88,6 +89,11 @@ void IpoibService::bring_up() {
   hca_.query_port_async(cfg_.port, [this, ep, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
     if (alive.expired() || ep != epoch_) return;
     if (!a) return go_down("QUERY_PORT failed", false);
+    if (!hca::cap_ipoib(a->link_layer)) {  // RFC 4391 runs on InfiniBand (Linux: rdma_cap_ipoib)
+      logger()->error("{}: port {} is {}: no IPoIB on it", cfg_.name, cfg_.port, hca::link_layer_name(a->link_layer));
+      state_ = State::kDown;
+      return;
+    }
     if (a->state != hca::kPortActive) {  // the PORT_STATE_CHANGE to Active starts it again
       state_ = State::kDown;
       return;
