@@ -91,6 +91,11 @@ mapfile -t guids_b < <(ibstat -p hca_b)
 ((${#guids_a[@]} == 2 && ${#guids_b[@]} == 2)) || fail "port GUIDs: ${guids_a[*]} / ${guids_b[*]}"
 [[ ${guids_a[0]} != "${guids_b[0]}" ]] || fail "both devices have port GUID ${guids_a[0]}"
 echo "two CAs: hca_a (${guids_a[*]}), hca_b (${guids_b[*]})"
+# libopenib lists them (openib::list_devices) and opens each by name.
+out=$("$EX/openib-devices" -v) || fail "openib-devices: $out"
+grep -qE '^ +hca_a\s+123400fffe000001$' <<<"$out" && grep -qE '^ +hca_b\s+123400fffe000011$' <<<"$out" ||
+  fail "openib-devices: $out"
+(($(grep -c 'port [12]: .*InfiniBand' <<<"$out") == 4)) || fail "openib-devices -v: $out"
 
 # OpenSM on hca_a's port 1 sweeps the subnet: both devices' port 1 Active.
 mkdir -p "$work/cache"
