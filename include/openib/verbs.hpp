@@ -74,8 +74,7 @@ struct PortAttr {
   uint16_t pkey_table_len = 0, gid_table_len = 0;
   uint64_t gid_prefix = 0, port_guid = 0;  // GID 0 = prefix:guid
   uint32_t cap_flags = 0;
-  // Every port ibd serves today is InfiniBand; query_gid_entry() reports
-  // the port's link layer as ibd says it.
+  // As ibd reports it (QUERY_GID); every port ibd serves today is InfiniBand.
   LinkLayer link_layer = LinkLayer::kInfiniBand;
 };
 

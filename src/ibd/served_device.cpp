@@ -106,7 +106,12 @@ Result<void> ServedDevice::start() {
     teardown();
     return err(r.error().code, "client socket {}: {}", d_.socket, r.error().str());
   }
-  if (&d_ == &o_.devices.front()) link_name();
+  if (&d_ == &o_.devices.front()) {
+    if (auto r = link_name(); !r) {
+      teardown();
+      return r;
+    }
+  }
   recovery_ = std::make_unique<Recovery>(io_, o_.restart_limit, recovery_steps());
   server_->set_on_device_gone([this] { recovery_->lost("commands fail, or DEVICE_FATAL"); });
   if (d_.embedded()) watch_child();
@@ -116,14 +121,18 @@ Result<void> ServedDevice::start() {
 }
 
 // The first device's name beside the daemon's socket (proto::device_socket),
-// a symlink to it, so that every device is opened and listed by name.
-void ServedDevice::link_name() {
+// a symlink to it, so that every device is opened and listed by name. What
+// is at that path goes first (a link a killed ibd left); a path ibd cannot
+// take (another user's file in a sticky directory) stops the start, so that
+// nobody else answers clients asking for the device by name.
+Result<void> ServedDevice::link_name() {
   const std::string path = proto::device_socket(o_.socket, d_.name);
   std::error_code ec;
   std::filesystem::remove(path, ec);
-  std::filesystem::create_symlink(std::filesystem::path(o_.socket).filename(), path, ec);
-  if (ec) log_->warn("{}: no {}: {}", d_.name, path, ec.message());
-  else linked_ = path;
+  if (!ec) std::filesystem::create_symlink(std::filesystem::path(o_.socket).filename(), path, ec);
+  if (ec) return err(ec.value(), "the device's name {}: {}", path, ec.message());
+  linked_ = path;
+  return ok();
 }
 
 std::optional<arp::Link> ServedDevice::ipoib_link(int ifindex) const {

@@ -63,7 +63,7 @@ class ServedDevice {
   void set_host_links(std::function<std::optional<arp::Link>(int)> f) { host_links_ = std::move(f); }
 
  private:
-  void link_name();
+  Result<void> link_name();
   Result<void> open_device();
   Result<void> setup_port();
   void setup_port_async(hca::Device::Done<void> done);

@@ -175,10 +175,21 @@ Result<PortAttr> ContextImpl::query_port(uint8_t port) {
   a.gid_prefix = p.gid_prefix;
   a.port_guid = p.port_guid;
   a.cap_flags = p.cap_flags;
+  // The link layer from GID entry 0's QUERY_GID (PortRep has no field for
+  // it); an ibd without QUERY_GID (EOPNOTSUPP) has InfiniBand ports only.
+  auto e = query_gid_entry(port, 0);
+  if (e) a.link_layer = e->link_layer;
+  else if (e.error().code != EOPNOTSUPP && e.error().code != ENODATA) return e.take_error();
   return a;
 }
 
 Result<Gid> ContextImpl::query_gid(uint8_t port, int index) {
+  // The device's GID table (QUERY_GID); an ibd without it: GID 0 only.
+  // An empty entry reads as the zero GID, as ibv_query_gid answers.
+  auto e = query_gid_entry(port, index);
+  if (e) return e->gid;
+  if (e.error().code == ENODATA) return Gid{};
+  if (e.error().code != EOPNOTSUPP) return e.take_error();
   OPENIB_TRY_ASSIGN(PortAttr p, query_port(port));
   // GID 0 is the port's default GID, subnet prefix : port GUID (IBA 4.1.1).
   if (index != 0 || p.gid_table_len == 0)

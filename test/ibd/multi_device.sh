@@ -81,6 +81,13 @@ bad() {
 bad "device name 'a/b'" --device a/b=embedded
 bad "two devices named 'x'" --device x=embedded --device x=embedded
 bad "apply to an embedded simhca only" --device vfio-user:/nonexistent --cable SHM=/dev/null,END=A
+# The first device's name link cannot be made (a directory in its way):
+# ibd does not start, rather than leave the name to whatever is there.
+mkdir -p "$work/squat/ibd-simhca0.sock/x"
+rc=0
+out=$(timeout 20 "$IBD" --socket "$work/squat/ibd.sock" --state-dir none 2>&1) || rc=$?
+((rc == 1)) && grep -q "the device's name" <<<"$out" || fail "ibd with its name link blocked: exit $rc, $out"
+[[ ! -e $work/squat/ibd.sock ]] || fail "ibd with its name link blocked left its socket"
 echo "bad device names and configurations refused"
 
 # Two CAs, by name, each with its own node GUID and two ports.

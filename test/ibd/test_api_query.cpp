@@ -49,7 +49,11 @@ TEST_CASE("query_gid: GID 0 is the subnet prefix and the port GUID (IBA 4.1.1); 
   CHECK(guid == p.port_guid);
   CHECK(g.raw[0] == 0xfe);  // the default link-local prefix fe80::/64
   CHECK(g.raw[1] == 0x80);
-  auto bad = a->ctx->query_gid(1, 1);
+  // An entry nobody filled reads as the zero GID (ibv_query_gid); past
+  // the table, EINVAL.
+  REQUIRE(p.gid_table_len > 1);
+  CHECK(must(a->ctx->query_gid(1, 1), "query_gid of an empty entry").raw == Gid{}.raw);
+  auto bad = a->ctx->query_gid(1, p.gid_table_len);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().code == EINVAL);
   // The peer's GID differs: it is what a GRH names as DGID (test_api_ud.cpp).
