@@ -33,7 +33,7 @@ here=$bench/../test/sandbox
 # shellcheck source=../test/sandbox/lib.sh
 source "$here/lib.sh"  # sb, field, counter, gid_of; fail, ok
 sandbox_test sbn 198.18.29 cm-bench
-export OPENIB_SANDBOX_IBD_ARGS="--client-max-qps 12000 --uid-max-qps 12000"
+export OPENIB_SANDBOX_IBD_ARGS="--client-max-qps 12000 --uid-max-qps 12000 --client-max-cm-ids 12000 --uid-max-cm-ids 12000"
 topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
 pp=$build/examples/openib-cm-pingpong
 hold=/tmp/cm-bench-hold.$$
