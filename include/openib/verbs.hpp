@@ -50,14 +50,29 @@ inline constexpr uint32_t kState = 1u << 0, kCurState = 1u << 1, kAccessFlags = 
                           kDestQpn = 1u << 20;
 }
 
+// DeviceAttr::device_cap_flags: the bits of libibverbs' enum
+// ibv_device_cap_flags (<infiniband/verbs.h>) libopenib reports, with their
+// values there.
+namespace device_cap {
+inline constexpr uint32_t kPortActiveEvent = 1u << 10;  // IBV_DEVICE_PORT_ACTIVE_EVENT
+inline constexpr uint32_t kSysImageGuid = 1u << 11;     // IBV_DEVICE_SYS_IMAGE_GUID
+inline constexpr uint32_t kRcRnrNakGen = 1u << 12;      // IBV_DEVICE_RC_RNR_NAK_GEN
+}  // namespace device_cap
+// DeviceAttr::atomic_cap: values of libibverbs' enum ibv_atomic_cap
+// (IBV_ATOMIC_NONE, IBV_ATOMIC_HCA).
+inline constexpr uint8_t kAtomicNone = 0, kAtomicHca = 1;
+
 struct DeviceAttr {
   std::string name;  // e.g. "simhca0"
   uint64_t node_guid = 0, sys_image_guid = 0;
-  uint32_t fw_rev = 0, vendor_id = 0, vendor_part_id = 0;
+  uint32_t fw_rev = 0, vendor_id = 0, vendor_part_id = 0, hw_ver = 0;
   uint32_t max_qp = 0, max_cq = 0, max_srq = 0, max_pd = 0, max_mr = 0, max_ah = 0;
   uint32_t max_qp_wr = 0, max_cqe = 0, max_srq_wr = 0, max_sge = 0, max_inline = 0;
   uint32_t max_msg_size = 0;
   uint8_t num_ports = 0, max_rd_atomic = 0, max_dest_rd_atomic = 0;
+  uint8_t local_ca_ack_delay = 0;  // 4.096 us * 2^n (IBA 9.7.6.1.3)
+  uint32_t device_cap_flags = 0;   // device_cap:: bits
+  uint8_t atomic_cap = kAtomicNone;
 };
 
 // What a port speaks (enum ibv_port_attr.link_layer's values): InfiniBand
@@ -331,6 +346,9 @@ class Context {
   // ibv_query_gid_ex: entry `index` of the port's GID table with its type
   // (ENODATA: the entry is empty; EINVAL: no such port or index).
   virtual Result<GidEntry> query_gid_entry(uint8_t port, int index) = 0;
+  // ibv_query_pkey: entry `index` of the port's P_Key table, in host byte
+  // order (ibv_query_pkey's is big-endian) (EINVAL: no such port or index).
+  virtual Result<uint16_t> query_pkey(uint8_t port, int index) = 0;
 };
 
 }  // namespace openib

@@ -12,6 +12,7 @@ const char* op_name(uint16_t op) {
     case Op::kQueryDevice: return "QUERY_DEVICE";
     case Op::kQueryPort: return "QUERY_PORT";
     case Op::kQueryGid: return "QUERY_GID";
+    case Op::kQueryPkey: return "QUERY_PKEY";
     case Op::kAllocPd: return "ALLOC_PD";
     case Op::kDeallocPd: return "DEALLOC_PD";
     case Op::kMapMem: return "MAP_MEM";

@@ -120,6 +120,8 @@ enum class Op : uint16_t {
   // A port's GID table entry, with its type and the port's link layer
   // (docs/client-protocol.md §3, "GidRep").
   kQueryGid = 63,         // GidReq -> GidRep
+  // A port's P_Key table entry (docs/client-protocol.md §3, "PkeyRep").
+  kQueryPkey = 64,        // PkeyReq -> PkeyRep
 };
 const char* op_name(uint16_t op);
 
@@ -195,6 +197,13 @@ struct HelloRep {
   }
 };
 
+// DeviceRep.cap_flags: what the device can do, in the protocol's own
+// words (the device's own flags are its driver's business). Bits 0 to 7
+// have the values ibd sent before they were named here
+// (docs/client-protocol.md "DeviceRep"); the other bits are 0.
+inline constexpr uint32_t kDeviceCapRc = 1u << 0, kDeviceCapUc = 1u << 1, kDeviceCapUd = 1u << 2,
+                          kDeviceCapSrq = 1u << 3, kDeviceCapAtomics = 1u << 4, kDeviceCapDataPath = 1u << 5,
+                          kDeviceCapPortEvents = 1u << 6, kDeviceCapUdMulticast = 1u << 7;
 struct DeviceRep {
   uint64_t node_guid = 0, sys_image_guid = 0;
   uint32_t fw_rev = 0, vendor_id = 0, vendor_part_id = 0, hw_ver = 0;
@@ -248,6 +257,19 @@ struct GidRep {
   uint8_t gid_type = kGidTypeIb, link_layer = kLinkLayerInfiniBand;
   uint16_t reserved = 0;
   template <class V> void visit(V& v) { v(gid); v(gid_type); v(link_layer); v(reserved); }
+};
+
+// QUERY_PKEY: entry `index` of port `port`'s P_Key table (ibv_query_pkey).
+struct PkeyReq {
+  uint8_t port = 1;
+  uint8_t reserved = 0;
+  uint16_t index = 0;
+  template <class V> void visit(V& v) { v(port); v(reserved); v(index); }
+};
+struct PkeyRep {
+  uint16_t pkey = 0;  // bit 15 full membership, bits 14:0 the partition (IBA 10.9.1.2)
+  uint16_t reserved = 0;
+  template <class V> void visit(V& v) { v(pkey); v(reserved); }
 };
 
 struct HandleReq {

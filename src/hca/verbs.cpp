@@ -16,6 +16,23 @@ const char* prm::status_name(uint8_t s) {
   return s < sizeof names / sizeof names[0] ? names[s] : "unknown status";
 }
 
+namespace {
+// §6.1 `device_cap_flags`, bit by bit.
+DeviceFeatures decode_features(uint32_t f) {
+  auto bit = [f](int n) { return (f >> n & 1) != 0; };
+  DeviceFeatures d;
+  d.rc = bit(0);
+  d.uc = bit(1);
+  d.ud = bit(2);
+  d.srq = bit(3);
+  d.atomics = bit(4);
+  d.data_path = bit(5);
+  d.port_events = bit(6);
+  d.ud_multicast = bit(7);
+  return d;
+}
+}  // namespace
+
 // §6.1
 DeviceCaps decode_caps(std::span<const std::byte> o) {
   DeviceCaps c;
@@ -40,6 +57,7 @@ DeviceCaps decode_caps(std::span<const std::byte> o) {
   c.max_mkey_pages = get32(o, 0x2c);
   c.max_mailbox = get32(o, 0x30);
   c.cap_flags = get32(o, 0x34);
+  c.features = decode_features(c.cap_flags);
   c.node_guid = get64(o, 0x38);
   c.sys_image_guid = get64(o, 0x40);
   c.max_msg_size = get32(o, 0x48);

@@ -15,6 +15,17 @@ namespace openib::hca {
 
 using Bytes = std::vector<std::byte>;
 
+// What a device can do, in device-neutral words: the driver decodes them
+// from the device's own flags (decode_caps); ibd and its clients read
+// these, never those.
+struct DeviceFeatures {
+  bool rc = false, uc = false, ud = false, srq = false;
+  bool atomics = false;       // RC atomics, atomic among this device's own accesses (IBV_ATOMIC_HCA)
+  bool data_path = false;     // work requests are executed
+  bool port_events = false;   // port changes raise Event::kPortState and the like (IBA 11.6.3)
+  bool ud_multicast = false;  // attach_mcast_async (IBA 11.3.1)
+};
+
 // §6.1 QUERY_DEVICE_CAP
 struct DeviceCaps {
   uint32_t max_qp = 0, max_cq = 0, max_eq = 0, max_srq = 0, max_pd = 0;
@@ -22,7 +33,10 @@ struct DeviceCaps {
   uint8_t log_max_qp_wr = 0, log_max_cqe = 0, log_max_eqe = 0, log_max_srq_wr = 0;
   uint16_t max_sge = 0, max_inline = 0;
   uint8_t num_ports = 0, max_rd_atomic = 0, max_dest_rd_atomic = 0, num_msix = 0;
+  // cap_flags: §6.1 `device_cap_flags` as the device has them, for the
+  // driver and its tests; `features` says the same in neutral words.
   uint32_t max_mkey_pages = 0, max_mailbox = 0, cap_flags = 0;
+  DeviceFeatures features;
   uint64_t node_guid = 0, sys_image_guid = 0;
   uint32_t max_msg_size = 0;
   uint16_t vendor_part_id = 0;

@@ -86,6 +86,41 @@ Result<void> query_gid(hca::Device& hca, const std::weak_ptr<bool>& alive, proto
   return ok();
 }
 
+// QUERY_PKEY (docs/client-protocol.md §3.1): entry `index` of the port's
+// P_Key table. The seam's port attributes give the table's length and
+// entry 0 (docs/simhca.md §6.3 `pkey0`, §14.4: simhca's table has no other).
+Result<proto::PkeyRep> pkey_rep(const hca::PortAttr& a, uint8_t port, uint16_t index) {
+  if (index >= a.pkey_table_len)
+    return err(EINVAL, "QUERY_PKEY: index {} past port {}'s P_Key table of {}", index, port, a.pkey_table_len);
+  if (index != 0) return err(EOPNOTSUPP, "QUERY_PKEY: the device seam gives P_Key entry 0 only, not {}", index);
+  return proto::PkeyRep{a.pkey0, 0};
+}
+
+Result<void> query_pkey(hca::Device& hca, const std::weak_ptr<bool>& alive, proto::Message& m, Respond& done) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::PkeyReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  if (req.reserved != 0) return err(EINVAL, "QUERY_PKEY: reserved byte {:#x}", req.reserved);
+  if (req.port < 1 || req.port > hca.caps().num_ports) return err(EINVAL, "QUERY_PKEY: no port {}", req.port);
+  hca.query_port_async(req.port, [alive, port = req.port, index = req.index,
+                                  done = std::move(done)](Result<hca::PortAttr> a) mutable {
+    if (alive.expired()) return;
+    if (!a) return done(a.take_error());
+    auto r = pkey_rep(*a, port, index);
+    if (!r) return done(r.take_error());
+    done(Reply{body(*r), {}});
+  });
+  return ok();
+}
+
+// DeviceRep.cap_flags (docs/client-protocol.md "DeviceRep") from the
+// driver's neutral reading of the device.
+uint32_t cap_flags(const hca::DeviceFeatures& f) {
+  return (f.rc ? proto::kDeviceCapRc : 0) | (f.uc ? proto::kDeviceCapUc : 0) | (f.ud ? proto::kDeviceCapUd : 0) |
+         (f.srq ? proto::kDeviceCapSrq : 0) | (f.atomics ? proto::kDeviceCapAtomics : 0) |
+         (f.data_path ? proto::kDeviceCapDataPath : 0) | (f.port_events ? proto::kDeviceCapPortEvents : 0) |
+         (f.ud_multicast ? proto::kDeviceCapUdMulticast : 0);
+}
+
 }  // namespace
 
 void Server::handle(Client& c, proto::Message& m, Respond done) {
@@ -105,6 +140,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kQueryDevice: return done(op_query_device(c, m));
     case Op::kQueryPort: return run(op_query_port(c, m, done));
     case Op::kQueryGid: return run(query_gid(hca_, alive_, m, done));
+    case Op::kQueryPkey: return run(query_pkey(hca_, alive_, m, done));
     case Op::kAllocPd: return run(op_alloc_pd(c, m, done));
     case Op::kDeallocPd: return run(op_destroy(c, m, Kind::kPd, done));
     case Op::kMapMem: return done(op_map_mem(c, m));
@@ -256,7 +292,7 @@ Result<Reply> Server::op_query_device(Client&, proto::Message& m) {
   d.max_mr = k.max_mkey;
   d.max_ah = k.max_ah;
   d.max_msg_size = k.max_msg_size;
-  d.cap_flags = k.cap_flags;
+  d.cap_flags = cap_flags(k.features);
   d.max_sge = k.max_sge;
   d.max_inline = k.max_inline;
   d.log_max_qp_wr = k.log_max_qp_wr;

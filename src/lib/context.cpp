@@ -128,6 +128,19 @@ bool ContextImpl::destroy(proto::Op op, uint32_t handle) {
   return r.ok();
 }
 
+namespace {
+// DeviceAttr's libibverbs capabilities (include/openib/verbs.hpp) from
+// DeviceRep's (docs/client-protocol.md "DeviceRep").
+uint32_t ibv_cap_flags(const proto::DeviceRep& d) {
+  uint32_t f = 0;
+  if (d.cap_flags & proto::kDeviceCapPortEvents) f |= device_cap::kPortActiveEvent;
+  if (d.sys_image_guid != 0) f |= device_cap::kSysImageGuid;
+  // An RC responder without a receive WQE answers RNR NAK (IBA 9.7.5.2.8).
+  if (d.cap_flags & proto::kDeviceCapRc) f |= device_cap::kRcRnrNakGen;
+  return f;
+}
+}  // namespace
+
 Result<DeviceAttr> ContextImpl::query_device() {
   OPENIB_TRY_ASSIGN(auto d, conn_->call<proto::DeviceRep>(Op::kQueryDevice, proto::Empty{}));
   dev_ = d;
@@ -154,6 +167,10 @@ Result<DeviceAttr> ContextImpl::query_device() {
   a.num_ports = d.num_ports;
   a.max_rd_atomic = d.max_rd_atomic;
   a.max_dest_rd_atomic = d.max_dest_rd_atomic;
+  a.hw_ver = d.hw_ver;
+  a.local_ca_ack_delay = d.local_ca_ack_delay;
+  a.device_cap_flags = ibv_cap_flags(d);
+  a.atomic_cap = (d.cap_flags & proto::kDeviceCapAtomics) ? kAtomicHca : kAtomicNone;
   return a;
 }
 
@@ -200,6 +217,16 @@ Result<Gid> ContextImpl::query_gid(uint8_t port, int index) {
     g.raw[size_t(8 + i)] = static_cast<uint8_t>(p.port_guid >> (56 - 8 * i));
   }
   return g;
+}
+
+Result<uint16_t> ContextImpl::query_pkey(uint8_t port, int index) {
+  // QUERY_PKEY (docs/client-protocol.md §3.1); the wire's index is 16 bits.
+  if (index < 0 || index > 0xffff) return err(EINVAL, "P_Key index {} of port {}", index, port);
+  proto::PkeyReq req;
+  req.port = port;
+  req.index = static_cast<uint16_t>(index);
+  OPENIB_TRY_ASSIGN(auto r, conn_->call<proto::PkeyRep>(Op::kQueryPkey, req));
+  return r.pkey;
 }
 
 Result<std::unique_ptr<Pd>> ContextImpl::alloc_pd() {

@@ -226,6 +226,7 @@ class ContextImpl final : public Context {
   Result<PortAttr> query_port(uint8_t port) override;
   Result<Gid> query_gid(uint8_t port, int index) override;
   Result<GidEntry> query_gid_entry(uint8_t port, int index) override;  // gid.cpp
+  Result<uint16_t> query_pkey(uint8_t port, int index) override;
   Result<std::unique_ptr<Pd>> alloc_pd() override;
   Result<std::unique_ptr<Mr>> alloc_mr(Pd& pd, size_t length, uint32_t access) override;
   Result<std::unique_ptr<Mr>> reg_mr(Pd& pd, void* addr, size_t length, uint32_t access) override;

@@ -1,9 +1,54 @@
 // Queries through libopenib: device, port, GID, QP attributes and created
 // capabilities (include/openib/verbs.hpp; docs/library.md "Tested by").
+#include <infiniband/umad.h>
+#include <unistd.h>
+
+#include <optional>
+
 #include "test_api.hpp"
 
 using namespace openib;
 using namespace openib::testing::api;
+
+namespace {
+
+// Entry 0 of port 1's P_Key table as its SMA answers, apart from the
+// device's QUERY_PORT: a directed-route SubnGet(P_KeyTable) of block 0, or
+// with `set` a SubnSet of entry 0 (IBA 14.2.1.2, 14.2.5.7), to the port
+// itself (hop count 0, DrSLID and DrDLID the permissive LID) through ibd's
+// user-MAD service and libibumad.so.3 (docs/umad.md; root's). nullopt if
+// no answer came.
+std::optional<uint16_t> sma_pkey0(const std::string& socket, std::optional<uint16_t> set = std::nullopt) {
+  const char* old = std::getenv("OPENIB_SOCKET");  // libibumad's way to ibd
+  const std::string saved = old ? old : "";
+  ::setenv("OPENIB_SOCKET", socket.c_str(), 1);
+  const int fd = umad_open_port(nullptr, 1);
+  const int agent = fd >= 0 ? umad_register(fd, 0x81, 1, 0, nullptr) : -1;  // responses only
+  std::vector<uint8_t> out(size_t(umad_size()) + 256), in(size_t(umad_size()) + 256);
+  auto* smp = static_cast<uint8_t*>(umad_get_mad(out.data()));
+  smp[0] = 1;                   // BaseVersion
+  smp[1] = 0x81;                // directed-route SMP
+  smp[2] = 1;                   // ClassVersion
+  smp[3] = set ? 0x02 : 0x01;   // SubnSet, SubnGet
+  smp[15] = 0x2a;               // TransactionID
+  smp[17] = 0x16;               // P_KeyTable; AttributeModifier 0: block 0
+  std::memset(smp + 32, 0xff, 4);  // DrSLID, DrDLID
+  if (set) smp[64] = uint8_t(*set >> 8), smp[65] = uint8_t(*set);  // SMP data: 32 big-endian P_Keys
+  umad_set_addr(out.data(), 0xffff, 0, 0, 0);
+  int len = 256;
+  const bool sent = agent >= 0 && umad_send(fd, agent, out.data(), 256, 1000, 2) == 0;
+  const int got = sent ? umad_recv(fd, in.data(), &len, kWaitMs) : -1;
+  if (fd >= 0) umad_close_port(fd);
+  if (old) ::setenv("OPENIB_SOCKET", saved.c_str(), 1);
+  else ::unsetenv("OPENIB_SOCKET");
+  const auto* rep = static_cast<const uint8_t*>(umad_get_mad(in.data()));
+  // SubnGetResp, Status 0 (bit 15 is the direction).
+  if (got < 0 || got != agent || umad_status(in.data()) != 0 || rep[3] != 0x81 || ((rep[4] & 0x7f) | rep[5]) != 0)
+    return std::nullopt;
+  return static_cast<uint16_t>(rep[64] << 8 | rep[65]);
+}
+
+}  // namespace
 
 TEST_CASE("query_device, query_port: the device's limits and each port's LID and state", "[api]") {
   auto a = open_ep(sock_a());
@@ -17,6 +62,13 @@ TEST_CASE("query_device, query_port: the device's limits and each port's LID and
   CHECK(d.max_sge >= 1);
   CHECK(d.node_guid != 0);
   CHECK(d.node_guid != must(b->ctx->query_device(), "query_device B").node_guid);
+  // ibv_device_attr's: simhca's capabilities (docs/simhca.md §6.1: every
+  // device_cap_flags bit set) as libibverbs values, and its ACK delay.
+  CHECK(d.atomic_cap == kAtomicHca);
+  CHECK(d.device_cap_flags ==
+        (device_cap::kPortActiveEvent | device_cap::kSysImageGuid | device_cap::kRcRnrNakGen));
+  CHECK(d.sys_image_guid == d.node_guid);
+  CHECK(d.local_ca_ack_delay == 15);
 
   // harness.cpp: the pair's LIDs are 1 and 2; the cable brings both ports up.
   PortAttr pa = must(a->ctx->query_port(1), "query_port A");
@@ -86,6 +138,52 @@ TEST_CASE("query_gid_entry: GID 0 with its type IB and the port's link layer; em
   CHECK(a->ctx->query_gid_entry(1, -1).error().code == EINVAL);
   // The connection still answers.
   CHECK(a->ctx->query_gid_entry(1, 0).ok());
+}
+
+TEST_CASE("query_pkey: entry 0 is the P_Key the port's SMA reports; past the table and on no port, EINVAL",
+          "[api]") {
+  auto a = open_ep(sock_a());
+  const PortAttr p = must(a->ctx->query_port(1), "query_port");
+  REQUIRE(p.pkey_table_len == 1);  // simhca: one P_Key per port (docs/simhca.md §14.4)
+  const uint16_t pkey = must(a->ctx->query_pkey(1, 0), "query_pkey");
+  CHECK((pkey & 0x7fff) != 0);  // a valid P_Key (IBA 10.9.1.2)
+  if (::geteuid() == 0) {
+    // The SMA's table is the one the port uses (docs/simhca.md §14.4):
+    // entry 0 the same, and what an SM writes there is what query_pkey
+    // answers next. Port A then holds another partition than its peer
+    // until the default is written back.
+    auto sma = sma_pkey0(sock_a());
+    REQUIRE(sma);
+    CHECK(pkey == *sma);
+    constexpr uint16_t kOther = 0x8123;
+    auto set = sma_pkey0(sock_a(), kOther);
+    auto changed = a->ctx->query_pkey(1, 0);
+    auto back = sma_pkey0(sock_a(), pkey);
+    REQUIRE(back);
+    CHECK(*back == pkey);
+    REQUIRE(set);
+    CHECK(*set == kOther);
+    REQUIRE(changed.ok());
+    CHECK(*changed == kOther);
+    CHECK(must(a->ctx->query_pkey(1, 0), "query_pkey after the SMA's") == pkey);
+  } else {
+    WARN("not root: the user-MAD service is root's; the SMA's P_KeyTable is not compared");
+  }
+  // Past the table, ports the device lacks, a negative index: EINVAL.
+  const auto d = must(a->ctx->query_device(), "query_device");
+  auto past = a->ctx->query_pkey(1, p.pkey_table_len);
+  REQUIRE_FALSE(past.ok());
+  CHECK(past.error().code == EINVAL);
+  for (uint8_t port : {uint8_t(0), uint8_t(3), uint8_t(d.num_ports + 1)}) {
+    auto bad = a->ctx->query_pkey(port, 0);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().code == EINVAL);
+  }
+  CHECK(a->ctx->query_pkey(1, -1).error().code == EINVAL);
+  // The connection still answers, and the other daemon's port says the same.
+  CHECK(must(a->ctx->query_pkey(1, 0), "query_pkey again") == pkey);
+  auto b = open_ep(sock_b());
+  CHECK(must(b->ctx->query_pkey(1, 0), "query_pkey B") == pkey);
 }
 
 TEST_CASE("Qp::query returns what modify set, state by state; a bad transition changes nothing",
