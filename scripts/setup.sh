@@ -12,6 +12,7 @@ PKGS=(
   tshark iputils-ping
   opensm ibsim-utils infiniband-diags libibumad-dev libibmad-dev
   libmnl-dev iperf3
+  libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest qperf ibverbs-providers libpci3
 )
 
 missing=()

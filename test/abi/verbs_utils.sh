@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Debian's unmodified ibverbs-utils and perftest over our libibverbs.so.1
+# (docs/library.md "Verbs ABI"), between two ibds on this host, each with
+# its embedded simhca, cabled back to back over UDP on 127.0.0.1 (test
+# verbs-utils, suites abi and debian-tools):
+#  - verbs_calls (verbs_calls.c) against ibd A;
+#  - ibv_devices lists ibd A's device with its node GUID; ibv_devinfo -v
+#    shows the fields ibdctl shows (firmware, GUIDs, limits, port state,
+#    LID, MTU, port GUID in GID 0);
+#  - ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong,
+#    each with the data checked (-c), busy-polling and with completion
+#    events (-e); one run with the client as user nobody (a local user
+#    through the 0666 socket);
+#  - perftest's ib_write_bw (also -a: every size), ib_write_lat, ib_read_bw,
+#    ib_read_lat, ib_send_bw, ib_send_lat, ib_atomic_bw, ib_atomic_lat with
+#    a small -n: both ends exit 0 and print their results line.
+# Servers run on ibd A, clients on ibd B; both sides must exit 0.
+#   verbs_utils.sh IBD IBDCTL ABI_DIR VERBS_CALLS
+set -euo pipefail
+IBD=$1 IBDCTL=$2 ABI=$3 CALLS=$4
+work=$(mktemp -d "${TMPDIR:-/tmp}/verbs-utils-XXXXXX")
+chmod 755 "$work"
+# shellcheck source=../../scripts/ibd_pair.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/ibd_pair.sh"
+# shellcheck source=../../scripts/unprivileged.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/unprivileged.sh"
+cleanup() {
+  stop_daemons
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+pa=$(free_port)
+pb=$pa
+while ((pb == pa)); do pb=$(free_port); done
+PID_A='' PID_B=''
+start_ibd a 1 "$pa" "$pb" PID_A --socket-mode 0666
+start_ibd b 2 "$pb" "$pa" PID_B --socket-mode 0666
+SA=$work/a.sock SB=$work/b.sock
+# Our libraries where user nobody can read them too.
+mkdir -m 755 "$work/lib"
+cp -L "$ABI"/libibverbs.so.1 "$ABI"/libmlx5.so.1 "$ABI"/libefa.so.1 "$work/lib/"
+chmod 644 "$work"/lib/*
+export LD_LIBRARY_PATH=$work/lib
+
+# ---- verbs_calls.c: layouts, inline paths, hostile calls -------------------------
+OPENIB_SOCKET=$SA timeout 60 "$CALLS" || fail "verbs_calls"
+
+# ---- ibv_devices, ibv_devinfo -v against ibdctl -----------------------------------
+out=$(OPENIB_SOCKET=$SA timeout 30 ibv_devices) || fail "ibv_devices: $out"
+dev=$("$IBDCTL" --socket "$SA" ports >/dev/null; "$IBDCTL" --socket "$SA" devices | awk '$1 == "name" {print $2}')
+guid=$("$IBDCTL" --socket "$SA" devices | awk '$1 == "node_guid" {sub(/^0x/, "", $2); print $2}')
+grep -Eq "^[[:space:]]+$dev[[:space:]]+$guid\$" <<<"$out" || fail "ibv_devices does not list $dev $guid: $out"
+echo "ok: ibv_devices lists $dev, node GUID $guid"
+info=$(OPENIB_SOCKET=$SA timeout 30 ibv_devinfo -v) || fail "ibv_devinfo -v: $info"
+# ibv_devinfo's value of FIELD (the first, or the port's)
+dv() { awk -v k="$1:" '$1 == k {print $2; exit}' <<<"$info"; }
+ctl() { "$IBDCTL" --socket "$SA" devices | awk -v k="$1" '$1 == k {print $2}'; }
+port() { "$IBDCTL" --socket "$SA" ports | awk -v c="$1" 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == c) n = i} NR == 2 {print $n}'; }
+hex_guid() { sed 's/^0x//; s/\(....\)\(....\)\(....\)\(....\)/\1:\2:\3:\4/' <<<"$1"; }
+check() {  # NAME EXPECTED ACTUAL
+  [[ $2 == "$3" ]] || fail "ibv_devinfo -v: $1 is '$3', ibdctl says '$2'"
+}
+check hca_id "$dev" "$(dv hca_id)"
+check fw_ver "$(ctl fw_rev)" "$(dv fw_ver)"
+check node_guid "$(hex_guid "$(ctl node_guid)")" "$(dv node_guid)"
+check phys_port_cnt "$(ctl num_ports)" "$(dv phys_port_cnt)"
+for f in max_qp max_cq max_mr max_pd max_srq max_ah; do check "$f" "$(ctl "$f")" "$(dv "$f")"; done
+check max_qp_wr "$((1 << $(ctl log_max_qp_wr)))" "$(dv max_qp_wr)"
+check max_cqe "$((1 << $(ctl log_max_cqe)))" "$(dv max_cqe)"
+check state "$(port STATE_NAME)" "$(dv state | sed 's/^PORT_//')"
+check port_lid "$(port LID)" "$(dv port_lid)"
+check sm_lid "$(port SM_LID)" "$(dv sm_lid)"
+check active_mtu "($(port ACTIVE_MTU))" "$(awk '$1 == "active_mtu:" {print $3; exit}' <<<"$info")"
+pguid=$(port PORT_GUID)
+grep -q "GID\[  0\]:.*fe80:0000:0000:0000:$(hex_guid "$pguid")" <<<"$info" ||
+  grep -q "GID\[  0\]:.*fe80::$(hex_guid "$pguid" | sed 's/^0*//; s/:0*\([0-9a-f]\)/:\1/g')" <<<"$info" ||
+  fail "ibv_devinfo -v: GID 0 is not fe80::$pguid: $(grep 'GID\[' <<<"$info")"
+echo "ok: ibv_devinfo -v shows ibdctl's firmware, GUIDs, limits, port state, LIDs, MTU and GID 0"
+
+# ---- the ping-pongs and perftest ---------------------------------------------------
+# run_pair SECONDS [--nobody] PROG ARGS...: the server (PROG ARGS -p PORT) on
+# ibd A, once it listens the client (... 127.0.0.1) on ibd B, as user
+# nobody if asked; both must exit 0. Logs in $work/srv.log, $work/cli.log.
+run_pair() {
+  local secs=$1 as=() port s c=0 sr=0 i
+  shift
+  [[ $1 == --nobody ]] && { as=("${AS_NOBODY[@]}" env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"); shift; }
+  port=$(free_port)
+  OPENIB_SOCKET=$SA timeout "$secs" "$@" -p "$port" >"$work/srv.log" 2>&1 &
+  s=$!
+  for ((i = 0; i < 50; i++)); do
+    ss -ltn "sport = :$port" | grep -q LISTEN && break
+    sleep 0.1
+  done
+  OPENIB_SOCKET=$SB timeout "$secs" "${as[@]}" "$@" -p "$port" 127.0.0.1 >"$work/cli.log" 2>&1 || c=$?
+  wait "$s" || sr=$?
+  ((c == 0 && sr == 0)) || fail "$* (client $c, server $sr): $(cat "$work/srv.log" "$work/cli.log")"
+}
+# pp [--nobody] PROG ARGS...: a ping-pong; both print their "iters in" line.
+pp() {
+  run_pair 60 "$@"
+  grep -q "iters in" "$work/cli.log" && grep -q "iters in" "$work/srv.log" ||
+    fail "$*: no result line: $(cat "$work/srv.log" "$work/cli.log")"
+  echo "ok: $*: $(grep 'iters in' "$work/cli.log")"
+}
+for prog in ibv_rc_pingpong ibv_uc_pingpong ibv_srq_pingpong; do
+  pp "$prog" -c -n 100 -s 4096
+  pp "$prog" -c -n 100 -s 4096 -e
+done
+pp ibv_ud_pingpong -c -n 100 -s 1024
+pp ibv_ud_pingpong -c -n 100 -s 1024 -e
+pp --nobody ibv_rc_pingpong -c -n 100 -s 8192
+
+# pt PROG ARGS...: perftest; the client prints a results row (a line that
+# starts with the message size and the iterations).
+pt() {
+  run_pair 120 "$@"
+  local rows
+  rows=$(grep -cE '^ *[0-9]+ +[0-9]+ ' "$work/cli.log" || true)
+  ((rows >= 1)) || fail "$*: no results row: $(cat "$work/cli.log")"
+  echo "ok: $* ($rows rows): $(grep -E '^ *[0-9]+ +[0-9]+ ' "$work/cli.log" | tail -1 | tr -s ' \t' ' ')"
+}
+for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw; do pt "$t" -d "$dev" -n 200; done
+for t in ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do pt "$t" -d "$dev" -n 200; done
+pt ib_write_bw -d "$dev" -a -n 50
+rows=$(grep -cE '^ *[0-9]+ +[0-9]+ ' "$work/cli.log")
+((rows == 23)) || fail "ib_write_bw -a: $rows sizes, not 2 B to 8 MiB (23): $(cat "$work/cli.log")"
+echo "PASS: ibverbs-utils and perftest over our libibverbs.so.1 between two ibds"
