@@ -43,7 +43,7 @@ start_ibd b 2 "$pb" "$pa" PID_B --socket-mode 0666
 SA=$work/a.sock SB=$work/b.sock
 # Our libraries where user nobody can read them too.
 mkdir -m 755 "$work/lib"
-cp -L "$ABI"/libibverbs.so.1 "$ABI"/libmlx5.so.1 "$ABI"/libefa.so.1 "$work/lib/"
+cp -L "$ABI"/libibverbs.so.1 "$ABI"/libmlx5.so.1 "$ABI"/libefa.so.1 "$ABI"/../lib/libopenib.so.0 "$work/lib/"
 chmod 644 "$work"/lib/*
 export LD_LIBRARY_PATH=$work/lib
 
