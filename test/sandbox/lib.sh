@@ -3,6 +3,8 @@
 # own, taken down when the test exits however it exits; sb, fail, ok,
 # listens. Needs $build and $here.
 sandbox=$here/../../scripts/sandbox.sh
+# `sb run ... &` backgrounds this function in a subshell of its own: $! is
+# that subshell, and a signal to it does not reach the command (use bg).
 sb() { bash "$sandbox" "$@"; }
 
 # sandbox_test PREFIX NET NAME: the sandbox's names, network and state

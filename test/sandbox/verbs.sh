@@ -8,6 +8,9 @@
 #  - ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong
 #    Hca4 -> Hca1, data checked (-c), with completion events (-e) too;
 #  - ib_write_bw, ib_read_lat, ib_send_lat, ib_atomic_bw Hca4 -> Hca1;
+#  - ib_write_bw whose server is killed mid-run: Hca1's ibd destroys its
+#    QP, the client fails after its retries instead of hanging, and Hca1's
+#    ibd serves the next pair.
 # Root, network namespaces.
 #   verbs.sh BUILD_DIR
 set -euo pipefail
@@ -65,5 +68,35 @@ for t in ib_write_bw ib_read_lat ib_send_lat ib_atomic_bw; do
     fail "$t: no results row: $(cat "$OPENIB_SANDBOX/cli.log")"
   ok "$t Hca4 -> Hca1:$row"
 done
+
+# --- a server killed mid-run ----------------------------------------------------
+# ib_write_bw's client keeps WRITEs in flight: once the server's process
+# (and with it its QP, which ibd destroys) is gone, they are not acked and
+# the client's requester gives up after its retries (IBA 9.7.6.1.3:
+# completion with "transport retry counter exceeded"). (A ping-pong
+# waiting for a receive would wait forever, as on any RC hardware.)
+# Through bg (sandbox.sh run execs): $! is ib_write_bw itself. Not `sb run
+# ... &`: that backgrounds the function sb in a subshell of its own, and
+# SIGKILL to that subshell leaves ib_write_bw running.
+bg killed Hca1 ib_write_bw -d simhca0 -D 60 -p 18601
+victim=$bg
+listens Hca1 18601 "$victim" || fail "ib_write_bw server does not listen: $(cat "$(log_of killed)")"
+bg orphan Hca4 timeout 90 ib_write_bw -d simhca0 -D 60 -p 18601 "$srv_ip"
+orphan=$bg
+sleep 3  # mid-run: connected and streaming
+kill -9 "$victim"
+wait "$victim" 2>/dev/null || true
+killed_at=$SECONDS
+# The server is gone: ibd saw its connection close (docs/client-protocol.md
+# §6) and destroyed its QP, so nothing answers the client's WRITEs.
+hca1_qps() { "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/Hca1/ibd.sock" objects | awk '$3 == "QP"'; }
+no_qp_on_hca1() { [[ -z $(hca1_qps) ]]; }
+until_ok 50 no_qp_on_hca1 || fail "the killed server's QP is still on Hca1: $(hca1_qps)"
+rc=0
+wait "$orphan" || rc=$?
+((rc != 0 && rc != 124)) ||
+  fail "the client of a killed server: exit $rc after $((SECONDS - killed_at)) s (124: it hung): $(cat "$(log_of orphan)"; "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/Hca1/ibd.sock" clients)"
+pair 60 ibv_rc_pingpong -c -n 50 -s 4096
+ok "server killed mid-run: the client failed after $((SECONDS - killed_at)) s (exit $rc); Hca1 served the next pair"
 
 echo "PASS: ibverbs-utils and perftest across the switches over our libibverbs.so.1"
