@@ -110,14 +110,20 @@ until_ok 50 sb run Hca3 ss -Hltn "sport = :5201" || fail "iperf3 server does not
 # 20 MB, not a duration: every cable is captured (the tshark section), and
 # a second at full speed is ~100 MB of capture per cable to dissect.
 out=$(sb run Hca1 timeout 60 iperf3 -c "${ip4[Hca3]}" -n 20M -J) || fail "iperf3 TCP: $out"
-tcp=$(python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' <<<"$out")
+# (a JSON without the sum: iperf3 said why in "error"; both logs go in the failure)
+tcp=$(python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' <<<"$out") ||
+  fail "iperf3 TCP: no result: $out
+server: $(cat "$OPENIB_SANDBOX/iperf-s.log")"
 ((tcp > 0)) || fail "iperf3 TCP moved nothing"
 wait "$iperf_pid" || true
 sb run Hca3 iperf3 -s -1 -B "${ip4[Hca3]}" >"$OPENIB_SANDBOX/iperf-s.log" 2>&1 &
 iperf_pid=$!
 until_ok 50 sb run Hca3 ss -Hlun "sport = :5201" || until_ok 50 sb run Hca3 ss -Hltn "sport = :5201" || fail "iperf3 server does not listen again"
 out=$(sb run Hca1 timeout 30 iperf3 -c "${ip4[Hca3]}" -u -b 50M -l 1400 -t 1 -J) || fail "iperf3 UDP: $out"
-read -r udp lost <<<"$(python3 -c 'import json,sys; s=json.load(sys.stdin)["end"]["sum"]; print(round(s["bits_per_second"]/1e6), s["lost_percent"])' <<<"$out")"
+res=$(python3 -c 'import json,sys; s=json.load(sys.stdin)["end"]["sum"]; print(round(s["bits_per_second"]/1e6), s["lost_percent"])' <<<"$out") ||
+  fail "iperf3 UDP: no result: $out
+server: $(cat "$OPENIB_SANDBOX/iperf-s.log")"
+read -r udp lost <<<"$res"
 wait "$iperf_pid" || true
 iperf_pid=''
 ok "iperf3 Hca1 -> Hca3: TCP $tcp Mbit/s; UDP $udp Mbit/s offered 50, $lost % lost"
