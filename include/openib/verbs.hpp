@@ -73,6 +73,9 @@ struct DeviceAttr {
   uint8_t local_ca_ack_delay = 0;  // 4.096 us * 2^n (IBA 9.7.6.1.3)
   uint32_t device_cap_flags = 0;   // device_cap:: bits
   uint8_t atomic_cap = kAtomicNone;
+  // ibv_device_attr.max_mr_size: the bytes one MR may cover, from a
+  // page-aligned start (0: an ibd before protocol 5 does not say).
+  uint64_t max_mr_size = 0;
 };
 
 // What a port speaks (enum ibv_port_attr.link_layer's values): InfiniBand

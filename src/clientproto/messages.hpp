@@ -31,11 +31,12 @@ inline constexpr uint16_t kVersion = 1;
 // The protocol versions HELLO negotiates (§2): 2 adds the device status
 // page to HelloRep (§6.2); 3 the P_Key and DGID of each AsyncEvent
 // (AsyncEventsRep3) and the PATH_CHANGED event; 4 the data-path provider's
-// name to HelloRep (§4.1).
-inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 4;
+// name to HelloRep (§4.1); 5 the largest MR to DeviceRep (DeviceRep5).
+inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 5;
 inline constexpr uint32_t kProtocolStatusPage = 2;
 inline constexpr uint32_t kProtocolPathEvents = 3;
 inline constexpr uint32_t kProtocolProvider = 4;
+inline constexpr uint32_t kProtocolMrSize = 5;
 inline constexpr size_t kHeaderSize = 16;
 inline constexpr size_t kMaxMessage = 65536;  // header included
 inline constexpr size_t kMaxFds = 2;          // per message
@@ -220,6 +221,12 @@ struct DeviceRep {
     v(log_max_srq_wr); v(num_ports); v(max_rd_atomic); v(max_dest_rd_atomic);
     v(local_ca_ack_delay); v(name);
   }
+};
+// The same to a client of protocol 5: with the bytes one MR may cover
+// (REG_MR's limit, docs/client-protocol.md "DeviceRep").
+struct DeviceRep5 : DeviceRep {
+  uint64_t max_mr_size = 0;
+  template <class V> void visit(V& v) { DeviceRep::visit(v); v(max_mr_size); }
 };
 
 struct PortReq {

@@ -153,6 +153,7 @@ class CommandInterface {
   void test_withhold_doorbell(uint32_t n) { withhold_ = n; }
 
   const CommandStats& stats() const { return stats_; }
+  size_t mailbox_size() const { return opts_.mailbox_size; }  // input beyond 32 inline bytes
   uint32_t num_slots() const { return 1u << opts_.log_size; }
   uint32_t in_flight() const;
   size_t queued() const { return queue_.size() + health_queue_.size(); }

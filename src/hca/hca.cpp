@@ -429,9 +429,41 @@ void Hca::query_qp_async(uint32_t qpn, Done<QpInfo> done) {
   });
 }
 
+// §6.7: the page list inline while it fits the input mailbox, else in a
+// translation table the device reads by DMA during the command (as mlx5
+// gives its MTT by address); the table lives until the command completes.
+Result<Hca::MkeyCommand> Hca::mkey_command(const MkeyParams& p) {
+  const uint64_t max_in = kInlineSize + std::min<uint64_t>(caps_.max_mailbox, cmd_ ? cmd_->mailbox_size() : 0);
+  MkeyCommand c;
+  if (32 + 8 * uint64_t{p.pages.size()} <= max_in) {
+    c.in = encode_create_mkey(p);
+    return c;
+  }
+  OPENIB_TRY_ASSIGN(c.table, pool_->alloc(8 * p.pages.size(), 8));
+  encode_page_list(p.pages, c.table.bytes());
+  c.in = encode_create_mkey(p, c.table.iova());
+  return c;
+}
+
 void Hca::create_mkey_async(const MkeyParams& p, Done<Mkey> done) {
-  then_async<Mkey>(kOpCreateMkey, encode_create_mkey(p), 8, std::move(done),
-                   [](const Bytes& o) { return Result<Mkey>(Mkey{get32(o, 0), get32(o, 4)}); });
+  auto c = mkey_command(p);
+  if (!c) {
+    boost::asio::post(io_, [d = std::move(done), e = c.take_error()]() mutable { d(std::move(e)); });
+    return;
+  }
+  auto table = std::make_shared<dma::DmaBuffer>(std::move(c->table));
+  command_async(kOpCreateMkey, c->in, 8, [this, d = std::move(done), table](Result<Bytes> r) mutable {
+    keep_if_fenced(r, std::move(*table));
+    if (!r) return d(r.take_error());
+    d(Mkey{get32(*r, 0), get32(*r, 4)});
+  });
+}
+
+// A command that timed out may still be executed later (its slot is
+// fenced, command_interface.hpp): its translation table must not be reused
+// under the device, so it is kept until the driver closes.
+void Hca::keep_if_fenced(const Result<Bytes>& r, dma::DmaBuffer table) {
+  if (!r && r.error().code == ETIMEDOUT && table.valid()) fenced_tables_.push_back(std::move(table));
 }
 
 void Hca::create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done) {
@@ -800,8 +832,11 @@ std::vector<WorkCompletion> Hca::poll_cq(Cq& cq, size_t max) {
 }
 
 Result<Mkey> Hca::create_mkey(const MkeyParams& p) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kOpCreateMkey, encode_create_mkey(p), 8));
-  return Mkey{get32(out, 0), get32(out, 4)};
+  OPENIB_TRY_ASSIGN(MkeyCommand c, mkey_command(p));
+  auto out = command(kOpCreateMkey, c.in, 8);
+  keep_if_fenced(out, std::move(c.table));
+  if (!out) return out.take_error();
+  return Mkey{get32(*out, 0), get32(*out, 4)};
 }
 
 Result<void> Hca::destroy_mkey(uint32_t lkey) {

@@ -249,6 +249,14 @@ class Hca final : public Device {
   Result<std::pair<uint32_t, AddressVector>> query_ah(uint32_t ahn);
 
  private:
+  // §6.7: inline, or by address through a translation table (then given
+  // here until the command completes).
+  struct MkeyCommand {
+    Bytes in;
+    dma::DmaBuffer table;
+  };
+  Result<MkeyCommand> mkey_command(const MkeyParams& p);
+  void keep_if_fenced(const Result<Bytes>& r, dma::DmaBuffer table);
   Hca(vfio::Device& dev, boost::asio::io_context& io, HcaOptions opts)
       : dev_(dev), io_(io), opts_(opts) {}
   Result<void> bring_up();
@@ -275,6 +283,7 @@ class Hca final : public Device {
   HcaOptions opts_;
   std::unique_ptr<dma::DmaPool> pool_;
   std::unique_ptr<CommandInterface> cmd_;
+  std::vector<dma::DmaBuffer> fenced_tables_;  // §6.7 tables of timed-out CREATE_MKEYs
   std::unique_ptr<vfio::InterruptSet> irqs_;
   std::unique_ptr<EventQueue> eq0_;
   bool initialized_ = false;  // INIT_HCA done, TEARDOWN_HCA not yet

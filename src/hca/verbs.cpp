@@ -321,16 +321,25 @@ SrqContext decode_srq_context(std::span<const std::byte> o) {
 }
 
 // §6.7
-Bytes encode_create_mkey(const MkeyParams& p) {
-  Bytes b(32 + 8 * p.pages.size());
+Bytes encode_create_mkey(const MkeyParams& p, std::optional<uint64_t> page_list_iova) {
+  Bytes b(page_list_iova ? 40 : 32 + 8 * p.pages.size());
   put32(b, 0x00, p.pdn);
   put32(b, 0x04, p.access);
   put64(b, 0x08, p.start_va);
   put64(b, 0x10, p.length);
   put8(b, 0x18, p.log_page_size);
   put32(b, 0x1c, p.pages.size());
-  for (size_t i = 0; i < p.pages.size(); ++i) put64(b, 32 + 8 * i, p.pages[i]);
+  if (page_list_iova) {
+    put8(b, 0x19, kMkeyPageListByAddress);
+    put64(b, 0x20, *page_list_iova);
+  } else {
+    encode_page_list(p.pages, std::span(b).subspan(32));
+  }
   return b;
+}
+
+void encode_page_list(const std::vector<uint64_t>& pages, std::span<std::byte> out) {
+  for (size_t i = 0; i < pages.size(); ++i) put64(out, 8 * i, pages[i]);
 }
 
 // §7.5

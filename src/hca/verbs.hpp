@@ -145,13 +145,22 @@ struct SrqContext {
 };
 SrqContext decode_srq_context(std::span<const std::byte> out);
 
+// §6.7 CREATE_MKEY `flags` bit 0: the page list is in a translation table
+// the device reads by DMA, not inline.
+inline constexpr uint8_t kMkeyPageListByAddress = 1;
 struct MkeyParams {
   uint32_t pdn = 0, access = 0;
   uint64_t start_va = 0, length = 0;
   uint8_t log_page_size = 12;
   std::vector<uint64_t> pages;  // page IOVAs
 };
-Bytes encode_create_mkey(const MkeyParams& p);
+// §6.7 CREATE_MKEY with the page list inline (32 + 8n bytes), or, given
+// the IOVA of a translation table holding it (encode_page_list), by
+// address (40 bytes).
+Bytes encode_create_mkey(const MkeyParams& p, std::optional<uint64_t> page_list_iova = std::nullopt);
+// §6.7 translation table: the page IOVAs, 8 big-endian bytes each, into
+// `out` (at least 8 × pages.size() bytes).
+void encode_page_list(const std::vector<uint64_t>& pages, std::span<std::byte> out);
 struct MkeyContext {
   uint32_t pdn = 0, access = 0;
   uint64_t start_va = 0, length = 0;

@@ -275,11 +275,11 @@ Result<void> Server::op_hello(Client& c, proto::Message& m, Respond& done) {
   return ok();
 }
 
-Result<Reply> Server::op_query_device(Client&, proto::Message& m) {
+Result<Reply> Server::op_query_device(Client& c, proto::Message& m) {
   OPENIB_TRY(proto::decode<proto::Empty>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
   const hca::DeviceCaps& k = hca_.caps();
-  proto::DeviceRep d;
+  proto::DeviceRep5 d;
   d.node_guid = k.node_guid;
   d.sys_image_guid = k.sys_image_guid;
   d.fw_rev = hca_.info().fw_rev;
@@ -304,6 +304,9 @@ Result<Reply> Server::op_query_device(Client&, proto::Message& m) {
   d.local_ca_ack_delay = k.local_ca_ack_delay;
   const std::string_view name = std::string_view(opts_.name).substr(0, d.name.size() - 1);
   std::copy(name.begin(), name.end(), d.name.begin());
+  // REG_MR's limit: max_mkey_pages pages of 4 KiB (op_reg_mr).
+  d.max_mr_size = uint64_t{k.max_mkey_pages} * kPage;
+  if (c.version < proto::kProtocolMrSize) return Reply{body(static_cast<const proto::DeviceRep&>(d)), {}};
   return Reply{body(d), {}};
 }
 

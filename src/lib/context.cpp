@@ -105,7 +105,7 @@ Result<std::unique_ptr<Context>> ContextImpl::open(const ContextOptions& opts) {
   c->version_ = rep.version;
   c->uar_index_ = rep.uar;
 
-  OPENIB_TRY_ASSIGN(c->dev_, c->conn_->call<proto::DeviceRep>(Op::kQueryDevice, proto::Empty{}));
+  OPENIB_TRY_ASSIGN(c->dev_, c->device_rep());
   return std::unique_ptr<Context>(std::move(c));
 }
 
@@ -141,8 +141,18 @@ uint32_t ibv_cap_flags(const proto::DeviceRep& d) {
 }
 }  // namespace
 
-Result<DeviceAttr> ContextImpl::query_device() {
+// QUERY_DEVICE's reply as the negotiated version has it: max_mr_size from
+// protocol 5 on, 0 (not reported) before (docs/client-protocol.md "DeviceRep").
+Result<proto::DeviceRep5> ContextImpl::device_rep() {
+  if (version_ >= proto::kProtocolMrSize) return conn_->call<proto::DeviceRep5>(Op::kQueryDevice, proto::Empty{});
   OPENIB_TRY_ASSIGN(auto d, conn_->call<proto::DeviceRep>(Op::kQueryDevice, proto::Empty{}));
+  proto::DeviceRep5 d5;
+  static_cast<proto::DeviceRep&>(d5) = d;
+  return d5;
+}
+
+Result<DeviceAttr> ContextImpl::query_device() {
+  OPENIB_TRY_ASSIGN(auto d, device_rep());
   dev_ = d;
   DeviceAttr a;
   a.name.assign(reinterpret_cast<const char*>(d.name.data()),
@@ -171,6 +181,7 @@ Result<DeviceAttr> ContextImpl::query_device() {
   a.local_ca_ack_delay = d.local_ca_ack_delay;
   a.device_cap_flags = ibv_cap_flags(d);
   a.atomic_cap = (d.cap_flags & proto::kDeviceCapAtomics) ? kAtomicHca : kAtomicNone;
+  a.max_mr_size = d.max_mr_size;
   return a;
 }
 

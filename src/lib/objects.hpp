@@ -223,6 +223,7 @@ class ContextImpl final : public Context {
  public:
   ~ContextImpl() override;
   Result<DeviceAttr> query_device() override;
+  Result<proto::DeviceRep5> device_rep();
   Result<PortAttr> query_port(uint8_t port) override;
   Result<Gid> query_gid(uint8_t port, int index) override;
   Result<GidEntry> query_gid_entry(uint8_t port, int index) override;  // gid.cpp
@@ -288,7 +289,7 @@ class ContextImpl final : public Context {
   uint32_t client_id_ = 0, uar_index_ = 0;
   uint32_t version_ = 0;  // the protocol version HELLO negotiated
   uint32_t poll_yield_ = ContextOptions::kDefaultPollYield;
-  proto::DeviceRep dev_;
+  proto::DeviceRep5 dev_;
   QpTable qps_;
   std::mutex mu_;  // the maps below and remaps_
   std::unordered_map<uint32_t, CqImpl*> cqs_;

@@ -29,6 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   round_trip<HelloReq>(in);
   round_trip<HelloRep>(in);
   round_trip<DeviceRep>(in);
+  round_trip<DeviceRep5>(in);
   round_trip<PortReq>(in);
   round_trip<PortRep>(in);
   round_trip<GidReq>(in);

@@ -39,6 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)decode_create_cq(in);
   (void)decode_create_srq(in);
   (void)decode_create_mkey(in, 1024);
+  (void)decode_page_list(in, static_cast<uint32_t>(in.size() / 8));
   (void)decode_create_ah(in);
   (void)decode_set_port(in);
   (void)decode_query_gid(in);
@@ -56,6 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   opts.caps.max_eq = 4;
   opts.caps.max_pd = 8;
   opts.caps.max_mkey = 8;
+  opts.caps.max_mkey_pages = 64;           // §6.7: page lists inline or read from the fake host
+  opts.caps.max_translation_entries = 96;  // reachable: the device's translation memory full
   opts.caps.max_ah = 8;
   opts.caps.max_srq = 4;
   opts.caps.log_max_eqe = 6;

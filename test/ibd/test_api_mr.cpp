@@ -117,3 +117,38 @@ TEST_CASE("reg_mr refuses what it cannot register: a shared file mapping, a rang
   if (mid.ok()) mid.value().reset();  // deregistered before the memory goes
   ::munmap(p, 3 * 4096);
 }
+
+TEST_CASE("alloc_mr of 1 GiB, the device's max_mr_size: RDMA WRITE and READ at its start, middle and "
+          "end; one page more is refused",
+          "[api]") {
+  constexpr size_t kGiB = size_t{1} << 30;
+  EpOptions big;
+  big.mr_len = kGiB;  // 262144 pages: a page list by address (docs/simhca.md §6.7)
+  Link l = link({}, big);
+  CHECK(must(l.b->ctx->query_device(), "query_device").max_mr_size == kGiB);
+
+  constexpr uint32_t kLen = 4000;
+  // The first page, across the middle (a page boundary), the last bytes.
+  const size_t offsets[] = {0, kGiB / 2 - kLen / 2, kGiB - kLen};
+  uint8_t seed = 70;
+  for (size_t off : offsets) {
+    INFO("offset " << off);
+    fill(l.a->buf(), kLen, seed);
+    REQUIRE(post_send(*l.a->qp, l.a->sge(0, kLen), 1,
+                      {.op = WrOpcode::kWrite, .remote_addr = l.b->va(off), .rkey = l.b->mr->rkey()}) == 0);
+    CHECK(wait_wc(*l.a->cq).status == kWcSuccess);
+    CHECK(first_diff(l.b->buf() + off, kLen, seed) == kLen);
+    if (off > 0) CHECK(l.b->buf()[off - 1] == 0);  // nothing before it
+    if (off + kLen < kGiB) CHECK(l.b->buf()[off + kLen] == 0);  // nor after it
+    // And read back through the same key.
+    REQUIRE(post_send(*l.a->qp, l.a->sge(8192, kLen), 2,
+                      {.op = WrOpcode::kRead, .remote_addr = l.b->va(off), .rkey = l.b->mr->rkey()}) == 0);
+    CHECK(wait_wc(*l.a->cq).status == kWcSuccess);
+    CHECK(first_diff(l.a->buf() + 8192, kLen, seed) == kLen);
+    ++seed;
+  }
+
+  auto over = l.b->ctx->alloc_mr(*l.b->pd, kGiB + 4096, kAccessLocalWrite);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().code == EINVAL);
+}

@@ -303,13 +303,25 @@ Result<CreateMkey> decode_create_mkey(ByteView in, uint32_t max_pages) {
   c.start_va = get64(in, 0x08);
   c.length = get64(in, 0x10);
   c.log_page_size = get8(in, 0x18);
+  c.flags = get8(in, 0x19);
   c.num_pages = get32(in, 0x1c);
   if (c.num_pages > max_pages)
     return err(kBadParam, "CREATE_MKEY: {} pages, at most {}", c.num_pages, max_pages);
+  if (c.flags & kMkeyPageListByAddress) {
+    OPENIB_TRY(need(in, 40, "CREATE_MKEY page list address"));
+    c.page_list_iova = get64(in, 0x20);
+    return c;
+  }
   OPENIB_TRY(need(in, 32 + 8ull * c.num_pages, "CREATE_MKEY page list"));
-  c.pages.reserve(c.num_pages);
-  for (uint32_t i = 0; i < c.num_pages; ++i) c.pages.push_back(get64(in, 32 + 8ull * i));
+  c.pages = decode_page_list(in.subspan(32), c.num_pages);
   return c;
+}
+
+std::vector<uint64_t> decode_page_list(ByteView table, uint32_t n) {
+  std::vector<uint64_t> pages;
+  pages.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) pages.push_back(get64(table, 8ull * i));
+  return pages;
 }
 
 // §6.8

@@ -111,15 +111,21 @@ struct CreateSrq {
 Result<CreateSrq> decode_create_srq(ByteView in);
 
 // §6.7
+inline constexpr uint8_t kMkeyPageListByAddress = 1;  // `flags` bit 0
 struct CreateMkey {
   uint32_t pdn = 0, access = 0;
   uint64_t start_va = 0, length = 0;
   uint8_t log_page_size = 0;
+  uint8_t flags = 0;
   uint32_t num_pages = 0;
-  std::vector<uint64_t> pages;
+  uint64_t page_list_iova = 0;  // flags & kMkeyPageListByAddress: the translation table
+  std::vector<uint64_t> pages;  // inline: read here; by address: read by the command (§6.7)
 };
-// Reads the page list only up to max_pages (more is kBadParam).
+// Reads an inline page list only up to max_pages (more is kBadParam); a
+// page list by address is left to the caller (decode_page_list).
 Result<CreateMkey> decode_create_mkey(ByteView in, uint32_t max_pages);
+// §6.7 translation table: `n` big-endian 8-byte page IOVAs.
+std::vector<uint64_t> decode_page_list(ByteView table, uint32_t n);
 
 // §6.8
 struct CreateAh {

@@ -432,6 +432,11 @@ Outcome Hca::cmd_create_mkey(ByteView in, Bytes& out) {
   const uint64_t span = (c.start_va & (page - 1)) + c.length;
   const uint64_t pages = span / page + (span % page ? 1 : 0);
   if (pages != c.num_pages) return {kBadParam, 6};
+  // §6.7: the translation memory is shared by every MKEY.
+  if (c.num_pages > opts_.caps.max_translation_entries - tables_.mkey_pages) return {kNoResources, 1};
+  if (c.flags & kMkeyPageListByAddress) {
+    if (Outcome o = read_page_list(c); o.status != kOk) return o;
+  }
   for (uint64_t p : c.pages)
     if (p & (page - 1)) return {kBadParam, 7};
   Mkey m;
@@ -443,10 +448,22 @@ Outcome Hca::cmd_create_mkey(ByteView in, Bytes& out) {
   tag = static_cast<uint8_t>(tag == 255 ? 1 : tag + 1);
   Mkey* mk = tables_.mkeys.get(*idx);
   mk->key = (*idx << 8) | tag;
+  tables_.mkey_pages += mk->cfg.num_pages;
   ++pd->users;
   out.assign(8, std::byte{0});
   put32(out, 0, mk->key);
   put32(out, 4, mk->key);
+  return {};
+}
+
+// §6.7 page list by address: the device copies the driver's translation
+// table into its own memory with one checked DMA read (§11.2), so the
+// driver may free it once the command completes.
+Outcome Hca::read_page_list(CreateMkey& c) {
+  if (c.page_list_iova == 0 || (c.page_list_iova & 7)) return {kBadAddress, 8};
+  Bytes table(8ull * c.num_pages);
+  if (!host_.dma_read(c.page_list_iova, table)) return {kBadAddress, 9};
+  c.pages = decode_page_list(table, c.num_pages);
   return {};
 }
 
@@ -455,6 +472,7 @@ Outcome Hca::cmd_destroy_mkey(ByteView in) {
   Mkey* m = tables_.mkeys.get(key >> 8);
   if (!m || m->key != key) return {kBadResource, 0};
   --tables_.pds.get(m->cfg.pdn)->users;
+  tables_.mkey_pages -= m->cfg.num_pages;
   tables_.mkeys.free(key >> 8);
   return {};
 }

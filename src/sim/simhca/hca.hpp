@@ -274,6 +274,7 @@ class Hca final : private WireOps, private CommandExecutor {
   Outcome cmd_alloc_pd(Bytes& out);
   Outcome cmd_dealloc_pd(ByteView in);
   Outcome cmd_create_mkey(ByteView in, Bytes& out);
+  Outcome read_page_list(CreateMkey& c);
   Outcome cmd_destroy_mkey(ByteView in);
   Outcome cmd_query_mkey(ByteView in, Bytes& out);
   Outcome cmd_create_ah(ByteView in, Bytes& out);

@@ -63,7 +63,10 @@ struct Caps {
   uint8_t log_max_qp_wr = 14, log_max_cqe = 16, log_max_eqe = 14, log_max_srq_wr = 14;
   uint16_t max_sge = 16, max_inline = 512;
   uint8_t num_ports = 1, max_rd_atomic = 16, max_dest_rd_atomic = 16, num_msix = kNumMsix;
-  uint32_t max_mkey_pages = 1024, max_mailbox = 16384;
+  uint32_t max_mkey_pages = 262144, max_mailbox = 16384;  // §6.7: 1 GiB of 4 KiB pages per MKEY
+  // §6.7: the translation memory, every MKEY's pages together (64 MiB of
+  // device memory); not a QUERY_DEVICE_CAP field.
+  uint64_t max_translation_entries = uint64_t{1} << 23;
   uint32_t cap_flags = 0xff;  // RC UC UD SRQ atomics DATA_PATH port events, UD multicast (§6.1)
   uint64_t node_guid = 0x123400fffe000001ull;
   uint32_t max_msg_size = 1u << 31;

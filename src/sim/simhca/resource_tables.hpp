@@ -22,6 +22,7 @@ struct ResourceTables {
   Table<Srq> srqs;
   Table<Mkey> mkeys;
   std::vector<uint8_t> mkey_tags;  // §6.7 per-index key tag
+  uint64_t mkey_pages = 0;         // §6.7: translation entries held by all MKEYs
   Table<Ah> ahs;
   Table<Qp> qps;
   // The QPs in a state that gives the data path work (RTR, RTS, SQD,
@@ -39,6 +40,7 @@ struct ResourceTables {
     srqs.reset(c.max_srq);
     mkeys.reset(c.max_mkey);
     mkey_tags.assign(c.max_mkey, 0);
+    mkey_pages = 0;
     ahs.reset(c.max_ah);
     qps.reset(c.max_qp, 2u * c.num_ports);  // QPN 0 .. 2n-1: each port's SMI and GSI (§6.10)
     live_qps.reset(c.max_qp);
