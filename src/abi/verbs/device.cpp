@@ -131,7 +131,8 @@ void fill_device_attr(const Context& ctx, ibv_device_attr& a) {
   std::snprintf(a.fw_ver, sizeof a.fw_ver, "%u.%u", d.fw_rev >> 16, d.fw_rev & 0xffff);
   a.node_guid = be64(d.node_guid);
   a.sys_image_guid = be64(d.sys_image_guid);
-  a.max_mr_size = d.max_msg_size;
+  // The bytes one MR may cover (an ibd of protocol 4 or older does not say: 0).
+  a.max_mr_size = d.max_mr_size;
   a.page_size_cap = 4096;
   a.vendor_id = d.vendor_id;
   a.vendor_part_id = d.vendor_part_id;
