@@ -349,10 +349,10 @@ TEST_CASE("hostile clients get errors; the victim's RC traffic and data are unto
       r.send_raw(r.frame(uint16_t(Op::kHello), b, 0, proto::kMagic, 99));
       return r.wait_reply();
     });
-    expect_refused(sa, "HELLO offering versions 5..9 only", false, [](Raw& r) {
+    expect_refused(sa, "HELLO offering only versions above ibd's", false, [](Raw& r) {
       proto::HelloReq h;
-      h.version_min = 5;
-      h.version_max = 9;
+      h.version_min = proto::kProtocolMax + 1;
+      h.version_max = proto::kProtocolMax + 5;
       return r.call(Op::kHello, h);
     });
     expect_refused(sa, "truncated header (7 bytes)", false, [](Raw& r) {
