@@ -111,8 +111,9 @@ struct Qp {
 };
 
 inline Context* ctx_of(ibv_context* c) {
-  return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) - offsetof(Context, vctx) -
-                                    offsetof(verbs_context, context));
+  // vctx is Context's first member (as each wrapper's rdma-core struct is:
+  // ours<>() relies on the same), so the verbs_context's address is ours.
+  return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
 }
 template <class Ours, class Theirs> Ours* ours(Theirs* p) { return reinterpret_cast<Ours*>(p); }
 
