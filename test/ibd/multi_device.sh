@@ -59,7 +59,10 @@ simhca-arg = ["--ports", "2", "--node-desc", "device B"]
 lid = 0
 ipoib = "mdb0"
 TOML
-inns "$IBD" --config "$work/ibd.toml" --log info >"$work/ibd.log" 2>&1 &
+# Not `inns ... &`: that backgrounds the function in a subshell, $! is the
+# subshell, and cleanup's signal would leave ibd running (ip netns exec
+# execs: started directly, $! is ibd itself).
+ip netns exec "$ns" "$IBD" --config "$work/ibd.toml" --log info >"$work/ibd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "ibd: ready" "$work/ibd.log" && break; sleep 0.1; done
 grep -q "ibd: ready" "$work/ibd.log" || fail "ibd not ready within 10 s"
@@ -180,7 +183,7 @@ echo "IPoIB: mda0 -> $ll_b%mdb0 ping, $((rx1 - rx0)) packets into mdb0 through h
 # The RDMA CM on each device: rping from hca_a to hca_b's link-local
 # address (the route and the neighbour through mda0, the path from hca_a's
 # SA client; the server's RDMA CM on hca_b).
-inns env OPENIB_DEVICE=hca_b timeout 30 "$EX/openib-rping" -s -a "$ll_b%mdb0" -p 7190 -V >"$work/rping-server.out" 2>&1 &
+ip netns exec "$ns" env OPENIB_DEVICE=hca_b timeout 30 "$EX/openib-rping" -s -a "$ll_b%mdb0" -p 7190 -V >"$work/rping-server.out" 2>&1 &
 pids+=($!)
 srv=$!
 sleep 0.5
