@@ -71,7 +71,6 @@ uint64_t be64(uint64_t v) { return __builtin_bswap64(v); }
 
 }  // namespace
 
-// Device list entries for the ibd at `socket` (ibv_read_sysfs_file too).
 std::vector<Device*> list_devices() {
   // The ibd's own socket, as libopenib resolves it: each device is opened
   // through it by name (docs/client-protocol.md §2.1), whatever

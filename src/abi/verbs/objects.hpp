@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "openib/verbs.hpp"
 
@@ -107,7 +108,6 @@ struct Qp {
   ibv_qp qp{};
   std::unique_ptr<openib::Qp> impl;
   SpinLock sq_lock, rq_lock;  // posters of each queue
-  uint32_t max_recv_sge = 0;
 };
 
 inline Context* ctx_of(ibv_context* c) {
@@ -146,6 +146,11 @@ int req_notify_cq(ibv_cq* cq, int solicited_only);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
+
+// The devices of the ibd at $OPENIB_SOCKET (ibv_get_device_list's), and
+// the one listed with this ibdev_path, or nullptr (device.cpp).
+std::vector<Device*> list_devices();
+Device* find_device(const char* ibdev_path);
 
 // verbs_context's extended query_port and query_device_ex (device.cpp).
 int query_port_ex(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t len);

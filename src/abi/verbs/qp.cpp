@@ -72,7 +72,6 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   // libibverbs: the created sizes (at least those asked for) go back to the caller.
   fill_cap(q->impl->cap(), init->cap);
   if (init->srq) init->cap.max_recv_wr = init->cap.max_recv_sge = 0;
-  q->max_recv_sge = init->cap.max_recv_sge;
   note_object(ctx, q->impl.get(), &q->qp);
   return &qp;
 }

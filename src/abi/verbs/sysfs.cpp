@@ -14,11 +14,6 @@
 
 #include "abi/verbs/objects.hpp"
 
-namespace openib::verbs {
-std::vector<Device*> list_devices();
-Device* find_device(const char* ibdev_path);
-}  // namespace openib::verbs
-
 using namespace openib::verbs;
 
 namespace {
