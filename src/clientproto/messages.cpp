@@ -13,6 +13,7 @@ const char* op_name(uint16_t op) {
     case Op::kQueryPort: return "QUERY_PORT";
     case Op::kQueryGid: return "QUERY_GID";
     case Op::kQueryPkey: return "QUERY_PKEY";
+    case Op::kMapMemRange: return "MAP_MEM_RANGE";
     case Op::kAllocPd: return "ALLOC_PD";
     case Op::kDeallocPd: return "DEALLOC_PD";
     case Op::kMapMem: return "MAP_MEM";
@@ -70,6 +71,10 @@ const char* op_name(uint16_t op) {
     case Op::kCmaLeave: return "CMA_LEAVE";
     case Op::kCmaQuery: return "CMA_QUERY";
     case Op::kCmaInfo: return "CMA_INFO";
+    case Op::kCmaInitQpAttr: return "CMA_INIT_QP_ATTR";
+    case Op::kCmaConnectOwnQp: return "CMA_CONNECT_OWN_QP";
+    case Op::kCmaAcceptOwnQp: return "CMA_ACCEPT_OWN_QP";
+    case Op::kCmaEstablish: return "CMA_ESTABLISH";
     case Op::kCmInfo: return "CM_INFO";
     case Op::kPathFlush: return "PATH_FLUSH";
   }

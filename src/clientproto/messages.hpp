@@ -32,11 +32,14 @@ inline constexpr uint16_t kVersion = 1;
 // page to HelloRep (§6.2); 3 the P_Key and DGID of each AsyncEvent
 // (AsyncEventsRep3) and the PATH_CHANGED event; 4 the data-path provider's
 // name to HelloRep (§4.1); 5 the largest MR to DeviceRep (DeviceRep5).
-inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 5;
+// 7 the RDMA CM's own-QP mode (CMA_INIT_QP_ATTR .. CMA_ESTABLISH).
+inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 7;
 inline constexpr uint32_t kProtocolStatusPage = 2;
 inline constexpr uint32_t kProtocolPathEvents = 3;
 inline constexpr uint32_t kProtocolProvider = 4;
 inline constexpr uint32_t kProtocolMrSize = 5;
+inline constexpr uint32_t kProtocolMapRange = 6;
+inline constexpr uint32_t kProtocolCmaOwnQp = 7;
 inline constexpr size_t kHeaderSize = 16;
 inline constexpr size_t kMaxMessage = 65536;  // header included
 inline constexpr size_t kMaxFds = 2;          // per message
@@ -123,6 +126,15 @@ enum class Op : uint16_t {
   kQueryGid = 63,         // GidReq -> GidRep
   // A port's P_Key table entry (docs/client-protocol.md §3, "PkeyRep").
   kQueryPkey = 64,        // PkeyReq -> PkeyRep
+  // Protocol 6: a page-aligned range of a memfd, not only its start
+  // (docs/client-protocol.md §3, "MAP_MEM_RANGE").
+  kMapMemRange = 65,      // MapMemRangeReq + memfd -> MapMemRep
+  // Protocol 7: the RDMA CM with a QP the client moves itself (rdma_cm's
+  // rdma_init_qp_attr, rdma_establish; docs/cma.md "Own QPs").
+  kCmaInitQpAttr = 66,    // CmaInitQpAttrReq -> CmInitQpAttrRep
+  kCmaConnectOwnQp = 67,  // CmaConnReq (qp: the QP's number) -> Empty; event kConnectResponse
+  kCmaAcceptOwnQp = 68,   // CmaConnReq (qp: the QP's number) -> Empty; event kEstablished
+  kCmaEstablish = 69,     // HandleReq (the id) -> Empty: the RTU after kConnectResponse
 };
 const char* op_name(uint16_t op);
 
@@ -299,6 +311,12 @@ struct ObjRep {
 struct MapMemReq {
   uint64_t length = 0;
   template <class V> void visit(V& v) { v(length); }
+};
+// MAP_MEM_RANGE: [offset, offset + length) of the attached memfd, both
+// multiples of 4096 (protocol 6).
+struct MapMemRangeReq {
+  uint64_t offset = 0, length = 0;
+  template <class V> void visit(V& v) { v(offset); v(length); }
 };
 struct MapMemRep {
   uint32_t handle = 0;
@@ -757,6 +775,11 @@ struct CmaListenReq {
 struct CmaQpReq {
   uint32_t id = 0, qp = 0;  // the client's QP handle
   template <class V> void visit(V& v) { v(id); v(qp); }
+};
+struct CmaInitQpAttrReq {
+  uint32_t id = 0;
+  uint8_t state = 0;  // 1 INIT, 2 RTR, 3 RTS
+  template <class V> void visit(V& v) { v(id); v(state); }
 };
 // The private data a consumer may give (the CM message's less the CMA
 // header where one is carried: REQ 92 - 36 = 56, SIDR_REQ 216 - 36 = 180).

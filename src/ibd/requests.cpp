@@ -42,7 +42,8 @@ Result<void> check_fd_kinds(const proto::Message& m) {
   switch (static_cast<Op>(m.header.op)) {
     case Op::kHello:
     case Op::kCreateCq: want = FdKind::kEventfd; break;
-    case Op::kMapMem: want = FdKind::kMemfd; break;
+    case Op::kMapMem:
+    case Op::kMapMemRange: want = FdKind::kMemfd; break;
     default: return err(EINVAL, "{} takes no fds, got {}", proto::op_name(m.header.op), m.fds.size());
   }
   for (const UniqueFd& f : m.fds)
@@ -143,7 +144,8 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kQueryPkey: return run(query_pkey(hca_, alive_, m, done));
     case Op::kAllocPd: return run(op_alloc_pd(c, m, done));
     case Op::kDeallocPd: return run(op_destroy(c, m, Kind::kPd, done));
-    case Op::kMapMem: return done(op_map_mem(c, m));
+    case Op::kMapMem:
+    case Op::kMapMemRange: return done(op_map_mem(c, m));
     case Op::kUnmapMem: return run(op_destroy(c, m, Kind::kMem, done));
     case Op::kRegMr: return run(op_reg_mr(c, m, done));
     case Op::kDeregMr: return run(op_destroy(c, m, Kind::kMr, done));
@@ -360,23 +362,35 @@ Result<void> Server::op_alloc_pd(Client& c, proto::Message& m, Respond& done) {
 // for DMA (IOMMU / vfio-user DMA_MAP) through the pool's IOVA space. The
 // seal comes first: without it the length check below means nothing, and
 // the device's copies would fault on pages truncated away (memfd_create(2),
-// "File sealing"; docs/client-protocol.md §3.1).
+// "File sealing"; docs/client-protocol.md §3.1). MAP_MEM_RANGE (protocol
+// 6) maps [offset, offset + length) of it instead of its start: libopenib's
+// reg_mr keeps a process's registered pages in one memfd at offsets equal
+// to their addresses (docs/library.md "Memory").
 Result<Reply> Server::op_map_mem(Client& c, proto::Message& m) {
-  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::MapMemReq>(m.body));
+  proto::MapMemRangeReq req;
+  if (m.header.op == uint16_t(Op::kMapMemRange)) {
+    OPENIB_TRY_ASSIGN(req, proto::decode<proto::MapMemRangeReq>(m.body));
+  } else {
+    OPENIB_TRY_ASSIGN(auto r, proto::decode<proto::MapMemReq>(m.body));
+    req.length = r.length;
+  }
   OPENIB_TRY(expect_fds(m, 1));
   if (req.length == 0 || req.length % kPage != 0 || req.length > kMaxMapLength)
     return err(EINVAL, "length {} must be a non-zero multiple of 4096, at most 16 GiB", req.length);
+  if (req.offset % kPage != 0 || req.offset + req.length < req.offset)
+    return err(EINVAL, "offset {:#x} must be a multiple of 4096 and offset + length not wrap", req.offset);
   const int fd = m.fds[0].get();
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0) return err(EINVAL, "the attached fd is not a memfd");
   if (!(seals & F_SEAL_SHRINK)) return err(EPERM, "the memfd is not sealed against shrinking (F_SEAL_SHRINK)");
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return err(EINVAL, "the attached fd is not a memfd");
-  if (static_cast<uint64_t>(st.st_size) < req.length)
-    return err(EINVAL, "memfd of {} bytes is shorter than length {}", st.st_size, req.length);
+  if (static_cast<uint64_t>(st.st_size) < req.offset + req.length)
+    return err(EINVAL, "memfd of {} bytes ends before offset {:#x} + length {}", st.st_size, req.offset,
+               req.length);
   const int acc = ::fcntl(fd, F_GETFL);
   if (acc < 0 || (acc & O_ACCMODE) != O_RDWR) return err(EACCES, "the memfd must be open read-write");
-  OPENIB_TRY_ASSIGN(dma::DmaMapping map, hca_.pool().map_fd(fd, 0, req.length, true));
+  OPENIB_TRY_ASSIGN(dma::DmaMapping map, hca_.pool().map_fd(fd, req.offset, req.length, true));
   Object o;
   o.kind = Kind::kMem;
   o.length = req.length;
@@ -672,6 +686,13 @@ ClientQps Server::qp_ops() {
     if (!c) return err(ENOTCONN, "client gone");
     OPENIB_TRY_ASSIGN(Object * qp, find(*c, handle, Kind::kQp));
     return ClientQpInfo{qp->number, qp->qp_type, qp->qp_state};
+  };
+  ops.handle_of = [this](uint32_t id, uint32_t qpn) -> Result<uint32_t> {
+    Client* c = client(id);
+    if (!c) return err(ENOTCONN, "client gone");
+    for (const auto& [handle, o] : c->objects)
+      if (o.kind == Kind::kQp && o.number == qpn) return handle;
+    return err(ENOENT, "the client has no QP {:#x}", qpn);
   };
   ops.modify = [this](uint32_t id, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
                       hca::Completer<Result<void>> done) {

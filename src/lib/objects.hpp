@@ -30,17 +30,6 @@ class PdImpl final : public Pd {
   uint32_t handle_;
 };
 
-// A client memfd range reg_mr remapped in place (docs/library.md "Memory").
-// Kept for the context's life so that later registrations inside it reuse
-// the memfd (its pages are no longer anonymous).
-struct Remap {
-  uintptr_t start = 0;
-  size_t size = 0;
-  UniqueFd fd;
-  uint32_t mem = 0;  // ibd's mapping; 0 while no MR uses it
-  uint32_t users = 0;
-};
-
 class MrImpl final : public Mr {
  public:
   ~MrImpl() override;
@@ -56,11 +45,13 @@ class MrImpl final : public Mr {
   void* addr_ = nullptr;
   size_t length_ = 0;
   uint32_t handle_ = 0, lkey_ = 0, rkey_ = 0;
-  // alloc_mr: our own mapping and memfd mapping handle; reg_mr: the Remap.
+  // alloc_mr: our own mapping; both: ibd's mapping of the memfd (MAP_MEM,
+  // MAP_MEM_RANGE). reg_mr: the pages [reg_start_, reg_end_) it holds in
+  // the process's registered-pages memfd (memory.cpp).
   std::byte* map_base_ = nullptr;
   size_t map_size_ = 0;
   uint32_t mem_ = 0;
-  Remap* remap_ = nullptr;
+  uintptr_t reg_start_ = 0, reg_end_ = 0;
 };
 
 class AhImpl final : public Ah {
@@ -265,7 +256,6 @@ class ContextImpl final : public Context {
   void forget(CqImpl* cq);
   void forget(QpImpl* qp);
   void forget(SrqImpl* srq);
-  void release_remap(Remap* r);
 
  private:
   ContextImpl() = default;
@@ -291,11 +281,10 @@ class ContextImpl final : public Context {
   uint32_t poll_yield_ = ContextOptions::kDefaultPollYield;
   proto::DeviceRep5 dev_;
   QpTable qps_;
-  std::mutex mu_;  // the maps below and remaps_
+  std::mutex mu_;  // the maps below
   std::unordered_map<uint32_t, CqImpl*> cqs_;
   std::unordered_map<uint32_t, QpImpl*> qp_handles_;
   std::unordered_map<uint32_t, SrqImpl*> srqs_;
-  std::vector<std::unique_ptr<Remap>> remaps_;
 };
 
 // Between the public address vector and QP attributes and the wire's

@@ -34,9 +34,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   round_trip<PortRep>(in);
   round_trip<GidReq>(in);
   round_trip<GidRep>(in);
+  round_trip<PkeyReq>(in);
+  round_trip<PkeyRep>(in);
   round_trip<HandleReq>(in);
   round_trip<ObjRep>(in);
   round_trip<MapMemReq>(in);
+  round_trip<MapMemRangeReq>(in);
   round_trip<MapMemRep>(in);
   round_trip<RegMrReq>(in);
   round_trip<RegMrRep>(in);

@@ -4,9 +4,13 @@
 // registered is refused.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string_view>
 
 #include "test_api.hpp"
 
@@ -25,8 +29,6 @@ TEST_CASE("reg_mr on malloc'd memory: contents and address kept; SEND from it, r
           "and READ into and out of it",
           "[api]") {
   Link l = link();
-  // Only A registers malloc'd memory (a page remapped by one Context is no
-  // longer anonymous for another Context of this process).
   constexpr size_t kLen = 3 * 4096 + 123;
   std::unique_ptr<uint8_t, FreeDeleter> mem(static_cast<uint8_t*>(std::malloc(kLen)));
   REQUIRE(mem);
@@ -86,9 +88,7 @@ TEST_CASE("reg_mr on malloc'd memory: contents and address kept; SEND from it, r
   CHECK(m[0] == 1);
 }
 
-TEST_CASE("reg_mr refuses what it cannot register: a shared file mapping, a range partly over "
-          "registered memory",
-          "[api]") {
+TEST_CASE("reg_mr refuses what it cannot register: a shared file mapping, read-only memory", "[api]") {
   auto a = open_ep(sock_a());
   // A shared mapping of a file: not anonymous private memory.
   char path[] = "/tmp/openib-api-XXXXXX";
@@ -104,18 +104,111 @@ TEST_CASE("reg_mr refuses what it cannot register: a shared file mapping, a rang
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code == EINVAL);
 
-  // Anonymous memory: three pages, register the middle one, then a range
-  // over the first two (partly over the registered page).
+  void* ro = ::mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(ro != MAP_FAILED);
+  auto r2 = a->ctx->reg_mr(*a->pd, ro, 4096, kAccessLocalWrite);
+  ::munmap(ro, 4096);
+  REQUIRE_FALSE(r2.ok());
+  CHECK(r2.error().code == EINVAL);
+}
+
+namespace {
+
+// Bytes of memory the process's registered-pages memfd holds (its fd is
+// found by name in /proc/self/fd).
+uint64_t reg_memfd_bytes() {
+  for (int fd = 0; fd < 1024; ++fd) {
+    char link[64], target[256];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = ::readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = 0;
+    if (std::string_view(target).starts_with("/memfd:openib-reg-mr")) {
+      struct stat st {};
+      REQUIRE(::fstat(fd, &st) == 0);
+      return uint64_t(st.st_blocks) * 512;
+    }
+  }
+  FAIL("no registered-pages memfd among the process's fds");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("reg_mr of overlapping ranges and of one buffer by two contexts: one page, which every MR "
+          "sees; unmapped pages go back to the system",
+          "[api]") {
+  Link l = link();
+  // Three pages; the middle one registered first, then the first two
+  // (partly over it), as ucmatose's 100-byte malloc'd buffers share pages.
   void* p = ::mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(p != MAP_FAILED);
   auto* b = static_cast<uint8_t*>(p);
-  auto mid = a->ctx->reg_mr(*a->pd, b + 4096, 4096, kAccessLocalWrite);
-  CHECK(mid.ok());
-  auto over = a->ctx->reg_mr(*a->pd, b, 2 * 4096, kAccessLocalWrite);
-  REQUIRE_FALSE(over.ok());
-  CHECK(over.error().code == EINVAL);
-  if (mid.ok()) mid.value().reset();  // deregistered before the memory goes
+  fill(b, 3 * 4096, 81);
+  auto mid = must(l.a->ctx->reg_mr(*l.a->pd, b + 4096, 4096, kAllAccess), "reg_mr middle page");
+  auto over = must(l.a->ctx->reg_mr(*l.a->pd, b + 10, 2 * 4096, kAllAccess), "reg_mr over it");
+  CHECK(first_diff(b, 3 * 4096, 81) == 3 * 4096);  // both remaps kept the data
+
+  // The peer writes through one MR and reads back through the other.
+  fill(l.b->buf(), 1000, 82);
+  REQUIRE(post_send(*l.b->qp, l.b->sge(0, 1000), 1,
+                    {.op = WrOpcode::kWrite, .remote_addr = reinterpret_cast<uint64_t>(b + 4096 + 100),
+                     .rkey = over->rkey()}) == 0);
+  CHECK(wait_wc(*l.b->cq).status == kWcSuccess);
+  CHECK(first_diff(b + 4096 + 100, 1000, 82) == 1000);
+  REQUIRE(post_send(*l.b->qp, l.b->sge(8192, 1000), 2,
+                    {.op = WrOpcode::kRead, .remote_addr = reinterpret_cast<uint64_t>(b + 4096 + 100),
+                     .rkey = mid->rkey()}) == 0);
+  CHECK(wait_wc(*l.b->cq).status == kWcSuccess);
+  CHECK(first_diff(l.b->buf() + 8192, 1000, 82) == 1000);
+
+  // The other context (another ibd) registers all three pages: its MR and
+  // A's are the same memory. B sends from them; A's peer sees what A wrote.
+  auto theirs = must(l.b->ctx->reg_mr(*l.b->pd, b, 3 * 4096, kAllAccess), "reg_mr by the second context");
+  fill(b + 8192, 500, 83);
+  REQUIRE(post_recv(*l.a->qp, l.a->sge(0, 4096), 3) == 0);
+  REQUIRE(post_send(*l.b->qp, Sge{reinterpret_cast<uint64_t>(b + 8192), 500, theirs->lkey()}, 4) == 0);
+  CHECK(wait_wc(*l.b->cq).status == kWcSuccess);
+  CHECK(wait_wc(*l.a->cq).byte_len == 500);
+  CHECK(first_diff(l.a->buf(), 500, 83) == 500);
+  // And A's peer (B) writes through A's MR into what B's MR covers.
+  fill(l.b->buf() + 16384, 64, 84);
+  REQUIRE(post_send(*l.b->qp, l.b->sge(16384, 64), 5,
+                    {.op = WrOpcode::kWrite, .remote_addr = reinterpret_cast<uint64_t>(b + 4096 + 2000),
+                     .rkey = mid->rkey()}) == 0);
+  CHECK(wait_wc(*l.b->cq).status == kWcSuccess);
+  REQUIRE(post_recv(*l.a->qp, l.a->sge(0, 4096), 6) == 0);
+  REQUIRE(post_send(*l.b->qp, Sge{reinterpret_cast<uint64_t>(b + 4096 + 2000), 64, theirs->lkey()}, 7) == 0);
+  CHECK(wait_wc(*l.b->cq).status == kWcSuccess);
+  CHECK(wait_wc(*l.a->cq).byte_len == 64);
+  CHECK(first_diff(l.a->buf(), 64, 84) == 64);
+
+  mid.reset();
+  over.reset();
+  theirs.reset();
+  CHECK(first_diff(b + 8192, 500, 83) == 500);  // the program's memory, after deregistration
   ::munmap(p, 3 * 4096);
+
+  // Pages registered, deregistered and then unmapped are punched out of
+  // the memfd once enough have been released (32 MiB, docs/library.md).
+  constexpr size_t kBig = 48u << 20;
+  void* r1 = ::mmap(nullptr, kBig, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* r2 = ::mmap(nullptr, kBig, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(r1 != MAP_FAILED);
+  REQUIRE(r2 != MAP_FAILED);
+  std::memset(r1, 1, kBig);
+  std::memset(r2, 2, kBig);
+  const uint64_t before = reg_memfd_bytes();
+  must(l.a->ctx->reg_mr(*l.a->pd, r1, kBig, kAccessLocalWrite), "reg_mr 48 MiB").reset();
+  CHECK(reg_memfd_bytes() >= kBig);  // still mapped: kept
+  ::munmap(r1, kBig);
+  must(l.a->ctx->reg_mr(*l.a->pd, r2, kBig, kAccessLocalWrite), "reg_mr another 48 MiB").reset();
+  CHECK(static_cast<uint8_t*>(r2)[kBig - 1] == 2);
+  const uint64_t after = reg_memfd_bytes();
+  INFO("memfd held " << before << " bytes before, " << after << " after");
+  CHECK(after < before + kBig + kBig / 2);  // r1's pages are gone, r2's stay (pages before: punched too)
+  CHECK(after >= kBig);
+  ::munmap(r2, kBig);
 }
 
 TEST_CASE("alloc_mr of 1 GiB, the device's max_mr_size: RDMA WRITE and READ at its start, middle and "

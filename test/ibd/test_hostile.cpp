@@ -475,6 +475,32 @@ TEST_CASE("hostile clients get errors; the victim's RC traffic and data are unto
       map_with("of length 4097", {good.get()}, 4097);
       map_with("of length 2^63", {good.get()}, 1ull << 63);
       map_with("of length 2^64 - 4096", {good.get()}, ~0ull - 4095);
+      // MAP_MEM_RANGE (protocol 6): the same checks, and the range inside
+      // the memfd.
+      auto range_with = [&](const std::string& what, std::vector<int> fds, uint64_t off, uint64_t len) {
+        expect_refused(sa, "MAP_MEM_RANGE " + what, true, [&](Raw& r) {
+          return r.call(Op::kMapMemRange, proto::MapMemRangeReq{off, len}, fds);
+        });
+      };
+      range_with("with a pipe", {p0.get()}, 0, 4096);
+      range_with("with a plain file", {plain.get()}, 4096, 4096);
+      range_with("with a read-only memfd", {ro.get()}, 4096, 4096);
+      range_with("without an fd", {}, 0, 4096);
+      range_with("past the memfd's end", {good.get()}, 61440, 8192);
+      range_with("at the memfd's end", {good.get()}, 65536, 4096);
+      range_with("at an unaligned offset", {good.get()}, 100, 4096);
+      range_with("whose end wraps", {good.get()}, ~0ull - 4095, 8192);
+      range_with("at offset 2^63", {good.get()}, 1ull << 63, 4096);
+      range_with("of length 0", {good.get()}, 4096, 0);
+      {
+        // Inside the memfd it maps, and the mapping is the client's own.
+        Raw r(sa);
+        r.hello();
+        int fd = good.get();
+        auto mem = r.must<proto::MapMemRep>(Op::kMapMemRange, proto::MapMemRangeReq{61440, 4096}, {&fd, 1});
+        CHECK(mem.handle != 0);
+        r.must<proto::Empty>(Op::kUnmapMem, proto::HandleReq{mem.handle});
+      }
     }
     // A memfd that could shrink under the device (simhca would take SIGBUS
     // copying into pages truncated away): EPERM, whatever other seals it
