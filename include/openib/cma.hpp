@@ -36,6 +36,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "openib/path.hpp"
@@ -144,6 +145,17 @@ class RdmaEventChannel {
   virtual Result<void> connect(uint32_t id, Qp& qp, const RdmaConnParam& p) = 0;
   // qp nullptr: a UD id answering with the QP given to init_qp.
   virtual Result<void> accept(uint32_t id, Qp* qp, const RdmaConnParam& p) = 0;
+  // Own QPs (docs/cma.md "Own QPs"; protocol 7, an older ibd answers
+  // EOPNOTSUPP): the application moves its QP itself with init_qp_attr's
+  // attributes and mask (rdma_init_qp_attr). connect_own_qp gives
+  // kConnectResponse, after which the QP goes to RTR and RTS and
+  // establish() sends the RTU (rdma_establish; no event). accept_own_qp
+  // takes a QP already at RTS; kEstablished follows. qp_num names a QP of
+  // this channel's Context.
+  virtual Result<std::pair<QpAttr, uint32_t>> init_qp_attr(uint32_t id, QpState state) = 0;
+  virtual Result<void> connect_own_qp(uint32_t id, uint32_t qp_num, const RdmaConnParam& p) = 0;
+  virtual Result<void> accept_own_qp(uint32_t id, uint32_t qp_num, const RdmaConnParam& p) = 0;
+  virtual Result<void> establish(uint32_t id) = 0;
   virtual Result<void> reject(uint32_t id, std::span<const uint8_t> private_data = {}) = 0;
   virtual Result<void> disconnect(uint32_t id) = 0;
   // The group's address (IPv4 or IPv6 multicast); the UD QP is attached

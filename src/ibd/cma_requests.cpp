@@ -44,6 +44,10 @@ std::span<const CmaService::OpEntry> CmaService::op_table() {
       {Op::kCmaLeave, &CmaService::op_leave},
       {Op::kCmaQuery, &CmaService::op_query},
       {Op::kCmaInfo, &CmaService::op_info},
+      {Op::kCmaInitQpAttr, &CmaService::op_init_qp_attr},
+      {Op::kCmaConnectOwnQp, &CmaService::op_connect_own_qp},
+      {Op::kCmaAcceptOwnQp, &CmaService::op_accept_own_qp},
+      {Op::kCmaEstablish, &CmaService::op_establish},
   };
   return kTable;
 }
@@ -120,6 +124,31 @@ Result<void> CmaService::op_connect(const Caller& c, proto::Message& m, Respond&
 Result<void> CmaService::op_accept(const Caller& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaConnReq>(m.body));
   accept(c.id, req, empty_when_done(std::move(done)));
+  return ok();
+}
+
+Result<void> CmaService::op_init_qp_attr(const Caller& c, proto::Message& m, Respond& done) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaInitQpAttrReq>(m.body));
+  OPENIB_TRY_ASSIGN(auto rep, init_qp_attr(c.id, req));
+  done(Reply{proto::encode(rep), {}});
+  return ok();
+}
+
+Result<void> CmaService::op_connect_own_qp(const Caller& c, proto::Message& m, Respond& done) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaConnReq>(m.body));
+  connect(c.id, req, empty_when_done(std::move(done)), true);
+  return ok();
+}
+
+Result<void> CmaService::op_accept_own_qp(const Caller& c, proto::Message& m, Respond& done) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaConnReq>(m.body));
+  accept(c.id, req, empty_when_done(std::move(done)), true);
+  return ok();
+}
+
+Result<void> CmaService::op_establish(const Caller& c, proto::Message& m, Respond& done) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::HandleReq>(m.body));
+  establish(c.id, req.handle, empty_when_done(std::move(done)));
   return ok();
 }
 

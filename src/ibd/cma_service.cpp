@@ -11,6 +11,7 @@
 
 #include "common/log.hpp"
 #include "hca/port_caps.hpp"
+#include "ibd/qp_attr_convert.hpp"
 #include "sa/local_route.hpp"
 #include "sa/mcmember_record.hpp"
 #include "sa/path_record.hpp"
@@ -646,7 +647,20 @@ void CmaService::init_qp(uint32_t client, const proto::CmaQpReq& r, Done done) {
 
 // ---- connecting ------------------------------------------------------------------
 
-void CmaService::connect(uint32_t client, const proto::CmaConnReq& r, Done done) {
+// The client's QP by handle, or (own QPs) by number among its own objects:
+// another client's QP is never found (docs/cma.md "Own QPs").
+Result<std::pair<uint32_t, CmService::QpInfo>> CmaService::client_qp(uint32_t client, uint32_t qp, bool by_number) {
+  if (!qp_.lookup || !qp_.handle_of) return err(ENOSYS, "no QP lookup");
+  uint32_t handle = qp;
+  if (by_number) {
+    OPENIB_TRY_ASSIGN(handle, qp_.handle_of(client, qp));
+  }
+  OPENIB_TRY_ASSIGN(auto q, qp_.lookup(client, handle));
+  if (q.type > 1) return err(EINVAL, "a connection takes an RC or UC QP");
+  return std::pair<uint32_t, CmService::QpInfo>{handle, q};
+}
+
+void CmaService::connect(uint32_t client, const proto::CmaConnReq& r, Done done, bool own_qp) {
   auto f = find(client, r.id);
   if (!f) return done(f.take_error());
   Id* id = *f;
@@ -678,13 +692,14 @@ void CmaService::connect(uint32_t client, const proto::CmaConnReq& r, Done done)
     id->state = S::kConnect;
     return done(ok());
   }
-  if (!qp_.lookup) return done(err(ENOSYS, "no QP lookup"));
-  auto q = qp_.lookup(client, r.qp);
+  auto q = client_qp(client, r.qp, own_qp);
   if (!q) return done(q.take_error());
-  if (q->type > 1) return done(err(EINVAL, "a connection takes an RC or UC QP"));
   proto::CmConnectReq c;
   c.port = id->port;
-  c.qp = token(client, r.qp);
+  // An own QP: the IB CM leaves it to the client, which moves it with
+  // CMA_INIT_QP_ATTR's attributes and sends the RTU by CMA_ESTABLISH.
+  c.flags = own_qp ? proto::kCmManualQp : 0;
+  c.qp = token(client, q->first);
   c.service_id = sid;
   c.path = id->path;
   c.responder_resources = r.responder_resources;
@@ -695,8 +710,10 @@ void CmaService::connect(uint32_t client, const proto::CmaConnReq& r, Done done)
   c.cm_response_timeout = kCmResponseTimeout;
   c.private_len = plen;
   c.private_data = pd;
-  id->qp = r.qp;
-  id->qpn = q->qpn;
+  id->qp = q->first;
+  id->qpn = q->second.qpn;
+  id->own_qp = own_qp;
+  id->active = true;
   id->state = S::kConnect;
   const uint64_t op = ++id->op;
   cm_.connect(kCmaCmOwner, c,
@@ -718,13 +735,14 @@ void CmaService::connect(uint32_t client, const proto::CmaConnReq& r, Done done)
               });
 }
 
-void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) {
+void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done, bool own_qp) {
   auto f = find(client, r.id);
   if (!f) return done(f.take_error());
   Id* id = *f;
   if (!id->cm || id->state != S::kConnect || !id->parent)
     return done(err(EINVAL, "id {} has no connect request to accept", r.id));
   if (ud_ps(id->ps)) {
+    if (own_qp) return done(err(EINVAL, "a UD id answers with CMA_ACCEPT"));
     if (auto c = check_private(r.private_len, 136, "a SIDR_REP"); !c) return done(c.take_error());
     const uint32_t qp = r.qp ? r.qp : id->qp;
     if (!qp) return done(err(EINVAL, "a UD accept names a QP (or init_qp one first)"));
@@ -740,15 +758,17 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) 
     return done(ok());
   }
   if (auto c = check_private(r.private_len, 196, "a REP"); !c) return done(c.take_error());
-  if (!qp_.lookup) return done(err(ENOSYS, "no QP lookup"));
-  auto q = qp_.lookup(client, r.qp);
+  auto q = client_qp(client, r.qp, own_qp);
   if (!q) return done(q.take_error());
-  if (q->type > 1) return done(err(EINVAL, "a connection takes an RC or UC QP"));
-  id->qp = r.qp;
-  id->qpn = q->qpn;
+  id->qp = q->first;
+  id->qpn = q->second.qpn;
+  id->own_qp = own_qp;
   proto::CmAcceptReq a;
   a.id = id->cm;
-  a.qp = token(client, r.qp);
+  a.qp = token(client, q->first);
+  // An own QP is at RTS already, with the send PSN CMA_INIT_QP_ATTR gave:
+  // the IB CM's, which the REP carries.
+  a.flags = own_qp ? proto::kCmManualQp : 0;
   a.responder_resources = r.responder_resources;
   a.initiator_depth = r.initiator_depth;
   a.rnr_retry_count = r.rnr_retry_count;
@@ -763,6 +783,57 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done) 
                if (Id* i = res ? find_id(client, h) : nullptr) unpend(*i);
                done(std::move(res));
              });
+}
+
+// ---- own QPs (docs/cma.md "Own QPs") ---------------------------------------
+
+// rdma_init_qp_attr, as Linux's: a connection's attributes are the IB CM's
+// (ib_cm_init_qp_attr's rules, docs/cm.md "QPs"); before there is one, and
+// for a UD id, the id's own (cma_ib_init_qp_attr): INIT with the port, P_Key
+// index 0 and no remote access (UD: the id's Q_Key instead); a UD QP's RTR
+// is the state alone, its RTS send PSN 0.
+Result<proto::CmInitQpAttrRep> CmaService::init_qp_attr(uint32_t client, const proto::CmaInitQpAttrReq& r) {
+  OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
+  if (r.state < 1 || r.state > 3) return err(EINVAL, "CMA_INIT_QP_ATTR: state {} (1 INIT, 2 RTR, 3 RTS)", r.state);
+  const bool ud = ud_ps(id->ps);
+  if (!ud && id->cm) return cm_.init_qp_attr(kCmaCmOwner, proto::CmInitQpAttrReq{id->cm, r.state});
+  if (!id->port) return err(EINVAL, "id {} has no device yet: bind or resolve its address first", r.id);
+  if (!ud && r.state > 1) return err(EINVAL, "id {} has no connection: RTR and RTS come with its REQ or REP", r.id);
+  hca::QpAttr a;
+  uint32_t mask = hca::qp_attr::kState;
+  a.state = static_cast<hca::QpState>(r.state);
+  if (r.state == 1) {
+    a.port = id->port;
+    a.pkey_index = 0;
+    mask |= hca::qp_attr::kPort | hca::qp_attr::kPkeyIndex;
+    if (ud) {
+      a.qkey = qkey_of(*id);
+      if (!a.qkey) return err(ENETDOWN, "the IPoIB interface is down: no Q_Key for the IPoIB port space");
+      mask |= hca::qp_attr::kQkey;
+    } else {
+      mask |= hca::qp_attr::kAccessFlags;  // none until the connection says
+    }
+  } else if (r.state == 3) {
+    mask |= hca::qp_attr::kSqPsn;
+  }
+  proto::CmInitQpAttrRep rep;
+  rep.attr = to_proto(a);
+  rep.attr.mask = mask;
+  return rep;
+}
+
+// rdma_establish: the RTU of an own-QP connect whose REP came (the IB CM's
+// CM_ACCEPT of an active manual id).
+void CmaService::establish(uint32_t client, uint32_t h, Done done) {
+  auto f = find(client, h);
+  if (!f) return done(f.take_error());
+  Id* id = *f;
+  if (!id->own_qp || !id->active || !id->cm || id->state != S::kConnect)
+    return done(err(EINVAL, "id {} has no own-QP connect to establish", h));
+  proto::CmAcceptReq a;
+  a.id = id->cm;
+  a.flags = proto::kCmManualQp;
+  cm_.accept(kCmaCmOwner, a, std::move(done));
 }
 
 Result<void> CmaService::reject(uint32_t client, const proto::CmaRejectReq& r) {
@@ -827,9 +898,19 @@ void CmaService::on_cm_event(const proto::CmEventMsg& e) {
   proto::CmaEventMsg m;
   switch (type) {
     case C::kReply:
-      id->rep = e;
-      return;
+      if (!id->own_qp) {
+        id->rep = e;  // ibd moves the QP and sends the RTU: kEstablished follows
+        return;
+      }
+      // rdma_cm's CONNECT_RESPONSE: the client moves its QP to RTR and RTS,
+      // then CMA_ESTABLISH sends the RTU.
+      m.type = static_cast<uint8_t>(T::kConnectResponse);
+      put_rep(m, e);
+      return emit(*id, m);
     case C::kEstablished:
+      // After CMA_ESTABLISH's RTU rdma_cm reports nothing more: the
+      // application had CONNECT_RESPONSE (rdma-core's ucma_process_conn_resp).
+      if (id->own_qp && id->active) return;
       return on_established(*id);
     case C::kRejected:  // (a connect request the peer gave up on: out of the backlog)
       m.type = static_cast<uint8_t>(T::kRejected);
@@ -870,16 +951,20 @@ void CmaService::report_disconnected(Id& id, proto::CmaEventMsg m) {
   emit(id, m);
 }
 
+void CmaService::put_rep(proto::CmaEventMsg& m, const proto::CmEventMsg& rep) {
+  m.responder_resources = rep.responder_resources;
+  m.initiator_depth = rep.initiator_depth;
+  m.rnr_retry_count = rep.rnr_retry_count;
+  m.srq = rep.srq;
+  m.qp_num = rep.remote_qpn;
+  copy_private(m.private_data, m.private_len, rep.private_data.data(), rep.private_len);
+}
+
 void CmaService::on_established(Id& id) {
   proto::CmaEventMsg m;
   m.type = static_cast<uint8_t>(T::kEstablished);
   if (id.rep) {  // the active side: the REP's parameters and private data (rdma_cm's conn param)
-    m.responder_resources = id.rep->responder_resources;
-    m.initiator_depth = id.rep->initiator_depth;
-    m.rnr_retry_count = id.rep->rnr_retry_count;
-    m.srq = id.rep->srq;
-    m.qp_num = id.rep->remote_qpn;
-    copy_private(m.private_data, m.private_len, id.rep->private_data.data(), id.rep->private_len);
+    put_rep(m, *id.rep);
     id.rep.reset();
   }
   emit(id, m);

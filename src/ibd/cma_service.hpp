@@ -118,8 +118,14 @@ class CmaService final : public Service {
   Result<void> resolve_route(uint32_t client, const proto::CmaIdTimeoutReq& r);
   Result<void> listen(uint32_t client, const proto::CmaListenReq& r, bool privileged);
   void init_qp(uint32_t client, const proto::CmaQpReq& r, Done done);
-  void connect(uint32_t client, const proto::CmaConnReq& r, Done done);
-  void accept(uint32_t client, const proto::CmaConnReq& r, Done done);
+  // own_qp: r.qp is the number of a QP the client moves itself
+  // (CMA_CONNECT_OWN_QP, CMA_ACCEPT_OWN_QP; docs/cma.md "Own QPs").
+  void connect(uint32_t client, const proto::CmaConnReq& r, Done done, bool own_qp = false);
+  void accept(uint32_t client, const proto::CmaConnReq& r, Done done, bool own_qp = false);
+  // The attributes of the QP's move to INIT, RTR or RTS (rdma_init_qp_attr).
+  Result<proto::CmInitQpAttrRep> init_qp_attr(uint32_t client, const proto::CmaInitQpAttrReq& r);
+  // The RTU of an own-QP connect after kConnectResponse (rdma_establish).
+  void establish(uint32_t client, uint32_t id, Done done);
   Result<void> reject(uint32_t client, const proto::CmaRejectReq& r);
   Result<void> disconnect(uint32_t client, uint32_t id);
   Result<void> destroy(uint32_t client, uint32_t id);
@@ -153,6 +159,10 @@ class CmaService final : public Service {
   Result<void> op_init_qp(const Caller& c, proto::Message& m, Respond& done);
   Result<void> op_connect(const Caller& c, proto::Message& m, Respond& done);
   Result<void> op_accept(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_init_qp_attr(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_connect_own_qp(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_accept_own_qp(const Caller& c, proto::Message& m, Respond& done);
+  Result<void> op_establish(const Caller& c, proto::Message& m, Respond& done);
   Result<void> op_reject(const Caller& c, proto::Message& m, Respond& done);
   Result<void> op_disconnect(const Caller& c, proto::Message& m, Respond& done);
   Result<void> op_destroy_id(const Caller& c, proto::Message& m, Respond& done);
@@ -179,6 +189,8 @@ class CmaService final : public Service {
     bool have_path = false;
     std::array<uint8_t, 64> path{};
     uint32_t qp = 0, qpn = 0;  // the client's QP handle and number
+    bool own_qp = false;       // the client moves that QP (docs/cma.md "Own QPs")
+    bool active = false;       // connect (not a connect request's)
     uint32_t cm = 0;           // the IB CM handle (connection or SIDR), 0: none
     std::vector<std::tuple<uint8_t, uint16_t, uint16_t>> listens;  // a listener's CM listeners
     uint32_t backlog = 0, pending = 0;
@@ -200,6 +212,10 @@ class CmaService final : public Service {
   };
 
   Result<Id*> find(uint32_t client, uint32_t handle);
+  // The client's QP named by handle, or by number (own_qp): its handle and what it is.
+  Result<std::pair<uint32_t, CmService::QpInfo>> client_qp(uint32_t client, uint32_t qp, bool by_number);
+  // The REP's parameters and private data into an event (rdma_cm's conn param).
+  static void put_rep(proto::CmaEventMsg& m, const proto::CmEventMsg& rep);
   // resolve_route's two ways (docs/cma.md "Routes"), and its end: the path
   // (an event ROUTE_RESOLVED) or the error (ROUTE_ERROR).
   void route_from_sa(uint32_t client, Id& id);

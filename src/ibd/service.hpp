@@ -64,6 +64,9 @@ struct ClientQpInfo {
 };
 struct ClientQps {
   std::function<Result<ClientQpInfo>(uint32_t client, uint32_t handle)> lookup;
+  // The handle of the client's own QP with that number (ENOENT: it has none;
+  // another client's QP is never found).
+  std::function<Result<uint32_t>(uint32_t client, uint32_t qpn)> handle_of;
   std::function<void(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
                      hca::Completer<Result<void>> done)>
       modify;

@@ -262,6 +262,32 @@ class RdmaEventChannelImpl final : public RdmaEventChannel {
     return ctx_.conn().call_void(Op::kCmaAccept, q);
   }
 
+  Result<std::pair<QpAttr, uint32_t>> init_qp_attr(uint32_t id, QpState state) override {
+    proto::CmaInitQpAttrReq q;
+    q.id = id;
+    q.state = static_cast<uint8_t>(state);
+    OPENIB_TRY_ASSIGN(auto r, ctx_.conn().call<proto::CmInitQpAttrRep>(Op::kCmaInitQpAttr, q));
+    return std::pair<QpAttr, uint32_t>{lib::from_proto(r.attr), r.attr.mask};
+  }
+
+  // CmaConnReq.qp is the QP's number here: ibd finds it among this
+  // connection's QPs (docs/client-protocol.md "RDMA CM").
+  Result<void> connect_own_qp(uint32_t id, uint32_t qp_num, const RdmaConnParam& p) override {
+    OPENIB_TRY_ASSIGN(auto q, conn_req(id, nullptr, p, proto::kCmaReqPrivate, "a REQ"));
+    q.qp = qp_num;
+    return ctx_.conn().call_void(Op::kCmaConnectOwnQp, q);
+  }
+
+  Result<void> accept_own_qp(uint32_t id, uint32_t qp_num, const RdmaConnParam& p) override {
+    OPENIB_TRY_ASSIGN(auto q, conn_req(id, nullptr, p, cm_private::kRep, "a REP"));
+    q.qp = qp_num;
+    return ctx_.conn().call_void(Op::kCmaAcceptOwnQp, q);
+  }
+
+  Result<void> establish(uint32_t id) override {
+    return ctx_.conn().call_void(Op::kCmaEstablish, proto::HandleReq{id});
+  }
+
   Result<void> reject(uint32_t id, std::span<const uint8_t> private_data) override {
     proto::CmaRejectReq q;
     q.id = id;

@@ -5,11 +5,15 @@
 # (root, namespaces; test/sandbox/lib.sh):
 #  - rping both ways, 100 pings of data printed (-v) and checked here;
 #  - ucmatose (10 connections), udaddy (UD), mckey (an IPv4 group, one
-#    receiver and one sender); not cmtime yet (its server hangs: a CQ it
-#    destroys is still used by its QPs);
+#    receiver and one sender);
 #  - ib_send_bw -R and ib_write_lat -R;
 #  - an rping server killed mid-transfer: the client sees the disconnect
 #    and exits promptly (status 0: rping's own choice for a disconnect).
+#  - cmtime -c 1000 (its timings printed): the client exits 0, the server
+#    (which serves until killed) holds no CQ or QP afterwards and no
+#    destroy was refused.
+#  - rping -q both ways (own QPs: rdma_init_qp_attr, rdma_establish), the
+#    data checked as rping's.
 #   rdmacm_utils.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -130,4 +134,56 @@ grep -q "wait for RDMA_[A-Z_]* state 10" "$(log_of gone-client)" ||
   fail "rping client saw no disconnect: $(tail -5 "$(log_of gone-client)")"
 ((SECONDS - start <= 20)) || fail "rping client took $((SECONDS - start)) s to notice"
 ok "rping server killed mid-transfer: the client sees the disconnect ($(grep -o "wait for RDMA_[A-Z_]* state 10" "$(log_of gone-client)")) and exits with $crc in $((SECONDS - start)) s after $(grep -c 'ping data' "$(log_of gone-client)") pings"
+
+# ==== cmtime and rping -q (issue 31: rdma_create_qp's own CQs, own-QP mode) ====
+# objs HOST PID: "CQS QPS" of that process's connection to HOST's ibd (none: "- -").
+objs() {
+  "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" clients |
+    awk -v p="$2" '$2 == p {c = $6; q = $7} END {print (c == "" ? "-" : c), (q == "" ? "-" : q)}'
+}
+freed() { [[ $(objs "$1" "$2") == "0 0" ]]; }
+# cmtime -c 1000: 1,000 connections made and torn down step by step. Its
+# one ibv_qp_init_attr, reused for every id, carries the CQs
+# rdma_create_qp made for the first id back to all the others: the CQs go
+# with the last QP on them, not under the others (ibd would refuse:
+# "CQ still used by N objects"). Debian's (44) server serves until killed.
+bg cmtime-srv Hca4 env "LD_LIBRARY_PATH=$libs" cmtime -b "${ip[Hca4]}" -c 1000
+srv=$bg
+sleep 1
+fg Hca1 120 cmtime -s "${ip[Hca4]}" -c 1000
+((rc == 0)) || fail "cmtime client ($rc): $out; server: $(cat "$(log_of cmtime-srv)")"
+steps=$(grep -E '^(create id|resolve addr|resolve route|create qp|connect|disconnect|destroy) *:' <<<"$out") || true
+(($(wc -l <<<"$steps") == 7)) || fail "cmtime client: not every step timed: $out"
+echo "$out" | sed -n '/^step/,$p'
+kill -0 "$srv" 2>/dev/null || fail "cmtime server gone: $(cat "$(log_of cmtime-srv)")"
+# The server freed every connection's QP and CQ as it saw the disconnects.
+until_ok 25 freed Hca4 "$srv" ||
+  fail "cmtime server: CQs and QPs left in ibd: $(objs Hca4 "$srv")"
+kill "$srv"
+wait "$srv" 2>/dev/null || true
+! grep -h "still used" "$OPENIB_SANDBOX"/Hca[14]/ibd.log "$(log_of cmtime-srv)" - <<<"$out" ||
+  fail "cmtime: ibd refused a destroy"
+ok "cmtime Hca1 -> Hca4: 1000 connections; the server holds no CQ or QP afterwards ($(grep '^connect ' <<<"$steps" | tr -s ' '))"
+
+# rping -q: each side creates its QP with ibv_create_qp and moves it itself
+# with rdma_init_qp_attr's attributes, names it by conn_param.qp_num to
+# rdma_connect / rdma_accept, and the client sends the RTU by
+# rdma_establish after CONNECT_RESPONSE (docs/cma.md "Own QPs"). The data
+# checked as in the rping case above.
+for dir in "Hca4 Hca1" "Hca1 Hca4"; do
+  read -r s c <<<"$dir"
+  bg "rping-q-$s" "$s" env "LD_LIBRARY_PATH=$libs" timeout 60 sh -c 'exec "$@" 2>"$0"' \
+    "$OPENIB_SANDBOX/rping-q-$s.err" rping -s -q -a "${ip[$s]}" -v -C 100
+  srv=$bg
+  sleep 1
+  rc=0
+  out=$(d "$c" timeout 60 rping -c -q -a "${ip[$s]}" -v -C 100 2>"$OPENIB_SANDBOX/rping-q-$c.err") || rc=$?
+  ((rc == 0)) || fail "rping -q client $c -> $s ($rc): $out $(cat "$OPENIB_SANDBOX/rping-q-$c.err"); server: $(cat "$(log_of "rping-q-$s")" "$OPENIB_SANDBOX/rping-q-$s.err")"
+  wait "$srv" || fail "rping -q server on $s: $(cat "$(log_of "rping-q-$s")" "$OPENIB_SANDBOX/rping-q-$s.err")"
+  [[ $(sed -n 's/^ping data: //p' <<<"$out") == "$expected" ]] || fail "rping -q client on $c: data: $out"
+  [[ $(sed -n 's/^server ping data: //p' "$(log_of "rping-q-$s")") == "$expected" ]] ||
+    fail "rping -q server on $s: data: $(cat "$(log_of "rping-q-$s")")"
+  ok "rping -q $c -> $s: 100 pings over QPs the application moved, each one's data as sent on both sides"
+done
+
 echo "PASS: rdmacm-utils and perftest -R over our librdmacm.so.1 across two switches"

@@ -143,7 +143,9 @@ void close_channel(Channel* c) {
     c->ids.clear();
   }
   if (c->default_pd) ibv_dealloc_pd(c->default_pd);
-  ibv_close_device(c->verbs);
+  // The application's CQs, PDs and MRs on id->verbs may outlive the channel
+  // (rdma-core never closes its contexts): the context goes with the last.
+  openib::verbs::release_context(c->verbs);
   // The Channel itself stays (a few bytes): another thread may still be in
   // rdma_get_cm_event on it (rping's CM thread is; see there).
 }
@@ -265,7 +267,8 @@ int rdma_listen(rdma_cm_id* id, int backlog) {
 }
 
 // The QP given to connect/accept: the id's, or (conn_param->qp_num) one
-// made by rdma_create_qp on an id of this channel.
+// made by rdma_create_qp on an id of this channel. None: the application's
+// own QP, named by conn_param->qp_num, which it moves itself (own_qp).
 static openib::Qp* qp_for(Id& i, const rdma_conn_param* p) {
   ibv_qp* qp = i.id.qp;
   if (!qp && p)
@@ -281,8 +284,10 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   openib::Result<void> r = [&]() -> openib::Result<void> {
     std::lock_guard lk(i->ch->mu);
     openib::Qp* qp = qp_for(*i, conn_param);
-    if (!qp) return openib::err(EINVAL, "no QP of this id's context (own QPs are not supported)");
-    return i->ch->impl->connect(i->handle, *qp, to_param(conn_param));
+    if (qp) return i->ch->impl->connect(i->handle, *qp, to_param(conn_param));
+    if (conn_param && conn_param->qp_num && !ud_space(id))
+      return i->ch->impl->connect_own_qp(i->handle, conn_param->qp_num, to_param(conn_param));
+    return openib::err(EINVAL, "no QP: neither the id's nor conn_param->qp_num");
   }();
   if (!r) return fail("rdma_connect", r.error());
   return complete(*i, 0);
@@ -298,8 +303,10 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   openib::Result<void> r = [&]() -> openib::Result<void> {
     std::lock_guard lk(i->ch->mu);
     openib::Qp* qp = qp_for(*i, conn_param);
-    if (!qp && !ud_space(id)) return openib::err(EINVAL, "no QP of this id's context (own QPs are not supported)");
-    return i->ch->impl->accept(i->handle, ud_space(id) ? nullptr : qp, to_param(conn_param));
+    if (ud_space(id) || qp) return i->ch->impl->accept(i->handle, ud_space(id) ? nullptr : qp, to_param(conn_param));
+    if (conn_param && conn_param->qp_num)
+      return i->ch->impl->accept_own_qp(i->handle, conn_param->qp_num, to_param(conn_param));
+    return openib::err(EINVAL, "no QP: neither the id's nor conn_param->qp_num");
   }();
   if (!r) return fail("rdma_accept", r.error());
   return complete(*i, 0);

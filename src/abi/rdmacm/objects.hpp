@@ -32,13 +32,21 @@ namespace openib::rdmacm {
 
 struct Id;
 
+// A CQ rdma_create_qp made for an id (qp.cpp "own CQs") and who uses it.
+struct OwnCq {
+  ibv_comp_channel* channel = nullptr;
+  int users = 0;          // QPs of rdma_create_qp on it (send and receive side each)
+  bool released = false;  // its id's QP destroyed: it goes when the last user does
+};
+
 struct Channel {
   rdma_event_channel ch{};  // first: rdma_event_channel* is Channel*
   ibv_context* verbs = nullptr;
   ibv_pd* default_pd = nullptr;  // rdma_create_qp with no PD
   std::unique_ptr<openib::RdmaEventChannel> impl;
-  std::mutex mu;  // impl and ids: libopenib's channel is one thread at a time
+  std::mutex mu;  // impl, ids and own_cqs: libopenib's channel is one thread at a time
   std::map<uint32_t, Id*> ids;
+  std::map<ibv_cq*, OwnCq> own_cqs;
 };
 
 struct Id {

@@ -2,6 +2,8 @@
 // endpoint calls over synchronous ids (rdma_create_ep, rdma_get_request,
 // rdma_destroy_ep) and multicast (rdma_join_multicast, rdma_leave_multicast).
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "abi/rdmacm/objects.hpp"
 #include "abi/verbs/objects.hpp"
@@ -16,25 +18,85 @@ ibv_pd* default_pd(Channel& c) {
   return c.default_pd;
 }
 
-// rdma-core makes the CQs an attribute leaves out (id->send_cq, recv_cq).
-int ensure_cqs(rdma_cm_id* id, ibv_qp_init_attr& a) {
+// ---- own CQs -------------------------------------------------------------------
+// rdma_create_qp makes the CQs its attributes leave out, as rdma-core's
+// ucma_create_cqs does: one per side, each with a completion channel of its
+// own and the id as cq_context (rdma_get_send_comp/recv_comp of
+// <rdma/rdma_verbs.h> wait on id->send_cq_channel and assert the context),
+// and hands them back in the caller's attributes (rdma-core copies the
+// attributes back). A caller that reuses those attributes for its next id
+// (cmtime keeps one ibv_qp_init_attr for all) therefore puts every later QP
+// on the first id's CQs. rdma-core's rdma_destroy_qp of that first id then
+// destroys the CQs under the others' QPs: the kernel refuses (EBUSY) and
+// they stay, lost to the application. ibd refuses the same
+// (docs/client-protocol.md §3.1: DESTROY_CQ of a CQ a QP uses is EBUSY), and
+// our ibv_destroy_cq would forget the CQ anyway. So here an own CQ counts the
+// QPs rdma_create_qp put on it and goes with the last of them, after its id
+// let it go: nothing is destroyed under a QP, nothing is left behind.
+
+ibv_cq* make_own_cq(Channel& c, rdma_cm_id* id, uint32_t size, ibv_comp_channel** channel) {
+  ibv_comp_channel* ch = ibv_create_comp_channel(id->verbs);
+  if (!ch) return nullptr;
+  ibv_cq* cq = ibv_create_cq(id->verbs, int(size ? size : 1), id, ch, 0);
+  if (!cq) {
+    const int e = errno;
+    ibv_destroy_comp_channel(ch);
+    errno = e;
+    return nullptr;
+  }
+  std::lock_guard lk(c.mu);
+  c.own_cqs[cq].channel = ch;
+  *channel = ch;
+  return cq;
+}
+
+int ensure_cqs(Channel& c, rdma_cm_id* id, ibv_qp_init_attr& a) {
   if (!a.send_cq) {
-    id->send_cq = ibv_create_cq(id->verbs, int(a.cap.max_send_wr ? a.cap.max_send_wr : 1), nullptr, nullptr, 0);
+    id->send_cq = make_own_cq(c, id, a.cap.max_send_wr, &id->send_cq_channel);
     if (!id->send_cq) return -1;
     a.send_cq = id->send_cq;
   }
   if (!a.recv_cq && !a.srq) {
-    id->recv_cq = ibv_create_cq(id->verbs, int(a.cap.max_recv_wr ? a.cap.max_recv_wr : 1), nullptr, nullptr, 0);
+    id->recv_cq = make_own_cq(c, id, a.cap.max_recv_wr, &id->recv_cq_channel);
     if (!id->recv_cq) return -1;
     a.recv_cq = id->recv_cq;
   }
   return 0;
 }
 
-void destroy_own_cqs(rdma_cm_id* id) {
-  if (id->send_cq) ibv_destroy_cq(id->send_cq);
-  if (id->recv_cq) ibv_destroy_cq(id->recv_cq);
+// The QP's two sides are users of the own CQs they are on.
+void use_cqs(Channel& c, const ibv_qp* qp) {
+  std::lock_guard lk(c.mu);
+  for (ibv_cq* cq : {qp->send_cq, qp->recv_cq})
+    if (auto it = c.own_cqs.find(cq); it != c.own_cqs.end()) ++it->second.users;
+}
+
+// The id's QP `qp` (or none, when its creation failed) destroyed: its CQs
+// lose a user, the id lets its own CQs go, and those without a user left
+// are destroyed (each CQ before its channel, which refuses while a CQ uses it).
+void drop_qp(Channel& c, rdma_cm_id* id, ibv_qp* qp) {
+  ibv_cq* used[2] = {qp ? qp->send_cq : nullptr, qp ? qp->recv_cq : nullptr};
+  if (qp) ibv_destroy_qp(qp);
+  std::vector<std::pair<ibv_cq*, ibv_comp_channel*>> gone;
+  {
+    std::lock_guard lk(c.mu);
+    for (ibv_cq* cq : used)
+      if (auto it = c.own_cqs.find(cq); it != c.own_cqs.end()) --it->second.users;
+    for (ibv_cq* cq : {id->send_cq, id->recv_cq})
+      if (auto it = c.own_cqs.find(cq); it != c.own_cqs.end()) it->second.released = true;
+    for (ibv_cq* cq : {used[0], used[1], id->send_cq, id->recv_cq}) {
+      auto it = c.own_cqs.find(cq);
+      if (it == c.own_cqs.end() || !it->second.released || it->second.users > 0) continue;
+      gone.emplace_back(cq, it->second.channel);
+      c.own_cqs.erase(it);
+    }
+  }
   id->send_cq = id->recv_cq = nullptr;
+  id->send_cq_channel = id->recv_cq_channel = nullptr;
+  for (auto [cq, ch] : gone) {
+    ibv_destroy_cq(cq);
+    ibv_destroy_comp_channel(ch);
+  }
 }
 
 }  // namespace
@@ -47,17 +109,23 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (!pd) pd = id->pd ? id->pd : default_pd(*i->ch);
   if (!pd) return fail("rdma_create_qp", errno ? errno : ENOMEM, "no default PD");
   if (pd->context != id->verbs) return fail("rdma_create_qp", EINVAL, "a PD of another context than id->verbs");
-  if (ensure_cqs(id, *attr)) {
+  if (id->qp) return fail("rdma_create_qp", EINVAL, "the id has a QP");
+  Channel& c = *i->ch;
+  const ibv_qp_init_attr given = *attr;  // a failure leaves the caller's attributes as they were
+  if (ensure_cqs(c, id, *attr)) {
     const int e = errno;
-    destroy_own_cqs(id);
+    drop_qp(c, id, nullptr);
+    *attr = given;
     return fail("rdma_create_qp", e ? e : ENOMEM, "CQs");
   }
   ibv_qp* qp = ibv_create_qp(pd, attr);
   if (!qp) {
     const int e = errno;
-    destroy_own_cqs(id);
+    drop_qp(c, id, nullptr);
+    *attr = given;
     return fail("rdma_create_qp", e ? e : ENOMEM, "ibv_create_qp failed");
   }
+  use_cqs(c, qp);
   // A UD QP goes to RTS now with the id's Q_Key; an RC/UC one is moved by
   // ibd on connect/accept (include/openib/cma.hpp).
   if (attr->qp_type == IBV_QPT_UD) {
@@ -66,8 +134,8 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
       return i->ch->impl->init_qp(i->handle, *openib::verbs::ours<openib::verbs::Qp>(qp)->impl);
     }();
     if (!r) {
-      ibv_destroy_qp(qp);
-      destroy_own_cqs(id);
+      drop_qp(c, id, qp);
+      *attr = given;
       return fail("rdma_create_qp", r.error());
     }
     qp->state = IBV_QPS_RTS;
@@ -97,19 +165,39 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
 
 void rdma_destroy_qp(rdma_cm_id* id) {
   if (!id || !id->qp) return;
-  ibv_destroy_qp(id->qp);
+  ibv_qp* qp = id->qp;
   id->qp = nullptr;
-  destroy_own_cqs(id);
+  if (Channel* c = id_of(id)->ch) return drop_qp(*c, id, qp);
+  ibv_destroy_qp(qp);  // its channel destroyed: ibd freed the rest
 }
 
-int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr*, int*) {
-  // ibd moves the QP of a connection itself (include/openib/cma.hpp): an
-  // application that moves its own QP is not supported.
-  return fail("rdma_init_qp_attr", id ? ENOSYS : EINVAL, "QPs moved by the application");
+// Own QPs (docs/cma.md "Own QPs"): an application that creates its QP with
+// ibv_create_qp moves it itself, with these attributes, and names it by
+// conn_param->qp_num to rdma_connect / rdma_accept (rping -q). As rdma-core:
+// the state asked for is qp_attr->qp_state; every field is written.
+int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
+  if (!id || !qp_attr || !qp_attr_mask || !id_of(id)->ch)
+    return fail("rdma_init_qp_attr", EINVAL, "no id, attributes or mask");
+  Id* i = id_of(id);
+  auto r = [&] {
+    std::lock_guard lk(i->ch->mu);
+    return i->ch->impl->init_qp_attr(i->handle, openib::QpState(qp_attr->qp_state));
+  }();
+  if (!r) return fail("rdma_init_qp_attr", r.error());
+  *qp_attr = {};
+  openib::verbs::from_qp_attr(r->first, *qp_attr);
+  *qp_attr_mask = int(r->second);
+  return 0;
 }
 
+// After CONNECT_RESPONSE and the QP at RTS: the RTU (rdma-core: EINVAL on
+// an id with a QP of rdma_create_qp, which ibd moves and establishes).
 int rdma_establish(rdma_cm_id* id) {
-  return fail("rdma_establish", id ? ENOSYS : EINVAL, "QPs moved by the application");
+  if (!id || id->qp || !id_of(id)->ch) return fail("rdma_establish", EINVAL, "no id, or an id with its own QP");
+  Id* i = id_of(id);
+  std::lock_guard lk(i->ch->mu);
+  if (auto r = i->ch->impl->establish(i->handle); !r) return fail("rdma_establish", r.error());
+  return 0;
 }
 
 int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
