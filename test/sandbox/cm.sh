@@ -23,8 +23,11 @@ topo=/usr/share/doc/ibsim-utils/net-examples/net.2sw2path4hca
 source "$here/lib.sh"
 sandbox_test sbc 198.18.28 cm-test
 # 10,000 connections: more QPs and CM ids per client and uid than the
-# default quotas (docs/operations.md "Limits", docs/cm.md "Security").
-export OPENIB_SANDBOX_IBD_ARGS="--client-max-qps 12000 --uid-max-qps 12000 --client-max-cm-ids 12000 --uid-max-cm-ids 12000"
+# default quotas (docs/operations.md "Limits", docs/cm.md "Security"), and
+# room for their events while a loaded machine keeps the client from
+# reading them (1 MiB by default: a run with the CPUs busy overran it, and
+# ibd closed the client's CM socket as it should).
+export OPENIB_SANDBOX_IBD_ARGS="--client-max-qps 12000 --uid-max-qps 12000 --client-max-cm-ids 12000 --uid-max-cm-ids 12000 --client-max-event-bytes 16777216 --uid-max-event-bytes 16777216"
 pcap_dir=$OPENIB_SANDBOX.pcap
 export OPENIB_SANDBOX_PCAP_DIR=$pcap_dir
 mkdir -p "$pcap_dir"
