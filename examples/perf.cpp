@@ -1,5 +1,5 @@
 // openib-perf: perftest's ib_{send,write,read}_{bw,lat} on libopenib.
-//   server: openib-perf -t send -m lat [-s SIZE | -a] [-n ITERS]
+//   server: openib-perf -t send -m lat [-s SIZE | -a] [-n ITERS] [-I INLINE]
 //   client: openib-perf -t send -m lat [-s SIZE | -a] [-n ITERS] SERVERHOST
 // The client is the initiator and prints the table; the server serves.
 // The measurement loops live in perf_core.cpp (also used by bench/).
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   uint64_t iters = 0;
   bool all = false;
   int port = 18515, ib_port = 1, mtu = 1024;
-  uint32_t window = 64;
+  uint32_t window = 64, max_inline = 64;
   CLI::App app{"openib-perf: perftest-style bandwidth and latency through ibd (RC)"};
   app.add_option("-t,--test", test, "send, write or read")->check(CLI::IsMember({"send", "write", "read"}));
   app.add_option("-m,--mode", mode, "bw or lat")->check(CLI::IsMember({"bw", "lat"}));
@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   app.add_option("-d,--ib-dev", ib_dev, "IB device, by name (default $OPENIB_DEVICE, else ibd's first)");
   app.add_option("--mtu", mtu, "path MTU (default 1024)");
   app.add_option("-w,--window", window, "bw: WRs outstanding (default 64)");
+  app.add_option("-I,--inline-size", max_inline, "SENDs and WRITEs up to this size go inline (default 64; 0: none)");
   app.add_option("--socket", socket, "ibd's socket (default $OPENIB_SOCKET, else /run/ibd/ibd.sock)");
   app.add_option("SERVERHOST", host, "the server to connect to (none: be the server)");
   CLI11_PARSE(app, argc, argv);
@@ -68,8 +69,9 @@ int main(int argc, char** argv) {
   copts.device = ib_dev;
   auto ctx = check(Context::open(copts), "Couldn't open ibd's device");
   const uint32_t depth = std::max<uint32_t>(128, window);
-  auto side = check(perf::make_side(*ctx, *std::max_element(sizes.begin(), sizes.end()), depth, uint8_t(ib_port)),
-                    "Couldn't create the QP and its resources");
+  auto side = check(
+      perf::make_side(*ctx, *std::max_element(sizes.begin(), sizes.end()), depth, uint8_t(ib_port), max_inline),
+      "Couldn't create the QP and its resources");
   int sock = tcp_connect(host, port);
   if (sock < 0) die("Couldn't connect to the peer over TCP");
   perf::Side::Dest peer;

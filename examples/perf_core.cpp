@@ -117,7 +117,8 @@ Side::Dest Side::dest() const {
   return {lid, qp->qp_num(), psn, mr->rkey(), reinterpret_cast<uint64_t>(target())};
 }
 
-Result<std::unique_ptr<Side>> make_side(Context& ctx, size_t max_size, uint32_t depth, uint8_t port) {
+Result<std::unique_ptr<Side>> make_side(Context& ctx, size_t max_size, uint32_t depth, uint8_t port,
+                                        uint32_t max_inline) {
   auto s = std::make_unique<Side>();
   s->max_size = std::max<size_t>(max_size, 8);
   s->depth = depth;
@@ -134,7 +135,7 @@ Result<std::unique_ptr<Side>> make_side(Context& ctx, size_t max_size, uint32_t 
   init.send_cq = init.recv_cq = s->cq.get();
   init.cap.max_send_wr = depth;
   init.cap.max_recv_wr = depth;
-  init.cap.max_inline_data = std::min<uint32_t>(64, da.max_inline);
+  init.cap.max_inline_data = std::min<uint32_t>(max_inline, da.max_inline);
   OPENIB_TRY_ASSIGN(s->qp, ctx.create_qp(*s->pd, init));
   OPENIB_TRY_ASSIGN(s->mr, ctx.alloc_mr(*s->pd, 2 * s->max_size,
                                         kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead));

@@ -49,8 +49,11 @@ struct Side {
   uint8_t* source() const { return target() + max_size; }
 };
 
-// depth: send and receive queue sizes (the bandwidth window is ≤ depth).
-Result<std::unique_ptr<Side>> make_side(Context& ctx, size_t max_size, uint32_t depth, uint8_t port = 1);
+// depth: send and receive queue sizes (the bandwidth window is ≤ depth);
+// max_inline: SENDs and WRITEs up to this size (and the device's limit)
+// go inline, 0 for none (perftest's -I).
+Result<std::unique_ptr<Side>> make_side(Context& ctx, size_t max_size, uint32_t depth, uint8_t port = 1,
+                                        uint32_t max_inline = 64);
 // RESET→INIT→RTR→RTS towards the peer (remote access for WRITE/READ).
 Result<void> connect(Side& s, const Side::Dest& peer, uint8_t port, Mtu mtu);
 
