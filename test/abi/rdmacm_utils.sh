@@ -6,7 +6,9 @@
 #  - rping both ways, 100 pings of data printed (-v) and checked here;
 #  - ucmatose (10 connections), udaddy (UD), mckey (an IPv4 group, one
 #    receiver and one sender);
-#  - ib_send_bw -R and ib_write_lat -R;
+#  - perftest's ib_{write,read,send,atomic}_{bw,lat} -R, 200 iterations each;
+#  - qperf rc_bw, rc_lat, ud_lat and rc_rdma_write_bw, with qperf's own
+#    connection exchange and with -cm1 (its server on Hca4);
 #  - an rping server killed mid-transfer: the client sees the disconnect
 #    and exits promptly (status 0: rping's own choice for a disconnect).
 #  - cmtime -c 1000 (its timings printed): the client exits 0, the server
@@ -105,13 +107,43 @@ pair mckey 60 "mckey -m $group -b ${ip[Hca4]}" "mckey -m $group -b ${ip[Hca1]} -
 grep -q "test complete" "$(log_of mckey)" || fail "mckey receiver: $(cat "$(log_of mckey)")"
 ok "mckey: Hca1 sent to $group, Hca4 received"
 
-# ---- perftest with -R -----------------------------------------------------------------
-for t in ib_send_bw ib_write_lat; do
-  pair "$t" 120 "$t -R -n 200" "$t -R -n 200 ${ip[Hca4]}"
-  row=$(grep -E '^ *[0-9]+ +[0-9]+ ' <<<"$out" | tail -1 | tr -s ' ')
-  [[ -n $row ]] || fail "$t -R: no results row: $out"
+# ---- perftest with -R, qperf with and without -cm1 ----------------------------------
+# Each of perftest's eight tools, connected by the RDMA CM (-R), 200
+# iterations: both ends exit 0 and the client prints its results row (#bytes,
+# #iterations, then BW peak, BW average and MsgRate, or t_min, t_max,
+# t_typical, t_avg...), with the 200 iterations and a BW average or t_avg above 0.
+for t in ib_{write,read,send,atomic}_{bw,lat}; do
+  pair "$t" 60 "$t -R -n 200" "$t -R -n 200 ${ip[Hca4]}"
+  row=$(grep -E '^ *[0-9]+ +[0-9]+ ' <<<"$out" | tail -1 | tr -s ' \t' ' ')
+  col=4                       # BW average[MB/sec]
+  [[ $t == *_lat ]] && col=6  # t_avg[usec]
+  awk -v c=$col '$2 == 200 && $c + 0 > 0 {ok = 1} END {exit !ok}' <<<"$row" || fail "$t -R: no results row: $out"
   ok "$t -R Hca1 -> Hca4: $row"
 done
+
+# qperf: its server (port 19765, over IPoIB) on Hca4 serves each test, the
+# client on Hca1 runs it for a second and prints "bw = N MB/sec" or
+# "latency = N us". First with its own connection exchange (QP numbers and
+# LIDs over the TCP socket), then with -cm1 (the RDMA CM; qperf ignores it
+# for ud_lat, as it says). At a test's end qperf's SIGALRM (no SA_RESTART)
+# must end an ibv_get_cq_event, and with -cm1 it destroys its CQ, PD and MR
+# after the event channel whose context they are on.
+bg qperf-srv Hca4 env "LD_LIBRARY_PATH=$libs" timeout 300 qperf
+srv=$bg
+listens Hca4 19765 "$srv" || fail "qperf server not listening: $(cat "$(log_of qperf-srv)")"
+for cm in "" -cm1; do
+  for t in rc_bw rc_lat ud_lat rc_rdma_write_bw; do
+    fg Hca1 30 qperf $cm -t 1 "${ip[Hca4]}" "$t"
+    ((rc == 0)) || fail "qperf $cm $t ($rc): $out; server: $(cat "$(log_of qperf-srv)")"
+    res=$(grep -E '^ *(bw|latency) += +[0-9.]+ [A-Za-z]+(/sec)?$' <<<"$out" | tr -s ' ') || true
+    awk '$3 + 0 > 0 {ok = 1} END {exit !ok}' <<<"$res" || fail "qperf $cm $t: no result: $out"
+    ok "qperf $cm $t Hca1 -> Hca4:$res"
+  done
+done
+kill -0 "$srv" 2>/dev/null || fail "qperf server gone: $(cat "$(log_of qperf-srv)")"
+kill "$srv"
+wait "$srv" 2>/dev/null || true
+! grep -E "terminate|error|failed" "$(log_of qperf-srv)" || fail "qperf server complained"
 
 # ---- an rping server killed mid-transfer --------------------------------------------
 # (no timeout(1) around the server: $srv must be rping itself, env execs it)
@@ -186,4 +218,4 @@ for dir in "Hca4 Hca1" "Hca1 Hca4"; do
   ok "rping -q $c -> $s: 100 pings over QPs the application moved, each one's data as sent on both sides"
 done
 
-echo "PASS: rdmacm-utils and perftest -R over our librdmacm.so.1 across two switches"
+echo "PASS: rdmacm-utils, perftest -R and qperf over our librdmacm.so.1 across two switches"

@@ -234,6 +234,8 @@ ibv_context* ibv_open_device(ibv_device* d) {
 }
 OPENIB_VERBS_1_1(ibv_open_device);
 
+// Objects left on the context are the application's to lose, as with
+// rdma-core (whose kernel frees them): using one afterwards is undefined.
 int ibv_close_device(ibv_context* c) {
   if (!c) return EINVAL;
   Context* ctx = ctx_of(c);

@@ -4,6 +4,7 @@
 // with the kernel's uverbs files.
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 
 #include "abi/verbs/objects.hpp"
 
@@ -32,6 +33,33 @@ namespace {
 bool nonblocking(int fd) {
   const int fl = ::fcntl(fd, F_GETFL);
   return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+// Whether a wait a signal handler interrupted resumes. The kernel's event
+// files are read(), which a handler installed with SA_RESTART restarts and
+// one without it ends with EINTR (signal(7)): qperf's SIGALRM (no
+// SA_RESTART) ends its ibv_get_cq_event when the test's time is up. poll()
+// is never restarted and does not say which signal came: resume only if
+// every handler the process has is SA_RESTART (signal()'s default), else
+// report EINTR as that read could.
+bool resumes_after_signal() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction sa {};
+    if (::sigaction(sig, nullptr, &sa) != 0) continue;
+    const bool caught = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
+                                                   : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
+    if (caught && !(sa.sa_flags & SA_RESTART)) return false;
+  }
+  return true;
+}
+
+// Waits until fd is readable: 0, or -1 with errno (EINTR as above).
+int wait_readable(int fd) {
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, -1) >= 0) return 0;
+    if (errno != EINTR || !resumes_after_signal()) return -1;
+  }
 }
 
 // libopenib's events into ours, under ctx.mu; openib's own (a cached path
@@ -71,9 +99,21 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
     return -1;
   }
   auto* ch = ours<Channel>(channel);
-  auto r = ch->impl->get_event(nonblocking(channel->fd) ? 0 : -1);
+  const bool block = !nonblocking(channel->fd);
+  openib::Result<openib::Cq*> r = nullptr;
+  for (;;) {
+    // (the wait ours, libopenib's resumes after every signal)
+    if (block && wait_readable(channel->fd) < 0) return -1;
+    r = ch->impl->get_event(0);
+    if (r || r.error().code != ETIMEDOUT) break;
+    if (!block) {
+      errno = EAGAIN;
+      return -1;
+    }
+    // another thread took the event
+  }
   if (!r) {
-    errno = r.error().code == ETIMEDOUT ? EAGAIN : fail_int("ibv_get_cq_event", r.error());
+    errno = fail_int("ibv_get_cq_event", r.error());
     return -1;
   }
   std::lock_guard lk(ch->mu);
@@ -122,8 +162,7 @@ int ibv_get_async_event(ibv_context* c, ibv_async_event* event) {
       errno = EAGAIN;
       return -1;
     }
-    pollfd p{c->async_fd, POLLIN, 0};
-    if (::poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
+    if (wait_readable(c->async_fd) < 0) return -1;
   }
 }
 OPENIB_VERBS_1_1(ibv_get_async_event);

@@ -74,6 +74,10 @@ struct Context {
   std::mutex mu;                        // async_events
   std::deque<ibv_async_event> async_events;
   std::unordered_map<const void*, void*> objects;  // libopenib object -> ours, for async events
+  // One for being open, one per object made on it (PD, MR, AH, completion
+  // channel, CQ, SRQ, QP): a context librdmacm let go (release_context)
+  // closes with the last of them.
+  std::atomic<int> refs{1};
 };
 
 struct Pd {
@@ -156,6 +160,24 @@ Device* find_device(const char* ibdev_path);
 int query_port_ex(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t len);
 int query_device_ex(ibv_context* c, const ibv_query_device_ex_input* in, ibv_device_attr_ex* attr,
                     size_t len);
+
+// The references objects hold on their context (Context::refs): taken
+// when one is made, dropped when it is destroyed; the last one closes it.
+// Inline: librdmacm drops its own (release_context) and the version script
+// exports nothing of ours.
+inline void hold(Context& ctx) { ctx.refs.fetch_add(1, std::memory_order_relaxed); }
+inline void release(Context& ctx) {
+  if (ctx.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) ibv_close_device(&ctx.vctx.context);
+}
+
+// librdmacm's close of the context it opened for an event channel
+// (src/abi/rdmacm): rdma-core keeps its contexts open for as long as the
+// process runs, so an application may destroy its channel and ids first and
+// its CQs, PDs and MRs on id->verbs after (qperf -cm1 does). The context
+// closes when the last of its objects is destroyed; at once if none is left.
+inline void release_context(ibv_context* c) {
+  if (c) release(*ctx_of(c));
+}
 
 // Async events of a context: libopenib's queued ones moved into ctx's
 // deque, translated (events.cpp).

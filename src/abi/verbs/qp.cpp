@@ -73,6 +73,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   fill_cap(q->impl->cap(), init->cap);
   if (init->srq) init->cap.max_recv_wr = init->cap.max_recv_sge = 0;
   note_object(ctx, q->impl.get(), &q->qp);
+  hold(ctx);
   return &qp;
 }
 OPENIB_VERBS_1_1(ibv_create_qp);
@@ -118,10 +119,12 @@ int ibv_query_qp_data_in_order(ibv_qp* qp, ibv_wr_opcode, uint32_t) {
 int ibv_destroy_qp(ibv_qp* qp) {
   if (!qp) return EINVAL;
   auto* q = ours<Qp>(qp);
-  forget_object(*ctx_of(qp->context), q->impl.get());
+  Context& ctx = *ctx_of(qp->context);
+  forget_object(ctx, q->impl.get());
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);
   delete q;
+  release(ctx);
   return 0;
 }
 OPENIB_VERBS_1_1(ibv_destroy_qp);

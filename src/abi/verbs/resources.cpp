@@ -46,6 +46,7 @@ ibv_mr* reg_mr(const char* verb, ibv_pd* pd, void* addr, size_t length, uint64_t
   m->mr.lkey = m->impl->lkey();
   m->mr.rkey = m->impl->rkey();
   m->mr.handle = m->mr.lkey;
+  hold(ctx);
   return &m->mr;
 }
 
@@ -61,13 +62,16 @@ ibv_pd* ibv_alloc_pd(ibv_context* c) {
   p->impl = std::move(*r);
   p->pd.context = c;
   p->pd.handle = p->impl->handle();
+  hold(*ctx_of(c));
   return &p->pd;
 }
 OPENIB_VERBS_1_1(ibv_alloc_pd);
 
 int ibv_dealloc_pd(ibv_pd* pd) {
   if (!pd) return EINVAL;
+  Context& ctx = *ctx_of(pd->context);
   delete ours<Pd>(pd);
+  release(ctx);
   return 0;
 }
 OPENIB_VERBS_1_1(ibv_dealloc_pd);
@@ -89,7 +93,9 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
 
 int ibv_dereg_mr(ibv_mr* mr) {
   if (!mr) return EINVAL;
+  Context& ctx = *ctx_of(mr->context);
   delete ours<Mr>(mr);
+  release(ctx);
   return 0;
 }
 OPENIB_VERBS_1_1(ibv_dereg_mr);
@@ -105,13 +111,16 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   a->ah.context = pd->context;
   a->ah.pd = pd;
   a->ah.handle = a->impl->ahn();
+  hold(*ctx_of(pd->context));
   return &a->ah;
 }
 OPENIB_VERBS_1_1(ibv_create_ah);
 
 int ibv_destroy_ah(ibv_ah* ah) {
   if (!ah) return EINVAL;
+  Context& ctx = *ctx_of(ah->context);
   delete ours<Ah>(ah);
+  release(ctx);
   return 0;
 }
 OPENIB_VERBS_1_1(ibv_destroy_ah);
@@ -165,6 +174,7 @@ ibv_comp_channel* ibv_create_comp_channel(ibv_context* c) {
   ch->impl = std::move(*r);
   ch->ch.context = c;
   ch->ch.fd = ch->impl->fd();
+  hold(*ctx_of(c));
   return &ch->ch;
 }
 
@@ -175,7 +185,9 @@ int ibv_destroy_comp_channel(ibv_comp_channel* ch) {
     std::lock_guard lk(c->mu);
     if (!c->cqs.empty()) return EBUSY;  // libibverbs: CQs still use it
   }
+  Context& ctx = *ctx_of(ch->context);
   delete c;
+  release(ctx);
   return 0;
 }
 
@@ -200,6 +212,7 @@ ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context, ibv_comp_channe
     ch->cqs[q->impl.get()] = q;
   }
   note_object(ctx, q->impl.get(), &q->cq);
+  hold(ctx);
   return &q->cq;
 }
 OPENIB_VERBS_1_1(ibv_create_cq);
@@ -217,10 +230,12 @@ int ibv_destroy_cq(ibv_cq* cq) {
     std::lock_guard lk(ch->mu);
     ch->cqs.erase(q->impl.get());
   }
-  forget_object(*ctx_of(cq->context), q->impl.get());
+  Context& ctx = *ctx_of(cq->context);
+  forget_object(ctx, q->impl.get());
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);
   delete q;
+  release(ctx);
   return 0;
 }
 OPENIB_VERBS_1_1(ibv_destroy_cq);
@@ -250,6 +265,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   pthread_mutex_init(&s->srq.mutex, nullptr);
   pthread_cond_init(&s->srq.cond, nullptr);
   note_object(ctx, s->impl.get(), &s->srq);
+  hold(ctx);
   return &s->srq;
 }
 OPENIB_VERBS_1_1(ibv_create_srq);
@@ -280,10 +296,12 @@ OPENIB_VERBS_1_1(ibv_query_srq);
 int ibv_destroy_srq(ibv_srq* srq) {
   if (!srq) return EINVAL;
   auto* s = ours<Srq>(srq);
-  forget_object(*ctx_of(srq->context), s->impl.get());
+  Context& ctx = *ctx_of(srq->context);
+  forget_object(ctx, s->impl.get());
   pthread_cond_destroy(&srq->cond);
   pthread_mutex_destroy(&srq->mutex);
   delete s;
+  release(ctx);
   return 0;
 }
 OPENIB_VERBS_1_1(ibv_destroy_srq);
