@@ -12,6 +12,10 @@
 //    threads at once.
 // Prints "ok: ..." per check; exits 1 at the first failure.
 //   verbs_calls (with OPENIB_SOCKET set)
+// With --loop KIND it instead makes and destroys objects of one kind (pd,
+// mr, cq, channel, qp, srq, ah) or posts and polls (post), over and over
+// for at most 60 s: verbs_utils.sh SIGKILLs it in the middle of those calls
+// and checks that ibd keeps nothing of it.
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(cond, ...)                             \
@@ -204,7 +209,89 @@ static void hostile_posts(struct ibv_pd* pd, struct ibv_cq* cq) {
   free(mem);
 }
 
-int main(void) {
+// A UD QP in RTS (§10.3.1: no peer needed) on pd/cq.
+static struct ibv_qp* ud_qp_rts(struct ibv_pd* pd, struct ibv_cq* cq) {
+  struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+                                .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp* qp = ibv_create_qp(pd, &ia);
+  CHECK(qp, "ibv_create_qp UD: %s", strerror(errno));
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111};
+  RETURNS(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  a.qp_state = IBV_QPS_RTR;
+  RETURNS(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  a.qp_state = IBV_QPS_RTS;
+  RETURNS(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  return qp;
+}
+
+static int loop(const char* kind) {
+  struct ibv_context* ctx = open_first();
+  struct ibv_pd* pd = ibv_alloc_pd(ctx);
+  CHECK(pd, "ibv_alloc_pd: %s", strerror(errno));
+  struct ibv_cq* cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+  CHECK(cq, "ibv_create_cq: %s", strerror(errno));
+  struct ibv_port_attr pa;
+  RETURNS(ibv_query_port(ctx, 1, &pa), 0);
+  char* mem = malloc(1 << 16);
+  CHECK(mem, "malloc");
+  struct ibv_mr* mr = ibv_reg_mr(pd, mem, 1 << 16, IBV_ACCESS_LOCAL_WRITE);
+  CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
+  struct ibv_qp* ud = strcmp(kind, "post") == 0 ? ud_qp_rts(pd, cq) : NULL;
+  struct ibv_ah_attr aa = {.dlid = pa.lid, .port_num = 1};
+  struct ibv_ah* ah = ud ? ibv_create_ah(pd, &aa) : NULL;
+  printf("looping: %s\n", kind);
+  fflush(stdout);
+  const time_t end = time(NULL) + 60;
+  for (unsigned long i = 0; time(NULL) < end; ++i) {
+    if (strcmp(kind, "pd") == 0) {
+      struct ibv_pd* p = ibv_alloc_pd(ctx);
+      CHECK(p && ibv_dealloc_pd(p) == 0, "pd %lu", i);
+    } else if (strcmp(kind, "mr") == 0) {
+      struct ibv_mr* m = ibv_reg_mr(pd, mem + (i % 4096), 4096 + i % 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      CHECK(m && ibv_dereg_mr(m) == 0, "mr %lu: %s", i, strerror(errno));
+    } else if (strcmp(kind, "cq") == 0) {
+      struct ibv_cq* c = ibv_create_cq(ctx, 16 << (i % 4), NULL, NULL, 0);
+      CHECK(c && ibv_destroy_cq(c) == 0, "cq %lu", i);
+    } else if (strcmp(kind, "channel") == 0) {
+      struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+      struct ibv_cq* c = ch ? ibv_create_cq(ctx, 16, NULL, ch, 0) : NULL;
+      CHECK(c && ibv_req_notify_cq(c, 0) == 0, "channel %lu", i);
+      CHECK(ibv_destroy_cq(c) == 0 && ibv_destroy_comp_channel(ch) == 0, "channel destroy %lu", i);
+    } else if (strcmp(kind, "qp") == 0) {
+      struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+                                    .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
+      struct ibv_qp* q = ibv_create_qp(pd, &ia);
+      CHECK(q, "qp %lu: %s", i, strerror(errno));
+      struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+      RETURNS(ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+      RETURNS(ibv_destroy_qp(q), 0);
+    } else if (strcmp(kind, "srq") == 0) {
+      struct ibv_srq_init_attr si = {.attr = {.max_wr = 16, .max_sge = 1}};
+      struct ibv_srq* q = ibv_create_srq(pd, &si);
+      CHECK(q && ibv_destroy_srq(q) == 0, "srq %lu: %s", i, strerror(errno));
+    } else if (strcmp(kind, "ah") == 0) {
+      struct ibv_ah* a = ibv_create_ah(pd, &aa);
+      CHECK(a && ibv_destroy_ah(a) == 0, "ah %lu: %s", i, strerror(errno));
+    } else if (strcmp(kind, "post") == 0) {
+      struct ibv_sge sg = {.addr = (uintptr_t)mem, .length = 256, .lkey = mr->lkey};
+      struct ibv_recv_wr rw = {.wr_id = i, .sg_list = &sg, .num_sge = 1}, *bad_r;
+      struct ibv_send_wr sw = {.wr_id = i, .sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_SEND,
+                               .send_flags = IBV_SEND_SIGNALED,
+                               .wr.ud = {.ah = ah, .remote_qpn = ud->qp_num, .remote_qkey = 0x11111111}},
+                       *bad_s;
+      ibv_post_recv(ud, &rw, &bad_r);  // ENOMEM when full: fine
+      ibv_post_send(ud, &sw, &bad_s);
+      struct ibv_wc wc[16];
+      ibv_poll_cq(cq, 16, wc);
+    } else {
+      CHECK(0, "unknown kind %s", kind);
+    }
+  }
+  return 0;  // not reached before the kill, normally
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "--loop") == 0) return loop(argv[2]);
   struct ibv_context* ctx = open_first();
   layouts(ctx);
   struct ibv_pd* pd = ibv_alloc_pd(ctx);

@@ -4,6 +4,9 @@
 # its embedded simhca, cabled back to back over UDP on 127.0.0.1 (test
 # verbs-utils, suites abi and debian-tools):
 #  - verbs_calls (verbs_calls.c) against ibd A;
+#  - verbs_calls --loop KIND against ibd B, SIGKILLed in the middle of its
+#    pd, mr, cq, channel, qp, srq, ah calls and of posting: ibd keeps
+#    nothing of it;
 #  - ibv_devices lists ibd A's device with its node GUID; ibv_devinfo -v
 #    shows the fields ibdctl shows (firmware, GUIDs, limits, port state,
 #    LID, MTU, port GUID in GID 0);
@@ -49,6 +52,49 @@ export LD_LIBRARY_PATH=$work/lib
 
 # ---- verbs_calls.c: layouts, inline paths, hostile calls -------------------------
 OPENIB_SOCKET=$SA timeout 60 "$CALLS" || fail "verbs_calls"
+
+# ---- a client SIGKILLed in the middle of each kind of call ------------------------
+# verbs_calls --loop KIND makes and destroys objects of one kind (or posts
+# and polls) as fast as it can; killed 0.3, 0.5 and 0.7 s after it starts
+# looping it is almost
+# surely inside a call, with a request on its way to ibd or a reply not yet
+# read. ibd must forget the client and everything it made: no client with
+# its pid, and no object left in any client (ibdctl's own connection has
+# none).
+leftovers() { # PID: prints what ibd B still holds of PID (nothing: empty)
+  "$IBDCTL" --socket "$SB" --json clients | python3 -c '
+import json, sys
+pid = int(sys.argv[1])
+j = json.load(sys.stdin)
+for c in j.get("clients", []):
+    held = {k: v for k, v in c.items() if k in ("pds", "mrs", "cqs", "qps", "srqs", "ahs", "mems") and v}
+    if c.get("pid") == pid or held:
+        print(c)' "$1"
+}
+for kind in pd mr cq channel qp srq ah post; do
+  for at in 0.3 0.5 0.7; do
+    OPENIB_SOCKET=$SB "$CALLS" --loop "$kind" >"$work/loop.log" 2>&1 &
+    lp=$!
+    for ((i = 0; i < 100; i++)); do
+      grep -q "looping: $kind" "$work/loop.log" && break
+      sleep 0.1
+    done
+    sleep "$at"
+    # (The check can see a client: the live one is listed.)
+    [[ -n $(leftovers "$lp") ]] || fail "ibdctl clients does not list the live verbs_calls --loop $kind ($lp)"
+    kill -KILL "$lp"
+    wait "$lp" 2>/dev/null || true
+    grep -q "looping: $kind" "$work/loop.log" || fail "verbs_calls --loop $kind did not start: $(cat "$work/loop.log")"
+    left=x
+    for ((i = 0; i < 50; i++)); do
+      left=$(leftovers "$lp") || fail "ibdctl clients on ibd B"
+      [[ -z $left ]] && break
+      sleep 0.1
+    done
+    [[ -z $left ]] || fail "a client killed at $at s while looping over $kind left in ibd: $left"
+  done
+  echo "ok: a client SIGKILLed in the middle of $kind calls (3 times) leaves nothing in ibd"
+done
 
 # ---- ibv_devices, ibv_devinfo -v against ibdctl -----------------------------------
 out=$(OPENIB_SOCKET=$SA timeout 30 ibv_devices) || fail "ibv_devices: $out"
