@@ -80,9 +80,13 @@ struct Context {
   std::atomic<int> refs{1};
 };
 
+// PDs, CQs and SRQs count the objects made on them (users): destroying
+// one still used is EBUSY, as the kernel's uverbs answers, and nothing is
+// asked of ibd (which would refuse the same).
 struct Pd {
   ibv_pd pd{};
   std::unique_ptr<openib::Pd> impl;
+  std::atomic<int> users{0};  // MRs, AHs, SRQs, QPs
 };
 
 struct Mr {
@@ -98,7 +102,8 @@ struct Ah {
 struct Cq {
   ibv_cq cq{};
   std::unique_ptr<openib::Cq> impl;
-  SpinLock lock;  // pollers and arming
+  SpinLock lock;              // pollers and arming
+  std::atomic<int> users{0};  // QPs' send and receive sides
 };
 
 struct Srq {
@@ -106,6 +111,7 @@ struct Srq {
   std::unique_ptr<openib::Srq> impl;
   SpinLock lock;                                // posters
   uint32_t max_wr = 0, max_sge = 0, limit = 0;  // ibv_query_srq
+  std::atomic<int> users{0};                    // QPs
 };
 
 struct Qp {

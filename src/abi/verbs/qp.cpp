@@ -73,6 +73,10 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   fill_cap(q->impl->cap(), init->cap);
   if (init->srq) init->cap.max_recv_wr = init->cap.max_recv_sge = 0;
   note_object(ctx, q->impl.get(), &q->qp);
+  ++ours<Pd>(pd)->users;
+  ++ours<Cq>(qp.send_cq)->users;
+  ++ours<Cq>(qp.recv_cq)->users;
+  if (qp.srq) ++ours<Srq>(qp.srq)->users;
   hold(ctx);
   return &qp;
 }
@@ -120,6 +124,10 @@ int ibv_destroy_qp(ibv_qp* qp) {
   if (!qp) return EINVAL;
   auto* q = ours<Qp>(qp);
   Context& ctx = *ctx_of(qp->context);
+  --ours<Pd>(qp->pd)->users;
+  --ours<Cq>(qp->send_cq)->users;
+  --ours<Cq>(qp->recv_cq)->users;
+  if (qp->srq) --ours<Srq>(qp->srq)->users;
   forget_object(ctx, q->impl.get());
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);

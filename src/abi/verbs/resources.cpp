@@ -46,6 +46,7 @@ ibv_mr* reg_mr(const char* verb, ibv_pd* pd, void* addr, size_t length, uint64_t
   m->mr.lkey = m->impl->lkey();
   m->mr.rkey = m->impl->rkey();
   m->mr.handle = m->mr.lkey;
+  ++ours<Pd>(pd)->users;
   hold(ctx);
   return &m->mr;
 }
@@ -69,6 +70,7 @@ OPENIB_VERBS_1_1(ibv_alloc_pd);
 
 int ibv_dealloc_pd(ibv_pd* pd) {
   if (!pd) return EINVAL;
+  if (ours<Pd>(pd)->users > 0) return EBUSY;  // qperf deallocates before its MR
   Context& ctx = *ctx_of(pd->context);
   delete ours<Pd>(pd);
   release(ctx);
@@ -94,6 +96,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
 int ibv_dereg_mr(ibv_mr* mr) {
   if (!mr) return EINVAL;
   Context& ctx = *ctx_of(mr->context);
+  --ours<Pd>(mr->pd)->users;
   delete ours<Mr>(mr);
   release(ctx);
   return 0;
@@ -111,6 +114,7 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   a->ah.context = pd->context;
   a->ah.pd = pd;
   a->ah.handle = a->impl->ahn();
+  ++ours<Pd>(pd)->users;
   hold(*ctx_of(pd->context));
   return &a->ah;
 }
@@ -119,6 +123,7 @@ OPENIB_VERBS_1_1(ibv_create_ah);
 int ibv_destroy_ah(ibv_ah* ah) {
   if (!ah) return EINVAL;
   Context& ctx = *ctx_of(ah->context);
+  --ours<Pd>(ah->pd)->users;
   delete ours<Ah>(ah);
   release(ctx);
   return 0;
@@ -225,6 +230,7 @@ OPENIB_VERBS_1_1(ibv_resize_cq);
 int ibv_destroy_cq(ibv_cq* cq) {
   if (!cq) return EINVAL;
   auto* q = ours<Cq>(cq);
+  if (q->users > 0) return EBUSY;  // a QP is on it (qperf 0.4.11's -cm1 server leaves one)
   if (cq->channel) {
     auto* ch = ours<Channel>(cq->channel);
     std::lock_guard lk(ch->mu);
@@ -265,6 +271,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   pthread_mutex_init(&s->srq.mutex, nullptr);
   pthread_cond_init(&s->srq.cond, nullptr);
   note_object(ctx, s->impl.get(), &s->srq);
+  ++ours<Pd>(pd)->users;
   hold(ctx);
   return &s->srq;
 }
@@ -296,6 +303,8 @@ OPENIB_VERBS_1_1(ibv_query_srq);
 int ibv_destroy_srq(ibv_srq* srq) {
   if (!srq) return EINVAL;
   auto* s = ours<Srq>(srq);
+  if (s->users > 0) return EBUSY;
+  --ours<Pd>(srq->pd)->users;
   Context& ctx = *ctx_of(srq->context);
   forget_object(ctx, s->impl.get());
   pthread_cond_destroy(&srq->cond);
