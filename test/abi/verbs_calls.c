@@ -204,7 +204,12 @@ static void hostile_posts(struct ibv_pd* pd, struct ibv_cq* cq) {
         a.posted, b.posted, qi.cap.max_recv_wr);
   printf("ok: bad masks, transitions and work requests refused with bad_wr; 2 threads filled %u receives\n",
          qi.cap.max_recv_wr);
+  // Objects still used stay, EBUSY, as the kernel answers (qperf
+  // deallocates its PD before deregistering its MR).
+  RETURNS(ibv_destroy_cq(cq), EBUSY);  // the QP's send and receive CQ
+  RETURNS(ibv_dealloc_pd(pd), EBUSY);  // the QP's and the MR's
   RETURNS(ibv_destroy_qp(qp), 0);
+  RETURNS(ibv_dealloc_pd(pd), EBUSY);  // the MR's
   RETURNS(ibv_dereg_mr(mr), 0);
   free(mem);
 }
