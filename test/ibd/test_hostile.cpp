@@ -1499,6 +1499,10 @@ TEST_CASE("CMA requests: before CMA_OPEN, bad bodies, fds, port spaces, lengths,
   CHECK(status_of(evil.call(Op::kCmaJoin, proto::CmaJoinReq{})) == ENOTCONN);
   CHECK(status_of(evil.call(Op::kCmaLeave, proto::CmaJoinReq{})) == ENOTCONN);
   CHECK(status_of(evil.call(Op::kCmaQuery, proto::HandleReq{1})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaInitQpAttr, proto::CmaInitQpAttrReq{1, 1})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaConnectOwnQp, proto::CmaConnReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaAcceptOwnQp, proto::CmaConnReq{})) == ENOTCONN);
+  CHECK(status_of(evil.call(Op::kCmaEstablish, proto::HandleReq{1})) == ENOTCONN);
   CHECK(status_of(evil.call(Op::kCmaInfo, proto::Empty{})) == 0);
 
   // CMA_OPEN: a body, or an fd, is refused; then one event socket, once.
@@ -1549,6 +1553,10 @@ TEST_CASE("CMA requests: before CMA_OPEN, bad bodies, fds, port spaces, lengths,
   wrong_lengths(Op::kCmaJoin, proto::encode(proto::CmaJoinReq{}));
   wrong_lengths(Op::kCmaLeave, proto::encode(proto::CmaJoinReq{}));
   wrong_lengths(Op::kCmaQuery, proto::encode(proto::HandleReq{}));
+  wrong_lengths(Op::kCmaInitQpAttr, proto::encode(proto::CmaInitQpAttrReq{}));
+  wrong_lengths(Op::kCmaConnectOwnQp, proto::encode(proto::CmaConnReq{}));
+  wrong_lengths(Op::kCmaAcceptOwnQp, proto::encode(proto::CmaConnReq{}));
+  wrong_lengths(Op::kCmaEstablish, proto::encode(proto::HandleReq{}));
   CHECK(status_of(evil.call_bytes(uint16_t(Op::kCmaInfo), bytes_of(1))) == EINVAL);
 
   // Port spaces: only TCP, UDP, IPoIB and IB.
@@ -1572,6 +1580,10 @@ TEST_CASE("CMA requests: before CMA_OPEN, bad bodies, fds, port spaces, lengths,
         ENOENT);
   CHECK(status_of(evil.call(Op::kCmaLeave, proto::CmaJoinReq{.id = vid, .group = cma_v4(224, 1, 1, 1, 0)})) == ENOENT);
   CHECK(status_of(evil.call(Op::kCmaQuery, proto::HandleReq{vid})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaInitQpAttr, proto::CmaInitQpAttrReq{vid, 1})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaConnectOwnQp, proto::CmaConnReq{.id = vid, .qp = vqp.qp})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaAcceptOwnQp, proto::CmaConnReq{.id = vid, .qp = vqp.qp})) == ENOENT);
+  CHECK(status_of(evil.call(Op::kCmaEstablish, proto::HandleReq{vid})) == ENOENT);
   CHECK(status_of(evil.call(Op::kCmaDestroyId, proto::HandleReq{vid})) == ENOENT);
 
   // The evil client's own ids with the victim's QP: ENOENT, the QP stays in RESET.
@@ -1586,8 +1598,21 @@ TEST_CASE("CMA requests: before CMA_OPEN, bad bodies, fds, port spaces, lengths,
   CHECK(status_of(evil.call(Op::kCmaJoin, proto::CmaJoinReq{.id = udp, .qp = vqp.qp, .group = cma_v4(224, 1, 1, 1, 0)})) ==
         ENOENT);
   CHECK(qp_state(victim, vqp.qp) == 0);
+  // Own QPs: a UD id with its device answers INIT from itself (its port,
+  // P_Key index 0, the UDP space's Q_Key; docs/cma.md "Own QPs").
+  const auto ia = evil.must<proto::CmInitQpAttrRep>(Op::kCmaInitQpAttr, proto::CmaInitQpAttrReq{udp, 1});
+  CHECK(ia.attr.state == 1);
+  CHECK(ia.attr.port == 1);
+  CHECK(ia.attr.pkey_index == 0);
+  CHECK(ia.attr.qkey == 0x01234567);
+  CHECK(ia.attr.mask == (1u | 16u | 32u | 64u));  // IBV_QP_STATE, PKEY_INDEX, PORT, QKEY
 
   // State errors: EINVAL.
+  CHECK(status_of(evil.call(Op::kCmaConnectOwnQp, proto::CmaConnReq{.id = tcp, .qp = 1})) == EINVAL);  // no route
+  CHECK(status_of(evil.call(Op::kCmaAcceptOwnQp, proto::CmaConnReq{.id = tcp, .qp = 1})) == EINVAL);
+  CHECK(status_of(evil.call(Op::kCmaEstablish, proto::HandleReq{tcp})) == EINVAL);  // no own-QP connect
+  CHECK(status_of(evil.call(Op::kCmaInitQpAttr, proto::CmaInitQpAttrReq{tcp, 1})) == EINVAL);  // no device yet
+  CHECK(status_of(evil.call(Op::kCmaInitQpAttr, proto::CmaInitQpAttrReq{udp, 4})) == EINVAL);  // not INIT..RTS
   CHECK(status_of(evil.call(Op::kCmaConnect, proto::CmaConnReq{.id = tcp, .qp = eqp.qp})) == EINVAL);  // no route
   CHECK(status_of(evil.call(Op::kCmaConnect, proto::CmaConnReq{.id = tcp, .qp = vqp.qp})) == EINVAL);
   CHECK(status_of(evil.call(Op::kCmaResolveRoute, proto::CmaIdTimeoutReq{tcp})) == EINVAL);  // no address
