@@ -4,8 +4,8 @@
 # (Switch1) and Hca4 (Switch2) of net.2sw2path4hca with OpenSM and IPoIB
 # (root, namespaces; test/sandbox/lib.sh):
 #  - rping both ways, 100 pings of data printed (-v) and checked here;
-#  - ucmatose (100 connections), udaddy (UD), mckey (an IPv4 group, one
-#    receiver and one sender);
+#  - ucmatose (100 connections), udaddy (UD), mckey (an IPv4 group, a
+#    receiver on each host and a sender);
 #  - perftest's ib_{write,read,send,atomic}_{bw,lat} -R, 200 iterations each;
 #  - qperf rc_bw, rc_lat, ud_lat and rc_rdma_write_bw, with qperf's own
 #    connection exchange and with -cm1 (its server on Hca4);
@@ -104,18 +104,57 @@ ok "ucmatose Hca1 -> Hca4: 100 RC connections, data both ways ($(grep -c 'test c
 pair udaddy 60 "udaddy" "udaddy -s ${ip[Hca4]}"
 grep -q "test complete" <<<"$out" && grep -q "test complete" "$(log_of udaddy)" || fail "udaddy: $out"
 ok "udaddy Hca1 -> Hca4: UD messages both ways"
+# mckey: a receiver on Hca4 and one on Hca1, then the sender on Hca1.
+# OpenSM programs the switches' multicast tables after it has answered a
+# join, so a sender that joins and sends at once can lose its first
+# datagrams (UD multicast is unreliable; a loaded machine showed it): the
+# receiver on Hca1 keeps Hca1's port in the group's tree, so it is in
+# place when the sender joins from that port, and the sender is run again
+# (at most 5 times) until Hca4's receiver has its 10 messages.
 group=239.1.33.7
-pair mckey 60 "mckey -m $group -b ${ip[Hca4]}" "mckey -m $group -b ${ip[Hca1]} -s" 3
+bg mckey Hca4 env "LD_LIBRARY_PATH=$libs" stdbuf -oL timeout 60 mckey -m "$group" -b "${ip[Hca4]}"
+rcv=$bg
+bg mckey-keep Hca1 env "LD_LIBRARY_PATH=$libs" stdbuf -oL timeout 60 mckey -m "$group" -b "${ip[Hca1]}" -C 1000
+keep=$bg
+waitfor mckey "receiving data transfers"
+waitfor mckey-keep "receiving data transfers"
+sleep 1
+for try in 1 2 3 4 5; do
+  fg Hca1 30 mckey -m "$group" -b "${ip[Hca1]}" -s
+  ((rc == 0)) || fail "mckey sender ($rc): $out"
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 "$rcv" 2>/dev/null || break 2
+    sleep 0.2
+  done
+done
+wait "$rcv" || fail "mckey receiver on Hca4: $(cat "$(log_of mckey)")"
 grep -q "test complete" "$(log_of mckey)" || fail "mckey receiver: $(cat "$(log_of mckey)")"
-ok "mckey: Hca1 sent to $group, Hca4 received"
+kill "$keep" 2>/dev/null || true
+ok "mckey: Hca1 sent 10 datagrams to $group ($try run(s) of the sender), Hca4's receiver got them"
 
 # ---- perftest with -R, qperf with and without -cm1 ----------------------------------
 # Each of perftest's eight tools, connected by the RDMA CM (-R), 200
 # iterations: both ends exit 0 and the client prints its results row (#bytes,
 # #iterations, then BW peak, BW average and MsgRate, or t_min, t_max,
 # t_typical, t_avg...), with the 200 iterations and a BW average or t_avg above 0.
+# The client starts once ibd shows the server's RDMA CM id listening (a
+# loaded machine took more than a second to get there, and the client's REQ
+# met REJ 8).
+listening() { # HOST: an RDMA CM id of HOST's ibd is listening
+  "$build/src/tools/ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" --json cma |
+    python3 -c 'import json, sys; sys.exit(not any(i.get("state") == "listen" for i in json.load(sys.stdin).get("ids", [])))'
+}
+not_listening() { ! listening "$1"; }
 for t in ib_{write,read,send,atomic}_{bw,lat}; do
-  pair "$t" 60 "$t -R -n 200" "$t -R -n 200 ${ip[Hca4]}"
+  # (the previous server's listener gone first: ibd drops it when it sees
+  # that client's socket close)
+  until_ok 150 not_listening Hca4 || fail "the previous server's RDMA CM listener stays in Hca4's ibd"
+  bg "$t" Hca4 env "LD_LIBRARY_PATH=$libs" timeout 60 "$t" -R -n 200
+  srv=$bg
+  until_ok 150 listening Hca4 || fail "$t -R server never listened: $(cat "$(log_of "$t")")"
+  fg Hca1 60 "$t" -R -n 200 "${ip[Hca4]}"
+  ((rc == 0)) || fail "$t -R client ($rc): $out; server: $(cat "$(log_of "$t")")"
+  wait "$srv" || fail "$t -R server: $(cat "$(log_of "$t")")"
   row=$(grep -E '^ *[0-9]+ +[0-9]+ ' <<<"$out" | tail -1 | tr -s ' \t' ' ')
   col=4                       # BW average[MB/sec]
   [[ $t == *_lat ]] && col=6  # t_avg[usec]
