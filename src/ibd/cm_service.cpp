@@ -163,17 +163,6 @@ void CmService::start() {
     umad_.watch_layer(p, [this, p](mad::MadLayer* l) { on_layer(p, l); });
 }
 
-bool CmService::all_engines() const {
-  for (uint8_t p = 1; p <= num_ports_; ++p)
-    if (auto it = ports_.find(p); it == ports_.end() || !it->second.engine) return false;
-  return true;
-}
-
-void CmService::when_ready(std::function<void()> f) {
-  if (all_engines()) return f();
-  on_ready_.push_back(std::move(f));
-}
-
 void CmService::on_layer(uint8_t port, mad::MadLayer* layer) {
   Port& P = ports_[port];
   ++P.generation;
@@ -245,8 +234,6 @@ void CmService::make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a) 
   P.engine->set_limits(engine_limits_);
   log::get("cm")->info("port {}: the connection manager is up (LID {}, CA GUID {:#018x})", port, a.lid,
                        info.ca_guid);
-  if (all_engines())
-    for (auto& f : std::exchange(on_ready_, {})) f();
 }
 
 void CmService::port_changed(uint8_t port) {

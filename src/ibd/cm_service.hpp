@@ -97,10 +97,6 @@ class CmService final : public Service {
   // Asks the user-MAD service for each port's MAD layer (the CM agent is
   // registered whenever one is open).
   void start();
-  // `f` runs once every port has its engine (at once if they have): ibd
-  // accepts clients only then, so that a client's first LISTEN does not
-  // find the CM still coming up (ENETDOWN).
-  void when_ready(std::function<void()> f);
   // A port's LID or GID may have changed: the engine's PortInfo is re-read.
   void port_changed(uint8_t port);
 
@@ -232,8 +228,6 @@ class CmService final : public Service {
   std::map<uint32_t, Session> sessions_;
   CmServiceCounters counters_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  std::vector<std::function<void()>> on_ready_;
-  bool all_engines() const;
 };
 
 }  // namespace openib::ibd

@@ -72,16 +72,10 @@ int Daemon::run() {
     }
   }
   watch_signals();
-  // Ready once every device accepts its clients (ServedDevice::start_services).
-  auto waiting = std::make_shared<size_t>(devices_.size());
-  for (auto& d : devices_)
-    d->when_accepting([this, waiting] {
-      if (--*waiting > 0) return;
-      (void)sd_notify(0, "READY=1");
-      log_->info("ready on {} ({} device{})", o_.socket, devices_.size(), devices_.size() == 1 ? "" : "s");
-      std::fprintf(stderr, "ibd: ready on %s\n", o_.socket.c_str());
-      std::fflush(stderr);
-    });
+  (void)sd_notify(0, "READY=1");
+  log_->info("ready on {} ({} device{})", o_.socket, devices_.size(), devices_.size() == 1 ? "" : "s");
+  std::fprintf(stderr, "ibd: ready on %s\n", o_.socket.c_str());
+  std::fflush(stderr);
   io_.run();
   teardown();
   log_->info("exit {}", exit_code_);

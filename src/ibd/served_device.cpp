@@ -89,7 +89,7 @@ hca::PortSetup static_port(const DeviceOptions& d) {
 ServedDevice::ServedDevice(asio::io_context& io, const Options& o, size_t index, std::function<void(int)> stopped)
     : io_(io), o_(o), d_(o.devices.at(index)), stopped_(std::move(stopped)), log_(log::get("ibd")),
       spec_(d_.embedded() ? "vfio-user:" + d_.simhca_socket + " (embedded)" : d_.spec), slot_(spec_),
-      event_bytes_("queued event bytes", "event-bytes", o.limits.event_bytes), connect_timer_(io), accept_timer_(io), chld_(io, SIGCHLD) {}
+      event_bytes_("queued event bytes", "event-bytes", o.limits.event_bytes), connect_timer_(io), chld_(io, SIGCHLD) {}
 
 ServedDevice::~ServedDevice() { teardown(); }
 
@@ -223,24 +223,10 @@ void ServedDevice::build_services() {
   server_->set_services(&services_);
 }
 
-// The socket listens at once (so a bad path fails ibd's start), but ibd
-// accepts its clients once the CM has an engine on every port, or after
-// 10 s: a client's first LISTEN or CONNECT must not find it coming up
-// (ENETDOWN). Meanwhile connecting clients wait in the backlog.
 Result<void> ServedDevice::start_services() {
-  OPENIB_TRY(server_->start(false));
+  OPENIB_TRY(server_->start());
   sa_->start();
   cm_->start();
-  accept_timer_.expires_after(std::chrono::seconds(10));
-  accept_timer_.async_wait([this](const boost::system::error_code& e) {
-    if (e || !server_) return;
-    log_->warn("{}: the connection manager is not up after 10 s; accepting clients anyway", d_.name);
-    accept_clients();
-  });
-  cm_->when_ready([this] {
-    accept_timer_.cancel();
-    accept_clients();
-  });
   if (resolver_) {
     if (auto r = resolver_->start(); !r)
       log_->warn("{}: no address resolution for the RDMA CM: {}", d_.name, r.error().str());
@@ -250,13 +236,6 @@ Result<void> ServedDevice::start_services() {
   if (auto r = cma_->start(); !r) log_->warn("{}: no RDMA CM: {}", d_.name, r.error().str());
   if (ipoib_) ipoib_->start();
   return ok();
-}
-
-void ServedDevice::accept_clients() {
-  if (!server_ || accepting_) return;
-  accepting_ = true;
-  server_->start_accepting();
-  if (auto f = std::exchange(on_accepting_, nullptr)) f();
 }
 
 // The embedded device dies with its process: SIGCHLD means the device is
@@ -284,7 +263,6 @@ void ServedDevice::stop(int code, const std::string& why) {
   stopping_ = true;
   recovery_->stop();
   connect_timer_.cancel();
-  accept_timer_.cancel();
   log_->info("{}: stopping: {}", d_.name, why);
   if (code != 0) server_->notify_device_fatal();
   sa_->save();  // the path cache, for the next start (docs/sa.md)
@@ -307,7 +285,6 @@ void ServedDevice::stop(int code, const std::string& why) {
 void ServedDevice::teardown() {
   if (recovery_) recovery_->stop();
   connect_timer_.cancel();
-  accept_timer_.cancel();
   if (server_) server_->stop();
   server_.reset();
   if (!linked_.empty()) {

@@ -48,12 +48,6 @@ class ServedDevice {
 
   // The start-up ladder: lock, transport, bring-up, port setup, services,
   // client socket. An error leaves nothing behind (teardown() done).
-  // `f` runs once, when the device's socket starts accepting clients
-  // (start_services): then the daemon is ready.
-  void when_accepting(std::function<void()> f) {
-    if (accepting_) return f();
-    on_accepting_ = std::move(f);
-  }
   Result<void> start();
   // Stops serving (bounded: the SA's answers to unsubscribing, at most
   // 1 s), then calls `stopped(0)`.
@@ -110,10 +104,6 @@ class ServedDevice {
   ServiceRegistry services_;
   std::unique_ptr<Recovery> recovery_;
   boost::asio::steady_timer connect_timer_;  // an attempt's polls of the child's socket
-  boost::asio::steady_timer accept_timer_;   // accept clients by then, CM up or not
-  std::function<void()> on_accepting_;
-  bool accepting_ = false;
-  void accept_clients();
   std::chrono::steady_clock::time_point connect_deadline_;
   boost::asio::signal_set chld_;
   std::function<std::optional<arp::Link>(int)> host_links_;

@@ -68,7 +68,7 @@ Server::~Server() {
   hca_.set_event_handler(nullptr);
 }
 
-Result<void> Server::start(bool accepting) {
+Result<void> Server::start() {
   const std::filesystem::path path(opts_.socket);
   std::error_code ec;
   if (path.has_parent_path()) {
@@ -104,18 +104,12 @@ Result<void> Server::start(bool accepting) {
   }
   if (::listen(fd.get(), 128) != 0) return sys_err("listen {}", opts_.socket);
   listener_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd.release());
-  if (accepting) start_accepting();
+  accept_next();
   health_.expires_after(std::chrono::seconds(1));
   health_.async_wait([this](const boost::system::error_code& e) {
     if (!e) check_device();
   });
   return ok();
-}
-
-void Server::start_accepting() {
-  if (accepting_ || !listener_ || stopped_) return;
-  accepting_ = true;
-  accept_next();
 }
 
 void Server::stop() {

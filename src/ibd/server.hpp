@@ -64,11 +64,8 @@ class Server {
   ~Server();
 
   // Creates the socket (parent directory, stale socket removed unless a
-  // daemon answers on it), sets its mode and group, starts accepting
-  // (with `accepting` false: listens, and clients wait in the backlog until
-  // start_accepting).
-  Result<void> start(bool accepting = true);
-  void start_accepting();
+  // daemon answers on it), sets its mode and group, starts accepting.
+  Result<void> start();
   // Stops accepting, disconnects every client (destroying what it owned),
   // removes the socket. Idempotent.
   void stop();
@@ -215,7 +212,6 @@ class Server {
   uint64_t generation_ = 1;  // +1 each time the device comes back
   std::unique_ptr<DeviceStatusPage> status_;  // of generation_; none until a HELLO wants it
   bool stopped_ = false;
-  bool accepting_ = false;
   bool health_in_flight_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for continuations
 };
