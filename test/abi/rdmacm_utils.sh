@@ -145,16 +145,29 @@ listening() { # HOST: an RDMA CM id of HOST's ibd is listening
     python3 -c 'import json, sys; sys.exit(not any(i.get("state") == "listen" for i in json.load(sys.stdin).get("ids", [])))'
 }
 not_listening() { ! listening "$1"; }
+# Known, not yet explained (issue 31): on a loaded machine the client's
+# connect is sometimes rejected with reason 8 (no listener for the service
+# ID) although ibd showed the server listening; such a pair is run again,
+# at most twice more, and says so.
 for t in ib_{write,read,send,atomic}_{bw,lat}; do
-  # (the previous server's listener gone first: ibd drops it when it sees
-  # that client's socket close)
-  until_ok 150 not_listening Hca4 || fail "the previous server's RDMA CM listener stays in Hca4's ibd"
-  bg "$t" Hca4 env "LD_LIBRARY_PATH=$libs" timeout 60 "$t" -R -n 200
-  srv=$bg
-  until_ok 150 listening Hca4 || fail "$t -R server never listened: $(cat "$(log_of "$t")")"
-  fg Hca1 60 "$t" -R -n 200 "${ip[Hca4]}"
-  ((rc == 0)) || fail "$t -R client ($rc): $out; server: $(cat "$(log_of "$t")")"
-  wait "$srv" || fail "$t -R server: $(cat "$(log_of "$t")")"
+  for try in 1 2 3; do
+    # (the previous server's listener gone first: ibd drops it when it sees
+    # that client's socket close)
+    until_ok 150 not_listening Hca4 || fail "the previous server's RDMA CM listener stays in Hca4's ibd"
+    bg "$t" Hca4 env "LD_LIBRARY_PATH=$libs" timeout 60 "$t" -R -n 200
+    srv=$bg
+    until_ok 150 listening Hca4 || fail "$t -R server never listened: $(cat "$(log_of "$t")")"
+    fg Hca1 60 "$t" -R -n 200 "${ip[Hca4]}"
+    if ((rc != 0 && try < 3)) && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" <<<"$out"; then
+      echo "note: $t -R: the client's connect met REJ 8 (try $try); again"
+      kill "$srv" 2>/dev/null || true
+      wait "$srv" 2>/dev/null || true
+      continue
+    fi
+    ((rc == 0)) || fail "$t -R client ($rc): $out; server: $(cat "$(log_of "$t")")"
+    wait "$srv" || fail "$t -R server: $(cat "$(log_of "$t")")"
+    break
+  done
   row=$(grep -E '^ *[0-9]+ +[0-9]+ ' <<<"$out" | tail -1 | tr -s ' \t' ' ')
   col=4                       # BW average[MB/sec]
   [[ $t == *_lat ]] && col=6  # t_avg[usec]

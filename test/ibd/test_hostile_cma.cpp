@@ -21,6 +21,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -87,7 +88,14 @@ struct Cma {
   uint32_t listen(const IpEndpoint& at, int backlog = 0) {
     const uint32_t id = must(ch->create_id(RdmaPortSpace::kTcp), "create_id");
     must(ch->bind_addr(id, at), "bind_addr");
-    must(ch->listen(id, backlog), "listen");
+    // Right after ibd starts its CM may still be coming up (the port's MAD
+    // layer opens after the socket accepts): ENETDOWN, for at most 10 s.
+    auto r = ch->listen(id, backlog);
+    for (int i = 0; i < 1000 && !r && r.error().code == ENETDOWN; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      r = ch->listen(id, backlog);
+    }
+    must(std::move(r), "listen");
     return id;
   }
 };
