@@ -145,10 +145,20 @@ listening() { # HOST: an RDMA CM id of HOST's ibd is listening
     python3 -c 'import json, sys; sys.exit(not any(i.get("state") == "listen" for i in json.load(sys.stdin).get("ids", [])))'
 }
 not_listening() { ! listening "$1"; }
-# Known, not yet explained (issue 31): on a loaded machine the client's
-# connect is sometimes rejected with reason 8 (no listener for the service
-# ID) although ibd showed the server listening; such a pair is run again,
-# at most twice more, and says so.
+# perftest's own race, as on Linux: with -R (which sets use_rdma_cm too)
+# the server listens twice on the same port. Its first id carries the
+# control connection (rdma_server_connect: listen, accept one, destroy the
+# listening id); after a handshake over it the server binds and listens on a
+# new id for the test's QPs (rdma_cm_server_connection), while the client,
+# from the same handshake, resolves and connects at once. A client faster
+# than the server's second rdma_listen gets the IB CM's REJ 8 (no listener
+# for the service ID; Linux's cm_req_handler answers the same), which
+# perftest reports as "RDMA_CM_EVENT_REJECTED; error: 8". (4.5-0.17's
+# rdma_cm_client_connection does retry, but only after rdma_cm_destroy_cma
+# has destroyed the ids and the event channel and freed the nodes that the
+# next try uses again: the client fails.) `listening` above sees only the
+# first listener, so such a pair is run again, at most twice more, and says
+# so.
 for t in ib_{write,read,send,atomic}_{bw,lat}; do
   for try in 1 2 3; do
     # (the previous server's listener gone first: ibd drops it when it sees
