@@ -32,14 +32,16 @@ inline constexpr uint16_t kVersion = 1;
 // page to HelloRep (§6.2); 3 the P_Key and DGID of each AsyncEvent
 // (AsyncEventsRep3) and the PATH_CHANGED event; 4 the data-path provider's
 // name to HelloRep (§4.1); 5 the largest MR to DeviceRep (DeviceRep5).
-// 7 the RDMA CM's own-QP mode (CMA_INIT_QP_ATTR .. CMA_ESTABLISH).
-inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 7;
+// 7 the RDMA CM's own-QP mode (CMA_INIT_QP_ATTR .. CMA_ESTABLISH); 8
+// MAP_MEM_SHARED (shared mappings of the client's, mapped by ibd itself).
+inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 8;
 inline constexpr uint32_t kProtocolStatusPage = 2;
 inline constexpr uint32_t kProtocolPathEvents = 3;
 inline constexpr uint32_t kProtocolProvider = 4;
 inline constexpr uint32_t kProtocolMrSize = 5;
 inline constexpr uint32_t kProtocolMapRange = 6;
 inline constexpr uint32_t kProtocolCmaOwnQp = 7;
+inline constexpr uint32_t kProtocolMapShared = 8;
 inline constexpr size_t kHeaderSize = 16;
 inline constexpr size_t kMaxMessage = 65536;  // header included
 inline constexpr size_t kMaxFds = 2;          // per message
@@ -135,6 +137,11 @@ enum class Op : uint16_t {
   kCmaConnectOwnQp = 67,  // CmaConnReq (qp: the QP's number) -> Empty; event kConnectResponse
   kCmaAcceptOwnQp = 68,   // CmaConnReq (qp: the QP's number) -> Empty; event kEstablished
   kCmaEstablish = 69,     // HandleReq (the id) -> Empty: the RTU after kConnectResponse
+  // Protocol 8: [offset, offset + length) of the client's own address
+  // space, where it maps a tmpfs or hugetlbfs file shared and read-write
+  // (MAP_SHARED|MAP_ANONYMOUS, memfd, /dev/shm, hugetlb): ibd opens that
+  // file itself (docs/client-protocol.md §3, "MAP_MEM_SHARED").
+  kMapMemShared = 70,     // MapMemRangeReq (offset: the address) -> MapMemRep
 };
 const char* op_name(uint16_t op);
 

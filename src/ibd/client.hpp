@@ -40,6 +40,7 @@ struct Object {
   uint32_t refs = 0;    // objects of this client that depend on this one
   std::array<uint32_t, 5> deps{};  // handles this one references (0: none)
   uint64_t length = 0;  // memory: bytes mapped; MR: bytes registered
+  uint64_t base = 0;    // memory: the client's range's start in `map` (a hugetlb file maps whole huge pages)
   dma::DmaMapping map;  // memory only
   UniqueFd eventfd;     // CQ with completion events only
 };

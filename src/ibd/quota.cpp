@@ -157,7 +157,8 @@ Result<void> Quota::check_request(uint32_t client, uid_t uid, const proto::Messa
       auto req = proto::decode<proto::MapMemReq>(m.body);
       return check(client, uid, Kind::kMem, req ? req->length : 0);  // a bad body: the handler says so
     }
-    case Op::kMapMemRange: {
+    case Op::kMapMemRange:
+    case Op::kMapMemShared: {
       auto req = proto::decode<proto::MapMemRangeReq>(m.body);
       return check(client, uid, Kind::kMem, req ? req->length : 0);
     }

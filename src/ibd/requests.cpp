@@ -11,6 +11,7 @@
 
 #include "common/log.hpp"
 #include "hca/port_caps.hpp"
+#include "ibd/client_mapping.hpp"
 #include "ibd/fd_closer.hpp"
 #include "ibd/qp_attr_convert.hpp"
 #include "ibd/server.hpp"
@@ -146,6 +147,7 @@ void Server::handle(Client& c, proto::Message& m, Respond done) {
     case Op::kDeallocPd: return run(op_destroy(c, m, Kind::kPd, done));
     case Op::kMapMem:
     case Op::kMapMemRange: return done(op_map_mem(c, m));
+    case Op::kMapMemShared: return done(op_map_mem_shared(c, m));
     case Op::kUnmapMem: return run(op_destroy(c, m, Kind::kMem, done));
     case Op::kRegMr: return run(op_reg_mr(c, m, done));
     case Op::kDeregMr: return run(op_destroy(c, m, Kind::kMr, done));
@@ -396,6 +398,34 @@ Result<Reply> Server::op_map_mem(Client& c, proto::Message& m) {
   o.length = req.length;
   o.map = std::move(map);
   const uint64_t iova = o.map.iova();
+  return Reply{body(proto::MapMemRep{add(c, std::move(o)), iova}), {}};
+}
+
+// MAP_MEM_SHARED (protocol 8): [addr, addr + length) of the client's own
+// address space, a read-write shared mapping of a tmpfs or hugetlbfs file,
+// which ibd opens itself (client_mapping.hpp) and maps for DMA: the pages
+// stay the file's, shared with whoever else maps it (a forked child, another
+// process, the file). A hugetlb file is mapped in whole huge pages around
+// the range. The client can truncate the file under the device: simhca
+// takes the fault as a DMA error (docs/simhca.md §12.6), ibd itself never
+// touches those pages.
+Result<Reply> Server::op_map_mem_shared(Client& c, proto::Message& m) {
+  OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::MapMemRangeReq>(m.body));
+  OPENIB_TRY(expect_fds(m, 0));
+  if (req.length == 0 || req.length % kPage != 0 || req.length > kMaxMapLength)
+    return err(EINVAL, "length {} must be a non-zero multiple of 4096, at most 16 GiB", req.length);
+  if (req.offset % kPage != 0 || req.offset + req.length < req.offset)
+    return err(EINVAL, "address {:#x} must be a multiple of 4096 and address + length not wrap", req.offset);
+  OPENIB_TRY_ASSIGN(SharedFile f, open_shared_range(c.pid, c.uid, c.gid, req.offset, req.length));
+  const uint64_t start = f.offset / f.page_size * f.page_size;
+  const uint64_t end = (f.offset + req.length + f.page_size - 1) / f.page_size * f.page_size;
+  OPENIB_TRY_ASSIGN(dma::DmaMapping map, hca_.pool().map_fd(f.fd.get(), start, end - start, true));
+  Object o;
+  o.kind = Kind::kMem;
+  o.length = req.length;
+  o.base = f.offset - start;
+  o.map = std::move(map);
+  const uint64_t iova = o.map.iova() + o.base;
   return Reply{body(proto::MapMemRep{add(c, std::move(o)), iova}), {}};
 }
 

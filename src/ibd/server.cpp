@@ -402,7 +402,7 @@ Result<uint64_t> Server::range_iova(const Object& mem, uint64_t offset, uint64_t
   if (size == 0 || offset > mem.length || size > mem.length - offset)
     return err(EINVAL, "{} [{:#x}, +{:#x}) is outside the {}-byte memory", what, offset, size, mem.length);
   if (offset % align != 0) return err(EINVAL, "{} offset {:#x} is not {}-byte aligned", what, offset, align);
-  return mem.map.iova() + offset;
+  return mem.map.iova() + mem.base + offset;
 }
 
 uint32_t Server::add(Client& c, Object o) {

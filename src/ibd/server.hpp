@@ -141,6 +141,7 @@ class Server {
   Result<void> op_query_port(Client& c, proto::Message& m, Respond& done);
   Result<void> op_alloc_pd(Client& c, proto::Message& m, Respond& done);
   Result<Reply> op_map_mem(Client& c, proto::Message& m);
+  Result<Reply> op_map_mem_shared(Client& c, proto::Message& m);
   Result<void> op_reg_mr(Client& c, proto::Message& m, Respond& done);
   Result<void> op_create_cq(Client& c, proto::Message& m, Respond& done);
   Result<void> op_create_srq(Client& c, proto::Message& m, Respond& done);

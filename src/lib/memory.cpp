@@ -80,6 +80,20 @@ Result<std::vector<Mapping>> mappings_of(uintptr_t s, uintptr_t e) {
   return out;
 }
 
+// [s, e) lies in shared mappings only, none of them the registered-pages
+// memfd's (whose ranges reg_mr handles as the private memory it was):
+// memory ibd maps from its file (MAP_MEM_SHARED), and which says why if it
+// cannot. A range with private and shared parts is neither: EINVAL.
+Result<bool> shared_range(uintptr_t s, uintptr_t e) {
+  OPENIB_TRY_ASSIGN(auto maps, mappings_of(s, e));
+  size_t shared = 0;
+  for (const Mapping& m : maps)
+    if (m.perms[3] == 's' && m.name.rfind(kRegName, 0) != 0) ++shared;
+  if (shared == 0) return false;
+  if (shared == maps.size()) return true;
+  return err(EINVAL, "reg_mr: [{:#x}, {:#x}) has private and shared mappings in it", s, e);
+}
+
 // The process's registered pages (docs/library.md "Memory"): one sparse
 // memfd in which the page at address A lives at offset A. reg_mr copies
 // private anonymous pages in and maps the memfd over them (MAP_FIXED), so
@@ -274,7 +288,16 @@ Result<std::unique_ptr<Mr>> ContextImpl::reg_mr(Pd& pd, void* addr, size_t lengt
   std::unique_ptr<MrImpl> mr(new MrImpl(*this));
   mr->addr_ = addr;
   mr->length_ = length;
-  {
+  OPENIB_TRY_ASSIGN(bool shared, shared_range(s, e));
+  if (shared) {
+    // Shared memory stays where it is, shared with whoever else maps it:
+    // ibd maps the same file (MAP_MEM_SHARED, protocol 8).
+    if (version_ < proto::kProtocolMapShared)
+      return err(EINVAL, "reg_mr: [{:#x}, {:#x}) is shared memory, which needs an ibd of protocol {} "
+                 "(MAP_MEM_SHARED); this one speaks {}", s, e, proto::kProtocolMapShared, version_);
+    OPENIB_TRY_ASSIGN(auto mm, conn_->call<proto::MapMemRep>(Op::kMapMemShared, proto::MapMemRangeReq{s, e - s}));
+    mr->mem_ = mm.handle;
+  } else {
     RegPages& pages = RegPages::get();
     std::lock_guard lock(pages.mu);
     OPENIB_TRY(pages.adopt(s, e));

@@ -18,8 +18,11 @@
 
 #include <set>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -79,6 +82,8 @@ class Raw {
     REQUIRE(s.ok());
     sock_ = std::move(*s);
   }
+  // A socket connected elsewhere (by another process, handed over).
+  explicit Raw(UniqueFd sock) : sock_(std::move(sock)) {}
   int fd() const { return sock_.get(); }
 
   // Sends bytes as one datagram, with fds; false if the socket is gone.
@@ -1818,4 +1823,151 @@ TEST_CASE("CMA: ADDR_ERROR without IPoIB; a client that never reads its events l
   other.must<proto::Empty>(Op::kCmaListen, proto::CmaListenReq{oid});
   CHECK(cma_query(other, oid).state == uint8_t(proto::CmaState::kListen));
   CHECK(cma_counter(ibd, "cma.sessions_overrun") == 1);
+}
+
+// MAP_MEM_SHARED (protocol 8; docs/client-protocol.md §3): ibd opens, as
+// root, the file behind a shared mapping of the client's, so it must open
+// only what the client itself maps read-write on tmpfs or hugetlbfs, and
+// only while the process that connected is still the client's.
+TEST_CASE("MAP_MEM_SHARED: memory that is not a writable shared tmpfs mapping of the client's own, a "
+          "connecting process that changed its IDs or is gone",
+          "[hostile]") {
+  TempDir dir;
+  IbdPair pair(dir.path());
+  const std::string sa = pair.a->socket();
+  auto shared_call = [](Raw& r, const void* p, uint64_t len) {
+    return r.call(Op::kMapMemShared, proto::MapMemRangeReq{reinterpret_cast<uint64_t>(p), len});
+  };
+  Raw r(sa);
+  r.hello();
+  constexpr size_t kLen = 4 * 4096;
+  void* anon = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(anon != MAP_FAILED);
+  auto* a = static_cast<uint8_t*>(anon);
+  // The good case first: shared anonymous memory maps.
+  {
+    auto mem = r.must<proto::MapMemRep>(Op::kMapMemShared, proto::MapMemRangeReq{uint64_t(anon) + 4096, 8192});
+    r.must<proto::Empty>(Op::kUnmapMem, proto::HandleReq{mem.handle});
+  }
+  // Ranges: EINVAL.
+  CHECK(status_of(shared_call(r, a, 0)) == EINVAL);
+  CHECK(status_of(shared_call(r, a, 4097)) == EINVAL);
+  CHECK(status_of(shared_call(r, a + 100, 4096)) == EINVAL);
+  CHECK(status_of(r.call(Op::kMapMemShared, proto::MapMemRangeReq{~0ull - 4095, 8192})) == EINVAL);
+  CHECK(status_of(shared_call(r, a, kLen + 4096)) == EINVAL);  // runs past the mapping
+  CHECK(status_of(r.call(Op::kMapMemShared, proto::MapMemRangeReq{4096, 4096})) == EINVAL);  // nothing mapped
+  {
+    UniqueFd f = make_memfd(4096);
+    int fd = f.get();
+    CHECK(status_of(r.call(Op::kMapMemShared, proto::MapMemRangeReq{uint64_t(anon), 4096}, {&fd, 1})) == EINVAL);
+  }
+  // Private memory (reg_mr remaps that itself): EINVAL.
+  void* priv = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(priv != MAP_FAILED);
+  CHECK(status_of(shared_call(r, priv, 8192)) == EINVAL);
+  // A range across a shared and a private mapping: EINVAL.
+  void* mixed = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mixed != MAP_FAILED);
+  REQUIRE(::mmap(static_cast<uint8_t*>(mixed) + 4096, 4096, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED);
+  CHECK(status_of(shared_call(r, mixed, 8192)) == EINVAL);
+  // Two tmpfs files side by side: EINVAL.
+  UniqueFd f1(::memfd_create("hostile-1", MFD_CLOEXEC)), f2(::memfd_create("hostile-2", MFD_CLOEXEC));
+  REQUIRE(::ftruncate(f1.get(), 8192) == 0);
+  REQUIRE(::ftruncate(f2.get(), 8192) == 0);
+  void* two = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, f1.get(), 0);
+  REQUIRE(two != MAP_FAILED);
+  REQUIRE(::mmap(static_cast<uint8_t*>(two) + 4096, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, f2.get(),
+                 4096) != MAP_FAILED);
+  CHECK(status_of(shared_call(r, two, 8192)) == EINVAL);
+  CHECK(status_of(shared_call(r, static_cast<uint8_t*>(two) + 4096, 4096)) == 0);  // one file alone maps
+  // A tmpfs file the client maps read-only (it was opened read-only: ibd,
+  // root, must not write it): EACCES.
+  std::string shm = "/dev/shm/openib-hostile-ro-" + std::to_string(::getpid());
+  {
+    UniqueFd w(::open(shm.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    REQUIRE(w.valid());
+    REQUIRE(::ftruncate(w.get(), 8192) == 0);
+  }
+  UniqueFd ro(::open(shm.c_str(), O_RDONLY | O_CLOEXEC));
+  ::unlink(shm.c_str());
+  REQUIRE(ro.valid());
+  void* rom = ::mmap(nullptr, 8192, PROT_READ, MAP_SHARED, ro.get(), 0);
+  REQUIRE(rom != MAP_FAILED);
+  CHECK(status_of(shared_call(r, rom, 8192)) == EACCES);
+  // A file on a file system with writeback (the test's directory, not
+  // tmpfs): EINVAL.
+  std::string plain = dir.path() + "/shared-plain";
+  UniqueFd pf(::open(plain.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  REQUIRE(::ftruncate(pf.get(), 8192) == 0);
+  void* pm = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, pf.get(), 0);
+  REQUIRE(pm != MAP_FAILED);
+  struct statfs fs{};
+  REQUIRE(::fstatfs(pf.get(), &fs) == 0);
+  if (fs.f_type != TMPFS_MAGIC) CHECK(status_of(shared_call(r, pm, 8192)) == EINVAL);
+
+  // The connecting process decides whose memory it is. A child connects
+  // and hands the socket over; while it runs as the socket's uid its
+  // shared memory maps, once it has switched to nobody it does not
+  // (EPERM: its memory is no longer the client's), once it is gone: ESRCH.
+  int sv[2], go[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  REQUIRE(::pipe2(go, O_CLOEXEC) == 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  REQUIRE(sa.size() < sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, sa.c_str(), sa.size());
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // System calls only (another thread may hold the allocator's lock).
+    ::close(go[1]);  // (the parent's closing it ends the child)
+    int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0 || ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) ::_exit(1);
+    const char one = 'c';
+    if (send_with_fd(sv[1], &one, 1, s) != 1) ::_exit(2);
+    char cmd = 0;
+    if (::read(go[0], &cmd, 1) != 1) ::_exit(0);  // told to end
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) ::_exit(3);
+    if (::write(sv[1], &cmd, 1) != 1) ::_exit(4);
+    (void)::read(go[0], &cmd, 1);  // until told to end
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  UniqueFd go_w(go[1]), mine(sv[0]), theirs(sv[1]);
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  char one = 0;
+  iovec iov{&one, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  REQUIRE(::recvmsg(mine.get(), &msg, MSG_CMSG_CLOEXEC) == 1);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  REQUIRE(c != nullptr);
+  int got = -1;
+  std::memcpy(&got, CMSG_DATA(c), sizeof got);
+  Raw theirs_conn{UniqueFd(got)};
+  theirs_conn.hello();
+  {
+    // (The child inherited `anon`: the same memory at the same address.)
+    auto mem = theirs_conn.must<proto::MapMemRep>(Op::kMapMemShared, proto::MapMemRangeReq{uint64_t(anon), 8192});
+    theirs_conn.must<proto::Empty>(Op::kUnmapMem, proto::HandleReq{mem.handle});
+  }
+  char cmd = 'u';
+  REQUIRE(::write(go_w.get(), &cmd, 1) == 1);
+  REQUIRE(::read(mine.get(), &cmd, 1) == 1);  // switched
+  CHECK(status_of(shared_call(theirs_conn, anon, 8192)) == EPERM);
+  go_w.reset();  // the child ends
+  int st = 0;
+  REQUIRE(::waitpid(child, &st, 0) == child);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(status_of(shared_call(theirs_conn, anon, 8192)) == ESRCH);
+  // ibd serves on: the first client still maps.
+  CHECK(status_of(shared_call(r, a, 4096)) == 0);
+  for (auto [p, n] : {std::pair{anon, kLen}, {priv, size_t(8192)}, {mixed, size_t(8192)}, {two, size_t(8192)},
+                      {rom, size_t(8192)}, {pm, size_t(8192)}})
+    ::munmap(p, n);
 }
