@@ -16,7 +16,10 @@
 #    through the 0666 socket);
 #  - perftest's ib_write_bw (also -a: every size), ib_write_lat, ib_read_bw,
 #    ib_read_lat, ib_send_bw, ib_send_lat, ib_atomic_bw, ib_atomic_lat with
-#    a small -n: both ends exit 0 and print their results line.
+#    a small -n: both ends exit 0 and print their results line;
+#  - ib_write_bw and ib_send_bw --use_hugepages: their buffers are SysV
+#    SHM_HUGETLB segments, shared hugetlb memory that ibd maps from its file
+#    (MAP_MEM_SHARED; /proc/sys/vm/nr_hugepages raised for it, put back).
 # Servers run on ibd A, clients on ibd B; both sides must exit 0.
 #   verbs_utils.sh IBD IBDCTL ABI_DIR VERBS_CALLS
 set -euo pipefail
@@ -27,8 +30,10 @@ chmod 755 "$work"
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/ibd_pair.sh"
 # shellcheck source=../../scripts/unprivileged.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/unprivileged.sh"
+hp_before=''
 cleanup() {
   stop_daemons
+  [[ -z $hp_before ]] || echo "$hp_before" >/proc/sys/vm/nr_hugepages
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -176,4 +181,17 @@ for t in ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do pt "$t" -d "$dev
 pt ib_write_bw -d "$dev" -a -n 50
 rows=$(grep -cE '^ *[0-9]+ +[0-9]+ ' "$work/cli.log")
 ((rows == 23)) || fail "ib_write_bw -a: $rows sizes, not 2 B to 8 MiB (23): $(cat "$work/cli.log")"
+# Hugetlb buffers (docs/library.md "Shared memory"); one test at a time
+# changes the count of huge pages (test/ibd/test_api_mr_shared.cpp too).
+exec {hp_lock}>/tmp/openib-test-hugepages.lock
+flock "$hp_lock"
+hp_before=$(cat /proc/sys/vm/nr_hugepages)
+echo $((hp_before + 32)) >/proc/sys/vm/nr_hugepages
+for t in ib_write_bw ib_send_bw; do
+  pt "$t" -d "$dev" -n 200 --use_hugepages
+  grep -q "Failed to allocate hugepages" "$work/srv.log" "$work/cli.log" && fail "$t --use_hugepages: no huge pages"
+done
+echo "$hp_before" >/proc/sys/vm/nr_hugepages
+hp_before=''
+flock -u "$hp_lock"
 echo "PASS: ibverbs-utils and perftest over our libibverbs.so.1 between two ibds"
