@@ -184,6 +184,7 @@ void CmService::on_layer(uint8_t port, mad::MadLayer* layer) {
       m.status = ENODEV;
       emit(o.first, m);
     }
+    fail_pending_listens(port, ENODEV);
     return;
   }
   P.layer = layer;
@@ -234,6 +235,7 @@ void CmService::make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a) 
   P.engine->set_limits(engine_limits_);
   log::get("cm")->info("port {}: the connection manager is up (LID {}, CA GUID {:#018x})", port, a.lid,
                        info.ca_guid);
+  start_pending_listens(port);
 }
 
 void CmService::port_changed(uint8_t port) {
@@ -439,18 +441,91 @@ Result<uint32_t> CmService::listen(uint32_t client, const proto::CmListenReq& r,
   if (s == sessions_.end()) return err(ENOTCONN, "CM_OPEN first");
   if (r.flags & ~proto::kCmListenSidr) return err(EINVAL, "unknown CM_LISTEN flags {:#x}", r.flags);
   OPENIB_TRY(may_listen(r.service_id, r.service_mask, s->second.sink != nullptr, privileged));
-  OPENIB_TRY_ASSIGN(cm::Engine * e, engine(r.port));
+  const bool sidr = r.flags & proto::kCmListenSidr;
+  auto e = engine(r.port);
+  if (!e && !coming_up(r.port)) return e.take_error();
+  IdRec rec;
+  rec.port = r.port;
+  rec.kind = kListen;
+  if (!e) {
+    // ibd has just started and the port's CM is coming up: the listen is
+    // the engine's as soon as it runs, so a service started right after
+    // ibd gets its connections rather than ENETDOWN (docs/cm.md "Listening").
+    OPENIB_TRY(check_pending_overlap(r.port, r.service_id, r.service_mask, sidr));
+    OPENIB_TRY(charge(s->second));
+    rec.pending = true;
+    rec.sidr = sidr;
+    rec.service_id = r.service_id;
+    rec.service_mask = r.service_mask;
+    return add_id(s->second, rec);
+  }
   OPENIB_TRY(charge(s->second));
-  auto eid = e->listen(r.service_id, r.service_mask, client, r.flags & proto::kCmListenSidr);
+  auto eid = (*e)->listen(r.service_id, r.service_mask, client, sidr);
   if (!eid) {
     uncharge(client);
     return eid.take_error();
   }
-  IdRec rec;
-  rec.port = r.port;
-  rec.kind = kListen;
   rec.engine_id = *eid;
   return add_id(s->second, rec);
+}
+
+bool CmService::coming_up(uint8_t port) const {
+  if (port < 1 || port > num_ports_) return false;
+  auto it = ports_.find(port);
+  return it == ports_.end() || it->second.generation == 0 || (it->second.layer && !it->second.engine);
+}
+
+// Two pending listens may not overlap, as the engine would refuse the
+// second (EADDRINUSE): service IDs equal under both masks.
+Result<void> CmService::check_pending_overlap(uint8_t port, uint64_t sid, uint64_t mask, bool sidr) const {
+  for (const auto& [c, s] : sessions_)
+    for (const auto& [h, rec] : s.ids)
+      if (rec.pending && rec.port == port && rec.sidr == sidr && ((rec.service_id ^ sid) & rec.service_mask & mask) == 0)
+        return err(EADDRINUSE, "service ID {:#x}/{:#x} overlaps a listen on port {} ({:#x}/{:#x})", sid, mask, port,
+                   rec.service_id, rec.service_mask);
+  return ok();
+}
+
+// The port's engine runs: it takes the listens made before.
+void CmService::start_pending_listens(uint8_t port) {
+  Port& P = ports_[port];
+  for (auto& [client, s] : sessions_) {
+    for (auto& [h, rec] : s.ids) {
+      if (!rec.pending || rec.port != port) continue;
+      rec.pending = false;
+      auto eid = P.engine->listen(rec.service_id, rec.service_mask, client, rec.sidr);
+      if (!eid) {
+        log::get("cm")->warn("port {}: client {}'s listen on {:#x} made before the CM ran: {}", port, client,
+                             rec.service_id, eid.error().message);
+        proto::CmEventMsg m;
+        m.type = static_cast<uint8_t>(proto::CmEventType::kError);
+        m.id = h;
+        m.port = port;
+        m.status = eid.error().code;
+        emit(client, m);
+        continue;
+      }
+      rec.engine_id = *eid;
+      P.owners[*eid] = {client, h};
+    }
+  }
+}
+
+// The device went before the port's engine ran: its listens fail as the
+// engine's ids do (docs/cm.md "Device loss").
+void CmService::fail_pending_listens(uint8_t port, int code) {
+  for (auto& [client, s] : sessions_) {
+    for (auto& [h, rec] : s.ids) {
+      if (!rec.pending || rec.port != port) continue;
+      rec.pending = false;
+      proto::CmEventMsg m;
+      m.type = static_cast<uint8_t>(proto::CmEventType::kError);
+      m.id = h;
+      m.port = port;
+      m.status = code;
+      emit(client, m);
+    }
+  }
 }
 
 void CmService::connect(uint32_t client, const proto::CmConnectReq& r, IdDone done) {
@@ -892,6 +967,10 @@ std::string CmService::json(std::optional<uint32_t> viewer) const {
   j["ids"] = ids;
   j["internal_sessions"] = internal;
   j["internal_ids"] = internal_ids;
+  size_t pending = 0;
+  for (const auto& [c, s] : sessions_)
+    for (const auto& [h, rec] : s.ids) pending += rec.pending;
+  j["pending_listens"] = pending;
   auto& ports = j["ports"];
   ports = nlohmann::json::array();
   for (const auto& [p, port] : ports_) {

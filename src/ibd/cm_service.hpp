@@ -160,6 +160,11 @@ class CmService final : public Service {
     bool accepted = false;     // passive: the REP went out
     bool established = false;  // kEstablished was reported
     uint32_t engine_id = 0;  // 0: done (destroyed in the engine), or the device went
+    // A listen made before the port's engine ran (ibd just started): the
+    // engine takes it when it comes up (start_pending_listens).
+    bool pending = false;
+    bool sidr = false;
+    uint64_t service_id = 0, service_mask = 0;
     uint32_t qp = 0;         // the client's QP handle (connections)
     uint8_t responder_resources = 0, initiator_depth = 0;
   };
@@ -183,6 +188,12 @@ class CmService final : public Service {
 
   void on_layer(uint8_t port, mad::MadLayer* layer);
   void make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a);
+  // The port's engine has not run yet, and will (its MAD layer is coming or
+  // there): a listen waits for it rather than failing.
+  bool coming_up(uint8_t port) const;
+  Result<void> check_pending_overlap(uint8_t port, uint64_t sid, uint64_t mask, bool sidr) const;
+  void start_pending_listens(uint8_t port);
+  void fail_pending_listens(uint8_t port, int code);
   // The engine's events (cm_service.cpp "engine events"): a listener's new
   // id, or an event of an id a client holds (its handle in m.id).
   void on_engine_event(uint8_t port, const cm::Event& e);

@@ -749,11 +749,20 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done, 
     proto::CmSidrReplyReq q;
     q.id = id->cm;
     q.status = 0;
+    const bool new_token = !token_of_.contains({client, qp});
     q.qp = token(client, qp);
     q.qkey = qkey_of(*id);
     q.private_len = r.private_len;
     q.private_data = r.private_data;
-    if (auto s = cm_.sidr_reply(kCmaCmOwner, q); !s) return done(s.take_error());
+    if (auto s = cm_.sidr_reply(kCmaCmOwner, q); !s) {
+      // (A handle that is no QP of the client's, say: the token goes with
+      // the refusal, or accepts of made-up handles would pile them up.)
+      if (new_token) {
+        tokens_.erase(q.qp);
+        token_of_.erase({client, qp});
+      }
+      return done(s.take_error());
+    }
     unpend(*id);
     return done(ok());
   }

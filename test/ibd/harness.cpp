@@ -355,6 +355,22 @@ RunResult ibdctl(const std::string& socket, const std::string& what) {
              std::chrono::seconds(10));
 }
 
+bool wait_cm_running(const std::string& socket, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  do {
+    RunResult r = ibdctl(socket, "cm");
+    if (r.exited_ok()) {
+      auto j = nlohmann::json::parse(r.out, nullptr, false);
+      bool all = j.is_object() && j.contains("ports") && !j["ports"].empty();
+      if (all)
+        for (const auto& p : j["ports"]) all = all && p.value("running", false);
+      if (all && j.value("pending_listens", 1) == 0) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
 size_t count_fds(pid_t pid) {
   size_t n = 0;
   std::error_code ec;

@@ -113,6 +113,10 @@ RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds ti
 
 // `ibdctl --socket S --json WHAT`; its stdout.
 RunResult ibdctl(const std::string& socket, const std::string& what);
+// Until the IB CM engine of every port of the ibd at `socket` runs (`ibdctl
+// cm`: a listen made before waits for it, a connect is ENETDOWN, a REQ
+// that comes is dropped); false after `timeout`.
+bool wait_cm_running(const std::string& socket, std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
 // A child process with its stdout on a pipe; SIGKILLed and reaped by the
 // destructor if still running. Dies with the test (PR_SET_PDEATHSIG).

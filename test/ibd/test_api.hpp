@@ -37,7 +37,14 @@ inline bool shm_cable() {
 }
 inline IbdPair& ibds() {
   static TempDir dir;
-  static IbdPair pair(dir.path(), "warn", /*distinct_guids=*/true, shm_cable());
+  static IbdPair pair = [] {
+    IbdPair p(dir.path(), "warn", /*distinct_guids=*/true, shm_cable());
+    // Both ports' CMs running before any case: a REQ that came before
+    // the peer's engine ran would wait for the CM's retry.
+    if (!wait_cm_running(p.a->socket()) || !wait_cm_running(p.b->socket()))
+      throw std::runtime_error("the ibds' CMs did not come up within 20 s");
+    return p;
+  }();
   return pair;
 }
 inline const std::string& sock_a() { return ibds().a->socket(); }

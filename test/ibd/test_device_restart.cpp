@@ -299,7 +299,8 @@ TEST_CASE("the device lost: RDMA CM ids on it get DEVICE_REMOVAL, an unbound one
   REQUIRE(c.bind_addr(*bound, lo).ok());  // the loopback address: port 1 of the device
   lo.port = 7174;
   REQUIRE(c.bind_addr(*listening, lo).ok());
-  // The IB CM listens once the port's MAD layer is open (ENETDOWN until then).
+  // A listen before the port's CM runs waits for it (docs/cm.md); ENETDOWN
+  // only while a device is lost, which it is not yet: the loop is a guard.
   auto l = c.listen(*listening);
   for (int i = 0; i < 100 && !l.ok() && l.error().code == ENETDOWN; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -1227,14 +1227,25 @@ std::optional<M> read_cm_event(int fd, int ms, int* errno_out = nullptr) {
   return *m;
 }
 
-// The CM engine of port 1 runs once ibd's MAD layer is up (ENETDOWN before).
+// A listen on port 1, also before its CM engine runs (ibd just started:
+// the listen waits for the engine, docs/cm.md); then until the engine has
+// taken it (CM_INFO), so that REQs from the other host find it.
 uint32_t listen_when_up(Raw& r, uint64_t service) {
   proto::CmListenReq l;
   l.service_id = service;
-  Outcome o;
-  REQUIRE(wait_until([&] { return status_of(o = r.call(Op::kCmListen, l)) != ENETDOWN; }, 10s));
+  Outcome o = r.call(Op::kCmListen, l);
   INFO(o.str());
   REQUIRE(status_of(o) == 0);
+  REQUIRE(wait_until(
+      [&] {
+        Outcome i = r.call(Op::kCmInfo, proto::Empty{});
+        if (status_of(i) != 0) return false;
+        auto j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(i.reply.payload.data()),
+                                                   i.reply.payload.size()),
+                                       nullptr, false);
+        return j.is_object() && j.value("pending_listens", 1) == 0;
+      },
+      20s));
   return proto::decode<proto::HandleRep>(o.reply.payload)->handle;
 }
 }  // namespace
