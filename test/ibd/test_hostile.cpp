@@ -1199,10 +1199,12 @@ struct RawQp {
     mfd = make_memfd(65536);
     int f = mfd.get();
     mem = r.must<proto::MapMemRep>(Op::kMapMem, proto::MapMemReq{65536}, {&f, 1}).handle;
-    qp = r.must<proto::ObjRep>(Op::kCreateQp, small_qp(pd, raw_cq(r, mem), mem, 0)).handle;
+    const auto rep = r.must<proto::ObjRep>(Op::kCreateQp, small_qp(pd, raw_cq(r, mem), mem, 0));
+    qp = rep.handle;
+    qpn = rep.number;
   }
   UniqueFd mfd;
-  uint32_t pd = 0, mem = 0, qp = 0;
+  uint32_t pd = 0, mem = 0, qp = 0, qpn = 0;
 };
 
 uint8_t qp_state(Raw& r, uint32_t qp) {
@@ -1669,6 +1671,17 @@ TEST_CASE("CMA requests: before CMA_OPEN, bad bodies, fds, port spaces, lengths,
   CHECK(req->private_len == 56);  // the REQ's 92 bytes less the header
   CHECK(status_of(evil.call(Op::kCmaAccept, proto::CmaConnReq{.id = req->id, .qp = vqp.qp})) == ENOENT);
   CHECK(qp_state(victim, vqp.qp) == 0);
+  // Own QPs are named by QP number, looked up among the caller's QPs only:
+  // the victim's number is ENOENT, and its QP stays in RESET.
+  CHECK(status_of(evil.call(Op::kCmaAcceptOwnQp, proto::CmaConnReq{.id = req->id, .qp = vqp.qpn})) == ENOENT);
+  CHECK(qp_state(victim, vqp.qp) == 0);
+  CHECK(status_of(evil.call(Op::kCmaEstablish, proto::HandleReq{req->id})) == EINVAL);  // a passive id
+  // The connect request's own attributes: RTR names the peer's QP, RTS has the send side.
+  const auto rtr = evil.must<proto::CmInitQpAttrRep>(Op::kCmaInitQpAttr, proto::CmaInitQpAttrReq{req->id, 2});
+  CHECK(rtr.attr.state == 2);
+  CHECK(rtr.attr.dest_qpn == (*peer)->qp->qp_num());
+  const auto rts = evil.must<proto::CmInitQpAttrRep>(Op::kCmaInitQpAttr, proto::CmaInitQpAttrReq{req->id, 3});
+  CHECK(rts.attr.state == 3);
   CHECK(status_of(evil.call(Op::kCmaAccept, proto::CmaConnReq{.id = req->id, .qp = eqp.qp, .private_len = 197})) ==
         EINVAL);
   CHECK(status_of(evil.call(Op::kCmaReject, proto::CmaRejectReq{.id = req->id, .private_len = 149})) == EINVAL);
