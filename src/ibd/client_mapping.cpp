@@ -164,7 +164,6 @@ Result<SharedFile> open_shared_range(pid_t pid, uid_t uid, gid_t gid, uint64_t a
   if (::fstatfs(f.get(), &fs) < 0) return sys_err("fstatfs the file mapped at {:#x}", first.lo);
   SharedFile out;
   if (fs.f_type == HUGETLBFS_MAGIC) {
-    out.hugetlb = true;
     out.page_size = uint64_t(st.st_blksize);
   } else if (fs.f_type == TMPFS_MAGIC) {
     out.page_size = 4096;

@@ -30,7 +30,6 @@ struct SharedFile {
   UniqueFd fd;             // open read-write
   uint64_t offset = 0;     // of the range's first byte in the file
   uint64_t page_size = 0;  // the file's pages: 4096, or the huge page size
-  bool hugetlb = false;
 };
 
 // The file that process `pid` maps at [addr, addr + length), page aligned.

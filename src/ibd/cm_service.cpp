@@ -177,12 +177,7 @@ void CmService::on_layer(uint8_t port, mad::MadLayer* layer) {
       auto s = sessions_.find(o.first);
       if (s == sessions_.end()) continue;
       if (auto it = s->second.ids.find(o.second); it != s->second.ids.end()) it->second.engine_id = 0;
-      proto::CmEventMsg m;
-      m.type = static_cast<uint8_t>(proto::CmEventType::kError);
-      m.id = o.second;
-      m.port = port;
-      m.status = ENODEV;
-      emit(o.first, m);
+      emit_error(o.first, o.second, port, ENODEV);
     }
     fail_pending_listens(port, ENODEV);
     return;
@@ -497,12 +492,7 @@ void CmService::start_pending_listens(uint8_t port) {
       if (!eid) {
         log::get("cm")->warn("port {}: client {}'s listen on {:#x} made before the CM ran: {}", port, client,
                              rec.service_id, eid.error().message);
-        proto::CmEventMsg m;
-        m.type = static_cast<uint8_t>(proto::CmEventType::kError);
-        m.id = h;
-        m.port = port;
-        m.status = eid.error().code;
-        emit(client, m);
+        emit_error(client, h, port, eid.error().code);
         continue;
       }
       rec.engine_id = *eid;
@@ -518,14 +508,18 @@ void CmService::fail_pending_listens(uint8_t port, int code) {
     for (auto& [h, rec] : s.ids) {
       if (!rec.pending || rec.port != port) continue;
       rec.pending = false;
-      proto::CmEventMsg m;
-      m.type = static_cast<uint8_t>(proto::CmEventType::kError);
-      m.id = h;
-      m.port = port;
-      m.status = code;
-      emit(client, m);
+      emit_error(client, h, port, code);
     }
   }
+}
+
+void CmService::emit_error(uint32_t client, uint32_t handle, uint8_t port, int code) {
+  proto::CmEventMsg m;
+  m.type = static_cast<uint8_t>(proto::CmEventType::kError);
+  m.id = handle;
+  m.port = port;
+  m.status = code;
+  emit(client, m);
 }
 
 void CmService::connect(uint32_t client, const proto::CmConnectReq& r, IdDone done) {

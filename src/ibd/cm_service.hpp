@@ -194,6 +194,8 @@ class CmService final : public Service {
   Result<void> check_pending_overlap(uint8_t port, uint64_t sid, uint64_t mask, bool sidr) const;
   void start_pending_listens(uint8_t port);
   void fail_pending_listens(uint8_t port, int code);
+  // A kError event for the client's id `handle` (status: the errno).
+  void emit_error(uint32_t client, uint32_t handle, uint8_t port, int code);
   // The engine's events (cm_service.cpp "engine events"): a listener's new
   // id, or an event of an id a client holds (its handle in m.id).
   void on_engine_event(uint8_t port, const cm::Event& e);
