@@ -11,7 +11,7 @@ PKGS=(
   qemu-system-x86 busybox-static cpio kmod
   tshark iputils-ping
   opensm ibsim-utils infiniband-diags libibumad-dev libibmad-dev
-  libmnl-dev iperf3
+  libmnl-dev iperf3 netcat-traditional
   libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest qperf ibverbs-providers libpci3
 )
 
