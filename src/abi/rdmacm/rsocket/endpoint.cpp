@@ -65,8 +65,8 @@ int create_endpoint(Socket& s) {
   s.rbuf = zeroed_pages(s.rbuf_size);
   if (!s.sbuf || !s.target || !s.rbuf) return ENOMEM;
   ibv_pd* pd = s.qp->pd;
-  constexpr int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  s.smr = ibv_reg_mr(pd, s.sbuf, s.sbuf_size + kCtrlSlots * sizeof(Sge), IBV_ACCESS_LOCAL_WRITE);
+  constexpr int local = IBV_ACCESS_LOCAL_WRITE, remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  s.smr = ibv_reg_mr(pd, s.sbuf, s.sbuf_size + kCtrlSlots * sizeof(Sge), local);
   s.tmr = ibv_reg_mr(pd, s.target, kSglEntries * sizeof(Sge) + s.target_iomap_size * sizeof(IomapEntry), remote);
   s.rmr = ibv_reg_mr(pd, s.rbuf, s.rbuf_size, remote);
   if (!s.smr || !s.tmr || !s.rmr) return errno ? errno : ENOMEM;
