@@ -37,8 +37,14 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+hp_diag=''
 fail() {
   echo "FAIL: $*"
+  if [[ -n $hp_diag ]]; then
+    grep -i huge /proc/meminfo
+    echo "--- ibd a (tail)"; tail -20 "$work/a.log"
+    echo "--- ibd b (tail)"; tail -20 "$work/b.log"
+  fi
   exit 1
 }
 
@@ -187,10 +193,14 @@ exec {hp_lock}>/tmp/openib-test-hugepages.lock
 flock "$hp_lock"
 hp_before=$(cat /proc/sys/vm/nr_hugepages)
 echo $((hp_before + 32)) >/proc/sys/vm/nr_hugepages
+# (OPENIB_LOG=debug: a refused registration says why in the output a
+# failure prints; fail() adds the huge-page counts and both ibds' logs.)
+hp_diag=1
 for t in ib_write_bw ib_send_bw; do
-  pt "$t" -d "$dev" -n 200 --use_hugepages
+  OPENIB_LOG=debug pt "$t" -d "$dev" -n 200 --use_hugepages
   grep -q "Failed to allocate hugepages" "$work/srv.log" "$work/cli.log" && fail "$t --use_hugepages: no huge pages"
 done
+hp_diag=
 echo "$hp_before" >/proc/sys/vm/nr_hugepages
 hp_before=''
 flock -u "$hp_lock"

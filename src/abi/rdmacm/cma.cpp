@@ -360,7 +360,11 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     Id* i = nullptr;
     if (r->type == openib::RdmaCmEventType::kConnectRequest) {
       auto l = c->ids.find(r->listen_id);
-      if (l == c->ids.end()) continue;  // its listener destroyed since
+      if (l == c->ids.end()) {  // its listener destroyed since: refused, not left to time out
+        if (auto rj = c->impl->reject(r->id, {}); !rj) log_failure("rdma_get_cm_event", rj.error());
+        if (auto d = c->impl->destroy_id(r->id); !d) log_failure("rdma_get_cm_event", d.error());
+        continue;
+      }
       i = new_id(c, r->id, l->second->id.context, l->second->id.ps);
       i->id.qp_type = l->second->id.qp_type;
     } else {

@@ -42,7 +42,7 @@ const Defaults& defaults() {
       }
     };
     unsigned v;
-    v = d.rbuf, read("mem_default", v), d.rbuf = std::max(v, 1u);
+    v = d.rbuf, read("mem_default", v), d.rbuf = std::max(v, 2 * kSendLowWater) & ~1u;  // two even halves
     v = d.sbuf, read("wmem_default", v), d.sbuf = v < kSendLowWater ? 4096 : v;
     v = d.sq, read("sqsize_default", v), d.sq = uint16_t(std::min(v, 0xFFFEu));
     v = d.rq, read("rqsize_default", v), d.rq = uint16_t(std::min(v, 0xFFFEu));
@@ -66,9 +66,8 @@ extern "C" {
 
 int rsocket(int domain, int type, int protocol) {
   const int kind = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if ((domain != AF_INET && domain != AF_INET6 && domain != AF_IB) || kind != SOCK_STREAM ||
-      (protocol != 0 && protocol != IPPROTO_TCP))
-    return fail(ENOTSUP);  // SOCK_DGRAM too: not implemented (docs)
+  if ((domain != AF_INET && domain != AF_INET6) || kind != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
+    return fail(ENOTSUP);  // SOCK_DGRAM and AF_IB: not implemented (docs)
   SocketPtr s = make_socket(domain, nullptr);
   if (!s) return -1;
   const Defaults& d = defaults();
@@ -117,6 +116,7 @@ int rlisten(int fd, int backlog) {
 }
 
 int raccept(int fd, sockaddr* addr, socklen_t* addrlen) {
+  const int saved = errno;
   SocketPtr l = find(fd);
   if (!l) return -1;
   SocketPtr s;
@@ -135,10 +135,12 @@ int raccept(int fd, sockaddr* addr, socklen_t* addrlen) {
     l->accept_queue.pop_front();
   }
   if (addr && addrlen) rgetpeername(s->fd, addr, addrlen);
+  errno = saved;
   return s->fd;
 }
 
 int rconnect(int fd, const sockaddr* addr, socklen_t len) {
+  const int saved = errno;
   SocketPtr s = find(fd);
   if (!s) return -1;
   std::unique_lock lk(s->mu);
@@ -153,17 +155,21 @@ int rconnect(int fd, const sockaddr* addr, socklen_t len) {
     default: return fail(EINVAL);
   }
   if (!addr || len < sizeof(sockaddr_in)) return fail(EINVAL);
-  sockaddr* src = s->state == State::kBound ? rdma_get_local_addr(s->id) : nullptr;
+  const State before = s->state;
+  sockaddr* src = before == State::kBound ? rdma_get_local_addr(s->id) : nullptr;
   s->state = State::kResolvingAddr;
   s->retries = 0;
   if (rdma_resolve_addr(s->id, src, const_cast<sockaddr*>(addr), 1000)) {
-    s->state = State::kInit;
+    s->state = before;
     return -1;
   }
   if (s->nonblocking(0)) return fail(EINPROGRESS);
   while (s->state >= State::kResolvingAddr && s->state <= State::kConnecting)
     if (wait(*s, lk) < 0) return -1;  // EINTR: the connection goes on, as a socket's does
-  if (s->state == State::kConnected) return 0;
+  if (s->state == State::kConnected) {
+    errno = saved;
+    return 0;
+  }
   const int e = s->err ? s->err : ECONNREFUSED;
   s->err = 0;
   return fail(e);
@@ -193,7 +199,9 @@ int rshutdown(int fd, int how) {
   // A control slot, the message, then every send complete (10 s at most:
   // a dead peer's QP fails the sends sooner).
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  auto done = [&] { return s->state == State::kError || std::chrono::steady_clock::now() > until; };
+  auto done = [&] {
+    return s->closed || !s->qp || s->state == State::kError || std::chrono::steady_clock::now() > until;
+  };
   while (s->ctrl_seqno == s->ctrl_max_seqno && !done()) {
     process(*s);
     if (s->ctrl_seqno == s->ctrl_max_seqno) wait(*s, lk, 100);
@@ -214,6 +222,7 @@ int rshutdown(int fd, int how) {
 }
 
 int rclose(int fd) {
+  const int saved = errno;
   SocketPtr s = find(fd);
   if (!s) return -1;
   bool connected;
@@ -223,6 +232,7 @@ int rclose(int fd) {
   }
   if (connected) rshutdown(fd, SHUT_RDWR);
   close_socket(s);
+  errno = saved;
   return 0;
 }
 
@@ -231,6 +241,7 @@ int rgetpeername(int fd, sockaddr* addr, socklen_t* addrlen) {
   if (!s) return -1;
   if (!addr || !addrlen) return fail(EFAULT);
   std::lock_guard lk(s->mu);
+  if (!s->id) return fail(EBADF);
   if (s->state < State::kConnected && s->state != State::kResolvingRoute && s->state != State::kConnecting)
     return fail(ENOTCONN);
   const sockaddr* a = rdma_get_peer_addr(s->id);
@@ -245,6 +256,7 @@ int rgetsockname(int fd, sockaddr* addr, socklen_t* addrlen) {
   if (!s) return -1;
   if (!addr || !addrlen) return fail(EFAULT);
   std::lock_guard lk(s->mu);
+  if (!s->id) return fail(EBADF);
   const sockaddr* a = rdma_get_local_addr(s->id);
   const socklen_t n = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   std::memcpy(addr, a, std::min(n, *addrlen));
@@ -292,6 +304,7 @@ void close_socket(const SocketPtr& s) {
     forget(c->fd);
   }
   std::lock_guard lk(s->mu);
+  s->closed = true;
   destroy_endpoint(*s);
   if (s->id) rdma_destroy_id(s->id);
   s->id = nullptr;

@@ -140,6 +140,11 @@ void destroy_endpoint(Socket& s) {
     std::free(*b);
     *b = nullptr;
   }
+  s.rmsg.clear();
+  s.rmsg_bytes = 0;
+  for (Sge& t : s.send_target) t = {};
+  s.target_iomap_size = 0;
+  s.remote_iomap = {};
 }
 
 }  // namespace openib::rsocket

@@ -99,7 +99,7 @@ size_t riowrite(int fd, const void* buf, size_t count, off_t offset, int flags) 
   const auto* src = static_cast<const uint8_t*>(buf);
   size_t done = 0;
   uint32_t olen = kFirstTransfer;
-  while (done < count) {
+  while (done < count && !s->closed && s->qp) {
     // The peer's entry holding this offset (it writes them into our iomap).
     const uint64_t at = uint64_t(offset) + done;
     const IomapEntry* entry = nullptr;
@@ -123,7 +123,7 @@ size_t riowrite(int fd, const void* buf, size_t count, off_t offset, int flags) 
           if (!done) errno = ECONNRESET;
           break;
         }
-        wait(*s, lk);
+        if (wait(*s, lk) < 0) break;
         continue;
       }
     }

@@ -57,11 +57,11 @@ int rsetsockopt(int fd, int level, int optname, const void* optval, socklen_t op
           v = static_cast<const linger*>(optval)->l_onoff;
           break;
         case SO_SNDBUF:
-          if (!before_connection(*s)) return fail(EINVAL);
+          if (s->qp) return 0;  // the ring exists: no effect, as rdma-core
           s->sbuf_size = std::max<uint32_t>(uint32_t(std::max(v, 0)) * 2, kSendLowWater * 2);
           break;
         case SO_RCVBUF:
-          if (!before_connection(*s)) return fail(EINVAL);
+          if (s->qp) return 0;
           s->rbuf_size = std::max<uint32_t>(uint32_t(std::max(v, 0)) * 2, kSendLowWater * 2) & ~1u;
           break;
         default: return fail(ENOTSUP);
@@ -131,6 +131,7 @@ int rgetsockopt(int fd, int level, int optname, void* optval, socklen_t* optlen)
       switch (optname) {
         case TCP_NODELAY: return put_int(optval, optlen, bool(s->tcp_opts & (1u << TCP_NODELAY)));
         case TCP_MAXSEG: {
+          if (!s->id) return fail(EBADF);
           const rdma_route& r = s->id->route;
           return put_int(optval, optlen, r.num_paths && r.path_rec ? 1 << (7 + r.path_rec->mtu) : 2048);
         }

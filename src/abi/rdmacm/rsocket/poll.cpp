@@ -35,7 +35,7 @@ short revents_of(Socket& s, short events) {
       if ((events & POLLOUT) && s.writable && s.state == State::kConnected && can_send(s)) r |= POLLOUT;
       // POLLHUP once what the peer sent before closing is read: rstream's
       // async mode ends its test on POLLHUP while its last data waits.
-      if (s.state == State::kDisconnected && s.rmsg.empty()) r |= POLLHUP;
+      if (s.state == State::kDisconnected && (s.rmsg.empty() || !(events & POLLIN))) r |= POLLHUP;
       if (s.state == State::kError) r |= POLLERR;
       break;
     default: break;  // init, bound, connecting: nothing yet
@@ -90,7 +90,7 @@ int poll_sockets(pollfd* fds, nfds_t nfds, int timeout) {
     // 100 ms slices: a wake-up another thread drained in between is seen then.
     const int slice = left < 0 || left > 100 ? 100 : left;
     if (slice == 0) continue;
-    if (::poll(wait_fds.data(), wait_fds.size(), slice) < 0 && errno == EINTR) return -1;
+    if (::poll(wait_fds.data(), wait_fds.size(), slice) < 0) return -1;
     for (nfds_t k = 0; k < nfds; ++k)
       if (socks[k] && wait_fds[first[k]].revents) {  // the eventfd: consumed, the state is read above
         uint64_t v;

@@ -230,10 +230,12 @@ void handle(rdma_cm_event& ev) {
       }
       if (s->state == State::kConnected) {
         // The connection went without the peer closing it (it died, or
-        // the device went): a reset, not an end of stream.
+        // the device went): a reset, not an end of stream; after the
+        // peer's SHUTDOWN (we read its end already), the end.
+        const bool ended = !s->readable && ev.event == RDMA_CM_EVENT_DISCONNECTED;
         s->readable = s->writable = false;
-        s->state = State::kError;
-        s->err = ev.event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET : ENODEV;
+        s->state = ended ? State::kDisconnected : State::kError;
+        if (!ended) s->err = ev.event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET : ENODEV;
         signal(*s);
       } else if (s->state < State::kConnected) {
         connect_failed(*s, ev.event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET : ENODEV);
@@ -342,6 +344,10 @@ void signal(Socket& s) {
 }
 
 int wait(Socket& s, std::unique_lock<std::mutex>& lk, int timeout_ms) {
+  if (s.closed) {
+    errno = EBADF;
+    return -1;
+  }
   if (arm(s)) return 0;
   pollfd p[2] = {{s.fd, POLLIN, 0}, {s.cch ? s.cch->fd : -1, POLLIN, 0}};
   // 100 ms at most: a wake-up another waiter drained in between is seen then.
@@ -352,6 +358,10 @@ int wait(Socket& s, std::unique_lock<std::mutex>& lk, int timeout_ms) {
   const int saved = errno;
   lk.lock();
   --s.waiters;
+  if (s.closed) {
+    errno = EBADF;
+    return -1;
+  }
   if (p[0].revents) {
     uint64_t v;
     [[maybe_unused]] auto n = ::read(s.fd, &v, sizeof v);

@@ -71,6 +71,7 @@ struct Socket {
   int err = 0;               // SO_ERROR
   int file_flags = 0;        // rfcntl F_GETFL/F_SETFL
   int waiters = 0;           // threads in wait()
+  bool closed = false;       // rclose()d: a thread that waited in it finds EBADF
   int retries = 0;           // address/route resolutions timed out
 
   // Options (rsetsockopt), copied to the sockets a listener accepts.
@@ -120,6 +121,7 @@ struct Socket {
   uint64_t rmsg_bytes = 0;
   uint32_t rbuf_offset = 0, rbuf_avail = 0, rbuf_free_offset = 0;
   uint16_t rseq_no = 0, rseq_comp = 0;
+  uint32_t recv_missing = 0;  // receives consumed and not yet posted again
 
   Socket() = default;
   Socket(const Socket&) = delete;

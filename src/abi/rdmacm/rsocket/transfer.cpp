@@ -23,7 +23,7 @@ Sge swapped(Sge s) { return {__builtin_bswap64(s.addr), __builtin_bswap32(s.key)
 // credits, when either is due (rdma-core's rule: half the ring read, or
 // half the receive queue's messages).
 void update_credits(Socket& s) {
-  if (s.state != State::kConnected || !s.readable || s.ctrl_seqno == s.ctrl_max_seqno) return;
+  if (s.state != State::kConnected || s.ctrl_seqno == s.ctrl_max_seqno) return;
   const uint32_t half = s.rbuf_size / 2;
   if (s.rbuf_avail < half && int16_t(uint16_t(s.rseq_no - s.rseq_comp)) < 0) return;
   const uint32_t credit = uint16_t(s.rseq_no + s.rq_size);
@@ -57,7 +57,7 @@ void on_receive(Socket& s, uint32_t value, uint32_t byte_len) {
       if (byte_len == sizeof(Sge)) {  // with a ring half: it is in our target SGL now
         Sge e;
         std::memcpy(&e, &s.target_sgl()[s.next_sgl], sizeof e);
-        s.send_target[s.next_sgl] = s.peer_swapped ? swapped(e) : e;
+        s.send_target[s.next_sgl] = e;  // (the peer wrote it in our byte order)
         s.next_sgl = (s.next_sgl + 1) % kSglEntries;
       }
       return;
@@ -106,7 +106,9 @@ void fail_socket(Socket& s, int code) {
 }
 
 bool process(Socket& s) {
-  if (!s.cq) return false;
+  // Not before the connection is made: the peer's first messages (its
+  // second ring half) wait in the CQ until its ConnData is ours.
+  if (!s.cq || s.state < State::kConnected || s.state == State::kConnectError) return false;
   bool changed = false;
   ibv_wc wc[16];
   int n;
@@ -129,8 +131,10 @@ bool process(Socket& s) {
       }
     }
   }
+  // Every receive consumed goes back (one that cannot now, next time).
+  s.recv_missing += reposts;
   if (s.qp && s.state == State::kConnected)
-    for (; reposts > 0; --reposts) {
+    for (; s.recv_missing > 0; --s.recv_missing) {
       ibv_recv_wr wr{}, *bad = nullptr;
       wr.wr_id = kWrRecv;
       if (ibv_post_recv(s.qp, &wr, &bad)) break;
@@ -212,6 +216,10 @@ int send_ctrl(Socket& s, Ctrl c) {
 // Sends what it can of len bytes; blocks (unless non-blocking) until the
 // first byte can go, then until all have gone. Bytes sent, or -1 with errno.
 ssize_t send_bytes(Socket& s, std::unique_lock<std::mutex>& lk, const uint8_t* buf, size_t len, int flags) {
+  if (s.closed) {
+    errno = EBADF;
+    return -1;
+  }
   if (s.state < State::kConnected) {
     errno = (s.state >= State::kResolvingAddr && s.state <= State::kAccepting) ? EAGAIN : ENOTCONN;
     return -1;
@@ -263,6 +271,10 @@ ssize_t send_bytes(Socket& s, std::unique_lock<std::mutex>& lk, const uint8_t* b
 // Copies up to len queued bytes (all of them with MSG_WAITALL), waiting
 // for the first unless non-blocking. 0 at the end of the stream.
 ssize_t recv_bytes(Socket& s, std::unique_lock<std::mutex>& lk, uint8_t* buf, size_t len, int flags) {
+  if (s.closed) {
+    errno = EBADF;
+    return -1;
+  }
   if (s.state == State::kConnectError) {
     errno = s.err ? s.err : ECONNREFUSED;
     return -1;
@@ -274,6 +286,11 @@ ssize_t recv_bytes(Socket& s, std::unique_lock<std::mutex>& lk, uint8_t* buf, si
   const bool peek = flags & MSG_PEEK;
   size_t got = 0;
   for (;;) {
+    if (s.closed) {
+      if (got) return ssize_t(got);
+      errno = EBADF;
+      return -1;
+    }
     process(s);
     uint32_t off = s.rbuf_offset;
     for (size_t k = 0; k < s.rmsg.size() && got < len;) {
@@ -404,6 +421,7 @@ ssize_t rrecvmsg(int fd, msghdr* msg, int flags) {
     ssize_t total = 0;
     msg->msg_controllen = 0;
     msg->msg_flags = 0;
+    msg->msg_namelen = 0;  // (a connected stream: no source address, as TCP's)
     for (size_t k = 0; k < msg->msg_iovlen; ++k) {
       const iovec& v = msg->msg_iov[k];
       if (!v.iov_len) continue;
