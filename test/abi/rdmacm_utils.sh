@@ -34,15 +34,6 @@ cleanup_utils() {
   sandbox_cleanup
 }
 trap cleanup_utils EXIT
-# d HOST CMD...: CMD there over our libraries.
-d() { sb run "$1" env "LD_LIBRARY_PATH=$libs" "${@:2}"; }
-# fg HOST SECONDS CMD...: in the foreground; output in out, status in rc.
-fg() {
-  local host=$1 secs=$2
-  shift 2
-  rc=0
-  out=$(d "$host" timeout "$secs" "$@" 2>&1) || rc=$?
-}
 # pair NAME SECONDS "SERVER ARGS" "CLIENT ARGS" [SECS_BEFORE]: the server on Hca4
 # in the background (for SECS_BEFORE, else 1 s), the client on Hca1;
 # both must exit 0. The server's output in log_of NAME, the client's in out.

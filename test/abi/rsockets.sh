@@ -95,15 +95,6 @@ declare -A ip
 for i in 1 2; do ip[Hca$i]=198.18.48.$((130 + i)); done
 SIP=${ip[$S]}
 
-# d HOST CMD...: CMD there over our libraries.
-d() { sb run "$1" env "LD_LIBRARY_PATH=$libs" "${@:2}"; }
-# fg HOST SECONDS CMD...: in the foreground; output in out, status in rc.
-fg() {
-  local host=$1 secs=$2
-  shift 2
-  rc=0
-  out=$(d "$host" timeout "$secs" "$@" 2>&1) || rc=$?
-}
 cma_json() { "$ibdctl" --socket "$OPENIB_SANDBOX/$1/ibd.sock" --json cma; }
 # listening HOST PORT: an RDMA CM id of HOST's ibd listens on PORT (its
 # "src" is ADDRESS:PORT; its "port" is the HCA's).

@@ -111,6 +111,16 @@ bg() {
   bg=$!
   bg_pids+=("$bg")
 }
+# The verbs-ABI tests (test/abi): with libs set to our libraries' path,
+# d HOST CMD... runs CMD there over them; fg HOST SECONDS CMD... does so in
+# the foreground, its output in out and its status in rc.
+d() { sb run "$1" env "LD_LIBRARY_PATH=$libs" "${@:2}"; }
+fg() {
+  local host=$1 secs=$2
+  shift 2
+  rc=0
+  out=$(d "$host" timeout "$secs" "$@" 2>&1) || rc=$?
+}
 kill_bg() { for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 waitfor() {
   for _ in $(seq "${3:-300}"); do grep -q -- "$2" "$(log_of "$1")" 2>/dev/null && return 0; sleep 0.1; done

@@ -60,6 +60,23 @@ int fail(int code) {
 
 void close_socket(const SocketPtr& s);
 
+// rgetpeername/rgetsockname: the id's address, truncated to the caller's
+// length, *addrlen the address's own.
+int copy_name(int fd, sockaddr* addr, socklen_t* addrlen, bool peer) {
+  SocketPtr s = find(fd);
+  if (!s) return -1;
+  if (!addr || !addrlen) return fail(EFAULT);
+  std::lock_guard lk(s->mu);
+  if (!s->id) return fail(EBADF);
+  if (peer && s->state < State::kConnected && s->state != State::kResolvingRoute && s->state != State::kConnecting)
+    return fail(ENOTCONN);
+  const sockaddr* a = peer ? rdma_get_peer_addr(s->id) : rdma_get_local_addr(s->id);
+  const socklen_t n = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  std::memcpy(addr, a, std::min(n, *addrlen));
+  *addrlen = n;
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -85,10 +102,7 @@ int rsocket(int domain, int type, int protocol) {
   if (rdma_create_id(ch->ch, &s->id, s.get(), RDMA_PS_TCP)) return -1;
   s->id->route.addr.src_addr.sa_family = sa_family_t(domain);
   s->channel = ch;
-  {
-    auto lk = service_lock();
-    add_socket(s);
-  }
+  add_socket(s);
   watch_channel(ch);
   return s->fd;
 }
@@ -237,31 +251,11 @@ int rclose(int fd) {
 }
 
 int rgetpeername(int fd, sockaddr* addr, socklen_t* addrlen) {
-  SocketPtr s = find(fd);
-  if (!s) return -1;
-  if (!addr || !addrlen) return fail(EFAULT);
-  std::lock_guard lk(s->mu);
-  if (!s->id) return fail(EBADF);
-  if (s->state < State::kConnected && s->state != State::kResolvingRoute && s->state != State::kConnecting)
-    return fail(ENOTCONN);
-  const sockaddr* a = rdma_get_peer_addr(s->id);
-  const socklen_t n = a->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  std::memcpy(addr, a, std::min(n, *addrlen));
-  *addrlen = n;
-  return 0;
+  return copy_name(fd, addr, addrlen, true);
 }
 
 int rgetsockname(int fd, sockaddr* addr, socklen_t* addrlen) {
-  SocketPtr s = find(fd);
-  if (!s) return -1;
-  if (!addr || !addrlen) return fail(EFAULT);
-  std::lock_guard lk(s->mu);
-  if (!s->id) return fail(EBADF);
-  const sockaddr* a = rdma_get_local_addr(s->id);
-  const socklen_t n = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-  std::memcpy(addr, a, std::min(n, *addrlen));
-  *addrlen = n;
-  return 0;
+  return copy_name(fd, addr, addrlen, false);
 }
 
 int rfcntl(int fd, int cmd, ...) {

@@ -166,22 +166,15 @@ void connect_request(Socket& l, rdma_cm_id* id, const rdma_cm_event& ev) {
   s->listener = listener_of(l);
 }
 
-void passive_event(Socket& s, const rdma_cm_event& ev, Socket* listener) {
-  if (s.state != State::kAccepting) return;
-  SocketPtr self;
-  if (listener) {
-    auto it = std::find_if(listener->accepting.begin(), listener->accepting.end(),
-                           [&](const SocketPtr& p) { return p.get() == &s; });
-    if (it != listener->accepting.end()) {
-      self = *it;
-      listener->accepting.erase(it);
-    }
-  }
-  if (ev.event == RDMA_CM_EVENT_ESTABLISHED && self && listener->state == State::kListening) {
+// A connection taken out of its listener's `accepting` list: to the
+// accept queue once established, else gone.
+void passive_event(const SocketPtr& self, const rdma_cm_event& ev, Socket& listener) {
+  Socket& s = *self;
+  if (ev.event == RDMA_CM_EVENT_ESTABLISHED && listener.state == State::kListening) {
     s.state = State::kConnected;
     s.readable = s.writable = s.established = true;
-    listener->accept_queue.push_back(self);
-    signal(*listener);
+    listener.accept_queue.push_back(self);
+    signal(listener);
     return;
   }
   // Not established (the peer gave up, or the listener closed): gone.
@@ -216,8 +209,9 @@ void handle(rdma_cm_event& ev) {
                            [&](const SocketPtr& p) { return p.get() == s; });
     if (it != listener->accepting.end()) {
       SocketPtr keep = *it;
+      listener->accepting.erase(it);
       std::scoped_lock lk(listener->mu, keep->mu);
-      passive_event(*keep, ev, listener.get());
+      passive_event(keep, ev, *listener);
       return;
     }
   }
