@@ -61,6 +61,29 @@
 #         the server's credits: as (b).
 #     Then: both ibds alive (their process; ibdctl answers), no QP left in
 #     either ibd, and a new rstream pair (100 x 4 KiB, verified) works.
+#  7. Datagram rsockets (SOCK_DGRAM) against Debian's udpong server
+#     ("udpong -b SERVER -p 7174", it serves until killed):
+#     (a) Debian's udpong client, custom mode: 2,000 echoes of 1000 bytes
+#         nonblocking (-T e), 2,000 of 64 bytes blocking (-T e -T b), 2,000
+#         of 1,500 bytes async (-T e -T a: rpoll before each call): exit 0
+#         and the row says 4k transfers (each echo counts twice); then
+#         20,000 one-way 1 KiB datagrams: the row reports how many the
+#         server counted (datagrams may be dropped, as UDP's: the server's
+#         receive queue overflows), at least one.
+#     (b) rsocket_dgram_check (rsocket_dgram_check.c): every echo answer
+#         equal to what was sent, for 69 sizes from 16 bytes to the largest
+#         payload (2,032), EMSGSIZE beyond, MSG_PEEK, MSG_TRUNC, rrecvfrom's
+#         source, rsendto on an unconnected socket. And they travel as UD
+#         SENDs, not over UDP: the server's ib0 (IPoIB, where the kernel's
+#         UDP goes) receives at most 10 packets during the check's 150-odd
+#         datagrams. (Not the kernel's Udp counters: the cables are UDP.)
+#     (c) rsocket_dgram_hostile (rsocket_dgram_hostile.c): malformed UDP
+#         headers, bogus QPNs and a burst of 5,000 ("udp"), then malformed
+#         UD messages, a receive-queue overrun and a wrong Q_Key ("ud");
+#         after each, a well-formed login is answered (exit 0); the server
+#         (OPENIB_RSOCKET_DEBUG=1) says it dropped datagrams. The udpong
+#         server still runs and a new udpong client's echo test passes.
+#     (d) udpong's server SIGKILLed: its ibd holds nothing of it afterwards.
 # Every command is bounded (timeout(1), or a watch of our own), and the
 # sandbox with everything started in it goes at exit. While rsockets do not
 # work (rsocket() failing), check 1 fails within seconds, saying why.
@@ -68,6 +91,8 @@
 set -euo pipefail
 build=$(cd "$1" && pwd)
 hostile=${2:-$build/test/abi/rsocket_hostile}
+dgram_check=${3:-$build/test/abi/rsocket_dgram_check}
+dgram_hostile=${4:-$build/test/abi/rsocket_dgram_hostile}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../sandbox" && pwd)
 topo=/usr/share/doc/ibsim-utils/net-examples/net.1
 preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
@@ -86,7 +111,7 @@ cleanup_rsockets() {
   sandbox_cleanup
 }
 trap cleanup_rsockets EXIT
-for f in "$preload" /usr/bin/rstream /usr/bin/riostream /usr/bin/rcopy "$nc" "$hostile"; do
+for f in "$preload" /usr/bin/rstream /usr/bin/riostream /usr/bin/rcopy /usr/bin/udpong "$nc" "$hostile" "$dgram_check" "$dgram_hostile"; do
   [[ -x $f || -f $f ]] || fail "$f is missing (scripts/setup.sh installs rdmacm-utils, librdmacm1 and netcat-traditional)"
 done
 S=Hca2  # the servers
@@ -432,4 +457,55 @@ pair hostile-after 60 7495 "rstream -b $SIP -p 7495 -C 100 -S 4096 -T v" "rstrea
 row=$(custom_row "$out" 4096 100) || fail "rstream after the hostile: no result row: $out"
 ok "after the hostile peers: both ibds alive, no QP left in either, and a new rstream pair works: $row"
 
-echo "PASS: rstream, riostream, rcopy and librspreload.so over our librdmacm.so.1; killed and hostile peers"
+# ==== 7. datagram rsockets ==========================================================
+# ib0_rx HOST: packets HOST's kernel received on ib0 (IPoIB: where its UDP
+# goes; the sandbox's cables are UDP too, so not the Udp counters).
+ib0_rx() { sb run "$1" cat /sys/class/net/ib0/statistics/rx_packets; }
+# udpong's client ARGS: exit 0 and its custom row; the row in row.
+udpong_client() {
+  read -ra cargs <<<"$1"
+  fg "$C" 60 stdbuf -oL udpong -s "$SIP" -p 7174 "${cargs[@]}"
+  ((rc == 0)) || fail "udpong $1 ($rc): $out; server: $(cat "$(log_of udpong-srv)")"
+  row=$(grep -E '^custom ' <<<"$out" | tr -s ' ') || fail "udpong $1: no result row: $out"
+}
+bg udpong-srv "$S" env "LD_LIBRARY_PATH=$libs" OPENIB_RSOCKET_DEBUG=1 stdbuf -oL udpong -b "$SIP" -p 7174
+usrv=$bg
+for args in "-C 2000 -S 1000 -T e" "-C 2000 -S 64 -T e -T b" "-C 2000 -S 1500 -T e -T a"; do
+  udpong_client "$args"
+  awk '$3 == "4k"' <<<"$row" | grep -q . || fail "udpong $args: not 4k transfers: $row"
+  ok "udpong $args (echo): $row"
+done
+udpong_client "-C 20000 -S 1024"
+n=$(awk '{print $3}' <<<"$row")
+[[ $n != 0 ]] || fail "udpong one-way: the server counted nothing: $row"
+ok "udpong -C 20000 -S 1024 (one way): the server counted $n ($row)"
+before=$(ib0_rx "$S")
+fg "$C" 120 "$dgram_check" "$SIP" 7174
+((rc == 0)) || fail "rsocket_dgram_check ($rc): $out; server: $(tail -5 "$(log_of udpong-srv)")"
+udp=$(($(ib0_rx "$S") - before))
+((udp <= 10)) || fail "rsocket_dgram_check: $S's ib0 received $udp packets: the datagrams went over UDP, not as UD SENDs"
+ok "${out#dgram-check: ok: }; $S's ib0 received $udp packets (the first exchange over UDP), the rest went as UD SENDs"
+for mode in udp ud; do
+  fg "$C" 60 "$dgram_hostile" "${ip[$C]}" "$SIP" 7174 "$mode"
+  ((rc == 0)) || fail "rsocket_dgram_hostile $mode ($rc): $out; server: $(tail -5 "$(log_of udpong-srv)")"
+  kill -0 "$usrv" 2>/dev/null || fail "hostile $mode: the udpong server is gone: $(tail -5 "$(log_of udpong-srv)")"
+  ok "hostile datagrams ($mode): $(grep 'dgram-hostile' <<<"$out" | tail -1)"
+done
+drops=$(grep -o 'datagram dropped: [^(]*' "$(log_of udpong-srv)" | sort | uniq -c | sort -rn | tr -s ' ' | tr '\n' ';') || true
+for why in "a UDP datagram without a valid header" "a UD message without a valid header"; do
+  grep -q "datagram dropped: $why" "$(log_of udpong-srv)" ||
+    fail "the hostile datagrams: the udpong server (OPENIB_RSOCKET_DEBUG=1) reported no drop of $why: $drops"
+done
+ok "the server's drops, by reason (the first 4 of each, then every 1024th): $drops"
+udpong_client "-C 500 -S 512 -T e"
+ok "after the hostile datagrams the udpong server still answers: $row"
+kill -9 "$usrv"
+wait "$usrv" 2>/dev/null || true
+for h in "$S" "$C"; do
+  kill -0 "$(cat "$OPENIB_SANDBOX/$h/ibd.pid")" 2>/dev/null || fail "ibd on $h is gone: $(tail -20 "$OPENIB_SANDBOX/$h/ibd.log")"
+done
+until_ok 50 gone "$S" "$usrv" || fail "udpong's server SIGKILLed: $S's ibd still holds $(objs "$S" "$usrv")"
+until_ok 50 no_qps "$S" || fail "$S's ibd still holds $(all_qps "$S") QPs of clients"
+ok "udpong's server SIGKILLed: $S's ibd holds nothing of it"
+
+echo "PASS: rstream, riostream, rcopy, librspreload.so and udpong over our librdmacm.so.1; killed and hostile peers"

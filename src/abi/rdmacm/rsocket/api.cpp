@@ -1,4 +1,4 @@
-// The socket calls of <rdma/rsocket.h> for stream sockets: rsocket,
+// The socket calls of <rdma/rsocket.h>: rsocket,
 // rbind, rlisten, raccept, rconnect, rshutdown, rclose, the names, the
 // options and rfcntl (rdma-core's semantics, docs/library.md "rsockets").
 // Defaults from /etc/rdma/rsocket as rdma-core reads them (mem_default,
@@ -18,6 +18,7 @@
 
 #include <rdma/rsocket.h>
 
+#include "abi/rdmacm/rsocket/datagram.hpp"
 #include "abi/rdmacm/rsocket/socket.hpp"
 
 using namespace openib::rsocket;
@@ -67,6 +68,7 @@ int copy_name(int fd, sockaddr* addr, socklen_t* addrlen, bool peer) {
   if (!s) return -1;
   if (!addr || !addrlen) return fail(EFAULT);
   std::lock_guard lk(s->mu);
+  if (s->dg) return s->closed ? fail(EBADF) : ds_name(*s, addr, addrlen, peer);
   if (!s->id) return fail(EBADF);
   if (peer && s->state < State::kConnected && s->state != State::kResolvingRoute && s->state != State::kConnecting)
     return fail(ENOTCONN);
@@ -83,8 +85,10 @@ extern "C" {
 
 int rsocket(int domain, int type, int protocol) {
   const int kind = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if ((domain != AF_INET && domain != AF_INET6) || kind != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
-    return fail(ENOTSUP);  // SOCK_DGRAM and AF_IB: not implemented (docs)
+  if (domain != AF_INET && domain != AF_INET6) return fail(ENOTSUP);  // AF_IB: not implemented (docs)
+  const bool stream = kind == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
+  const bool dgram = kind == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP);
+  if (!stream && !dgram) return fail(ENOTSUP);
   SocketPtr s = make_socket(domain, nullptr);
   if (!s) return -1;
   const Defaults& d = defaults();
@@ -95,6 +99,12 @@ int rsocket(int domain, int type, int protocol) {
   s->sq_inline = d.inl;
   s->target_iomap_size = d.iomap;
   if (type & SOCK_NONBLOCK) s->file_flags |= O_NONBLOCK;
+  if (dgram) {
+    if (int e = ds_open(*s, domain)) return fail(e);
+    add_socket(s);
+    watch_udp(s);
+    return s->fd;
+  }
   auto ch = std::make_shared<ChannelRef>();
   ch->ch = rdma_create_event_channel();
   if (!ch->ch) return -1;
@@ -107,10 +117,11 @@ int rsocket(int domain, int type, int protocol) {
   return s->fd;
 }
 
-int rbind(int fd, const sockaddr* addr, socklen_t) {
+int rbind(int fd, const sockaddr* addr, socklen_t len) {
   SocketPtr s = find(fd);
   if (!s) return -1;
   std::lock_guard lk(s->mu);
+  if (s->dg) return ds_bind(*s, addr, len);
   if (s->state != State::kInit) return fail(EINVAL);
   if (rdma_bind_addr(s->id, const_cast<sockaddr*>(addr))) return -1;
   s->state = State::kBound;
@@ -121,6 +132,7 @@ int rlisten(int fd, int backlog) {
   SocketPtr s = find(fd);
   if (!s) return -1;
   std::lock_guard lk(s->mu);
+  if (s->dg) return fail(EOPNOTSUPP);
   if (s->state == State::kListening) return 0;
   if (s->state != State::kInit && s->state != State::kBound) return fail(EINVAL);
   if (rdma_listen(s->id, backlog)) return -1;
@@ -136,6 +148,7 @@ int raccept(int fd, sockaddr* addr, socklen_t* addrlen) {
   SocketPtr s;
   {
     std::unique_lock lk(l->mu);
+    if (l->dg) return fail(EOPNOTSUPP);
     if (l->state != State::kListening) return fail(EINVAL);
     while (l->accept_queue.empty()) {
       if (l->nonblocking(0)) {
@@ -158,6 +171,11 @@ int rconnect(int fd, const sockaddr* addr, socklen_t len) {
   SocketPtr s = find(fd);
   if (!s) return -1;
   std::unique_lock lk(s->mu);
+  if (s->dg) {
+    if (ds_connect(*s, addr, len)) return -1;
+    errno = saved;
+    return 0;
+  }
   switch (s->state) {
     case State::kInit:
     case State::kBound: break;
@@ -193,6 +211,7 @@ int rshutdown(int fd, int how) {
   SocketPtr s = find(fd);
   if (!s) return -1;
   std::unique_lock lk(s->mu);
+  if (s->dg) return ::shutdown(s->dg->udp, how);  // (the UDP socket's answer: ENOTCONN unless connected)
   if (s->state != State::kConnected) return s->state == State::kDisconnected || s->state == State::kError ? 0 : fail(ENOTCONN);
   process(*s);
   Ctrl ctrl;
@@ -242,7 +261,7 @@ int rclose(int fd) {
   bool connected;
   {
     std::lock_guard lk(s->mu);
-    connected = s->state == State::kConnected;
+    connected = s->state == State::kConnected && !s->dg;
   }
   if (connected) rshutdown(fd, SHUT_RDWR);
   close_socket(s);
@@ -299,6 +318,7 @@ void close_socket(const SocketPtr& s) {
   }
   std::lock_guard lk(s->mu);
   s->closed = true;
+  s->dg.reset();  // its QPs, address handles and UDP socket
   destroy_endpoint(*s);
   if (s->id) rdma_destroy_id(s->id);
   s->id = nullptr;

@@ -16,8 +16,6 @@
 
 namespace openib::rsocket {
 
-namespace {
-
 uint8_t* zeroed_pages(size_t len) {
   void* p = nullptr;
   const size_t rounded = (len + 4095) & ~size_t(4095);
@@ -25,6 +23,8 @@ uint8_t* zeroed_pages(size_t len) {
   std::memset(p, 0, rounded);
   return static_cast<uint8_t*>(p);
 }
+
+namespace {
 
 uint16_t clamp_queue(uint32_t v, uint32_t device_max) {
   uint32_t hi = std::min<uint32_t>(kMaxQueue, device_max ? device_max : kMaxQueue);

@@ -11,6 +11,7 @@
 
 #include <rdma/rsocket.h>
 
+#include "abi/rdmacm/rsocket/datagram.hpp"
 #include "abi/rdmacm/rsocket/socket.hpp"
 
 using namespace openib::rsocket;
@@ -48,6 +49,7 @@ int rsetsockopt(int fd, int level, int optname, const void* optval, socklen_t op
     case SOL_SOCKET:
       switch (optname) {
         case SO_REUSEADDR:
+          if (s->dg && ::setsockopt(s->dg->udp, level, optname, &v, sizeof v)) return -1;
           if (s->id) rdma_set_option(s->id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &v, sizeof v);
           break;  // (refused by the CM where it does not apply: as rdma-core, not an error)
         case SO_KEEPALIVE:
@@ -57,11 +59,11 @@ int rsetsockopt(int fd, int level, int optname, const void* optval, socklen_t op
           v = static_cast<const linger*>(optval)->l_onoff;
           break;
         case SO_SNDBUF:
-          if (s->qp) return 0;  // the ring exists: no effect, as rdma-core
+          if (s->has_endpoint()) return 0;  // the ring exists: no effect, as rdma-core
           s->sbuf_size = std::max<uint32_t>(uint32_t(std::max(v, 0)) * 2, kSendLowWater * 2);
           break;
         case SO_RCVBUF:
-          if (s->qp) return 0;
+          if (s->has_endpoint()) return 0;
           s->rbuf_size = std::max<uint32_t>(uint32_t(std::max(v, 0)) * 2, kSendLowWater * 2) & ~1u;
           break;
         default: return fail(ENOTSUP);
@@ -84,11 +86,12 @@ int rsetsockopt(int fd, int level, int optname, const void* optval, socklen_t op
       return 0;
     case IPPROTO_IPV6:
       if (optname != IPV6_V6ONLY) return fail(ENOTSUP);
+      if (s->dg && ::setsockopt(s->dg->udp, level, optname, &v, sizeof v)) return -1;
       if (s->id) rdma_set_option(s->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &v, sizeof v);
       s->ipv6_opts = v ? s->ipv6_opts | (1u << optname) : s->ipv6_opts & ~(1u << optname);
       return 0;
     case SOL_RDMA:
-      if (!before_connection(*s)) return fail(EINVAL);
+      if (!before_connection(*s) || s->has_endpoint()) return fail(EINVAL);
       switch (optname) {
         case RDMA_SQSIZE: s->sq_size = uint16_t(std::min<uint32_t>(uint32_t(std::max(v, 0)), kMaxQueue)); return 0;
         case RDMA_RQSIZE: s->rq_size = uint16_t(std::min<uint32_t>(uint32_t(std::max(v, 0)), kMaxQueue)); return 0;
@@ -124,7 +127,7 @@ int rgetsockopt(int fd, int level, int optname, void* optval, socklen_t* optlen)
           s->err = 0;
           return put_int(optval, optlen, e);
         }
-        case SO_TYPE: return put_int(optval, optlen, SOCK_STREAM);
+        case SO_TYPE: return put_int(optval, optlen, s->dg ? SOCK_DGRAM : SOCK_STREAM);
         default: return fail(ENOTSUP);
       }
     case IPPROTO_TCP:

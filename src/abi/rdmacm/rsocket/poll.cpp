@@ -21,6 +21,7 @@ namespace {
 
 short revents_of(Socket& s, short events) {
   std::lock_guard lk(s.mu);
+  if (s.dg) return ds_revents(s, events);
   short r = 0;
   switch (s.state) {
     case State::kListening:
@@ -81,8 +82,7 @@ int poll_sockets(pollfd* fds, nfds_t nfds, int timeout) {
         Socket& s = *socks[k];
         std::lock_guard lk(s.mu);
         if (arm(s)) left = 0;  // something came: look again at once
-        wait_fds.push_back({s.fd, POLLIN, 0});
-        if (s.cch) wait_fds.push_back({s.cch->fd, POLLIN, 0});
+        add_wait_fds(s, wait_fds);  // (the eventfd first)
       } else if (fds[k].fd >= 0) {
         wait_fds.push_back({fds[k].fd, fds[k].events, 0});
       }

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "abi/rdmacm/objects.hpp"
+#include "abi/rdmacm/rsocket/datagram.hpp"
 #include "abi/rdmacm/rsocket/socket.hpp"
 
 namespace openib::rsocket {
@@ -38,6 +39,11 @@ struct Service {
   std::shared_mutex reg_mu;  // the sockets: found by every call, changed rarely
   std::map<int, SocketPtr> sockets;
   std::vector<std::weak_ptr<ChannelRef>> channels;
+  struct Udp {
+    std::weak_ptr<Socket> socket;
+    int fd;  // its UDP socket (valid while the socket is not closed)
+  };
+  std::vector<Udp> udp;  // datagram sockets
   int wake = -1;  // eventfd: the channel set changed
   std::once_flag started;
 };
@@ -243,6 +249,7 @@ void service_loop() {
   for (;;) {
     std::vector<pollfd> fds{{svc_wake, POLLIN, 0}};
     std::vector<std::shared_ptr<ChannelRef>> live;
+    std::vector<SocketPtr> dgram;
     {
       std::lock_guard lk(svc_mu);
       std::erase_if(channels, [](const std::weak_ptr<ChannelRef>& w) { return w.expired(); });
@@ -251,23 +258,35 @@ void service_loop() {
           fds.push_back({c->ch->fd, POLLIN, 0});
           live.push_back(std::move(c));
         }
+      std::erase_if(svc.udp, [](const Service::Udp& u) { return u.socket.expired(); });
+      for (auto& u : svc.udp)
+        if (auto s = u.socket.lock()) {
+          fds.push_back({u.fd, POLLIN, 0});
+          dgram.push_back(std::move(s));
+        }
     }
-    // (the shared_ptrs in `live` keep the channels while polled)
+    // (the shared_ptrs in `live` and `dgram` keep them while polled)
     if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (fds[0].revents) {
       uint64_t v;
       [[maybe_unused]] auto n = ::read(svc_wake, &v, sizeof v);
     }
-    std::lock_guard lk(svc_mu);
-    for (size_t k = 1; k < fds.size(); ++k) {
-      if (!fds[k].revents) continue;
-      for (int budget = 64; budget > 0; --budget) {
-        rdma_cm_event* ev = nullptr;
-        if (rdma_get_cm_event(live[k - 1]->ch, &ev)) break;
-        handle(*ev);
-        rdma_ack_cm_event(ev);
+    {
+      std::lock_guard lk(svc_mu);
+      for (size_t k = 1; k <= live.size(); ++k) {
+        if (!fds[k].revents) continue;
+        for (int budget = 64; budget > 0; --budget) {
+          rdma_cm_event* ev = nullptr;
+          if (rdma_get_cm_event(live[k - 1]->ch, &ev)) break;
+          handle(*ev);
+          rdma_ack_cm_event(ev);
+        }
       }
     }
+    // Datagrams that came over UDP: without the service lock (the route to
+    // a new peer may take the CM a while).
+    for (size_t k = 0; k < dgram.size(); ++k)
+      if (fds[1 + live.size() + k].revents) ds_udp_input(dgram[k]);
     live.clear();  // a channel whose last socket went is destroyed here, unpolled
   }
 }
@@ -332,6 +351,22 @@ void watch_channel(const std::shared_ptr<ChannelRef>& c) {
   [[maybe_unused]] auto n = ::write(svc_wake, &one, sizeof one);
 }
 
+void watch_udp(const SocketPtr& s) {
+  start_service();
+  {
+    std::lock_guard lk(svc_mu);
+    svc.udp.push_back({s, s->dg->udp});
+  }
+  uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(svc_wake, &one, sizeof one);
+}
+
+void add_wait_fds(Socket& s, std::vector<pollfd>& fds) {
+  fds.push_back({s.fd, POLLIN, 0});
+  if (s.cch) fds.push_back({s.cch->fd, POLLIN, 0});
+  if (s.dg) ds_wait_fds(s, fds);
+}
+
 void signal(Socket& s) {
   uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(s.fd, &one, sizeof one);
@@ -343,12 +378,13 @@ int wait(Socket& s, std::unique_lock<std::mutex>& lk, int timeout_ms) {
     return -1;
   }
   if (arm(s)) return 0;
-  pollfd p[2] = {{s.fd, POLLIN, 0}, {s.cch ? s.cch->fd : -1, POLLIN, 0}};
+  std::vector<pollfd> p;
+  add_wait_fds(s, p);
   // 100 ms at most: a wake-up another waiter drained in between is seen then.
   const int slice = timeout_ms < 0 || timeout_ms > 100 ? 100 : timeout_ms;
   ++s.waiters;
   lk.unlock();
-  const int rc = ::poll(p, 2, slice);
+  const int rc = ::poll(p.data(), p.size(), slice);
   const int saved = errno;
   lk.lock();
   --s.waiters;

@@ -25,6 +25,9 @@
 #include <mutex>
 #include <vector>
 
+#include <poll.h>
+#include <sys/uio.h>
+
 #include "abi/rdmacm/rsocket/wire.hpp"
 
 namespace openib::rsocket {
@@ -60,6 +63,8 @@ struct IoMapping {
   int index = -1;     // the peer's iomap entry, -1 for PROT_NONE
   bool sent = false;  // announced
 };
+
+struct Datagram;  // datagram.hpp
 
 struct Socket {
   int fd = -1;  // the number the application uses: an eventfd
@@ -123,6 +128,9 @@ struct Socket {
   uint16_t rseq_no = 0, rseq_comp = 0;
   uint32_t recv_missing = 0;  // receives consumed and not yet posted again
 
+  // A datagram socket's state (SOCK_DGRAM; datagram.hpp); null for a stream.
+  std::unique_ptr<Datagram> dg;
+
   Socket() = default;
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
@@ -131,6 +139,7 @@ struct Socket {
   Sge* target_sgl() { return reinterpret_cast<Sge*>(target); }
   IomapEntry* target_iomap() { return reinterpret_cast<IomapEntry*>(target + kSglEntries * sizeof(Sge)); }
   bool nonblocking(int msg_flags) const;
+  bool has_endpoint() const;  // queues exist: buffer and queue sizes are fixed
 };
 
 using SocketPtr = std::shared_ptr<Socket>;
@@ -145,6 +154,12 @@ void signal(Socket& s);  // wakes the socket's waiters and rpoll()s
 // something happens to the socket or timeout_ms (-1: 100 ms slices, for
 // ever) passes. 0, or -1 with errno EINTR.
 int wait(Socket& s, std::unique_lock<std::mutex>& lk, int timeout_ms = -1);
+// The fds wait() sleeps on for the socket: its eventfd first, then its
+// completion channels.
+void add_wait_fds(Socket& s, std::vector<pollfd>& fds);
+// The service thread reads the datagram socket's UDP socket (datagram.cpp's
+// ds_udp_input) whenever it is readable.
+void watch_udp(const SocketPtr& s);
 // The service lock, for closing.
 std::unique_lock<std::mutex> service_lock();
 void forget(int fd);
@@ -154,7 +169,26 @@ void forget(int fd);
 // share two CPUs with it here, their turn.
 void idle_spin();
 
+// ---- datagram sockets (datagram.cpp), s.mu held unless said ----
+int ds_open(Socket& s, int domain);  // the UDP socket: 0, or an errno
+int ds_bind(Socket& s, const sockaddr* addr, socklen_t len);
+int ds_connect(Socket& s, const sockaddr* addr, socklen_t len);
+int ds_name(Socket& s, sockaddr* addr, socklen_t* len, bool peer);
+// One datagram of the iovecs' bytes, to `to` or the connected peer.
+ssize_t ds_send(Socket& s, std::unique_lock<std::mutex>& lk, const iovec* iov, int n, int flags, const sockaddr* to,
+                socklen_t tolen);
+// The next datagram into the iovecs (the rest of it discarded, *truncated
+// says so), its source in from/fromlen.
+ssize_t ds_recv(Socket& s, std::unique_lock<std::mutex>& lk, const iovec* iov, int n, int flags, sockaddr* from,
+                socklen_t* fromlen, bool* truncated);
+bool ds_process(Socket& s);
+bool ds_arm(Socket& s);
+short ds_revents(Socket& s, short events);
+void ds_wait_fds(Socket& s, std::vector<pollfd>& fds);
+void ds_udp_input(const SocketPtr& s);  // the service thread; takes s.mu
+
 // ---- the endpoint (endpoint.cpp) ----
+uint8_t* zeroed_pages(size_t len);  // page-aligned, zeroed, for registration (free())
 int create_endpoint(Socket& s);  // 0, or an errno
 ConnData conn_data(const Socket& s);
 int save_conn_data(Socket& s, const void* data, size_t len);  // 0, or an errno

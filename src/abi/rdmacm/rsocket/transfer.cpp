@@ -106,6 +106,7 @@ void fail_socket(Socket& s, int code) {
 }
 
 bool process(Socket& s) {
+  if (s.dg) return ds_process(s);
   // Not before the connection is made: the peer's first messages (its
   // second ring half) wait in the CQ until its ConnData is ours.
   if (!s.cq || s.state < State::kConnected || s.state == State::kConnectError) return false;
@@ -145,6 +146,7 @@ bool process(Socket& s) {
 }
 
 bool arm(Socket& s) {
+  if (s.dg) return ds_arm(s);
   if (!s.cq) return false;
   ibv_cq* ev_cq;
   void* ev_ctx;
@@ -359,15 +361,27 @@ ssize_t with_socket(int fd, F f) {
 extern "C" {
 
 ssize_t rsend(int fd, const void* buf, size_t len, int flags) {
-  return with_socket(fd, [&](Socket& s, auto& lk) { return send_bytes(s, lk, static_cast<const uint8_t*>(buf), len, flags); });
+  return with_socket(fd, [&](Socket& s, auto& lk) -> ssize_t {
+    if (s.dg) {
+      iovec v{const_cast<void*>(buf), len};
+      return ds_send(s, lk, &v, 1, flags, nullptr, 0);
+    }
+    return send_bytes(s, lk, static_cast<const uint8_t*>(buf), len, flags);
+  });
 }
 
-ssize_t rsendto(int fd, const void* buf, size_t len, int flags, const sockaddr* to, socklen_t) {
-  if (to) {
-    errno = EISCONN;
-    return -1;
-  }
-  return rsend(fd, buf, len, flags);
+ssize_t rsendto(int fd, const void* buf, size_t len, int flags, const sockaddr* to, socklen_t tolen) {
+  return with_socket(fd, [&](Socket& s, auto& lk) -> ssize_t {
+    if (s.dg) {
+      iovec v{const_cast<void*>(buf), len};
+      return ds_send(s, lk, &v, 1, flags, to, tolen);
+    }
+    if (to) {
+      errno = EISCONN;
+      return -1;
+    }
+    return send_bytes(s, lk, static_cast<const uint8_t*>(buf), len, flags);
+  });
 }
 
 ssize_t rsendmsg(int fd, const msghdr* msg, int flags) {
@@ -380,6 +394,9 @@ ssize_t rsendmsg(int fd, const msghdr* msg, int flags) {
     return -1;
   }
   return with_socket(fd, [&](Socket& s, auto& lk) -> ssize_t {
+    if (s.dg)
+      return ds_send(s, lk, msg->msg_iov, int(msg->msg_iovlen), flags, static_cast<const sockaddr*>(msg->msg_name),
+                     msg->msg_namelen);
     ssize_t total = 0;
     for (size_t k = 0; k < msg->msg_iovlen; ++k) {
       const iovec& v = msg->msg_iov[k];
@@ -403,12 +420,21 @@ ssize_t rwritev(int fd, const iovec* iov, int iovcnt) {
 }
 
 ssize_t rrecv(int fd, void* buf, size_t len, int flags) {
-  return with_socket(fd, [&](Socket& s, auto& lk) { return recv_bytes(s, lk, static_cast<uint8_t*>(buf), len, flags); });
+  return rrecvfrom(fd, buf, len, flags, nullptr, nullptr);
 }
 
 ssize_t rrecvfrom(int fd, void* buf, size_t len, int flags, sockaddr* from, socklen_t* fromlen) {
-  ssize_t n = rrecv(fd, buf, len, flags);
-  if (n >= 0 && from && fromlen) rgetpeername(fd, from, fromlen);
+  ssize_t n = with_socket(fd, [&](Socket& s, auto& lk) -> ssize_t {
+    if (s.dg) {
+      iovec v{buf, len};
+      return ds_recv(s, lk, &v, 1, flags, from, fromlen, nullptr);
+    }
+    return recv_bytes(s, lk, static_cast<uint8_t*>(buf), len, flags);
+  });
+  if (n >= 0 && from && fromlen) {
+    SocketPtr s = find(fd);
+    if (s && !s->dg) rgetpeername(fd, from, fromlen);
+  }
   return n;
 }
 
@@ -418,9 +444,20 @@ ssize_t rrecvmsg(int fd, msghdr* msg, int flags) {
     return -1;
   }
   return with_socket(fd, [&](Socket& s, auto& lk) -> ssize_t {
-    ssize_t total = 0;
     msg->msg_controllen = 0;
     msg->msg_flags = 0;
+    if (s.dg) {
+      bool truncated = false;
+      socklen_t namelen = msg->msg_name ? msg->msg_namelen : 0;
+      const ssize_t n = ds_recv(s, lk, msg->msg_iov, int(msg->msg_iovlen), flags,
+                                static_cast<sockaddr*>(msg->msg_name), msg->msg_name ? &namelen : nullptr, &truncated);
+      if (n >= 0) {
+        msg->msg_namelen = namelen;
+        if (truncated) msg->msg_flags |= MSG_TRUNC;
+      }
+      return n;
+    }
+    ssize_t total = 0;
     msg->msg_namelen = 0;  // (a connected stream: no source address, as TCP's)
     for (size_t k = 0; k < msg->msg_iovlen; ++k) {
       const iovec& v = msg->msg_iov[k];
