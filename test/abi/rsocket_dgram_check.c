@@ -15,6 +15,8 @@
 //  5. a second socket, not connected, rsendto the server: answered to it.
 //  6. non-blocking rrecv with nothing queued: EWOULDBLOCK; rpoll for
 //     POLLOUT: writable; rgetsockopt SO_TYPE: SOCK_DGRAM; rlisten: error.
+//  7. rshutdown(SHUT_WR): rsend fails with EPIPE; rshutdown(SHUT_RD): rrecv
+//     returns 0 at once.
 // Lost datagrams are sent again (UDP semantics: the first ones travel over
 // UDP while the address handle is made); 10 tries each, 1 s apart.
 // Exit 0 and "dgram-check: ok ..." when all hold; 1 and the failing step.
@@ -140,8 +142,14 @@ int main(int argc, char** argv) {
   fill(out, 777, 11);
   echo(fd2, &srv, out, 777, "rsendto from a second socket");
   if (rclose(fd2)) die("rclose second");
+  // rshutdown as UDP's: the send side, then the receive side.
+  if (rshutdown(fd, SHUT_WR)) die("rshutdown SHUT_WR");
+  errno = 0;
+  if (rsend(fd, out, 16, 0) != -1 || errno != EPIPE) die("rsend after SHUT_WR did not fail with EPIPE");
+  if (rshutdown(fd, SHUT_RD)) die("rshutdown SHUT_RD");
+  if (rrecv(fd, in, sizeof in, 0) != 0) die("rrecv after SHUT_RD did not return 0");
   if (rclose(fd)) die("rclose");
-  printf("dgram-check: ok: %d sizes echoed and verified (16..%d B), EMSGSIZE, MSG_PEEK, MSG_TRUNC, rsendto\n", sizes,
+  printf("dgram-check: ok: %d sizes echoed and verified (16..%d B), EMSGSIZE, MSG_PEEK, MSG_TRUNC, rsendto, rshutdown\n", sizes,
          MAX_PAYLOAD);
   return 0;
 }

@@ -47,7 +47,9 @@
 //    record of a synchronous RDMA CM id (rdma_resolve_addr/route), then UD
 //    SENDs with Q_Key 0x01234567: version 9; length 0; version 4 with length
 //    24; a 4-byte message; a 2,048-byte message (version 4, length 8: the
-//    largest there is, a udpong data message); 5,000 udpong data messages as
+//    largest rdma-core's receive slot holds, a udpong data message); one as
+//    large as the port's MTU (4,096 bytes: a receive buffer of 2,048 would
+//    fail the receiving QP; it must be dropped); 5,000 udpong data messages as
 //    fast as our send queue allows (the server's receive queue overruns: it
 //    must drop, not die); a valid login under Q_Key 0x11111111 (its HCA must
 //    drop it). Then a valid login as a UD SEND (our UDP port and LOCAL_ADDR
@@ -703,6 +705,19 @@ static int run_ud(void) {
   ds_hdr(m, 4, DS_HDR4);
   pong(m + DS_HDR4, OP_DATA, 0);
   ud_send(0, DS_SLOT, UDP_QKEY, "a 2048-byte UD message");
+  // As large as the port's MTU carries (slots 0 and 1): more than the
+  // 2,048-byte slot rdma-core's receivers post, a receive that would fail
+  // a QP whose buffers are that small.
+  struct ibv_port_attr pa;
+  uint32_t big = 0;
+  if (ibv_query_port(id->verbs, id->port_num, &pa) == 0) big = 128u << pa.active_mtu;
+  if (big > DS_SLOT) {
+    if (big > 2 * DS_SLOT) big = 2 * DS_SLOT;
+    memset(m, 0x5a, big);
+    ds_hdr(m, 4, DS_HDR4);
+    pong(m + DS_HDR4, OP_DATA, 0);
+    ud_send(0, big, UDP_QKEY, "an MTU-sized UD message");
+  }
 
   // The flood: data messages of 64 bytes (slot 1) as fast as our send
   // queue takes them, 8 s at most.
@@ -736,8 +751,8 @@ static int run_ud(void) {
   char what[400];
   snprintf(what, sizeof what,
            "%s; first login answered (CTRL: QPN 0x%x, echo over %s); UD junk (version 9, length 0, v4 length 24, 4 "
-           "bytes, 2048 bytes), %d of %d data messages, a login under Q_Key 0x11111111; then a UD login",
-           warm_note(), server_qpn, via_name(first_via), posted, FLOOD);
+           "bytes, 2048 bytes, %u bytes), %d of %d data messages, a login under Q_Key 0x11111111; then a UD login",
+           warm_note(), server_qpn, via_name(first_via), big, posted, FLOOD);
   char why[200];
   const char* w = wrong(why, sizeof why, others > others_before);
   if (w) {

@@ -211,7 +211,7 @@ int rshutdown(int fd, int how) {
   SocketPtr s = find(fd);
   if (!s) return -1;
   std::unique_lock lk(s->mu);
-  if (s->dg) return ::shutdown(s->dg->udp, how);  // (the UDP socket's answer: ENOTCONN unless connected)
+  if (s->dg) return ds_shutdown(*s, how);
   if (s->state != State::kConnected) return s->state == State::kDisconnected || s->state == State::kError ? 0 : fail(ENOTCONN);
   process(*s);
   Ctrl ctrl;
@@ -318,6 +318,7 @@ void close_socket(const SocketPtr& s) {
   }
   std::lock_guard lk(s->mu);
   s->closed = true;
+  if (s->dg) unwatch_udp_locked(*s);  // before its UDP socket's number can be reused
   s->dg.reset();  // its QPs, address handles and UDP socket
   destroy_endpoint(*s);
   if (s->id) rdma_destroy_id(s->id);

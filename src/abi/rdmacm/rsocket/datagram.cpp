@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <system_error>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,10 +51,11 @@ bool debug() {
 
 // A datagram dropped: counted by reason; with OPENIB_RSOCKET_DEBUG set, the
 // first 4 of each reason and every 1024th are said on stderr.
-enum Drop { kBadUdp, kUnreachable, kBadUd, kFailedRecv, kQueueFull, kDropReasons };
+enum Drop { kBadUdp, kUnreachable, kBadUd, kFailedRecv, kQueueFull, kTooManyPeers, kDropReasons };
 constexpr const char* kDropWhy[kDropReasons] = {
     "a UDP datagram without a valid header", "a UDP datagram from an address no RDMA device reaches",
-    "a UD message without a valid header", "a failed receive", "the receive queue is full"};
+    "a UD message without a valid header", "a failed receive", "the receive queue is full",
+    "a UDP datagram from a new peer past the socket's 1024"};
 
 void drop(Datagram& d, Drop why) {
   ++d.dropped;
@@ -148,13 +151,15 @@ int local_source(Datagram& d, const SockAddr& to, SockAddr& src) {
 }
 
 int post_recv(Socket& s, DsQp& q, uint32_t offset) {
-  ibv_sge sge[2] = {{uint64_t(uintptr_t(q.rbuf + s.dg->rq * kDsSlot)), kGrhBytes, q.rmr->lkey},
-                    {uint64_t(uintptr_t(q.rbuf + offset)), kDsSlot, q.rmr->lkey}};
+  ibv_sge sge[2] = {{uint64_t(uintptr_t(q.rbuf + size_t(s.dg->rq) * kDsRecvSlot)), kGrhBytes, q.rmr->lkey},
+                    {uint64_t(uintptr_t(q.rbuf + offset)), kDsRecvSlot, q.rmr->lkey}};
   ibv_recv_wr wr{}, *bad = nullptr;
   wr.wr_id = kSlotRecv | offset;
   wr.sg_list = sge;
   wr.num_sge = 2;
-  return ibv_post_recv(q.id->qp, &wr, &bad);
+  const int e = ibv_post_recv(q.id->qp, &wr, &bad);
+  if (e) q.failed = true;
+  return e;
 }
 
 void destroy_qp(DsQp& q) {
@@ -207,7 +212,7 @@ int create_qp(Socket& s, const SockAddr& local, DsQp*& out) {
   if (rdma_bind_addr(q->id, const_cast<sockaddr*>(&q->local.sa))) return undo(errno);
   if (!q->id->verbs) return undo(EADDRNOTAVAIL);  // not an address of an RDMA device
   if (int e = make_slots(s, q->id->verbs)) return undo(e);
-  q->rbuf = zeroed_pages(size_t(d.rq) * kDsSlot + kGrhBytes);
+  q->rbuf = zeroed_pages(size_t(d.rq) * kDsRecvSlot + kGrhBytes);
   if (!q->rbuf) return undo(ENOMEM);
   q->cch = ibv_create_comp_channel(q->id->verbs);
   if (!q->cch) return undo(errno);
@@ -227,12 +232,17 @@ int create_qp(Socket& s, const SockAddr& local, DsQp*& out) {
     qa.cap.max_inline_data = 0;
     if (rdma_create_qp(q->id, nullptr, &qa)) return undo(errno);
   }
-  s.sq_inline = uint16_t(std::min<uint32_t>(qa.cap.max_inline_data, 0xFFFF));
+  q->max_inline = qa.cap.max_inline_data;
+  // A UD message is one packet: the payload behind our header within the
+  // port's MTU (a larger send would fail the QP).
+  ibv_port_attr pa{};
+  const uint32_t mtu = ibv_query_port(q->id->verbs, q->id->port_num, &pa) == 0 ? 128u << pa.active_mtu : 4096;
+  q->max_payload = std::min<uint32_t>(ds_max_payload(local.sa.sa_family), mtu - q->hdr.length);
   q->smr = ibv_reg_mr(q->id->pd, d.sbuf, size_t(d.sq) * kDsSlot, IBV_ACCESS_LOCAL_WRITE);
-  q->rmr = ibv_reg_mr(q->id->pd, q->rbuf, size_t(d.rq) * kDsSlot + kGrhBytes, IBV_ACCESS_LOCAL_WRITE);
+  q->rmr = ibv_reg_mr(q->id->pd, q->rbuf, size_t(d.rq) * kDsRecvSlot + kGrhBytes, IBV_ACCESS_LOCAL_WRITE);
   if (!q->smr || !q->rmr) return undo(errno);
   for (uint32_t k = 0; k < d.rq; ++k)
-    if (int e = post_recv(s, *q, k * kDsSlot)) return undo(e);
+    if (int e = post_recv(s, *q, k * kDsRecvSlot)) return undo(e);
   out = q.get();
   d.qps.push_back(std::move(q));
   return 0;
@@ -247,6 +257,7 @@ int get_dest(Socket& s, const SockAddr& to, DsDest*& out) {
       out = p.get();
       return 0;
     }
+  if (d.dests.size() >= kMaxDests) return ENOBUFS;
   SockAddr src{};
   if (int e = local_source(d, to, src)) return e;
   DsQp* q = nullptr;
@@ -262,9 +273,13 @@ int get_dest(Socket& s, const SockAddr& to, DsDest*& out) {
   return 0;
 }
 
-size_t iov_total(const iovec* iov, int n) {
+// The iovecs' bytes, or SIZE_MAX past `limit` (no sum that wraps).
+size_t iov_total(const iovec* iov, int n, size_t limit) {
   size_t t = 0;
-  for (int k = 0; k < n; ++k) t += iov[k].iov_len;
+  for (int k = 0; k < n; ++k) {
+    if (iov[k].iov_len > limit - t) return SIZE_MAX;
+    t += iov[k].iov_len;
+  }
   return t;
 }
 
@@ -312,20 +327,24 @@ int ud_send(Socket& s, const DsDest& dest, const iovec* iov, int n, size_t len) 
   wr.opcode = IBV_WR_SEND;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.send_flags = sge.length <= s.sq_inline ? IBV_SEND_INLINE : 0;
+  wr.send_flags = sge.length <= q.max_inline ? IBV_SEND_INLINE : 0;
   wr.wr.ud.ah = dest.ah;
   wr.wr.ud.remote_qpn = dest.qpn;
   wr.wr.ud.remote_qkey = kDsQkey;
-  if (ibv_post_send(q.id->qp, &wr, &bad)) return errno ? errno : EIO;
+  if (int e = ibv_post_send(q.id->qp, &wr, &bad)) return e;
   d.free_slots.pop_back();
   return 0;
 }
 
+// A UD receive the application may see: the GRH, then our header of the
+// socket's family, at most a send slot (rdma-core's receive slot) in all.
 bool valid_recv(const Datagram& d, const DsQp& q, uint32_t offset, uint32_t byte_len) {
-  if (offset % kDsSlot || offset >= d.rq * kDsSlot || byte_len < kGrhBytes + kDsHdr4 || byte_len > kGrhBytes + kDsSlot)
+  if (offset % kDsRecvSlot || offset >= d.rq * kDsRecvSlot || byte_len < kGrhBytes + kDsHdr4 ||
+      byte_len > kGrhBytes + kDsSlot)
     return false;
   const auto* h = reinterpret_cast<const DsHeader*>(q.rbuf + offset);
-  const bool known = (h->version == 4 && h->length == kDsHdr4) || (h->version == 6 && h->length == kDsHdr6);
+  const bool known = q.local.sa.sa_family == AF_INET ? h->version == 4 && h->length == kDsHdr4
+                                                     : h->version == 6 && h->length == kDsHdr6;
   return known && byte_len - kGrhBytes >= h->length;
 }
 
@@ -389,7 +408,17 @@ int ds_connect(Socket& s, const sockaddr* addr, socklen_t len) {
   Datagram& d = *s.dg;
   if (addr && addr->sa_family == AF_UNSPEC) {  // dissolve the association, as UDP
     d.conn = nullptr;
-    return ::connect(d.udp, addr, len);
+    SockAddr mine{};
+    socklen_t ml = sizeof mine;
+    const bool named = ::getsockname(d.udp, &mine.sa, &ml) == 0;
+    if (::connect(d.udp, addr, len)) return -1;
+    // The kernel lets go of an ephemeral port here; our QPs' headers name
+    // it, so the socket keeps it.
+    SockAddr now{};
+    socklen_t nl = sizeof now;
+    if (named && !d.qps.empty() && ::getsockname(d.udp, &now.sa, &nl) == 0 && port_of(now) != port_of(mine))
+      ::bind(d.udp, &mine.sa, ml);
+    return 0;
   }
   SockAddr to;
   if (!to_addr(addr, len, to) || to.sa.sa_family != s.domain) return fail(addr ? EAFNOSUPPORT : EFAULT);
@@ -397,6 +426,15 @@ int ds_connect(Socket& s, const sockaddr* addr, socklen_t len) {
   DsDest* dest = nullptr;
   if (int e = get_dest(s, to, dest)) return fail(e);
   d.conn = dest;
+  return 0;
+}
+
+int ds_shutdown(Socket& s, int how) {
+  if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) return fail(EINVAL);
+  if (!s.dg->conn) return fail(ENOTCONN);  // as UDP's
+  if (how != SHUT_WR) s.readable = false;
+  if (how != SHUT_RD) s.writable = false;
+  signal(s);
   return 0;
 }
 
@@ -415,12 +453,21 @@ bool ds_process(Socket& s) {
       changed = true;
       for (int k = 0; k < n; ++k) {
         const ibv_wc& w = wc[k];
+        // A completion in error means the QP left RTS (nothing a peer
+        // sends can cause it: receive slots hold the largest MTU, sends
+        // fit the MTU): it is marked failed, its sends give EIO.
+        if (w.status != IBV_WC_SUCCESS && !q.failed) {
+          q.failed = true;
+          if (debug())
+            std::fprintf(stderr, "[openib] rsocket: datagram QP %u failed: %s\n", q.id->qp->qp_num,
+                         ibv_wc_status_str(w.status));
+        }
         if (!(w.wr_id & kSlotRecv)) {
           if (w.wr_id < d.sq) d.free_slots.push_back(uint32_t(w.wr_id));
           continue;
         }
         const auto offset = uint32_t(w.wr_id & ~kSlotRecv);
-        if (w.status == IBV_WC_WR_FLUSH_ERR) continue;  // the QP is going
+        if (w.status == IBV_WC_WR_FLUSH_ERR) continue;  // the QP is in error
         if (w.status == IBV_WC_SUCCESS && valid_recv(d, q, offset, w.byte_len) && d.queue.size() < d.rq) {
           DsMessage m;
           m.qp = &q;
@@ -461,7 +508,7 @@ short ds_revents(Socket& s, short events) {
   if (s.closed) return POLLNVAL;
   ds_process(s);
   short r = 0;
-  if ((events & POLLIN) && !s.dg->queue.empty()) r |= POLLIN;
+  if ((events & POLLIN) && (!s.dg->queue.empty() || !s.readable)) r |= POLLIN;
   // Writable while a slot is free (before the first QP: every slot is).
   if ((events & POLLOUT) && (!s.dg->sbuf || !s.dg->free_slots.empty())) r |= POLLOUT;
   return r;
@@ -470,11 +517,13 @@ short ds_revents(Socket& s, short events) {
 ssize_t ds_send(Socket& s, std::unique_lock<std::mutex>& lk, const iovec* iov, int n, int flags, const sockaddr* to,
                 socklen_t tolen) {
   if (s.closed) return fail(EBADF);
+  if (!s.writable) return fail(EPIPE);
   Datagram& d = *s.dg;
   if (n < 0 || (n > 0 && !iov)) return fail(EINVAL);
   for (int k = 0; k < n; ++k)
     if (iov[k].iov_len && !iov[k].iov_base) return fail(EFAULT);
-  const size_t len = iov_total(iov, n);
+  const size_t len = iov_total(iov, n, ds_max_payload(s.domain));
+  if (len == SIZE_MAX) return fail(EMSGSIZE);
   DsDest* dest = d.conn;
   if (to) {
     SockAddr a;
@@ -483,8 +532,20 @@ ssize_t ds_send(Socket& s, std::unique_lock<std::mutex>& lk, const iovec* iov, i
       if (int e = get_dest(s, a, dest)) return fail(e);
   }
   if (!dest) return fail(EDESTADDRREQ);
-  if (len > ds_max_payload(s.domain)) return fail(EMSGSIZE);
-  if (!dest->ah) return udp_send(s, *dest, kDsOpData, iov, n);
+  if (len > dest->qp->max_payload) return fail(EMSGSIZE);
+  if (dest->qp->failed) return fail(EIO);
+  if (!dest->ah) {
+    // Over UDP: a blocking socket waits for room in the UDP socket.
+    for (;;) {
+      const ssize_t r = udp_send(s, *dest, kDsOpData, iov, n);
+      if (r >= 0 || errno != EAGAIN || s.nonblocking(flags)) return r;
+      pollfd p{d.udp, POLLOUT, 0};
+      lk.unlock();
+      ::poll(&p, 1, 100);
+      lk.lock();
+      if (s.closed) return fail(EBADF);
+    }
+  }
   while (d.free_slots.empty()) {
     ds_process(s);
     if (!d.free_slots.empty()) break;
@@ -506,6 +567,7 @@ ssize_t ds_recv(Socket& s, std::unique_lock<std::mutex>& lk, const iovec* iov, i
     if (s.closed) return fail(EBADF);
     ds_process(s);
     if (!d.queue.empty()) break;
+    if (!s.readable) return 0;  // after rshutdown(SHUT_RD), as UDP's
     if (s.nonblocking(flags)) {
       idle_spin();
       return fail(EWOULDBLOCK);
@@ -543,6 +605,43 @@ ssize_t ds_recv(Socket& s, std::unique_lock<std::mutex>& lk, const iovec* iov, i
   return ssize_t((flags & MSG_TRUNC) ? len : copied);
 }
 
+namespace {
+
+// The address handle to the peer, made by a thread of its own (the CM's
+// address and route resolution may take seconds: not on the service
+// thread, not under the socket's lock). s.mu held. Until it is there the
+// socket sends to the peer over UDP; a failure is tried again 5 s later.
+void resolve(const SocketPtr& sp, DsDest& dest) {
+  Datagram& d = *sp->dg;
+  dest.resolving = true;
+  ++d.resolving;
+  DsDest* at = &dest;  // lives while the socket is not closed (checked before use)
+  const SockAddr local = dest.qp->local, to = dest.addr;
+  try {
+    std::thread([sp, at, local, to] {
+    ibv_ah_attr attr{};
+    const int e = resolve_route(local, to, attr);
+    std::lock_guard lk(sp->mu);
+    if (sp->closed || !sp->dg) return;
+    --sp->dg->resolving;
+    at->resolving = false;
+    if (!e) at->ah = ibv_create_ah(at->qp->id->pd, &attr);
+    if (!at->ah) at->retry_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    if (debug()) {
+      if (at->ah)
+        std::fprintf(stderr, "[openib] rsocket: address handle to a datagram peer, LID %u\n", attr.dlid);
+      else
+        std::fprintf(stderr, "[openib] rsocket: no address handle to a datagram peer: %s\n", std::strerror(e ? e : errno));
+    }
+    }).detach();
+  } catch (const std::system_error&) {  // no thread now: another datagram tries again
+    dest.resolving = false;
+    --d.resolving;
+  }
+}
+
+}  // namespace
+
 void ds_udp_input(const SocketPtr& sp) {
   Socket& s = *sp;
   std::unique_lock lk(s.mu);
@@ -571,28 +670,15 @@ void ds_udp_input(const SocketPtr& sp) {
       continue;
     }
     DsDest* dest = nullptr;
-    if (get_dest(s, from, dest)) {
-      drop(d, kUnreachable);
+    if (int e = get_dest(s, from, dest)) {
+      drop(d, e == ENOBUFS ? kTooManyPeers : kUnreachable);
       continue;
     }
     if (h.op == kDsOpData) udp_send(s, *dest, kDsOpCtrl, nullptr, 0);  // our QPN, for its next datagrams
     dest->qpn = qpn;
-    if (!dest->ah && !dest->resolving) {
-      // The route, without the socket's lock (the CM may take a while);
-      // the socket may close meanwhile: then nothing more is done.
-      dest->resolving = true;
-      const SockAddr local = dest->qp->local, to = dest->addr;
-      lk.unlock();
-      ibv_ah_attr attr{};
-      const int e = resolve_route(local, to, attr);
-      lk.lock();
-      if (s.closed || !s.dg) return;
-      dest->resolving = false;
-      if (!e) dest->ah = ibv_create_ah(dest->qp->id->pd, &attr);
-      if (dest->ah && debug()) std::fprintf(stderr, "[openib] rsocket: address handle to a datagram peer, LID %u\n", attr.dlid);
-      if (!dest->ah && debug())
-        std::fprintf(stderr, "[openib] rsocket: no address handle to a datagram peer: %s\n", std::strerror(e ? e : errno));
-    }
+    if (!dest->ah && !dest->resolving && d.resolving < kMaxResolving &&
+        std::chrono::steady_clock::now() >= dest->retry_at)
+      resolve(sp, *dest);
     if (h.op != kDsOpData) continue;
     if (d.queue.size() >= d.rq) {
       drop(d, kQueueFull);

@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -29,10 +30,14 @@ namespace openib::rsocket {
 constexpr uint32_t kDsUdpTag = 0x55555555;
 constexpr uint8_t kDsOpData = 0, kDsOpCtrl = 7;
 constexpr uint32_t kDsQkey = 0x01234567;  // RDMA_UDP_QKEY
-constexpr uint32_t kDsSlot = 2048;        // a receive slot, and a send slot
+constexpr uint32_t kDsSlot = 2048;        // a send slot, and the largest datagram with its header
+constexpr uint32_t kDsRecvSlot = 4096;    // a receive slot: what the largest IB MTU carries, so
+                                          // that no UD message overflows it (which would fail the QP)
 constexpr uint32_t kGrhBytes = 40;
 constexpr uint8_t kDsUdpHdr4 = 16, kDsUdpHdr6 = 28;
 constexpr uint8_t kDsHdr4 = 8, kDsHdr6 = 24;
+constexpr size_t kMaxDests = 1024;  // peers a socket keeps (then datagrams from new ones are dropped)
+constexpr int kMaxResolving = 4;    // address resolutions in flight per socket
 
 // In front of a datagram sent over UDP, and alone as the CTRL answer
 // (length: 16 for IPv4, 28 for IPv6; qpn's top byte reserved).
@@ -84,9 +89,12 @@ struct DsQp {
   rdma_cm_id* id = nullptr;  // synchronous, bound to `local`
   ibv_comp_channel* cch = nullptr;
   ibv_cq* cq = nullptr;
-  uint8_t* rbuf = nullptr;  // rq_size slots, then the GRH of every receive
+  uint8_t* rbuf = nullptr;  // rq receive slots, then the GRH of every receive
   ibv_mr *rmr = nullptr, *smr = nullptr;
   bool armed = false;
+  uint32_t max_inline = 0;   // the QP's inline capacity
+  uint32_t max_payload = 0;  // datagram bytes: ds_max_payload, and what the port's MTU carries
+  bool failed = false;       // a completion in error: the QP no longer works (sends: EIO)
 };
 
 // A peer address: through which QP, and once known its QPN and AH.
@@ -95,7 +103,8 @@ struct DsDest {
   DsQp* qp = nullptr;
   ibv_ah* ah = nullptr;
   uint32_t qpn = 0;
-  bool resolving = false;  // the service thread resolves the AH (s.mu released)
+  bool resolving = false;  // a resolver thread makes the AH
+  std::chrono::steady_clock::time_point retry_at{};  // after a failed resolution: not before
 };
 
 // A datagram waiting for the application: in a QP's slot, or (arrived over
@@ -116,8 +125,9 @@ struct Datagram {
   uint32_t sq = 0, rq = 0;
   std::vector<uint32_t> free_slots;  // send slots not in flight
   std::deque<DsMessage> queue;       // at most rq messages
+  int resolving = 0;                 // resolver threads running (at most kMaxResolving)
   uint64_t dropped = 0;              // datagrams dropped: malformed, or no room
-  uint64_t dropped_by[5] = {};       // by reason (datagram.cpp)
+  uint64_t dropped_by[6] = {};       // by reason (datagram.cpp)
   ~Datagram();
 };
 

@@ -361,6 +361,15 @@ void watch_udp(const SocketPtr& s) {
   [[maybe_unused]] auto n = ::write(svc_wake, &one, sizeof one);
 }
 
+void unwatch_udp_locked(const Socket& s) {
+  std::erase_if(svc.udp, [&](const Service::Udp& u) {
+    auto p = u.socket.lock();
+    return !p || p.get() == &s;
+  });
+  uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(svc_wake, &one, sizeof one);
+}
+
 void add_wait_fds(Socket& s, std::vector<pollfd>& fds) {
   fds.push_back({s.fd, POLLIN, 0});
   if (s.cch) fds.push_back({s.cch->fd, POLLIN, 0});

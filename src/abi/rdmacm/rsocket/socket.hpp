@@ -160,6 +160,7 @@ void add_wait_fds(Socket& s, std::vector<pollfd>& fds);
 // The service thread reads the datagram socket's UDP socket (datagram.cpp's
 // ds_udp_input) whenever it is readable.
 void watch_udp(const SocketPtr& s);
+void unwatch_udp_locked(const Socket& s);  // closing (the service lock held): no longer
 // The service lock, for closing.
 std::unique_lock<std::mutex> service_lock();
 void forget(int fd);
@@ -174,6 +175,7 @@ int ds_open(Socket& s, int domain);  // the UDP socket: 0, or an errno
 int ds_bind(Socket& s, const sockaddr* addr, socklen_t len);
 int ds_connect(Socket& s, const sockaddr* addr, socklen_t len);
 int ds_name(Socket& s, sockaddr* addr, socklen_t* len, bool peer);
+int ds_shutdown(Socket& s, int how);
 // One datagram of the iovecs' bytes, to `to` or the connected peer.
 ssize_t ds_send(Socket& s, std::unique_lock<std::mutex>& lk, const iovec* iov, int n, int flags, const sockaddr* to,
                 socklen_t tolen);

@@ -424,16 +424,19 @@ ssize_t rrecv(int fd, void* buf, size_t len, int flags) {
 }
 
 ssize_t rrecvfrom(int fd, void* buf, size_t len, int flags, sockaddr* from, socklen_t* fromlen) {
+  bool stream = false;
   ssize_t n = with_socket(fd, [&](Socket& s, auto& lk) -> ssize_t {
     if (s.dg) {
       iovec v{buf, len};
       return ds_recv(s, lk, &v, 1, flags, from, fromlen, nullptr);
     }
+    stream = true;
     return recv_bytes(s, lk, static_cast<uint8_t*>(buf), len, flags);
   });
-  if (n >= 0 && from && fromlen) {
-    SocketPtr s = find(fd);
-    if (s && !s->dg) rgetpeername(fd, from, fromlen);
+  if (n >= 0 && stream && from && fromlen) {
+    const int saved = errno;
+    rgetpeername(fd, from, fromlen);
+    errno = saved;
   }
   return n;
 }
