@@ -26,15 +26,6 @@
 
 namespace openib::rsocket {
 
-socklen_t addr_len(const SockAddr& a) { return a.sa.sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in); }
-
-bool same_addr(const SockAddr& a, const SockAddr& b) {
-  if (a.sa.sa_family != b.sa.sa_family) return false;
-  if (a.sa.sa_family == AF_INET)
-    return a.sin.sin_port == b.sin.sin_port && a.sin.sin_addr.s_addr == b.sin.sin_addr.s_addr;
-  return a.sin6.sin6_port == b.sin6.sin6_port && std::memcmp(&a.sin6.sin6_addr, &b.sin6.sin6_addr, 16) == 0;
-}
-
 namespace {
 
 constexpr uint64_t kSlotRecv = kWrRecv;  // | the slot's offset; sends: the slot's index
@@ -85,37 +76,6 @@ bool to_addr(const sockaddr* in, socklen_t len, SockAddr& out) {
     return true;
   }
   return false;
-}
-
-void format_hdr(DsHeader& h, const SockAddr& a) {
-  h = DsHeader{};
-  if (a.sa.sa_family == AF_INET) {
-    h.version = 4;
-    h.length = kDsHdr4;
-    h.port = a.sin.sin_port;
-    h.addr.ipv4 = a.sin.sin_addr.s_addr;
-  } else {
-    h.version = 6;
-    h.length = kDsHdr6;
-    h.port = a.sin6.sin6_port;
-    h.addr.ipv6.flowinfo = a.sin6.sin6_flowinfo;
-    std::memcpy(h.addr.ipv6.addr, &a.sin6.sin6_addr, 16);
-  }
-}
-
-SockAddr from_hdr(const DsHeader& h) {
-  SockAddr a{};
-  if (h.version == 4) {
-    a.sin.sin_family = AF_INET;
-    a.sin.sin_port = h.port;
-    a.sin.sin_addr.s_addr = h.addr.ipv4;
-  } else {
-    a.sin6.sin6_family = AF_INET6;
-    a.sin6.sin6_port = h.port;
-    a.sin6.sin6_flowinfo = h.addr.ipv6.flowinfo;
-    std::memcpy(&a.sin6.sin6_addr, h.addr.ipv6.addr, 16);
-  }
-  return a;
 }
 
 // The UDP socket's own address; an unbound one is bound to an ephemeral
@@ -336,16 +296,10 @@ int ud_send(Socket& s, const DsDest& dest, const iovec* iov, int n, size_t len) 
   return 0;
 }
 
-// A UD receive the application may see: the GRH, then our header of the
-// socket's family, at most a send slot (rdma-core's receive slot) in all.
-bool valid_recv(const Datagram& d, const DsQp& q, uint32_t offset, uint32_t byte_len) {
-  if (offset % kDsRecvSlot || offset >= d.rq * kDsRecvSlot || byte_len < kGrhBytes + kDsHdr4 ||
-      byte_len > kGrhBytes + kDsSlot)
-    return false;
-  const auto* h = reinterpret_cast<const DsHeader*>(q.rbuf + offset);
-  const bool known = q.local.sa.sa_family == AF_INET ? h->version == 4 && h->length == kDsHdr4
-                                                     : h->version == 6 && h->length == kDsHdr6;
-  return known && byte_len - kGrhBytes >= h->length;
+bool valid_recv(const Datagram& d, const DsQp& q, uint32_t offset, uint32_t byte_len, SockAddr& from) {
+  size_t payload;
+  return offset % kDsRecvSlot == 0 && offset < d.rq * kDsRecvSlot && byte_len >= kGrhBytes &&
+         parse_ud_message(q.rbuf + offset, byte_len - kGrhBytes, q.local.sa.sa_family, from, payload);
 }
 
 // The address handle to `to` from the QP's address and port: the CM's
@@ -468,12 +422,13 @@ bool ds_process(Socket& s) {
         }
         const auto offset = uint32_t(w.wr_id & ~kSlotRecv);
         if (w.status == IBV_WC_WR_FLUSH_ERR) continue;  // the QP is in error
-        if (w.status == IBV_WC_SUCCESS && valid_recv(d, q, offset, w.byte_len) && d.queue.size() < d.rq) {
+        SockAddr from{};
+        if (w.status == IBV_WC_SUCCESS && valid_recv(d, q, offset, w.byte_len, from) && d.queue.size() < d.rq) {
           DsMessage m;
           m.qp = &q;
           m.offset = offset;
           m.length = w.byte_len - kGrhBytes;
-          m.from = from_hdr(*reinterpret_cast<const DsHeader*>(q.rbuf + offset));
+          m.from = from;
           d.queue.push_back(std::move(m));
         } else {
           drop(d, w.status != IBV_WC_SUCCESS ? kFailedRecv : d.queue.size() >= d.rq ? kQueueFull : kBadUd);
@@ -658,14 +613,8 @@ void ds_udp_input(const SocketPtr& sp) {
     m.msg_iovlen = 1;
     const ssize_t got = ::recvmsg(d.udp, &m, MSG_DONTWAIT);
     if (got < 0) return;
-    DsUdpHeader h{};
-    std::memcpy(&h, buf, std::min<size_t>(size_t(got), sizeof h));
-    const bool v4 = h.version == 4 && from.sa.sa_family == AF_INET && h.length == kDsUdpHdr4;
-    const bool v6 = h.version == 6 && from.sa.sa_family == AF_INET6 && h.length == kDsUdpHdr6;
-    const uint32_t qpn = be32toh(h.qpn) & 0xFFFFFF;
-    if ((m.msg_flags & MSG_TRUNC) || got < kDsUdpHdr4 || be32toh(h.tag) != kDsUdpTag || !(v4 || v6) ||
-        got < h.length || (h.op != kDsOpData && h.op != kDsOpCtrl) || qpn < 2 ||
-        size_t(got - h.length) > ds_max_payload(from.sa.sa_family)) {
+    UdpDatagram h{};
+    if ((m.msg_flags & MSG_TRUNC) || !parse_udp_datagram(buf, size_t(got), from.sa.sa_family, h)) {
       drop(d, kBadUdp);
       continue;
     }
@@ -675,7 +624,7 @@ void ds_udp_input(const SocketPtr& sp) {
       continue;
     }
     if (h.op == kDsOpData) udp_send(s, *dest, kDsOpCtrl, nullptr, 0);  // our QPN, for its next datagrams
-    dest->qpn = qpn;
+    dest->qpn = h.qpn;
     if (!dest->ah && !dest->resolving && d.resolving < kMaxResolving &&
         std::chrono::steady_clock::now() >= dest->retry_at)
       resolve(sp, *dest);
@@ -685,7 +634,7 @@ void ds_udp_input(const SocketPtr& sp) {
       continue;
     }
     DsMessage msg;
-    msg.bytes.assign(buf + h.length, buf + got);
+    msg.bytes.assign(buf + h.payload, buf + got);
     msg.from = from;
     d.queue.push_back(std::move(msg));
     signal(s);

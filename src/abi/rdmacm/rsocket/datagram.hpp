@@ -78,6 +78,25 @@ union SockAddr {
 socklen_t addr_len(const SockAddr& a);
 bool same_addr(const SockAddr& a, const SockAddr& b);  // family, address and port
 
+// ---- the headers (datagram_wire.cpp) ----
+void format_hdr(DsHeader& h, const SockAddr& a);  // ours, for sending from `a`
+SockAddr from_hdr(const DsHeader& h);             // the source a header names
+
+// A datagram from the UDP socket (from an address of from_family), checked:
+// the tag, a version of the source's family with its header length, op
+// DATA or CTRL, a QPN a datagram socket's QP can have (not 0 or 1), a
+// payload that fits a slot. False: drop it.
+struct UdpDatagram {
+  uint8_t op = 0;
+  uint32_t qpn = 0;
+  size_t payload = 0;  // where the payload starts
+};
+bool parse_udp_datagram(const uint8_t* buf, size_t len, int from_family, UdpDatagram& out);
+// A UD message (what follows the GRH, len bytes) for a socket of `family`:
+// a whole header of that family, at most a send slot in all. Its source
+// address and where its payload starts; false: drop it.
+bool parse_ud_message(const uint8_t* msg, size_t len, int family, SockAddr& from, size_t& payload);
+
 // The largest payload: what fits a slot behind the UDP header of the first
 // exchange (a datagram may travel either way).
 constexpr uint32_t ds_max_payload(int family) { return kDsSlot - (family == AF_INET6 ? kDsUdpHdr6 : kDsUdpHdr4); }
