@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <vector>
 
@@ -119,7 +120,13 @@ int rselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* exceptfds, time
     if (exceptfds && FD_ISSET(fd, exceptfds)) ev |= POLLPRI;
     if (ev) p.push_back({fd, ev, 0});
   }
-  const int ms = timeout ? int(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
+  if (timeout && (timeout->tv_sec < 0 || timeout->tv_usec < 0)) {
+    errno = EINVAL;
+    return -1;
+  }
+  // (a timeout past INT_MAX ms, 24 days, waits that long)
+  const long long want = timeout ? (long long)timeout->tv_sec * 1000 + timeout->tv_usec / 1000 : -1;
+  const int ms = want > INT_MAX ? INT_MAX : int(want);
   const int n = rpoll(p.data(), p.size(), ms);
   if (n < 0) return -1;
   if (readfds) FD_ZERO(readfds);
