@@ -198,8 +198,9 @@ int create_qp(Socket& s, const SockAddr& local, DsQp*& out) {
   ibv_port_attr pa{};
   const uint32_t mtu = ibv_query_port(q->id->verbs, q->id->port_num, &pa) == 0 ? 128u << pa.active_mtu : 4096;
   q->max_payload = std::min<uint32_t>(ds_max_payload(local.sa.sa_family), mtu - q->hdr.length);
-  q->smr = ibv_reg_mr(q->id->pd, d.sbuf, size_t(d.sq) * kDsSlot, IBV_ACCESS_LOCAL_WRITE);
-  q->rmr = ibv_reg_mr(q->id->pd, q->rbuf, size_t(d.rq) * kDsRecvSlot + kGrhBytes, IBV_ACCESS_LOCAL_WRITE);
+  const int local_write = IBV_ACCESS_LOCAL_WRITE;  // (an int: ibv_reg_mr's macro ORs in another enum)
+  q->smr = ibv_reg_mr(q->id->pd, d.sbuf, size_t(d.sq) * kDsSlot, local_write);
+  q->rmr = ibv_reg_mr(q->id->pd, q->rbuf, size_t(d.rq) * kDsRecvSlot + kGrhBytes, local_write);
   if (!q->smr || !q->rmr) return undo(errno);
   for (uint32_t k = 0; k < d.rq; ++k)
     if (int e = post_recv(s, *q, k * kDsRecvSlot)) return undo(e);
