@@ -1034,6 +1034,69 @@ TEST_CASE("UdpLink drops and counts malformed, bad-CRC and foreign datagrams", "
   CHECK(peer.recv() == packet(9, 77));
 }
 
+// docs/cables.md "Ethernet cables": frames as QEMU's -netdev dgram sends
+// them, whole and unchanged, judged by size only.
+TEST_CASE("UdpLink with Ethernet framing: frames pass as given, runts and giants are counted", "[cable][udp][ethernet]") {
+  RawSocket peer;  // stands for QEMU's -netdev dgram
+  UdpLinkOptions o;
+  o.peer = peer.local.str();
+  o.framing = UdpLinkOptions::Framing::kEthernet;
+  auto link = must_link(o);
+  CHECK(link->framing() == UdpLinkOptions::Framing::kEthernet);
+  Sink sink;
+  link->set_receiver(sink.receiver());
+
+  // An ARP request (42 bytes, unpadded as a virtio NIC sends it) and a
+  // padded 60-byte frame: neither is an IBA packet, both are frames.
+  Bytes arp(42), padded(60), jumbo(kMaxPacketBytes);
+  for (std::size_t i = 0; i < arp.size(); ++i) arp[i] = std::byte(i * 7);
+  for (std::size_t i = 0; i < padded.size(); ++i) padded[i] = std::byte(0xA0 + i % 16);
+  for (std::size_t i = 0; i < jumbo.size(); ++i) jumbo[i] = std::byte(i % 251);
+  peer.send_to(link->local_endpoint(), arp);
+  peer.send_to(link->local_endpoint(), Bytes(13, std::byte{0x55}));  // shorter than an Ethernet header
+  peer.send_to(link->local_endpoint(), padded);
+  peer.send_to(link->local_endpoint(), Bytes(kMaxPacketBytes + 1));  // longer than the cable carries
+  peer.send_to(link->local_endpoint(), jumbo);
+  REQUIRE(wait_until([&] { return link->stats().rx_packets == 5; }));
+  auto s = link->stats();
+  CHECK(s.rx_dropped_malformed == 2);
+  CHECK(s.rx_dropped_bad_crc == 0);
+  const auto got = sink.take();
+  REQUIRE(got.size() == 3);
+  CHECK(got[0] == arp);
+  CHECK(got[1] == padded);
+  CHECK(got[2] == jumbo);
+
+  // Sent as given: no CRCs appended or rewritten, by send() and send_with(),
+  // and never as segments.
+  REQUIRE(link->send(arp).ok());
+  CHECK(peer.recv() == arp);
+  REQUIRE(link->send_with(padded.size(), [&](std::span<std::byte> out) {
+                std::copy(padded.begin(), padded.end(), out.begin());
+                return true;
+              }).ok());
+  CHECK(peer.recv() == padded);
+  {
+    LinkBatch batch(link.get());
+    REQUIRE(link->send_with(arp.size(), [&](std::span<std::byte> out) {
+                  std::copy(arp.begin(), arp.end(), out.begin());
+                  return true;
+                }).ok());
+  }
+  CHECK(peer.recv() == arp);
+  CHECK(link->segment_room(1024) == 1);
+  CHECK(link->send(Bytes(kMaxPacketBytes + 1)).error().code == EMSGSIZE);
+
+  // The same ARP frame on an InfiniBand cable is not a packet.
+  UdpLinkOptions ib;
+  ib.peer = peer.local.str();
+  auto ib_link = must_link(ib);
+  peer.send_to(ib_link->local_endpoint(), arp);
+  REQUIRE(wait_until([&] { return ib_link->stats().rx_packets == 1; }));
+  const auto ib_stats = ib_link->stats();  // its "VCRC" is two bytes of an IP header: bad
+  CHECK(ib_stats.rx_dropped_malformed + ib_stats.rx_dropped_bad_crc == 1);
+}
+
 TEST_CASE("UdpLink: link-state signals reach the state receiver, never counted as packets", "[cable][udp][linkstate]") {
   // docs/cables.md "Link state": the exact bytes, and that no IBA packet
   // can be read in them.

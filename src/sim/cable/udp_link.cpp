@@ -147,9 +147,9 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_RCVBUF, &rcv, &l1);
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_SNDBUF, &snd, &l2);
   static constexpr const char* kIoNames[] = {"sendto/recvfrom", "sendmmsg/recvmmsg", "sendmmsg+GSO/recvmmsg"};
-  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}{}{}", link->name_, local.str(),
+  logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}{}{}{}", link->name_, local.str(),
                  peer.len ? peer.str() : "(none yet)", rcv, snd, kIoNames[static_cast<int>(link->io())],
-                 link->gro_ ? "+GRO" : "",
+                 link->gro_ ? "+GRO" : "", link->eth_ ? ", Ethernet frames" : "",
                  !link->polled()         ? ""
                  : link->on_readable_ ? ", polled by its owner"
                                       : ", polled and watched by its owner");
@@ -167,6 +167,7 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
       faults_(opts.faults),
       io_(io_from_env(opts.io)) {
   polled_ = opts.polled && !env_off("OPENIB_UDP_POLLED");
+  eth_ = opts.framing == UdpLinkOptions::Framing::kEthernet;
   segments_ = !env_off("OPENIB_UDP_SEGMENTS");
   if (polled_) on_readable_ = opts.on_readable;
   if (io() == UdpLinkOptions::Io::kSingle) {
@@ -285,18 +286,23 @@ Result<void> UdpLink::send_with(std::size_t len, Filler fill, std::size_t payloa
         tx_bytes_.resize(at);
         return err(ECANCELED, "{}: packet abandoned by its sender", name_);
       }
-      wire::seal_packet(pkt);
+      if (!eth_) wire::seal_packet(pkt);
       tx_ends_.push_back(tx_bytes_.size());
       LinkCounters::bump(counters_.tx_packets);
       LinkCounters::bump(counters_.tx_bytes, len);
       return tx_ends_.size() >= kTxBatch ? flush_locked() : ok();
     }
   }
+  if (eth_) {  // a frame is sent as filled: no IBA CRCs to compute
+    std::vector<std::byte> buf(len);
+    if (!fill(buf)) return err(ECANCELED, "{}: frame abandoned by its sender", name_);
+    return send(buf);
+  }
   return Link::send_with(len, fill, payload_at);
 }
 
 std::size_t UdpLink::segment_room(std::size_t mtu) {
-  if (!segments_ || mtu == 0 || io() != UdpLinkOptions::Io::kGso) return 1;
+  if (eth_ || !segments_ || mtu == 0 || io() != UdpLinkOptions::Io::kGso) return 1;
   std::lock_guard lk(send_mu_);
   return faults_.active() ? 1 : kTxBatch;
 }
@@ -312,7 +318,7 @@ Result<void> UdpLink::send_segment(const Segment& seg, Filler fill) {
   Endpoint to;
   OPENIB_TRY(check_send(std::size_t{seg.hdr_len} + seg.mtu + Segment::kCrcBytes, to));
   if (seg.count < 2 || seg.count > kTxBatch || seg.mtu == 0 || seg.last_len == 0 || seg.last_len > seg.mtu ||
-      seg.hdr_len < kLrhBytes + kBthBytes || faults_.active() || io() != UdpLinkOptions::Io::kGso) {
+      seg.hdr_len < kLrhBytes + kBthBytes || faults_.active() || io() != UdpLinkOptions::Io::kGso || eth_) {
     LinkCounters::bump(counters_.tx_errors);
     return err(EINVAL, "{}: segment of {} packets of {} bytes refused", name_, seg.count, seg.mtu);
   }
@@ -682,7 +688,21 @@ void UdpLink::receive_one(std::span<const std::byte> d, const sockaddr* from, so
     return;
   }
   capture(d);  // before validation: the capture shows what arrived
-  if (!count_received(d, counters_, name_, warned_)) return;
+  if (eth_) {  // a frame: its port judges the contents; only its size here
+    LinkCounters::bump_owned(counters_.rx_packets);
+    LinkCounters::bump_owned(counters_.rx_bytes, d.size());
+    if (d.size() < kEthernetMinFrameBytes || d.size() > wire::kMaxPacketBytes) {
+      LinkCounters::bump_owned(counters_.rx_dropped_malformed);
+      const bool first = (warned_.fetch_or(2u, std::memory_order_relaxed) & 2u) == 0;
+      logger()->log(first ? spdlog::level::warn : spdlog::level::debug,
+                    "{}: dropped a {}-byte datagram: not an Ethernet frame of {}..{} bytes{}", name_, d.size(),
+                    kEthernetMinFrameBytes, wire::kMaxPacketBytes,
+                    first ? " (further drops of this kind are logged at debug level)" : "");
+      return;
+    }
+  } else if (!count_received(d, counters_, name_, warned_)) {
+    return;
+  }
   std::shared_ptr<const Receiver> rx;
   {
     std::lock_guard lk(rx_mu_);

@@ -108,7 +108,23 @@ struct UdpLinkOptions {
   // own). Given to a link that is not polled (OPENIB_UDP_POLLED=0), it
   // means memory matters: the link takes no GRO, and a ring of its own.
   std::shared_ptr<UdpRxRing> rx_ring;
+  // What a datagram carries (docs/cables.md "Ethernet cables"): an IBA
+  // packet, LRH through VCRC (kIba: CRCs computed on send, checked on
+  // receive), or an Ethernet frame without its FCS (kEthernet: QEMU's
+  // `-netdev dgram` framing, the cable of an Ethernet port carrying
+  // RoCEv2 and whatever else a NIC sees). An Ethernet cable sends frames
+  // as given, one per datagram, no segments, and hands on every frame of
+  // kEthernetMinFrameBytes..wire::kMaxPacketBytes bytes (shorter or
+  // longer ones are counted malformed): what a frame holds is its port's
+  // to judge (simhca parses RoCEv2 and checks its ICRC).
+  enum class Framing { kIba, kEthernet };
+  Framing framing = Framing::kIba;
 };
+
+// An Ethernet header's 14 bytes: the shortest frame an Ethernet cable
+// hands on (802.3's 64-byte minimum is the wire's: senders pad, QEMU
+// delivers runts as they come).
+inline constexpr std::size_t kEthernetMinFrameBytes = 14;
 
 // docs/cables.md "Who may take a cable's port": a UDP port at or above
 // net.ipv4.ip_unprivileged_port_start (read from /proc; 1024 when it
@@ -126,7 +142,8 @@ class UdpLink final : public Link {
   UdpLink(const UdpLink&) = delete;
   UdpLink& operator=(const UdpLink&) = delete;
 
-  // ENOTCONN with no peer set; EMSGSIZE for a packet over wire::kMaxPacketBytes;
+  // ENOTCONN with no peer set; EMSGSIZE for a packet (or frame) over
+  // wire::kMaxPacketBytes;
   // a socket error other than a full buffer is returned (and counted).
   Result<void> send(std::span<const std::byte> packet) override;
   // In a batch without fault injection, `fill` writes the packet straight
@@ -181,6 +198,7 @@ class UdpLink final : public Link {
 
   // Polled receive: whether it is on (asked for, not turned off).
   bool polled() const { return polled_; }
+  UdpLinkOptions::Framing framing() const { return eth_ ? UdpLinkOptions::Framing::kEthernet : UdpLinkOptions::Framing::kIba; }
   // The socket, for an owner that watches it (polled, no on_readable).
   int fd() const { return sock_.get(); }
   // Polled: reads what the socket holds now, up to about `max` packets,
@@ -211,6 +229,7 @@ class UdpLink final : public Link {
   UniqueFd wake_;  // eventfd: stop() wakes the receive thread's poll()
   UniqueFd ep_;    // polled: the link's thread waits here on the socket (one-shot) and wake_
   bool polled_ = false;
+  bool eth_ = false;  // UdpLinkOptions::Framing::kEthernet
   std::function<void()> on_readable_;
   std::mutex read_mu_;  // one reader of the socket at a time (poll())
   Endpoint local_;
