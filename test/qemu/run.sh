@@ -40,8 +40,9 @@ expected=(
   "OPENIB-EDUCHECK-EXIT=0"
 )
 
-say() { echo "qemu-test: $*"; }
-die() { echo "qemu-test: FAILED: $*" >&2; exit 1; }
+qemu_test_tag=qemu-test
+# shellcheck source=test/qemu/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 work=$(mktemp -d /tmp/openib-qemu.XXXXXX)
 vm_pid=""
@@ -55,119 +56,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for tool in qemu-system-x86_64 dpkg-deb depmod cpio gzip ldd; do
-  command -v "$tool" >/dev/null || die "$tool not found (run scripts/setup.sh)"
-done
-if ! /bin/busybox --list >"$work/applets" 2>/dev/null || ! grep -qx insmod "$work/applets"; then
-  die "no usable /bin/busybox (apt-get install busybox-static)"
-fi
+require_tools qemu-system-x86_64 dpkg-deb depmod cpio gzip ldd
 [[ -x $educheck ]] || die "$educheck is not an executable"
 
-# --- 1. the kernel package -------------------------------------------------
-kernel_package() {
-  if [[ -n ${OPENIB_QEMU_KERNEL:-} ]]; then echo "$OPENIB_QEMU_KERNEL"; return; fi
-  local pkg
-  pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-        awk '/Depends: linux-image-[0-9]/ { print $2; exit }') || true
-  if [[ -z $pkg ]]; then  # no apt metadata: fall back to what is cached
-    pkg=$(find "$cache" -maxdepth 1 -name 'linux-image-*.deb' -printf '%f\n' 2>/dev/null |
-          sort -V | tail -1 | cut -d_ -f1) || true
-  fi
-  [[ -n $pkg ]] || die "cannot tell which kernel linux-image-amd64 depends on (apt-get update?)"
-  echo "$pkg"
-}
-
-fetch_kernel() {  # prints the unpacked tree's path
-  local pkg=$1 deb tree
-  mkdir -p "$cache"
-  deb=$(find "$cache" -maxdepth 1 -name "${pkg}_*.deb" | sort -V | tail -1)
-  if [[ -z $deb ]]; then
-    say "downloading $pkg into $cache" >&2
-    local dl
-    dl=$(mktemp -d "$cache/.dl.XXXXXX")
-    if ! (cd "$dl" && apt-get download -q "$pkg") >"$work/apt.log" 2>&1; then
-      cat "$work/apt.log" >&2
-      rm -rf "$dl"
-      die "apt-get download $pkg"
-    fi
-    mv "$dl"/*.deb "$cache/" && rm -rf "$dl"
-    deb=$(find "$cache" -maxdepth 1 -name "${pkg}_*.deb" | sort -V | tail -1)
-  fi
-  tree=$cache/$(basename "$deb" .deb)
-  if [[ ! -f $tree/.complete ]]; then
-    say "unpacking $(basename "$deb")" >&2
-    local tmp
-    tmp=$(mktemp -d "$cache/.unpack.XXXXXX")
-    dpkg-deb -x "$deb" "$tmp"
-    local kver
-    kver=$(ls "$tmp/lib/modules")
-    # The .deb ships no modules.dep (postinst runs depmod); make one.
-    [[ -f $tmp/lib/modules/$kver/modules.dep ]] || depmod -b "$tmp" "$kver"
-    touch "$tmp/.complete"
-    rm -rf "$tree" && mv "$tmp" "$tree"
-  fi
-  echo "$tree"
-}
-
-pkg=$(kernel_package)
-tree=$(fetch_kernel "$pkg")
-kver=$(ls "$tree/lib/modules")
-vmlinuz=$tree/boot/vmlinuz-$kver
-[[ -f $vmlinuz ]] || die "no $vmlinuz in $pkg"
-say "kernel $pkg ($kver)"
+# --- 1. the kernel package (lib.sh) ---------------------------------------
+setup_kernel
 
 # --- 2. the initramfs --------------------------------------------------------
 root=$work/root
-mkdir -p "$root"/{bin,dev,proc,sys,tmp,lib/modules}
-cp /bin/busybox "$root/bin/busybox"
-
-# Modules with their dependencies, deps first (modules.dep lists the full
-# transitive set). Compressed modules are unpacked here, so busybox insmod
-# only ever sees plain .ko files.
-moddir=$tree/lib/modules/$kver
-declare -A seen=()
-order=()
-add_module() {  # add_module <path relative to moddir>
-  local rel=$1 dep
-  [[ -n ${seen[$rel]:-} ]] && return
-  seen[$rel]=1
-  local -a deps
-  read -r -a deps <<<"$(grep -m1 "^$rel:" "$moddir/modules.dep" | cut -d: -f2)"
-  for dep in "${deps[@]}"; do add_module "$dep"; done
-  order+=("$rel")
-}
-for m in "${modules[@]}"; do
-  pattern=${m//[-_]/[-_]}
-  rel=$(grep -m1 -E "(^|/)${pattern}\.ko(\.xz|\.zst|\.gz)?:" "$moddir/modules.dep" | cut -d: -f1) ||
-    die "module $m not in $pkg"
-  add_module "$rel"
-done
-: >"$root/lib/modules/load-order"
-for rel in "${order[@]}"; do
-  name=$(basename "$rel")
-  case $name in
-    *.ko.xz) xz -dc "$moddir/$rel" >"$root/lib/modules/${name%.xz}"; name=${name%.xz} ;;
-    *.ko.zst) zstd -qdc "$moddir/$rel" >"$root/lib/modules/${name%.zst}"; name=${name%.zst} ;;
-    *.ko.gz) gzip -dc "$moddir/$rel" >"$root/lib/modules/${name%.gz}"; name=${name%.gz} ;;
-    *) cp "$moddir/$rel" "$root/lib/modules/$name" ;;
-  esac
-  echo "$name" >>"$root/lib/modules/load-order"
-done
-say "modules: $(tr '\n' ' ' <"$root/lib/modules/load-order")"
-
-# The tool (debug info stripped to keep the initramfs small), its shared
-# libraries as ldd lists them, and the dynamic loader, at the same paths.
-if command -v strip >/dev/null; then
-  strip --strip-debug -o "$root/bin/openib-educheck" "$educheck"
-else
-  cp "$educheck" "$root/bin/openib-educheck"
-fi
-libs=$(ldd "$educheck" |
-       awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $1 }')
-for lib in $libs; do
-  mkdir -p "$root$(dirname "$lib")"
-  cp -L "$lib" "$root$lib"
-done
+initramfs_skeleton "$root"
+initramfs_modules "$root" "${modules[@]}"
+# The tool with every library ldd lists and the dynamic loader.
+initramfs_binary "$root" "$educheck" /bin/openib-educheck
 
 cat >"$root/init" <<'EOF'
 #!/bin/busybox sh
@@ -195,8 +95,7 @@ echo "OPENIB-EDUCHECK-EXIT=$rc"
 poweroff -f
 EOF
 chmod +x "$root/init"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.gz"
-say "initramfs $(du -h "$work/initramfs.gz" | cut -f1)"
+initramfs_pack "$root" "$work/initramfs.gz"
 
 # --- 3. boot -----------------------------------------------------------------
 # q35 with an emulated VT-d: interrupt remapping (vfio-pci's MSI needs it,
