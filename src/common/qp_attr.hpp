@@ -22,6 +22,10 @@ struct AddressVector {
   uint32_t flow_label = 0;
   uint8_t sgid_index = 0, traffic_class = 0;
   std::array<uint8_t, 16> dgid{};
+  // An Ethernet port's destination MAC (RoCE: the next hop's, resolved
+  // from the DGID by the driver as Linux's ib_resolve_eth_dmac does; no
+  // field of struct ibv_ah_attr, which leaves it to the kernel).
+  std::array<uint8_t, 6> dmac{};
 };
 
 // IBA 10.3.1 QP states (enum ibv_qp_state values).

@@ -98,7 +98,7 @@ struct Srq {
 
 struct QpInit {
   QpType type = QpType::kRc;
-  uint8_t port = 0;  // SMI/GSI only
+  uint8_t port = 0;  // SMI/GSI/RAW only
   uint32_t pdn = 0, send_cqn = 0, recv_cqn = 0, uar = 0;
   std::optional<uint32_t> srqn;
   bool sig_all = false;

@@ -73,7 +73,7 @@ Bytes encode_create_srq(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint
 
 // §6.8 CREATE_AH input: pdn, reserved, address vector (§7.6).
 Bytes encode_create_ah(uint32_t pdn, const AddressVector& av) {
-  Bytes in(40);
+  Bytes in(56);
   put32(in, 0x00, pdn);
   encode_av(std::span<std::byte>(in).subspan(8), av);
   return in;
@@ -422,10 +422,10 @@ void Hca::modify_qp_async(uint32_t qpn, uint32_t mask, const QpAttr& a, Done<voi
 }
 
 void Hca::query_qp_async(uint32_t qpn, Done<QpInfo> done) {
-  command_async(kOpQueryQp, encode_u32(qpn), 128, [d = std::move(done)](Result<Bytes> r) mutable {
+  command_async(kOpQueryQp, encode_u32(qpn), 144, [d = std::move(done)](Result<Bytes> r) mutable {
     if (!r) return d(r.take_error());
     std::span<const std::byte> o(*r);
-    d(QpInfo{decode_qp_attr(o.first(64)), decode_create_qp(o.subspan(64))});
+    d(QpInfo{decode_qp_attr(o.first(80)), decode_create_qp(o.subspan(80))});
   });
 }
 
@@ -722,9 +722,9 @@ Result<void> Hca::modify_qp(uint32_t qpn, uint32_t mask, const QpAttr& a) {
 }
 
 Result<QpInfo> Hca::query_qp(uint32_t qpn) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryQp, encode_u32(qpn), 128));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryQp, encode_u32(qpn), 144));
   std::span<const std::byte> o(out);
-  return QpInfo{decode_qp_attr(o.first(64)), decode_create_qp(o.subspan(64))};
+  return QpInfo{decode_qp_attr(o.first(80)), decode_create_qp(o.subspan(80))};
 }
 
 Result<void> Hca::destroy_qp(Qp& qp) {
@@ -869,7 +869,7 @@ Result<void> Hca::destroy_ah(uint32_t ahn) {
 }
 
 Result<std::pair<uint32_t, AddressVector>> Hca::query_ah(uint32_t ahn) {
-  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryAh, encode_u32(ahn), 40));
+  OPENIB_TRY_ASSIGN(Bytes out, command(kOpQueryAh, encode_u32(ahn), 56));
   return std::pair<uint32_t, AddressVector>{get32(out, 0), decode_av(std::span<const std::byte>(out).subspan(8))};
 }
 

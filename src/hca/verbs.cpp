@@ -163,6 +163,7 @@ void encode_av(std::span<std::byte> o, const AddressVector& a) {
   put8(o, 0x0c, a.sgid_index);
   put8(o, 0x0d, a.traffic_class);
   for (size_t i = 0; i < 16; ++i) put8(o, 0x10 + i, a.dgid[i]);
+  for (size_t i = 0; i < 6; ++i) put8(o, 0x20 + i, a.dmac[i]);
 }
 
 AddressVector decode_av(std::span<const std::byte> b) {
@@ -178,12 +179,13 @@ AddressVector decode_av(std::span<const std::byte> b) {
   a.sgid_index = get8(b, 0x0c);
   a.traffic_class = get8(b, 0x0d);
   for (size_t i = 0; i < 16; ++i) a.dgid[i] = get8(b, 0x10 + i);
+  for (size_t i = 0; i < 6; ++i) a.dmac[i] = get8(b, 0x20 + i);
   return a;
 }
 
 // §6.10 MODIFY_QP: qpn, mask, 8 reserved, then the §7.7 attributes.
 Bytes encode_modify_qp(uint32_t qpn, uint32_t mask, const QpAttr& a) {
-  Bytes b(80);
+  Bytes b(96);
   put32(b, 0x00, qpn);
   put32(b, 0x04, mask);
   auto o = std::span<std::byte>(b).subspan(0x10);
@@ -226,7 +228,7 @@ QpAttr decode_qp_attr(std::span<const std::byte> o) {
   a.min_rnr_timer = get8(o, 0x1b);
   a.max_rd_atomic = get8(o, 0x1c);
   a.max_dest_rd_atomic = get8(o, 0x1d);
-  if (o.size() >= 0x40) a.av = decode_av(o.subspan(0x20, 32));
+  if (o.size() >= 0x50) a.av = decode_av(o.subspan(0x20, 48));
   return a;
 }
 

@@ -96,7 +96,8 @@ AddressVector decode_av(std::span<const std::byte> in);
 // §7.7, §8: QP types; states, attribute mask (enum ibv_qp_attr_mask
 // values), access flags (§6.7, §7.7) and the attributes are the daemon's
 // one set (common/qp_attr.hpp).
-enum class QpType : uint8_t { kRc = 0, kUc = 1, kUd = 2, kSmi = 3, kGsi = 4 };
+// kRaw: the raw Ethernet QP of an Ethernet port (§16.5), given its port at creation.
+enum class QpType : uint8_t { kRc = 0, kUc = 1, kUd = 2, kSmi = 3, kGsi = 4, kRaw = 5 };
 using verbs::QpState;
 namespace qp_attr = verbs::qp_attr;
 using verbs::kAccessLocalWrite;
@@ -110,7 +111,7 @@ QpAttr decode_qp_attr(std::span<const std::byte> in);
 // §6.10 CREATE_QP input
 struct QpCreateParams {
   QpType type = QpType::kRc;
-  uint8_t port = 0;  // SMI/GSI only
+  uint8_t port = 0;  // SMI/GSI/RAW only
   bool sig_all = false;
   uint32_t pdn = 0, send_cqn = 0, recv_cqn = 0, uar = 0;
   std::optional<uint32_t> srqn;

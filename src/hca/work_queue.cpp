@@ -12,7 +12,7 @@ namespace openib::hca {
 // hca::QpType is §6.10's `type`, so it converts by cast.
 static_assert(uint8_t(QpType::kRc) == uint8_t(dp::QpType::kRc) && uint8_t(QpType::kUc) == uint8_t(dp::QpType::kUc) &&
               uint8_t(QpType::kUd) == uint8_t(dp::QpType::kUd) && uint8_t(QpType::kSmi) == uint8_t(dp::QpType::kSmi) &&
-              uint8_t(QpType::kGsi) == uint8_t(dp::QpType::kGsi));
+              uint8_t(QpType::kGsi) == uint8_t(dp::QpType::kGsi) && uint8_t(QpType::kRaw) == uint8_t(dp::QpType::kRaw));
 
 namespace {
 

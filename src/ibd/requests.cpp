@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "arp/eth_dmac.hpp"
 #include "common/log.hpp"
 #include "hca/port_caps.hpp"
 #include "ibd/client_mapping.hpp"
@@ -570,6 +571,18 @@ Result<void> Server::op_create_qp(Client& c, proto::Message& m, Respond& done) {
   return ok();
 }
 
+namespace {
+// A RoCE address vector's Ethernet destination, where its GID decides it
+// (arp/eth_dmac.hpp: link-local and multicast GIDs), as the kernel fills
+// it in for a verbs consumer (ibv_ah_attr has no MAC). An InfiniBand port
+// ignores it (docs/simhca.md §7.6).
+hca::AddressVector with_dmac(hca::AddressVector av) {
+  if (av.grh && av.dmac == arp::Mac{})
+    if (auto mac = arp::dmac_from_gid(av.dgid)) av.dmac = *mac;
+  return av;
+}
+}  // namespace
+
 // MODIFY_QP: the device validates the transition and the attributes
 // (docs/simhca.md §8.3); ibd checks only that the QP is this client's.
 Result<void> Server::op_modify_qp(Client& c, proto::Message& m, Respond& done) {
@@ -582,7 +595,8 @@ Result<void> Server::op_modify_qp(Client& c, proto::Message& m, Respond& done) {
   // consumer: root or CAP_NET_RAW only, EPERM otherwise, as Linux's uverbs.
   if ((a.mask & hca::qp_attr::kQkey) && (a.qkey & 0x80000000u) && !c.net_raw)
     return err(EPERM, "Q_Key {:#x} is a controlled Q_Key (bit 31): root or CAP_NET_RAW only", a.qkey);
-  const hca::QpAttr h = to_hca(a);
+  hca::QpAttr h = to_hca(a);
+  if (a.mask & hca::qp_attr::kAv) h.av = with_dmac(h.av);
   const uint32_t handle = req.qp;
   const uint8_t state = (a.mask & hca::qp_attr::kState) ? a.state : 0xff;
   hca_.modify_qp_async(qp->number, a.mask, h,
@@ -631,6 +645,7 @@ proto::QueryQpRep query_qp_rep(const hca::QpInfo& info, uint32_t qpn) {
 }
 }  // namespace
 
+
 Result<void> Server::op_create_ah(Client& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CreateAhReq>(m.body));
   OPENIB_TRY(expect_fds(m, 0));
@@ -638,7 +653,7 @@ Result<void> Server::op_create_ah(Client& c, proto::Message& m, Respond& done) {
   Object o;
   o.kind = Kind::kAh;
   o.deps = {req.pd, 0, 0, 0, 0};
-  hca_.create_ah_async(pd->number, to_hca(req.av), created(c.id, std::move(o), std::move(done)));
+  hca_.create_ah_async(pd->number, with_dmac(to_hca(req.av)), created(c.id, std::move(o), std::move(done)));
   return ok();
 }
 

@@ -15,6 +15,7 @@
 #include "clientproto/devices.hpp"
 #include "common/log.hpp"
 #include "hca/driver_table.hpp"
+#include "hca/port_caps.hpp"
 #include "ibd/cm_service.hpp"
 #include "ibd/cma_service.hpp"
 #include "ibd/ipoib_links.hpp"
@@ -161,8 +162,16 @@ Result<void> ServedDevice::open_device() {
   return setup_port();
 }
 
+// An Ethernet port (RoCEv2, docs/simhca.md §16) has no LID to set: it is
+// Active while its link is up, and the static setup (--lid) leaves it alone.
 Result<void> ServedDevice::setup_port() {
   if (d_.lid == 0) return ok();
+  auto pa = hca::call_sync<hca::PortAttr>(*hca_, [&](hca::Device::Done<hca::PortAttr> d) { hca_->query_port_async(1, std::move(d)); });
+  if (!pa) return err(pa.error().code, "QUERY_PORT 1: {}", pa.error().str());
+  if (hca::protocol_roce(pa->link_layer)) {
+    log_->info("{} port 1: Ethernet (RoCEv2), no LID to set", d_.name);
+    return ok();
+  }
   auto r = hca::call_sync<void>(*hca_, [&](hca::Device::Done<void> d) { hca_->set_port_async(1, static_port(d_), std::move(d)); });
   if (!r) return err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", d_.lid, r.error().str());
   log_->info("{} port 1: LID {}, Active (static setup)", d_.name, d_.lid);
@@ -172,10 +181,14 @@ Result<void> ServedDevice::setup_port() {
 // The same on the loop (device recovery): a continuation, not a wait.
 void ServedDevice::setup_port_async(hca::Device::Done<void> done) {
   if (d_.lid == 0) return done(ok());
-  hca_->set_port_async(1, static_port(d_), [this, done = std::move(done)](Result<void> r) mutable {
-    if (!r) return done(err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", d_.lid, r.error().str()));
-    log_->info("{} port 1: LID {}, Active (static setup)", d_.name, d_.lid);
-    done(ok());
+  hca_->query_port_async(1, [this, done = std::move(done)](Result<hca::PortAttr> pa) mutable {
+    if (!pa) return done(err(pa.error().code, "QUERY_PORT 1: {}", pa.error().str()));
+    if (hca::protocol_roce(pa->link_layer)) return done(ok());  // no LID (setup_port)
+    hca_->set_port_async(1, static_port(d_), [this, done = std::move(done)](Result<void> r) mutable {
+      if (!r) return done(err(r.error().code, "SET_PORT 1 (LID {}, Active): {}", d_.lid, r.error().str()));
+      log_->info("{} port 1: LID {}, Active (static setup)", d_.name, d_.lid);
+      done(ok());
+    });
   });
 }
 

@@ -20,8 +20,8 @@
 
 namespace openib::dp {
 
-// §6.10 CREATE_QP `type`.
-enum class QpType : uint8_t { kRc = 0, kUc = 1, kUd = 2, kSmi = 3, kGsi = 4 };
+// §6.10 CREATE_QP `type` (kRaw: the raw Ethernet QP, §16.5).
+enum class QpType : uint8_t { kRc = 0, kUc = 1, kUd = 2, kSmi = 3, kGsi = 4, kRaw = 5 };
 
 // §12.1 control segment `opcode` (IBA 10.7.1 work request types).
 enum class Opcode : uint8_t {
@@ -65,7 +65,7 @@ inline constexpr bool is_atomic(Opcode op) { return op == Opcode::kCmpSwap || op
 inline constexpr bool has_raddr(Opcode op) { return op >= Opcode::kWrite && op <= Opcode::kFetchAdd; }
 
 // §12.1 decoding rule 1: UD/SMI/GSI carry SEND and SEND_WITH_IMM; UC no
-// READ or atomics (IBA 9.8); RC everything.
+// READ or atomics (IBA 9.8); RC everything; RAW SEND alone (§16.5).
 inline constexpr bool opcode_allowed(QpType t, Opcode op) {
   switch (t) {
     case QpType::kRc: return op <= Opcode::kFetchAdd;
@@ -73,13 +73,17 @@ inline constexpr bool opcode_allowed(QpType t, Opcode op) {
     case QpType::kUd:
     case QpType::kSmi:
     case QpType::kGsi: return op <= Opcode::kSendImm;
+    case QpType::kRaw: return op == Opcode::kSend;
   }
   return false;
 }
 
 // Bytes before the data of the largest WQE a QP type can post: control,
-// then remote address + atomic (RC), remote address (UC), UD address (UD).
-inline constexpr size_t max_header_bytes(QpType t) { return (t == QpType::kRc ? 3 : 2) * kSeg; }
+// then remote address + atomic (RC), remote address (UC), UD address (UD),
+// nothing (RAW: the data is the frame).
+inline constexpr size_t max_header_bytes(QpType t) {
+  return (t == QpType::kRc ? 3 : t == QpType::kRaw ? 1 : 2) * kSeg;
+}
 // Segments that n inline bytes take: the 4-byte header, the bytes, padding.
 inline constexpr size_t inline_segs(size_t n) { return (4 + n + kSeg - 1) / kSeg; }
 

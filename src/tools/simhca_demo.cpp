@@ -4,7 +4,15 @@
 // RDMA READ of it back, a fetch-and-add, a compare-and-swap, and a UD SEND,
 // each checked. Exits 0 only if every check passed.
 //
-//   openib-simhca-demo [--simhca PATH] [--pcap FILE]
+//   openib-simhca-demo [--simhca PATH] [--pcap FILE] [--roce]
+//
+// --roce: the same over Ethernet ports (docs/simhca.md §16): RoCEv2 frames
+// on an Ethernet cable, no LIDs, each port given the GID of an IPv4
+// address (198.18.91.1 and .2) and every address vector a GRH and the
+// peer's MAC, read from its GID 0 (the link-local EUI-64 of the MAC).
+// --bench N: after the checks, N round trips of an 8-byte RC SEND (half the
+// round trip printed) and N RDMA WRITEs of 64 KiB, 16 in flight (MB/s
+// printed), for bench/roce.sh's comparison of the two kinds of port.
 //
 // --simhca defaults to the simhca built next to this program
 // (build/src/sim/simhca/simhca); --pcap FILE makes simhca N capture its
@@ -17,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +46,8 @@ using namespace openib;
 namespace {
 
 constexpr size_t kMiB = 1u << 20, kBuf = 3 * kMiB;  // per side: 768 pages, one mkey
+bool g_roce = false;  // --roce
+int g_bench = 0;      // --bench N
 volatile sig_atomic_t g_stop = 0;
 pid_t g_pids[2] = {-1, -1};
 
@@ -127,10 +138,14 @@ struct Side {
     }
     dev = must(std::move(d), "connect");
     hca = must(hca::Hca::open(*dev, io), "bring-up");
-    hca::PortSetup ps;
-    ps.state = hca::kPortActive;
-    ps.lid = lid;
-    must(hca->set_port(1, ps), "SET_PORT");
+    if (g_roce) {
+      roce_port();
+    } else {
+      hca::PortSetup ps;
+      ps.state = hca::kPortActive;
+      ps.lid = lid;
+      must(hca->set_port(1, ps), "SET_PORT");
+    }
     pd = must(hca->alloc_pd(), "ALLOC_PD");
     cq = must(hca->create_cq(8), "CREATE_CQ");
     buf = must(hca->pool().alloc(kBuf, 4096), "DMA buffer");
@@ -143,6 +158,42 @@ struct Side {
     for (uint64_t i = 0; i < kBuf / 4096; ++i) mp.pages.push_back(buf.iova() + i * 4096);
     key = must(hca->create_mkey(mp), "CREATE_MKEY").lkey;
   }
+  // §16: an Ethernet port is Active once cabled; it gets the GID of
+  // 198.18.91.<lid> (IPv4-mapped, RoCEv2) at index 1; its MAC is read back
+  // from GID 0, fe80:: and the MAC's EUI-64 (RFC 4291 2.5.1).
+  void roce_port() {
+    const auto pa = must(hca->query_port(1), "QUERY_PORT");
+    if (pa.link_layer != hca::LinkLayer::kEthernet || pa.state != hca::kPortActive || pa.lid != 0)
+      fail("port 1 is not an Active Ethernet port without a LID");
+    gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 91, static_cast<uint8_t>(lid)};
+    must(sync<void>([&](auto done) { hca->modify_gid_async(1, 1, hca::GidEntry{gid, hca::GidType::kRoceV2}, done); }),
+         "SET_GID");
+    const auto g0 = must(sync<hca::GidEntry>([&](auto done) { hca->query_gid_async(1, 0, done); }), "QUERY_GID");
+    mac = {static_cast<uint8_t>(g0.gid[8] ^ 2), g0.gid[9], g0.gid[10], g0.gid[13], g0.gid[14], g0.gid[15]};
+  }
+  // An asynchronous verb run to its completion on this side's io_context.
+  template <typename T, typename F>
+  Result<T> sync(F&& start) {
+    std::optional<Result<T>> res;
+    start([&res](Result<T> r) { res.emplace(std::move(r)); });
+    while (!res && !g_stop) io.run_one_for(std::chrono::milliseconds(100));
+    if (!res) return err(EINTR, "interrupted");
+    return std::move(*res);
+  }
+  // The address vector to `peer`: its LID, or (--roce) a GRH to its GID and its MAC.
+  hca::AddressVector av_to(const Side& peer) const {
+    hca::AddressVector av;
+    av.port = 1;
+    av.dlid = g_roce ? 0 : peer.lid;
+    if (g_roce) {
+      av.grh = true;
+      av.sgid_index = 1;
+      av.hop_limit = 64;
+      av.dgid = peer.gid;
+      av.dmac = peer.mac;
+    }
+    return av;
+  }
   std::byte* p(size_t off) { return static_cast<std::byte*>(buf.data()) + off; }
   uint64_t va(size_t off) { return reinterpret_cast<uint64_t>(p(off)); }
   hca::Sge sge(size_t off, size_t len) { return {va(off), uint32_t(len), key}; }
@@ -154,8 +205,8 @@ struct Side {
     in.send_cqn = in.recv_cqn = cq.cqn;
     return must(hca->create_qp(in), "CREATE_QP");
   }
-  // RESET -> INIT -> RTR -> RTS (§8.2); RC to (dlid, dest_qpn), UD to none.
-  void to_rts(const hca::Qp& q, uint16_t dlid, uint32_t dest_qpn) {
+  // RESET -> INIT -> RTR -> RTS (§8.2); RC to (av, dest_qpn), UD to none.
+  void to_rts(const hca::Qp& q, const hca::AddressVector& av, uint32_t dest_qpn) {
     using namespace hca::qp_attr;
     const bool ud = q.type == hca::QpType::kUd;
     hca::QpAttr a;
@@ -164,7 +215,7 @@ struct Side {
     a.access = hca::kAccessRemoteWrite | hca::kAccessRemoteRead | hca::kAccessRemoteAtomic;
     a.path_mtu = 3;  // 1024
     a.dest_qpn = dest_qpn;
-    a.av.dlid = dlid;
+    a.av = av;
     a.timeout = 12;
     a.retry_cnt = a.rnr_retry = 7;
     a.min_rnr_timer = 1;
@@ -201,6 +252,8 @@ struct Side {
   std::unique_ptr<vfio::Device> dev;
   std::unique_ptr<hca::Hca> hca;
   uint16_t lid;
+  std::array<uint8_t, 16> gid{};  // --roce: index 1's
+  std::array<uint8_t, 6> mac{};   // --roce: the port's
   uint32_t pd = 0, key = 0;
   hca::Cq cq;
   dma::DmaBuffer buf;
@@ -229,12 +282,70 @@ void print_counters(const std::string& log, int n) {
   if (!last.empty()) std::printf("hca%d port 1:%s\n", n, last.substr(last.find("data path:") + 10).c_str());
 }
 
+// The next completion of `s`, any kind (bounded busy wait), checked for success.
+hca::WorkCompletion next(Side& s, const char* what) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < end && !g_stop)
+    if (auto c = s.hca->poll_cq(s.cq, 1); !c.empty()) {
+      if (c[0].status != hca::kWcSuccess) fail(std::string(what) + ": status " + std::to_string(c[0].status));
+      return c[0];
+    }
+  fail(std::string(what) + ": no completion");
+}
+
+// --bench: ping-pong latency and WRITE bandwidth over the connected pair.
+void bench(Side& A, Side& B, hca::Qp& qa, hca::Qp& qb, uint64_t& id) {
+  using clk = std::chrono::steady_clock;
+  const size_t off = 2 * kMiB + 16384;
+  must(B.hca->post_recv(qb, {++id, {B.sge(off, 64)}}), "post_recv");
+  must(A.hca->post_recv(qa, {++id, {A.sge(off, 64)}}), "post_recv");
+  hca::SendWr s;
+  s.sg = {A.sge(off + 64, 8)};
+  hca::SendWr t = s;
+  t.sg = {B.sge(off + 64, 8)};
+  const auto t0 = clk::now();
+  for (int i = 0; i < g_bench; ++i) {  // A -> B, B -> A; each receive reposted before its reply
+    s.wr_id = ++id;
+    must(A.hca->post_send(qa, s), "ping");
+    while (next(B, "ping").opcode != hca::kWcRecv) {}
+    must(B.hca->post_recv(qb, {++id, {B.sge(off, 64)}}), "post_recv");
+    t.wr_id = ++id;
+    must(B.hca->post_send(qb, t), "pong");
+    while (next(A, "pong").opcode != hca::kWcRecv) {}
+    must(A.hca->post_recv(qa, {++id, {A.sge(off, 64)}}), "post_recv");
+  }
+  const double rtt_us = std::chrono::duration<double, std::micro>(clk::now() - t0).count() / g_bench;
+  // The pong's send completions may trail: drain what is left.
+  while (!A.hca->poll_cq(A.cq, 16).empty() || !B.hca->poll_cq(B.cq, 16).empty()) {}
+  constexpr size_t kLen = 64 * 1024, kWindow = 16;
+  hca::SendWr w;
+  w.opcode = hca::WrOpcode::kWrite;
+  w.sg = {A.sge(0, kLen)};
+  w.remote_addr = B.va(0);
+  w.rkey = B.key;
+  size_t posted = 0, done = 0;
+  const auto t1 = clk::now();
+  while (done < size_t(g_bench)) {
+    while (posted < size_t(g_bench) && posted - done < kWindow) {
+      w.wr_id = ++id;
+      must(A.hca->post_send(qa, w), "WRITE");
+      ++posted;
+    }
+    next(A, "WRITE");
+    ++done;
+  }
+  const double secs = std::chrono::duration<double>(clk::now() - t1).count();
+  std::printf("bench %s: rc_send_8B_half_rtt_us %.2f rc_write_64KiB_MBps %.1f (%d each)\n",
+              g_roce ? "roce" : "ib", rtt_us / 2, double(kLen) * g_bench / secs / 1e6, g_bench);
+}
+
 int run(const std::string& bin, const std::string& pcap, Children& kids) {
   const uint16_t pa = free_udp_port(), pb = free_udp_port();
   auto args = [&](int n, uint16_t local, uint16_t peer) {
     std::vector<std::string> v{"--socket", kids.dir + "/hca" + std::to_string(n) + ".sock", "--log", "info",
                                "--guid", n == 1 ? "0x123400fffe000001" : "0x123400fffe000002", "--port1",
                                "LOCAL=127.0.0.1:" + std::to_string(local) + ",PEER=127.0.0.1:" + std::to_string(peer)};
+    if (g_roce) v.insert(v.end(), {"--link-layer", "ethernet"});
     if (!pcap.empty()) v.insert(v.end(), {"--pcap", pcap + ".hca" + std::to_string(n)});
     return v;
   };
@@ -245,9 +356,15 @@ int run(const std::string& bin, const std::string& pcap, Children& kids) {
   {
     Side A(kids.dir + "/hca1.sock", 1), B(kids.dir + "/hca2.sock", 2);
     hca::Qp qa = A.qp(hca::QpType::kRc), qb = B.qp(hca::QpType::kRc);
-    A.to_rts(qa, 2, qb.qpn);
-    B.to_rts(qb, 1, qa.qpn);
-    std::printf("both ports Active (LIDs 1, 2); RC QPs 0x%x <-> 0x%x in RTS\n", qa.qpn, qb.qpn);
+    A.to_rts(qa, A.av_to(B), qb.qpn);
+    B.to_rts(qb, B.av_to(A), qa.qpn);
+    if (g_roce)
+      std::printf("both Ethernet ports Active (198.18.91.1 %02x:%02x:%02x:%02x:%02x:%02x, 198.18.91.2 "
+                  "%02x:%02x:%02x:%02x:%02x:%02x); RC QPs 0x%x <-> 0x%x in RTS\n",
+                  A.mac[0], A.mac[1], A.mac[2], A.mac[3], A.mac[4], A.mac[5], B.mac[0], B.mac[1], B.mac[2],
+                  B.mac[3], B.mac[4], B.mac[5], qa.qpn, qb.qpn);
+    else
+      std::printf("both ports Active (LIDs 1, 2); RC QPs 0x%x <-> 0x%x in RTS\n", qa.qpn, qb.qpn);
     uint64_t id = 0;
 
     // RC SEND: A[2 MiB] -> B[2 MiB]
@@ -317,11 +434,9 @@ int run(const std::string& bin, const std::string& pcap, Children& kids) {
 
     // UD SEND: A[2 MiB + 8192] -> B[2 MiB + 8192], after 40 bytes of GRH area.
     hca::Qp ua = A.qp(hca::QpType::kUd), ub = B.qp(hca::QpType::kUd);
-    A.to_rts(ua, 0, 0);
-    B.to_rts(ub, 0, 0);
-    hca::AddressVector av;
-    av.dlid = 2;
-    const uint32_t ah = must(A.hca->create_ah(A.pd, av), "CREATE_AH");
+    A.to_rts(ua, {}, 0);
+    B.to_rts(ub, {}, 0);
+    const uint32_t ah = must(A.hca->create_ah(A.pd, A.av_to(B)), "CREATE_AH");
     const size_t ud_off = 2 * kMiB + 8192, ud_len = 512;
     fill(A.p(ud_off), ud_len, 777);
     must(B.hca->post_recv(ub, {++id, {B.sge(ud_off, ud_len + 40)}}), "post_recv UD");
@@ -333,10 +448,13 @@ int run(const std::string& bin, const std::string& pcap, Children& kids) {
     must(A.hca->post_send(ua, u), "post_send UD");
     rx = B.wait(hca::kWcRecv, "UD SEND receive");
     A.wait(hca::kWcSend, "UD SEND");
+    // With a GRH (--roce), its SGID (bytes 8..23 of the GRH area) is A's GID.
+    const bool from_a = g_roce ? std::memcmp(B.p(ud_off + 8), A.gid.data(), 16) == 0 : rx.slid == 1;
     line("UD SEND", rx.byte_len - 40, fnv(B.p(ud_off + 40), ud_len),
-         rx.byte_len == ud_len + 40 && rx.src_qp == ua.qpn && rx.slid == 1 &&
+         rx.byte_len == ud_len + 40 && rx.src_qp == ua.qpn && from_a &&
              std::memcmp(B.p(ud_off + 40), A.p(ud_off), ud_len) == 0);
 
+    if (g_bench > 0) bench(A, B, qa, qb, id);
     for (auto* q : {&qa, &ua}) must(A.hca->destroy_qp(*q), "DESTROY_QP");
     for (auto* q : {&qb, &ub}) must(B.hca->destroy_qp(*q), "DESTROY_QP");
     must(A.hca->destroy_ah(ah), "DESTROY_AH");
@@ -363,8 +481,12 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if ((a == "--simhca" || a == "--pcap") && i + 1 < argc) {
       (a == "--simhca" ? bin : pcap) = argv[++i];
+    } else if (a == "--roce") {
+      g_roce = true;
+    } else if (a == "--bench" && i + 1 < argc) {
+      g_bench = std::clamp(std::atoi(argv[++i]), 1, 1000000);
     } else {
-      std::fprintf(stderr, "usage: %s [--simhca PATH] [--pcap FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--simhca PATH] [--pcap FILE] [--roce] [--bench N]\n", argv[0]);
       return a == "-h" || a == "--help" ? 0 : 2;
     }
   }

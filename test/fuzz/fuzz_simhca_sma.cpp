@@ -64,7 +64,7 @@ uint32_t special_qp(Hca& hca, FakeHost& host, uint8_t type, uint8_t port, uint32
   const uint32_t qpn = run(hca, kOpCreateQp, c);
   if (qpn == 0xffffffff) return qpn;
   auto modify = [&](uint32_t mask, uint8_t state, uint32_t qkey) {
-    Bytes m(80);
+    Bytes m(96);
     put32(m, 0, qpn);
     put32(m, 4, mask);
     put8(m, 0x10, state);
@@ -72,7 +72,7 @@ uint32_t special_qp(Hca& hca, FakeHost& host, uint8_t type, uint8_t port, uint32
     (void)run(hca, kOpModifyQp, m);
   };
   auto init = [&] {  // a UD QP names its port (§8.2); SMI/GSI have theirs
-    Bytes m(80);
+    Bytes m(96);
     put32(m, 0, qpn);
     put32(m, 4, attr::kState | attr::kPkeyIndex | attr::kQkey | (type == kQpUd ? attr::kPort : 0));
     put8(m, 0x10, kInit);

@@ -61,7 +61,7 @@ TEST_CASE("simhca faults: garbage command entries get error statuses, the device
   CHECK(run_raw(h, make_entry(prm::kOpDeallocPd, 2, 0)) == prm::kBadInputLen);
   CHECK(run_raw(h, make_entry(prm::kOpAllocPd, 0, 2)) == prm::kBadOutputLen);
   CHECK(run_raw(h, make_entry(prm::kOpAllocPd, 0, 64, 0, kUnmapped)) == prm::kBadAddress);
-  CHECK(run_raw(h, make_entry(prm::kOpQueryQp, 4, 128, 0, out_mbox + 4)) == prm::kBadAddress);
+  CHECK(run_raw(h, make_entry(prm::kOpQueryQp, 4, 144, 0, out_mbox + 4)) == prm::kBadAddress);
   // None of the failed ALLOC_PDs allocated anything (§5.5: no effect).
   auto pd = h.alloc_pd();
   REQUIRE(pd.ok());

@@ -47,7 +47,7 @@ Bytes u32(uint32_t v) {
 
 // §6.8: an AH to the group: multicast DLID and a GRH with the MGID.
 uint32_t group_ah(Node& n, bool grh = true, uint8_t want = kOk) {
-  Bytes in(40);
+  Bytes in(56);
   put32(in, 0, n.pd);
   put16(in, 8, kMlid);
   put8(in, 8 + 5, 1);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "sim/cable/link.hpp"
@@ -75,13 +76,16 @@ struct TSrq {
   uint32_t pi = 0;
 };
 
-// One device with its memory, PD, EQ and CQ.
+// One device with its memory, PD, EQ and CQ. An InfiniBand node's port is
+// made Active with `lid` and MTU 4096; an Ethernet one (opts.link_layer,
+// §16) is left as it trains: Active once cabled, no LID, MTU 1024 (its
+// SET_PORT may set the MTU only).
 class Node {
  public:
   explicit Node(uint16_t lid, size_t mem = 24u << 20, HcaOptions opts = {})
       : host(mem), hca(host, opts), lid_(lid) {
     cmd(kOpInitHca, {});
-    set_port(4, lid, 5);
+    if (opts.link_layer != kLinkLayerEthernet) set_port(4, lid, 5);
     Bytes eq(32);
     put64(eq, 0, alloc(64 * 32, 64));
     put64(eq, 8, (1ull << kEvCqCompletion) | (1ull << kEvCqError));
@@ -194,7 +198,25 @@ class Node {
     return q;
   }
 
+  // An address vector's GRH fields (§7.6), and an Ethernet port's dmac.
+  struct Grh {
+    uint8_t sgid_index = 0, hop_limit = 64, traffic_class = 0;
+    uint32_t flow_label = 0;
+    std::array<uint8_t, 16> dgid{};
+    std::array<uint8_t, 6> dmac{};
+  };
+  // Writes g into the address vector `av` (48 bytes, §7.6), flags bit 0 set.
+  static void put_grh(std::span<std::byte> av, const Grh& g) {
+    put8(av, 0x06, 1);
+    put8(av, 0x07, g.hop_limit);
+    put32(av, 0x08, g.flow_label);
+    put8(av, 0x0c, g.sgid_index);
+    put8(av, 0x0d, g.traffic_class);
+    for (size_t i = 0; i < 16; ++i) put8(av, 0x10 + i, g.dgid[i]);
+    for (size_t i = 0; i < 6; ++i) put8(av, 0x20 + i, g.dmac[i]);
+  }
   struct Path {
+    std::optional<Grh> grh;  // the path's GRH (RoCE: required)
     uint16_t dlid = 0;
     uint32_t dest_qpn = 0;
     uint8_t mtu = 5, timeout = 10, retry_cnt = 7, rnr_retry = 7, min_rnr_timer = 1;
@@ -204,7 +226,7 @@ class Node {
   };
   void modify(uint32_t qpn, uint32_t mask, const std::function<void(std::span<std::byte>)>& fill,
               uint8_t want = kOk) {
-    Bytes in(80);
+    Bytes in(96);
     put32(in, 0, qpn);
     put32(in, 4, mask);
     fill(std::span<std::byte>(in).subspan(0x10));
@@ -232,6 +254,7 @@ class Node {
       put8(a, 0x1d, 16);
       put16(a, 0x20, p.dlid);
       put8(a, 0x25, 1);
+      if (p.grh) put_grh(a.subspan(0x20, 48), *p.grh);
     });
     m = kState | kSqPsn;
     if (q.type == kQpRc) m |= kTimeout | kRetryCnt | kRnrRetry | kMaxQpRdAtomic;
@@ -248,12 +271,16 @@ class Node {
     modify(qpn, attr::kState, [&](auto a) { put8(a, 0, s); });
   }
 
-  uint32_t create_ah(uint16_t dlid, uint32_t pdn = UINT32_MAX) {
-    Bytes in(40);
+  uint32_t create_ah(uint16_t dlid, uint32_t pdn = UINT32_MAX) { return create_ah(dlid, std::nullopt, pdn); }
+  uint32_t create_ah(uint16_t dlid, const std::optional<Grh>& grh, uint32_t pdn = UINT32_MAX,
+                     uint8_t want = kOk) {
+    Bytes in(56);
     put32(in, 0, pdn == UINT32_MAX ? pd : pdn);
     put16(in, 8, dlid);
     put8(in, 8 + 5, 1);
-    return num(cmd(kOpCreateAh, in));
+    if (grh) put_grh(std::span<std::byte>(in).subspan(8, 48), *grh);
+    Bytes out = cmd(kOpCreateAh, in, want);
+    return want == kOk ? num(out) : 0;
   }
 
   // ---- §12.1 send WQEs, written from the manual's table ----
@@ -371,15 +398,15 @@ class Node {
   uint64_t bump_ = FakeHost::kBase;
 };
 
-// Two nodes, LIDs 1 and 2, cabled back to back.
+// Two nodes, LIDs 1 and 2, cabled back to back. Or two nodes with the
+// options given (Ethernet ports: §16) on a pair of the framing given.
 class Wire {
  public:
   using Clock = Hca::Clock;
-  Wire() : pair(sim::make_loopback_pair()) {
-    pair->a().set_receiver([this](std::span<const std::byte> p) { a.hca.receive_packet(p, now); });
-    pair->b().set_receiver([this](std::span<const std::byte> p) { b.hca.receive_packet(p, now); });
-    a.hca.attach_link(1, &pair->a());
-    b.hca.attach_link(1, &pair->b());
+  Wire() : pair(sim::make_loopback_pair()) { cable(); }
+  Wire(const HcaOptions& oa, const HcaOptions& ob, sim::LoopbackFraming framing)
+      : a(0, 24u << 20, oa), b(0, 24u << 20, ob), pair(sim::make_loopback_pair(framing)) {
+    cable();
   }
   ~Wire() {
     a.hca.attach_link(1, nullptr);
@@ -408,6 +435,23 @@ class Wire {
   Node a{1}, b{2};
   std::unique_ptr<sim::LoopbackPair> pair;
   Clock::time_point now{};
+  // Called with each packet (frame) the pair delivers, before the device
+  // takes it: `to_b` tells the direction.
+  std::function<void(bool to_b, std::span<const std::byte>)> tap;
+
+ private:
+  void cable() {
+    pair->a().set_receiver([this](std::span<const std::byte> p) {
+      if (tap) tap(false, p);
+      a.hca.receive_packet(p, now);
+    });
+    pair->b().set_receiver([this](std::span<const std::byte> p) {
+      if (tap) tap(true, p);
+      b.hca.receive_packet(p, now);
+    });
+    a.hca.attach_link(1, &pair->a());
+    b.hca.attach_link(1, &pair->b());
+  }
 };
 
 }  // namespace openib::test

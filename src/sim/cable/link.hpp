@@ -167,6 +167,15 @@ struct FaultSpec {
 // from inside its callback never re-enters the sender); pump() delivers
 // what is queued, in both directions, through the same CRC checks and the
 // same fault injection a UdpLink applies.
+//
+// What the pair carries, as UdpLinkOptions::Framing (udp_link.hpp): IBA
+// packets (kIba, the default: send_with() computes the CRCs, delivery
+// checks them), or Ethernet frames without their FCS (kEthernet: the cable
+// of an Ethernet port, docs/cables.md "Ethernet cables"; frames are sent
+// as given, no CRCs computed, and every frame of kEthernetMinFrameBytes..
+// wire::kMaxPacketBytes bytes is handed on, shorter or longer ones counted
+// rx_dropped_malformed).
+enum class LoopbackFraming { kIba, kEthernet };
 class LoopbackPair {
  public:
   virtual ~LoopbackPair() = default;
@@ -177,6 +186,6 @@ class LoopbackPair {
   virtual size_t pump(size_t max = SIZE_MAX) = 0;
   virtual size_t queued() const = 0;
 };
-std::unique_ptr<LoopbackPair> make_loopback_pair();
+std::unique_ptr<LoopbackPair> make_loopback_pair(LoopbackFraming framing = LoopbackFraming::kIba);
 
 }  // namespace openib::sim

@@ -3,17 +3,23 @@
 // go on the wire; pump() takes packets off the queues, alternating the
 // directions, and delivers each to the far end, which validates it like a
 // UdpLink (rx_check.hpp) before its receiver sees it. Nothing happens
-// outside pump(), so a test steps the wire explicitly.
+// outside pump(), so a test steps the wire explicitly. An Ethernet pair
+// (LoopbackFraming::kEthernet) carries frames as UdpLink's Ethernet
+// framing does: sent as filled, only their size checked on delivery.
 #include <array>
+#include <cerrno>
 #include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/log.hpp"
 #include "sim/cable/fault_injector.hpp"
 #include "sim/cable/link.hpp"
 #include "sim/cable/link_counters.hpp"
 #include "sim/cable/rx_check.hpp"
+#include "sim/cable/udp_link.hpp"  // kEthernetMinFrameBytes
+#include "sim/wire/packet.hpp"
 
 namespace openib::sim {
 
@@ -25,6 +31,7 @@ class LoopbackEnd final : public Link {
  public:
   LoopbackEnd(LoopbackPairImpl& pair, int side) : pair_(pair), side_(side) {}
   Result<void> send(std::span<const std::byte> packet) override;
+  Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at) override;
   void set_receiver(Receiver r) override;
   LinkStats stats() const override { return counters_.snapshot(); }
 
@@ -39,7 +46,9 @@ class LoopbackEnd final : public Link {
 
 class LoopbackPairImpl final : public LoopbackPair {
  public:
-  LoopbackPairImpl() : ends_{LoopbackEnd(*this, 0), LoopbackEnd(*this, 1)} {}
+  explicit LoopbackPairImpl(LoopbackFraming framing)
+      : eth_(framing == LoopbackFraming::kEthernet), ends_{LoopbackEnd(*this, 0), LoopbackEnd(*this, 1)} {}
+  bool ethernet() const { return eth_; }
   Link& a() override { return ends_[0]; }
   Link& b() override { return ends_[1]; }
 
@@ -77,7 +86,11 @@ class LoopbackPairImpl final : public LoopbackPair {
           rx = to.receiver_;
         }
         ++delivered;
-        if (!count_received(pkt, to.counters_, name(1 - d), to.warned_)) continue;
+        if (eth_) {  // a frame: its port judges the contents; only its size here
+          if (!count_frame(pkt, to, 1 - d)) continue;
+        } else if (!count_received(pkt, to.counters_, name(1 - d), to.warned_)) {
+          continue;
+        }
         if (!rx || !*rx) {
           LinkCounters::bump(to.counters_.rx_dropped_no_receiver);
           continue;
@@ -117,10 +130,25 @@ class LoopbackPairImpl final : public LoopbackPair {
  private:
   static std::string name(int side) { return side == 0 ? "loopback.a" : "loopback.b"; }
 
+  // As UdpLink's Ethernet receive: counted received, then dropped as
+  // malformed unless kEthernetMinFrameBytes..wire::kMaxPacketBytes long.
+  static bool count_frame(std::span<const std::byte> f, LoopbackEnd& to, int side) {
+    LinkCounters::bump(to.counters_.rx_packets);
+    LinkCounters::bump(to.counters_.rx_bytes, f.size());
+    if (f.size() >= kEthernetMinFrameBytes && f.size() <= wire::kMaxPacketBytes) return true;
+    LinkCounters::bump(to.counters_.rx_dropped_malformed);
+    const bool first = (to.warned_.fetch_or(2u, std::memory_order_relaxed) & 2u) == 0;
+    log::get("cable")->log(first ? spdlog::level::warn : spdlog::level::debug,
+                           "{}: dropped a {}-byte frame: not an Ethernet frame of {}..{} bytes", name(side),
+                           f.size(), kEthernetMinFrameBytes, wire::kMaxPacketBytes);
+    return false;
+  }
+
   struct Direction {
     FaultInjector faults;
     std::deque<std::vector<std::byte>> queue;
   };
+  const bool eth_;
   mutable std::mutex mu_;
   std::array<Direction, 2> dirs_;  // [0]: a -> b, [1]: b -> a
   std::array<LoopbackEnd, 2> ends_;
@@ -131,10 +159,21 @@ Result<void> LoopbackEnd::send(std::span<const std::byte> packet) {
   return ok();
 }
 
+// An Ethernet end sends the frame as filled (Link::send_with would seal
+// IBA CRCs into its last 6 bytes).
+Result<void> LoopbackEnd::send_with(std::size_t len, Filler fill, std::size_t payload_at) {
+  if (!pair_.ethernet()) return Link::send_with(len, fill, payload_at);
+  std::vector<std::byte> buf(len);
+  if (!fill(buf)) return err(ECANCELED, "loopback: frame abandoned by its sender");
+  return send(buf);
+}
+
 void LoopbackEnd::set_receiver(Receiver r) { pair_.set_receiver(side_, std::move(r)); }
 
 }  // namespace
 
-std::unique_ptr<LoopbackPair> make_loopback_pair() { return std::make_unique<LoopbackPairImpl>(); }
+std::unique_ptr<LoopbackPair> make_loopback_pair(LoopbackFraming framing) {
+  return std::make_unique<LoopbackPairImpl>(framing);
+}
 
 }  // namespace openib::sim

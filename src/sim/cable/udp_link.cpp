@@ -162,6 +162,7 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
       local_(local),
       name_(opts.name),
       pcap_(opts.pcap),
+      pcap_eth_(opts.pcap_eth),
       pcap_iface_(opts.pcap_iface),
       poll_timeout_ms_(static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(opts.poll_timeout.count(), 1, 1000))),
       faults_(opts.faults),
@@ -252,7 +253,11 @@ Result<void> UdpLink::send_link_state(bool up) {
 }
 
 void UdpLink::capture(std::span<const std::byte> packet) {
-  if (!pcap_) return;
+  if (eth_ && pcap_eth_) {
+    if (auto r = pcap_eth_->write(packet); !r) log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
+    return;
+  }
+  if (!pcap_ || eth_) return;
   if (auto r = pcap_->write(packet, pcap_iface_); !r)
     log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
 }

@@ -58,6 +58,7 @@
 
 namespace openib::sim::wire {
 class PcapErfWriter;
+class PcapEthWriter;
 }
 
 namespace openib::sim {
@@ -79,6 +80,9 @@ struct UdpLinkOptions {
   // the peer before validation, tagged with ERF interface `pcap_iface` (0-3).
   wire::PcapErfWriter* pcap = nullptr;
   std::uint8_t pcap_iface = 0;
+  // The same for an Ethernet cable (Framing::kEthernet): frames into a
+  // LINKTYPE_ETHERNET file, which tshark decodes as RoCEv2 and the rest.
+  wire::PcapEthWriter* pcap_eth = nullptr;
   std::string name = "udp";           // in log lines
   // SO_RCVBUF / SO_SNDBUF, best effort. 16 MiB holds a 1 MiB UC message at
   // MTU 256 (4096 datagrams, ~5 MiB of kernel buffers) even while the
@@ -235,6 +239,7 @@ class UdpLink final : public Link {
   Endpoint local_;
   std::string name_;
   wire::PcapErfWriter* pcap_;
+  wire::PcapEthWriter* pcap_eth_;
   std::uint8_t pcap_iface_;
   int poll_timeout_ms_;
 

@@ -76,12 +76,12 @@ constexpr Layout kLayouts[] = {
     {kOpQueryGid, 4, 20},    {kOpSetGid, 24, 0},
     {kOpCreateEq, 32, 4},    {kOpDestroyEq, 4, 0},       {kOpQueryEq, 4, 40},
     {kOpCreateCq, 32, 4},    {kOpDestroyCq, 4, 0},       {kOpQueryCq, 4, 48},
-    {kOpCreateQp, 64, 4},    {kOpModifyQp, 80, 0},       {kOpQueryQp, 4, 128},
+    {kOpCreateQp, 64, 4},    {kOpModifyQp, 96, 0},       {kOpQueryQp, 4, 144},
     {kOpDestroyQp, 4, 0},    {kOpCreateSrq, 32, 4},      {kOpDestroySrq, 4, 0},
     {kOpQuerySrq, 4, 40},    {kOpArmSrq, 8, 0},          {kOpAllocPd, 0, 4},
     {kOpDeallocPd, 4, 0},    {kOpCreateMkey, 32, 8},     {kOpDestroyMkey, 4, 0},
-    {kOpQueryMkey, 4, 40},   {kOpCreateAh, 40, 4},       {kOpDestroyAh, 4, 0},
-    {kOpQueryAh, 4, 40},     {kOpAllocUar, 0, 4},        {kOpDeallocUar, 4, 0},
+    {kOpQueryMkey, 4, 40},   {kOpCreateAh, 56, 4},       {kOpDestroyAh, 4, 0},
+    {kOpQueryAh, 4, 56},     {kOpAllocUar, 0, 4},        {kOpDeallocUar, 4, 0},
     {kOpAttachMcg, 24, 0},   {kOpDetachMcg, 24, 0},
 };
 const Layout* layout(uint16_t op) {
@@ -143,6 +143,7 @@ Av decode_av(ByteView b) {
   a.sgid_index = get8(b, 0x0c);
   a.traffic_class = get8(b, 0x0d);
   for (size_t i = 0; i < 16; ++i) a.dgid[i] = get8(b, 0x10 + i);
+  for (size_t i = 0; i < 6; ++i) a.dmac[i] = get8(b, 0x20 + i);
   return a;
 }
 
@@ -158,6 +159,7 @@ void encode_av(std::span<std::byte> o, const Av& a) {
   put8(o, 0x0c, a.sgid_index);
   put8(o, 0x0d, a.traffic_class);
   for (size_t i = 0; i < 16; ++i) put8(o, 0x10 + i, a.dgid[i]);
+  for (size_t i = 0; i < 6; ++i) put8(o, 0x20 + i, a.dmac[i]);
 }
 
 // §7.7
@@ -248,7 +250,7 @@ void encode_create_qp(std::span<std::byte> o, const QpCreate& c) {
 }
 
 Result<ModifyQp> decode_modify_qp(ByteView in) {
-  OPENIB_TRY(need(in, 80, "MODIFY_QP"));
+  OPENIB_TRY(need(in, 96, "MODIFY_QP"));
   ModifyQp m;
   m.qpn = get32(in, 0x00);
   m.mask = get32(in, 0x04);
@@ -326,7 +328,7 @@ std::vector<uint64_t> decode_page_list(ByteView table, uint32_t n) {
 
 // §6.8
 Result<CreateAh> decode_create_ah(ByteView in) {
-  OPENIB_TRY(need(in, 40, "CREATE_AH"));
+  OPENIB_TRY(need(in, 56, "CREATE_AH"));
   CreateAh c;
   c.pdn = get32(in, 0x00);
   c.av = decode_av(in.subspan(0x08, kAvSize));

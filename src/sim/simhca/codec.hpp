@@ -46,10 +46,11 @@ struct Av {
   uint32_t flow_label = 0;
   uint8_t sgid_index = 0, traffic_class = 0;
   std::array<uint8_t, 16> dgid{};
+  std::array<uint8_t, 6> dmac{};  // an Ethernet port's destination MAC (§7.6)
   bool grh() const { return flags & 1; }
 };
-inline constexpr size_t kAvSize = 32;
-Av decode_av(ByteView b);  // b: at least 32 bytes (short reads as 0)
+inline constexpr size_t kAvSize = 48;
+Av decode_av(ByteView b);  // b: at least 48 bytes (short reads as 0)
 void encode_av(std::span<std::byte> out, const Av& av);
 
 // §7.7 QP attributes.
@@ -62,7 +63,7 @@ struct QpAttrs {
   uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0;
   Av av;
 };
-inline constexpr size_t kQpAttrsSize = 64;
+inline constexpr size_t kQpAttrsSize = 80;
 QpAttrs decode_qp_attrs(ByteView b);
 void encode_qp_attrs(std::span<std::byte> out, const QpAttrs& a);
 

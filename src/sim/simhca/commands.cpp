@@ -133,6 +133,10 @@ Outcome Hca::cmd_set_port(ByteView in) {
   if ((s.select & kSelSmSl) && s.sm_sl > 15) return {kBadParam, 7};
   if ((s.select & kSelPkey) && (s.pkey0 & 0x7fff) == 0) return {kBadParam, 9};  // IBA 10.9.1.2
   if (s.select2 & ~kSel2CapMask) return {kBadParam, 10};
+  // §16.1: an Ethernet port has no LID, SM or subnet prefix, and its state follows its link.
+  if (pt.info.link_layer == kLinkLayerEthernet &&
+      (s.select & (kSelState | kSelLid | kSelSmLid | kSelLmc | kSelGidPrefix | kSelSmSl)))
+    return {kBadParam, 12};
   // §6.3: the driver may set and clear only the bits of kDriverCapFlags.
   if ((s.cap_set | s.cap_clear) & ~kDriverCapFlags) return {kBadParam, 11};
   PortInfo p = pt.info;
@@ -145,7 +149,8 @@ Outcome Hca::cmd_set_port(ByteView in) {
   if (s.select & kSelSmSl) p.sm_sl = s.sm_sl;
   if (s.select & kSelGidPrefix) p.gid_prefix = s.gid_prefix;
   if (s.select & kSelPkey) p.pkey0 = s.pkey0;
-  if (p.state >= 3 && p.lid == 0) return {kBadParam, 8};  // Armed/Active need a LID
+  // Armed/Active need a LID (not on an Ethernet port, §16.1: Active without one).
+  if (p.state >= 3 && p.lid == 0 && p.link_layer != kLinkLayerEthernet) return {kBadParam, 8};
   const PortInfo old = pt.info;
   pt.info = p;
   if (p.state != old.state) port_event_state(s.port, old.state, p.state);
@@ -160,8 +165,8 @@ GidEntry Hca::gid_entry(uint8_t port, uint16_t index) const {
   const Port& pt = port_at(port);
   if (index >= pt.info.gid_table_len || index >= kGidTableLen) return {};
   if (index > 0) return pt.gids[index];
-  GidEntry e;  // §6.12: entry 0, the port's own GID (IBA 4.1.1)
-  e.type = kGidTypeIb;
+  GidEntry e;  // §6.12: entry 0, the port's own GID (IBA 4.1.1; §16.1 on Ethernet: link-local)
+  e.type = pt.info.link_layer == kLinkLayerEthernet ? kGidTypeRoceV2 : kGidTypeIb;
   for (int i = 0; i < 8; ++i) {
     e.gid[size_t(i)] = static_cast<uint8_t>(pt.info.gid_prefix >> (56 - 8 * i));
     e.gid[size_t(8 + i)] = static_cast<uint8_t>(pt.info.port_guid >> (56 - 8 * i));
@@ -498,7 +503,9 @@ Outcome Hca::cmd_query_mkey(ByteView in, Bytes& out) {
 Outcome Hca::check_av(const Av& av, bool connected) const {
   // §7.6: an AH may name the permissive LID 0xffff (directed-route SMPs
   // from QP0, IBA 14.2.2); a connected path only a unicast LID.
-  if (av.dlid == 0 || (connected && av.dlid > 0xbfff)) return {kBadParam, 20};
+  const bool eth = is_ethernet(av.port);  // §16: a GRH instead of LIDs
+  if (eth && !av.grh()) return {kBadParam, 20};
+  if (!eth && (av.dlid == 0 || (connected && av.dlid > 0xbfff))) return {kBadParam, 20};
   if (av.sl > 15 || av.src_path_bits > 127 || av.static_rate > 18) return {kBadParam, 21};
   if (av.port < 1 || av.port > opts_.caps.num_ports) return {kBadParam, 22};
   if (av.flags & 0xfe) return {kBadParam, 23};
@@ -507,7 +514,7 @@ Outcome Hca::check_av(const Av& av, bool connected) const {
     return {kBadParam, 24};
   // §6.8: a multicast DLID goes with a GRH whose DGID is a multicast GID
   // (IBA 4.1.1; the receivers match the group by its MGID, §12.8).
-  if (is_multicast_lid(av.dlid) && (!av.grh() || av.dgid[0] != 0xff)) return {kBadParam, 25};
+  if (!eth && is_multicast_lid(av.dlid) && (!av.grh() || av.dgid[0] != 0xff)) return {kBadParam, 25};
   return {};
 }
 
@@ -547,9 +554,13 @@ Outcome Hca::cmd_create_qp(ByteView in, Bytes& out) {
   SIMHCA_DECODE(c, decode_create_qp(in));
   const Caps& caps = opts_.caps;
   const bool special = c.type == kQpSmi || c.type == kQpGsi;
-  if (c.type > kQpGsi) return {kBadParam, 1};
+  const bool raw = c.type == kQpRaw;
+  if (c.type > kQpRaw) return {kBadParam, 1};
   if (special && (c.port < 1 || c.port > caps.num_ports || c.use_srq())) return {kBadParam, 2};
-  if (!special && c.port != 0) return {kBadParam, 3};
+  if (c.type == kQpSmi && is_ethernet(c.port)) return {kBadParam, 2};  // §16.1: no QP0 on RoCE
+  // §16.5: a raw Ethernet QP is given its port here, an Ethernet one.
+  if (raw && (c.port < 1 || c.port > caps.num_ports || !is_ethernet(c.port))) return {kBadParam, 2};
+  if (!special && !raw && c.port != 0) return {kBadParam, 3};
   if (c.log_sq_size > caps.log_max_qp_wr || c.log_sq_stride < 6 || c.log_sq_stride > 11)
     return {kBadParam, 4};
   if (!c.use_srq() &&
@@ -568,7 +579,7 @@ Outcome Hca::cmd_create_qp(ByteView in, Bytes& out) {
   if (c.dbr_iova == 0 || (c.dbr_iova & 7) || !host_.dma_read(c.dbr_iova, dbr)) return {kBadAddress, 10};
   Qp qp;
   qp.cfg = c;
-  qp.attrs.port = special ? c.port : 0;
+  qp.attrs.port = special || raw ? c.port : 0;
   std::optional<uint32_t> qpn;
   if (special) {  // §6.10: one SMI and one GSI per port, at fixed QPNs
     const uint32_t n = special_qpn(c.port, c.type == kQpGsi);
@@ -583,6 +594,7 @@ Outcome Hca::cmd_create_qp(ByteView in, Bytes& out) {
   if (srq) ++srq->users;
   uar_ref(c.uar, +1);
   uar_link_qp(*qpn, *tables_.qps.get(*qpn));
+  if (raw) port_at(c.port).raw_qps.push_back(*qpn);  // §16.5: the port's frames not for RoCE
   out = number_out(*qpn);
   return {};
 }
@@ -593,16 +605,20 @@ Outcome Hca::cmd_modify_qp(ByteView in) {
   if (!qp) return {kBadResource, 0};  // §8.3 step 1
   const PortInfo& pi = port_at(1).info;  // every port has the same limits
   QpLimits lim{opts_.caps.num_ports, pi.max_mtu, pi.pkey_table_len, pi.gid_table_len,
-               opts_.caps.max_rd_atomic, opts_.caps.max_dest_rd_atomic};
+               opts_.caps.max_rd_atomic, opts_.caps.max_dest_rd_atomic, pi.link_layer == kLinkLayerEthernet};
   const uint8_t cur = qp->attrs.state;
   Verdict v = check_modify(qp->cfg.type, cur, m, lim);
+  // §16.5: a raw QP's port is the one it was created on; INIT may name it, no other.
+  if (v.ok() && qp->cfg.type == kQpRaw && (m.mask & attr::kPort) && m.attrs.port != qp->cfg.port)
+    v = {kBadParam, kSynBadValue | attr::kPort};
   if (!v.ok()) {
     log_->debug("simhca: MODIFY_QP {:#x} {} -> {} mask {:#x}: {} syndrome {:#x}", m.qpn,
                 qp_state_name(cur), qp_state_name(target_state(cur, m)), m.mask,
                 status_name(v.status), v.syndrome);
     return {v.status, v.syndrome};
   }
-  const uint8_t fixed_port = (qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi) ? qp->cfg.port : 0;
+  const bool fixed = qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi || qp->cfg.type == kQpRaw;
+  const uint8_t fixed_port = fixed ? qp->cfg.port : 0;
   apply_modify(qp->attrs, m, fixed_port);
   queues_.on_qp_transition(m.qpn, *qp, cur, m);  // §12: PSNs, flush on ERR, clear on RESET
   queues_.track_live(m.qpn, qp);
@@ -635,6 +651,7 @@ Outcome Hca::cmd_destroy_qp(ByteView in) {
   --tables_.cqs.get(qp->cfg.recv_cqn)->users;
   if (qp->cfg.use_srq()) --tables_.srqs.get(qp->cfg.srqn)->users;
   if (qp->mcast_groups) tables_.mcgs.detach_all(qpn);  // §6.11
+  if (qp->cfg.type == kQpRaw) std::erase(port_at(qp->cfg.port).raw_qps, qpn);
   uar_unlink_qp(qpn, *qp);
   uar_ref(qp->cfg.uar, -1);
   tables_.qps.free(qpn);

@@ -51,7 +51,12 @@ class Device {
     log_->info("simhca {:04x}:{:04x} listening on {}", simhca::kVendorId, simhca::kDeviceId, cfg_.path);
     Hca& hca = model_->hca();
     // §12.7 port 1: capture file, then the cable end.
-    if (!cfg_.pcap_path.empty()) {
+    const bool eth = cfg_.opts.link_layer == simhca::kLinkLayerEthernet;  // §16: frames, not packets
+    if (!cfg_.pcap_path.empty() && eth) {
+      auto w = sim::wire::PcapEthWriter::open(cfg_.pcap_path);
+      if (!w) return fail(w.error().str());
+      pcap_eth_ = std::move(w).value();
+    } else if (!cfg_.pcap_path.empty()) {
       auto w = sim::wire::PcapErfWriter::open(cfg_.pcap_path);
       if (!w) return fail(w.error().str());
       pcap_ = std::move(w).value();
@@ -59,6 +64,8 @@ class Device {
     if (cfg_.port1) {
       cfg_.port1->faults = cfg_.faults;
       cfg_.port1->pcap = pcap_.get();
+      cfg_.port1->pcap_eth = pcap_eth_.get();
+      if (eth) cfg_.port1->framing = sim::UdpLinkOptions::Framing::kEthernet;
       cfg_.port1->polled = true;
       cfg_.port1->on_readable = [this] { waiter_.notify(); };
       auto l = sim::UdpLink::create(*cfg_.port1);
@@ -83,6 +90,7 @@ class Device {
     }
     // §13 port 2: a UDP cable end of its own (no capture, no faults).
     if (cfg_.port2) {
+      if (eth) cfg_.port2->framing = sim::UdpLinkOptions::Framing::kEthernet;
       cfg_.port2->polled = true;
       cfg_.port2->on_readable = [this] { waiter_.notify(); };
       auto l = sim::UdpLink::create(*cfg_.port2);
@@ -324,6 +332,12 @@ class Device {
     log_->info(  // §6.11, §12.8
         "simhca: multicast: copies delivered {}, looped back {}, dropped without GRH {}, for no group {}",
         d.mcast_delivered, d.mcast_loopback, d.rx_mcast_no_grh, d.rx_mcast_no_group);
+    if (cfg_.opts.link_layer == openib::simhca::kLinkLayerEthernet)
+      log_->info(  // §16
+          "simhca: ethernet: frames not RoCEv2 {}, bad ICRC {}, not to our GIDs {}, wrong addresses {}, "
+          "packets without GRH not sent {}; raw QPs: frames sent {}, received {}",
+          d.rx_not_roce, d.rx_bad_icrc, d.rx_not_our_gid, d.rx_bad_addr, d.tx_not_framed, d.raw_tx_frames,
+          d.raw_rx_frames);
   }
 
   DeviceConfig cfg_;
@@ -333,6 +347,7 @@ class Device {
   std::unique_ptr<openib::simhca::VfioModel> model_;
   std::unique_ptr<openib::vfio::user::VfioUserServer> server_;
   std::unique_ptr<openib::sim::wire::PcapErfWriter> pcap_;
+  std::unique_ptr<openib::sim::wire::PcapEthWriter> pcap_eth_;  // §16: an Ethernet device's capture
   PacketInbox inbox_, inbox2_;
   std::array<std::atomic<int>, 2> light_{-1, -1};  // a port's last link-state signal, not yet applied (-1: none)
   std::unique_ptr<openib::sim::UdpLink> link_, link2_;

@@ -83,6 +83,7 @@ void Hca::reset_tables() {
     host_.uar_free(n);  // §4, §11.5
   });
   tables_.reset(c);
+  for (Port& pt : ports_) pt.raw_qps.clear();  // §16.5: no QP is left
 }
 
 // ---- §3 initialization segment ------------------------------------------

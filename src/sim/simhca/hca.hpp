@@ -47,10 +47,15 @@ struct Headers;
 
 namespace openib::simhca {
 
+// §16.4: a multicast GID on an Ethernet port: ff00::/8, or an
+// IPv4-mapped 224.0.0.0/4 group (ethernet_port.cpp).
+bool is_roce_multicast_gid(const std::array<uint8_t, 16>& g);
+
 struct HcaOptions {
   Caps caps;                               // caps.num_ports: §13 --ports (1 or 2)
   std::chrono::milliseconds cmd_delay{0};  // §13 --cmd-delay-ms
   std::string node_desc;                   // §14.3 NodeDescription (§13 --node-desc); "" = default
+  uint8_t link_layer = kLinkLayerInfiniBand;  // §16 (§13 --link-layer): every port's
 };
 
 struct HcaStats {
@@ -86,6 +91,15 @@ struct DataStats {
   uint64_t mcast_loopback = 0;      // packets copied to the sending port's other members (§12.7)
   uint64_t rx_mcast_no_grh = 0;     // multicast DLID without a GRH
   uint64_t rx_mcast_no_group = 0;   // no QP of the port attached to the DGID
+  // §16 Ethernet ports
+  uint64_t rx_not_roce = 0;      // a frame that is not RoCEv2 (ARP, IPv6 ND, ...) and no raw QP took it
+  uint64_t rx_bad_icrc = 0;      // RoCEv2 with a wrong ICRC (malformed ones are in rx_malformed)
+  uint64_t rx_not_our_gid = 0;   // RoCEv2 to another MAC or IP than the port's (rxe_chk_dgid)
+  uint64_t rx_bad_addr = 0;      // RC/UC from another IP than the QP's peer, or to QP0
+  uint64_t tx_not_framed = 0;    // a packet without a GRH on an Ethernet port
+  // §16.5 the raw Ethernet QP
+  uint64_t raw_tx_frames = 0;    // frames raw QPs sent onto the cable
+  uint64_t raw_rx_frames = 0;    // copies of frames received by raw QPs (a frame may make several)
 };
 
 // The composition root: it owns the units (the transport's in
@@ -189,6 +203,7 @@ class Hca final : private WireOps, private CommandExecutor {
   void port_event_state(uint8_t port, uint8_t from, uint8_t to);
   void port_event_lid(uint8_t port, uint16_t lid);
   void port_event(uint8_t type, uint8_t port);  // §9.4 events whose data is the port
+  uint8_t trained_state(uint8_t port) const;
 
   // §12.7 packets out (port_agent.cpp): the port side of the transport units
   // (WireOps). false only if the payload could not be read from host
@@ -214,6 +229,18 @@ class Hca final : private WireOps, private CommandExecutor {
   bool transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local);
   bool for_own_port(uint8_t port, uint16_t dlid) const override;
   void deliver_loopback();
+  // §16 Ethernet ports (ethernet_port.cpp).
+  bool is_ethernet(uint8_t port) const;
+  void init_ethernet_port(uint8_t port);
+  bool own_gid(uint8_t port, const std::array<uint8_t, 16>& gid) const;
+  bool av_is_local(uint8_t port, const Av& av) const;      // loopback: to the port itself
+  bool av_is_multicast(uint8_t port, const Av& av) const;  // a multicast DLID, or (Ethernet) DGID
+  bool transmit_frame(uint8_t port, size_t len, sim::Link::Filler fill, const Av& av, bool multicast);
+  void receive_frame(uint8_t port, std::span<const std::byte> frame);
+  // §16.5: a raw QP's frame out; a frame the RoCE transport does not take,
+  // to the port's raw QPs (false: the port has none able to receive).
+  bool send_frame(uint8_t port, const Payload& payload) override;
+  bool steer_to_raw(uint8_t port, std::span<const std::byte> frame);
   sim::Link* qp_link(const Qp& qp) override;
 
   // management datagrams (port_agent.cpp, sma.cpp, pma.cpp): §14, §15
@@ -313,6 +340,7 @@ class Hca final : private WireOps, private CommandExecutor {
   std::unique_ptr<sim::sma::SmaEngine> sma_;   // §14
   std::unique_ptr<sim::sma::PmaEngine> pma_;   // §15
   std::deque<std::pair<uint8_t, std::vector<std::byte>>> loopback_;  // §12.7 packets to ourselves
+  std::vector<std::byte> eth_tx_, eth_frame_, eth_rx_;  // §16: a packet and its frame, reused
 
   ResourceTables tables_;  // §6, §7
   EventUnit events_{host_, tables_, log_};  // §9, §10

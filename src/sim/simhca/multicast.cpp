@@ -20,8 +20,11 @@ Outcome Hca::cmd_mcg(ByteView in, bool attach) {
   auto m = decode_mcg(in);
   if (!m) return {static_cast<uint8_t>(m.error().code), 0};
   if (m->reserved) return {kBadParam, 1};
-  if (m->mgid[0] != 0xff) return {kBadParam, 2};        // IBA 4.1.1: a multicast GID
-  if (!is_multicast_lid(m->mlid)) return {kBadParam, 3};  // IBA 4.1.1: 0xC000..0xFFFE
+  // IBA 4.1.1: a multicast GID and LID (§16.4 on Ethernet: also an
+  // IPv4-mapped group, and no LID to check).
+  const bool eth = is_ethernet(1);  // every port has the device's link layer
+  if (m->mgid[0] != 0xff && !(eth && is_roce_multicast_gid(m->mgid))) return {kBadParam, 2};
+  if (!eth && !is_multicast_lid(m->mlid)) return {kBadParam, 3};  // 0xC000..0xFFFE
   Qp* qp = tables_.qps.get(m->qpn);
   if (!qp) return {kBadResource, 4};
   if (qp->cfg.type != kQpUd) return {kBadParam, 5};  // IBA 11.3.1.1: UD QPs only

@@ -25,7 +25,8 @@ constexpr const char* kUsage =
     "  DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]\n"
     "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]\n"
     "          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
-    "          [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT] [--node-desc TEXT]\n";
+    "          [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT] [--node-desc TEXT]\n"
+    "          [--link-layer infiniband|ethernet]\n";
 
 // "k1=v1,k2=v2" -> calls f(k, v); false if a pair has no '=' or f refuses it.
 template <typename F>
@@ -189,6 +190,14 @@ void add_device_options(CLI::App& app, DeviceConfig& c) {
       "--port2", [&c](const std::string& v) { parse_port2(v, c); },
       "port 2's UDP cable end (with --ports 2): LOCAL=ADDR:PORT,PEER=ADDR:PORT")
       ->type_name("SPEC");
+  app.add_option_function<std::string>(
+      "--link-layer",
+      [&c](const std::string& v) {
+        require(v == "infiniband" || v == "ethernet", "--link-layer: infiniband or ethernet");
+        c.opts.link_layer = v == "ethernet" ? kLinkLayerEthernet : kLinkLayerInfiniBand;
+      },
+      "the ports' link layer (§16): ethernet makes them RoCEv2 ports on Ethernet cables (UDP only)")
+      ->type_name("infiniband|ethernet");
   app.add_option("--node-desc", c.opts.node_desc, "NodeDescription (IBA 14.2.5.2)")
       ->type_name("TEXT");
 }
@@ -221,12 +230,17 @@ std::optional<int> parse_options(int argc, char** argv, Options& out) {
       return 2;
     }
   }
-  for (const DeviceConfig& c : out.devices)
-    if (c.path.empty() || (c.port2 && c.opts.caps.num_ports < 2)) {
-      std::fprintf(stderr, "simhca: %s\n%s",
-                   c.path.empty() ? "every device needs --socket" : "--port2 needs --ports 2", kUsage);
+  for (const DeviceConfig& c : out.devices) {
+    const char* bad = c.path.empty()                                ? "every device needs --socket"
+                      : c.port2 && c.opts.caps.num_ports < 2         ? "--port2 needs --ports 2"
+                      : c.port1_shm && c.opts.link_layer == kLinkLayerEthernet
+                          ? "--link-layer ethernet needs a UDP cable (LOCAL=,PEER=), not SHM="
+                          : nullptr;
+    if (bad) {
+      std::fprintf(stderr, "simhca: %s\n%s", bad, kUsage);
       return 2;
     }
+  }
   return std::nullopt;
 }
 

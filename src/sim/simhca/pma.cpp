@@ -13,7 +13,7 @@ namespace w = sim::wire;
 // partitioned, and carry the GSI Q_Key).
 void Hca::receive_gmp(uint8_t port, const w::ParsedPacket& p, bool local) {
   Port& pt = port_at(port);
-  if (!for_own_port(port, p.hdr.lrh.dlid)) {
+  if (!is_ethernet(port) && !for_own_port(port, p.hdr.lrh.dlid)) {
     ++dstats_.rx_bad_dlid;
     ++pt.pma.rcv_switch_relay_errors;
     return;
@@ -39,7 +39,9 @@ void Hca::receive_gmp(uint8_t port, const w::ParsedPacket& p, bool local) {
     const auto mad = p.payload;
     const uint8_t meth = mad::mad_method(mad);
     // IBA 16.1.1: the PMA answers Get and Set of class PerfMgmt.
-    if (mad::mad_class(mad) == mad::mgmt_class::kPerfMgmt && (meth == mad::method::kGet || meth == mad::method::kSet)) {
+    // (Not on an Ethernet port, §16.4: its GMPs are all the driver's.)
+    if (mad::mad_class(mad) == mad::mgmt_class::kPerfMgmt && (meth == mad::method::kGet || meth == mad::method::kSet) &&
+        !is_ethernet(port)) {
       const sim::sma::PmaAction a = pma_->handle_gmp(mad, port);
       if (a.kind != sim::sma::PmaActionKind::kReply) {
         ++dstats_.mads_dropped;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "mad/sma_attrs.hpp"
 #include "sim/cable/link.hpp"
@@ -73,7 +74,9 @@ struct Port {
   SmaPortState sma;    // §14
   sim::sma::PortCounterValues pma;  // §15 (data counters in octets)
   sim::Link* link = nullptr;  // §12.7: the cable end (nullptr: no cable)
+  std::array<uint8_t, 6> mac{};  // §16.1: an Ethernet port's MAC
   bool pulled = false;        // §14.3: the far end said the cable is pulled (Hca::set_cable_light)
+  std::vector<uint32_t> raw_qps;  // §16.5: the port's raw Ethernet QPs, oldest first
   // A cable that carries light: the link can train.
   bool can_train() const { return link && !pulled; }
 };

@@ -43,14 +43,19 @@ void Hca::reset_ports() {
     pt.sma = SmaPortState{};
     pt.pma = sim::sma::PortCounterValues{};
     init_sma_port(n);
+    if (opts_.link_layer == kLinkLayerEthernet) init_ethernet_port(n);
     const bool up = pt.can_train() && n <= opts_.caps.num_ports;
     pt.info.phys_state = up ? kPhysLinkUp : kPhysPolling;
-    pt.info.state = up ? kPsInit : kPsDown;
+    pt.info.state = up ? trained_state(n) : uint8_t{kPsDown};
   }
 }
 
+// A link that comes up: Init, for a subnet manager to take further (IBA
+// 7.2); an Ethernet port has none and is Active at once (§16.1).
+uint8_t Hca::trained_state(uint8_t port) const { return is_ethernet(port) ? kPsActive : kPsInit; }
+
 uint8_t Hca::qp_port(const Qp& qp) const {
-  if (qp.cfg.type == kQpSmi || qp.cfg.type == kQpGsi) return qp.cfg.port;
+  if (qp.cfg.type == kQpSmi || qp.cfg.type == kQpGsi || qp.cfg.type == kQpRaw) return qp.cfg.port;
   const uint8_t p = qp.attrs.port;
   return p >= 1 && p <= opts_.caps.num_ports ? p : 1;
 }
@@ -92,7 +97,7 @@ void Hca::attach_link(uint8_t port, sim::Link* link) {
   const uint8_t was = pt.info.state;
   if (link && pt.info.state == kPsDown && pt.info.phys_state != kPhysDisabled) {
     pt.info.phys_state = kPhysLinkUp;
-    pt.info.state = kPsInit;
+    pt.info.state = trained_state(port);
   } else if (link) {
     pt.info.phys_state = kPhysLinkUp;
   } else {
@@ -121,7 +126,7 @@ void Hca::set_cable_light(uint8_t port, bool up) {
     pt.info.state = kPsDown;
   } else if (!disabled && pt.info.state == kPsDown) {
     pt.info.phys_state = kPhysLinkUp;
-    pt.info.state = kPsInit;
+    pt.info.state = trained_state(port);
   }
   if (initialized_ && was != pt.info.state) port_event_state(port, was, pt.info.state);
 }
@@ -222,6 +227,10 @@ void Hca::receive_from_link(uint8_t port, std::span<const std::byte> packet, con
     ++dstats_.rx_port_down;
     return;
   }
+  if (is_ethernet(port)) {  // a frame (an Ethernet cable hands no parsed packets)
+    if (!parsed) receive_frame(port, packet);
+    return;
+  }
   receive_on_port(port, packet, false, parsed, wire_bytes);
 }
 
@@ -252,6 +261,10 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
   ++dstats_.rx_packets;
   if (!local) count_rx(port, wire_bytes, is_multicast_lid(p.hdr.lrh.dlid));
   const uint32_t dest = p.hdr.bth.dest_qp;
+  if (dest == 0 && is_ethernet(port)) {  // §16.3: RoCE has no QP0
+    ++dstats_.rx_bad_addr;
+    return;
+  }
   if (dest == 0) return receive_smp(port, p, local);  // sma.cpp
   if (p.hdr.lrh.vl == 15) {  // IBA 7.6.5: VL15 carries SMPs only
     ++dstats_.rx_bad_vl;
@@ -268,7 +281,7 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
   }
   if (is_multicast_lid(p.hdr.lrh.dlid)) return receive_multicast(port, p, local);  // multicast.cpp
   const uint16_t lmc_mask = static_cast<uint16_t>(~((1u << pt.info.lmc) - 1));
-  if (p.hdr.lrh.dlid >= 0xc000 || (p.hdr.lrh.dlid & lmc_mask) != (pt.info.lid & lmc_mask)) {
+  if (!is_ethernet(port) && (p.hdr.lrh.dlid >= 0xc000 || (p.hdr.lrh.dlid & lmc_mask) != (pt.info.lid & lmc_mask))) {
     ++dstats_.rx_bad_dlid;  // IBA 7.11.1: not ours (the permissive LID is QP0's)
     ++pt.pma.rcv_switch_relay_errors;
     return;
@@ -281,7 +294,7 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
     return;
   }
   Qp* qp = tables_.qps.get(dest);
-  if (!qp || qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi || qp_port(*qp) != port ||
+  if (!qp || qp->cfg.type == kQpSmi || qp->cfg.type == kQpGsi || qp->cfg.type == kQpRaw || qp_port(*qp) != port ||
       w::opcode_transport(p.hdr.bth.opcode) != transport_of_type(qp->cfg.type)) {
     ++dstats_.rx_no_qp;
     return;
@@ -292,6 +305,12 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
     return;
   }
   const bool connected = qp->cfg.type == kQpRc || qp->cfg.type == kQpUc;
+  // §16.3 (as rxe_chk_addr): on an Ethernet port, an RC/UC packet comes
+  // from the QP's peer's IP, or it is not the connection's.
+  if (connected && !local && is_ethernet(port) && (!p.hdr.grh || p.hdr.grh->sgid != qp->attrs.av.dgid)) {
+    ++dstats_.rx_bad_addr;
+    return;
+  }
   if (connected && st == kRtr && !qp->rt.comm_est) {  // IBA 11.6.3.1
     qp->rt.comm_est = true;
     emit_event(kEvQpCommEst, dest);
@@ -454,8 +473,7 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
   }
   // §12.7 loopback: to this port's own LID, or (QP0) an SMP for this very
   // port (a directed route of hop count 0, §14.1).
-  const bool local = for_own_port(port, av.dlid) ||
-                     (smi && smi_is_local(port, pl->bytes, av.dlid));
+  const bool local = av_is_local(port, av) || (smi && smi_is_local(port, pl->bytes, av.dlid));
   // Headers, then the payload straight from host memory (or the bytes
   // given), then pad and CRCs, all into the packet's final place.
   bool readable = true;
@@ -476,9 +494,11 @@ bool Hca::send_packet(w::Headers& h, const Payload& payload, const Av& av, uint8
   // §12.7 multicast: onto the wire for the other ports of the group (the
   // switches never send it back out of this port), and a copy into this
   // port for its other attached QPs, not the sender (multicast.cpp).
-  const bool mcast = !seg && h.grh && is_multicast_lid(av.dlid);
-  const bool sent = transmit(port, seg ? sg.bytes() : frame->size, fill, smi || gsi, local,
-                             pl->size() ? frame->payload_offset() : 0, seg ? &sg : nullptr, mcast);
+  const bool mcast = !seg && h.grh && av_is_multicast(port, av);
+  const bool sent = is_ethernet(port) && !local && !seg
+                        ? transmit_frame(port, frame->size, fill, av, mcast)
+                        : transmit(port, seg ? sg.bytes() : frame->size, fill, smi || gsi, local,
+                                   pl->size() ? frame->payload_offset() : 0, seg ? &sg : nullptr, mcast);
   if (mcast && readable && h.deth && other_local_members(port, av.dgid, h.deth->src_qp) &&
       transmit(port, frame->size, fill, smi || gsi, true))
     ++dstats_.mcast_loopback;
@@ -501,7 +521,7 @@ uint32_t Hca::mtu_bytes(const Qp& qp) const {
 // packets that loop back inside the device (§12.7).
 sim::Link* Hca::qp_link(const Qp& qp) {
   const uint8_t port = qp_port(qp);
-  if (port > opts_.caps.num_ports || for_own_port(port, qp.attrs.av.dlid)) return nullptr;
+  if (port > opts_.caps.num_ports || av_is_local(port, qp.attrs.av)) return nullptr;
   return port_at(port).link;
 }
 

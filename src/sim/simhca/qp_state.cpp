@@ -1,6 +1,7 @@
 // docs/simhca.md §8: IBA 10.3.1 (QP states) and 11.2.4.2 (Modify QP). The
 // table is the one Linux's ib_modify_qp_is_ok() encodes (drivers/infiniband/
-// core/verbs.c), restricted to the RC, UC, UD, SMI and GSI types.
+// core/verbs.c), restricted to the RC, UC, UD, SMI and GSI types, and the
+// raw Ethernet QP (§16.5; Linux's IB_QPT_RAW_PACKET rows).
 #include "sim/simhca/qp_state.hpp"
 
 namespace openib::simhca {
@@ -9,7 +10,7 @@ namespace {
 
 using namespace attr;
 
-constexpr int kTypes = 5;   // RC UC UD SMI GSI
+constexpr int kTypes = 6;   // RC UC UD SMI GSI RAW
 constexpr int kStates = 7;  // RESET .. ERR
 
 struct Rule {
@@ -18,7 +19,7 @@ struct Rule {
   uint32_t opt[kTypes] = {};
 };
 
-// Per-type masks, in order RC, UC, UD, SMI, GSI.
+// Per-type masks, in order RC, UC, UD, SMI, GSI, RAW (left out: 0).
 struct Masks {
   uint32_t m[kTypes];
 };
@@ -70,6 +71,11 @@ constexpr Table make_table() {
             kCurState | kQkey, kCurState | kQkey}});
   t.r[kRts][kSqd] = rule({}, {{kEnSqdAsyncNotify, kEnSqdAsyncNotify, kEnSqdAsyncNotify,
                                kEnSqdAsyncNotify, kEnSqdAsyncNotify}});
+  // §16.5: the raw QP's port is fixed at CREATE_QP; INIT may repeat it
+  // (Linux requires IB_QP_PORT here), nothing else is taken: no P_Key,
+  // Q_Key, path or PSN.
+  t.r[kReset][kInit].opt[kQpRaw] = kPort;
+  t.r[kInit][kInit].opt[kQpRaw] = kPort;
   t.r[kSqd][kRts] = t.r[kRtr][kRts];
   for (int ty = 0; ty < kTypes; ++ty) t.r[kSqd][kRts].req[ty] = 0;
   t.r[kSqd][kSqd] = rule(
@@ -110,7 +116,9 @@ uint32_t bad_value(uint8_t type, uint32_t mask, const QpAttrs& a, const QpLimits
     const Av& av = a.av;
     // §7.6: a connected QP's path is unicast (IBA 7.7 LID ranges).
     const bool connected = type == kQpRc || type == kQpUc;
-    if (av.dlid == 0 || av.dlid == 0xffff || (connected && av.dlid > 0xbfff)) return kAv;
+    // §16: on an Ethernet port the GRH addresses the packet; the DLID is not used.
+    if (lim.ethernet && !av.grh()) return kAv;
+    if (!lim.ethernet && (av.dlid == 0 || av.dlid == 0xffff || (connected && av.dlid > 0xbfff))) return kAv;
     if (av.sl > 15 || av.src_path_bits > 127 || av.static_rate > 18) return kAv;
     if (av.port != 0 && av.port > lim.num_ports) return kAv;
     if (av.flags & 0xfe) return kAv;

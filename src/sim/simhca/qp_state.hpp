@@ -18,6 +18,7 @@ struct QpLimits {
   uint16_t gid_table_len = 1;
   uint8_t max_rd_atomic = 16;
   uint8_t max_dest_rd_atomic = 16;
+  bool ethernet = false;  // §16: the ports are Ethernet: paths have a GRH and no LID
 };
 
 struct Verdict {

@@ -9,6 +9,7 @@
 
 #include "sim/simhca/rc_requester.hpp"
 #include "sim/simhca/rc_responder.hpp"
+#include "sim/wire/roce.hpp"
 
 namespace openib::simhca {
 
@@ -343,6 +344,11 @@ bool QueueEngine::fetch_send(uint32_t qpn, Qp& qp) {
     if (!ah || ah->pdn != qp.cfg.pdn) return fail(kWcLocQpOpErr);  // §12.1: the AH's PD is the QP's
     if (op.len > mtu) return fail(kWcLocLenErr);  // IBA 9.8.4: UD messages fit one packet
   }
+  // §16.5: a raw SEND's data is one whole Ethernet frame, header to payload
+  // (no FCS): at least the 14-byte header, at most what the cable carries.
+  const bool raw_qp = qp.cfg.type == kQpRaw;
+  if (raw_qp && (op.len < sim::wire::kEthHeaderBytes || op.len > sim::wire::kMaxPacketBytes))
+    return fail(kWcLocLenErr);
   if (op.w.flags & kWqeInline) {
     op.data = op.w.inline_data;
   } else if (op.reads()) {
@@ -356,7 +362,7 @@ bool QueueEngine::fetch_send(uint32_t qpn, Qp& qp) {
       if (s.length && resolve(s.lkey, qp.cfg.pdn, s.addr, s.length, 0, op.local) != KeyFault::kNone)
         return fail(kWcLocProtErr);
   }
-  op.npkts = op.w.is_atomic() ? 1 : static_cast<uint32_t>(std::max<uint64_t>(1, (op.len + mtu - 1) / mtu));
+  op.npkts = op.w.is_atomic() || raw_qp ? 1 : static_cast<uint32_t>(std::max<uint64_t>(1, (op.len + mtu - 1) / mtu));
   op.first_psn = rt.next_psn;
   rt.next_psn = (rt.next_psn + op.npkts) & 0xffffff;
   ++rt.sq_ci;

@@ -155,6 +155,12 @@ Payload RcRequester::build_data_packet(const Qp& qp, SendOp& op, w::Headers& h) 
 
 // Sends the next packet of `op` (op.sent is its index).
 bool RcRequester::send_packet(uint32_t qpn, Qp& qp, SendOp& op) {
+  if (qp.cfg.type == kQpRaw) {  // §16.5: the WQE's data is the frame, one per WQE
+    op.sent = op.npkts;
+    const Payload frame = (op.w.flags & kWqeInline) ? Payload{std::span<const std::byte>(op.data)}
+                                                    : Payload{{}, &op.local, 0, static_cast<size_t>(op.len)};
+    return wire_.send_frame(wire_.qp_port(qp), frame);
+  }
   w::Headers h;
   h.bth.dest_qp = is_ud_type(qp.cfg.type) ? op.w.dest_qpn : qp.attrs.dest_qpn;
   h.bth.psn = psn::add(op.first_psn, op.sent);

@@ -74,7 +74,8 @@ struct Caps {
 };
 
 // §7.7 QP types, §8.1 QP states.
-enum QpType : uint8_t { kQpRc = 0, kQpUc = 1, kQpUd = 2, kQpSmi = 3, kQpGsi = 4 };
+// kQpRaw: the raw Ethernet QP of an Ethernet port (§16.5).
+enum QpType : uint8_t { kQpRc = 0, kQpUc = 1, kQpUd = 2, kQpSmi = 3, kQpGsi = 4, kQpRaw = 5 };
 enum QpState : uint8_t {
   kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5, kErr = 6,
 };

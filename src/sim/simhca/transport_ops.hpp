@@ -70,6 +70,11 @@ class WireOps {
   // packet's headers.
   virtual bool send_packet(sim::wire::Headers& h, const Payload& payload, const Av& av, uint8_t port,
                            const sim::Segment* seg) = 0;
+  // §16.5: a raw Ethernet QP's SEND: `payload` is the whole frame, which
+  // leaves on the cable of Ethernet `port` as it is. false only if the
+  // payload could not be read from host memory; a frame the port drops is
+  // counted, true.
+  virtual bool send_frame(uint8_t port, const Payload& payload) = 0;
   // The cable a QP's packets leave by: none for a port without one, or
   // for packets that loop back inside the device.
   virtual sim::Link* qp_link(const Qp& qp) = 0;

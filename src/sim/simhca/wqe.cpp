@@ -48,7 +48,8 @@ Error wc(uint8_t status, const char* why) { return Error{status, why}; }
 Sge decode_sge(ByteView b, size_t off) { return {get32(b, off), get32(b, off + 4), get64(b, off + 8)}; }
 
 // §12.1: which opcodes a QP type may post (IBA 10.7.1: UD and the special
-// QPs send only; UC has no READ or atomics, IBA 9.8).
+// QPs send only; UC has no READ or atomics, IBA 9.8; the raw Ethernet QP
+// SEND only, §16.5).
 bool opcode_allowed(uint8_t qp_type, uint8_t op) {
   switch (qp_type) {
     case kQpRc: return op <= kWrFetchAdd;
@@ -56,6 +57,7 @@ bool opcode_allowed(uint8_t qp_type, uint8_t op) {
     case kQpUd:
     case kQpSmi:
     case kQpGsi: return op <= kWrSendImm;
+    case kQpRaw: return op == kWrSend;  // §16.5: a frame has no immediate data
     default: return false;
   }
 }

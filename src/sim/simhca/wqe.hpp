@@ -76,7 +76,7 @@ struct WqeLimits {
 };
 
 // §12.1: `wqe` is one SQ stride. qp_type is §6.10's (0 RC, 1 UC, 2 UD,
-// 3 SMI, 4 GSI). Malformed (bad opcode for the type, num_ds out of the
+// 3 SMI, 4 GSI, 5 RAW: control and data segments only, §16.5). Malformed (bad opcode for the type, num_ds out of the
 // stride, reserved flag bits, missing segments, inline over max_inline,
 // atomic without exactly one 8-byte data segment): kWcLocQpOpErr. A
 // message over max_msg_size: kWcLocLenErr.

@@ -332,7 +332,7 @@ Result<std::size_t> ib_to_roce(std::span<const std::byte> ib, const Mac& dmac, c
 }
 
 Result<std::size_t> roce_to_ib(const RoceFrame& f, std::uint16_t dlid, std::uint16_t slid,
-                               std::span<std::byte> out) {
+                               std::span<std::byte> out, bool crcs) {
   const std::size_t t = f.transport.size();
   if (t < kBthBytes || t % 4 != 0) return err(EINVAL, "transport packet of {} bytes", t);
   const std::size_t len = kLrhBytes + kGrhBytes + t + kIcrcBytes + kVcrcBytes;
@@ -353,8 +353,9 @@ Result<std::size_t> roce_to_ib(const RoceFrame& f, std::uint16_t dlid, std::uint
   grh.sgid = f.addr.sgid;
   grh.dgid = f.addr.dgid;
   std::byte* p = write_grh(write_lrh(out.data(), lrh), grh);
-  std::copy(f.transport.begin(), f.transport.end(), p);
-  seal_packet(out.first(len));  // a fresh IBA ICRC (IBA 7.8.1) and VCRC
+  p = std::copy(f.transport.begin(), f.transport.end(), p);
+  if (crcs) seal_packet(out.first(len));  // a fresh IBA ICRC (IBA 7.8.1) and VCRC
+  else std::fill_n(p, kIcrcBytes + kVcrcBytes, std::byte{0});
   return len;
 }
 

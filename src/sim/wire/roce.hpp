@@ -154,7 +154,10 @@ Result<std::size_t> ib_to_roce(std::span<const std::byte> ib_packet, const Mac& 
 // transport packet's OpCode and extension headers are not checked here:
 // parse_packet() of the result does. EMSGSIZE: too long for the 11-bit
 // PktLen (a jumbo frame can carry more than an IBA packet).
+// `crcs` false: the ICRC and VCRC are left as zeros, for a receiver that
+// parses the packet without checking them (simhca's Ethernet port, whose
+// frame's RoCEv2 ICRC was just checked).
 Result<std::size_t> roce_to_ib(const RoceFrame& f, std::uint16_t dlid, std::uint16_t slid,
-                               std::span<std::byte> out);
+                               std::span<std::byte> out, bool crcs = true);
 
 }  // namespace openib::sim::wire
