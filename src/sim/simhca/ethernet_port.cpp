@@ -64,12 +64,11 @@ void Hca::init_ethernet_port(uint8_t port) {
 // A GID of the port's table (any entry): the destination IP of a RoCEv2
 // frame the port takes.
 bool Hca::own_gid(uint8_t port, const std::array<uint8_t, 16>& gid) const {
-  const Port& pt = port_at(port);
-  for (uint16_t i = 0; i < pt.info.gid_table_len && i < kGidTableLen; ++i) {
-    const GidEntry e = gid_entry(port, i);
-    if (e.type != kGidTypeNone && e.gid == gid) return true;
-  }
-  return false;
+  const Port& pt = port_at(port);  // (on every frame: the stored entries, not copies of them)
+  const size_t n = std::min<size_t>(pt.info.gid_table_len, kGidTableLen);
+  for (size_t i = 1; i < n; ++i)
+    if (pt.gids[i].type != kGidTypeNone && pt.gids[i].gid == gid) return true;
+  return gid_entry(port, 0).gid == gid;
 }
 
 bool Hca::av_is_local(uint8_t port, const Av& av) const {
