@@ -1,8 +1,10 @@
 # shellcheck shell=bash disable=SC2154  # qemu_test_tag, cache, work: set by the caller
-# Shared by the QEMU tests (run.sh, rxe.sh; docs/qemu-test.md): Debian's
-# kernel package fetched into a cache, and a busybox initramfs built from
-# its modules and host binaries with their shared libraries. Sourced, not
-# run. The caller sets:
+# Shared by the QEMU tests (run.sh, rxe.sh, rxe_rc.sh; docs/qemu-test.md):
+# Debian's kernel package fetched into a cache, and a busybox initramfs built
+# from its modules and host binaries with their shared libraries; for the
+# two Soft-RoCE tests also the guest's rxe setup, the VM run side by side
+# with a host peer, and the common checks of the verdict. Sourced, not run.
+# The caller sets:
 #   qemu_test_tag  prefix of say/die messages
 #   cache          the cache directory ($OPENIB_CACHE/qemu)
 #   work           its private temporary directory (removed on exit)
@@ -158,4 +160,233 @@ initramfs_binary() {
 initramfs_pack() {
   (cd "$1" && find . | cpio -o -H newc --quiet | gzip -1) >"$2"
   say "initramfs $(du -h "$2" | cut -f1)"
+}
+
+# --- the Soft-RoCE guest (rxe.sh, rxe_rc.sh) ------------------------------------
+
+# require_packages <package>...: dies naming the first Debian package that
+# is not installed.
+require_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
+      die "package $p not installed (run scripts/setup.sh)"
+  done
+}
+
+# initramfs_rxe <root> <provider> <executable>...: the host executables
+# (each must exist) and rdma-core's rxe provider library, which libibverbs
+# dlopens by the path that /etc/libibverbs.d/rxe.driver names (copied too).
+initramfs_rxe() {
+  local root=$1 provider=$2 b
+  shift 2
+  for b in "$@"; do
+    [[ -x $b ]] || die "$b missing"
+    initramfs_binary "$root" "$b"
+  done
+  initramfs_binary "$root" "$provider"
+  mkdir -p "$root/etc/libibverbs.d"
+  cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+}
+
+# rxe_init_setup <file>: writes the start of the guest's /init: it sets
+# ROCE_MAC, OOB_MAC, PEER_MAC, SIZE and ITERS (from guest_mac, oob_mac,
+# peer_mac, size and iters), mounts proc, sysfs and devtmpfs, loads the
+# modules, finds the two NICs by MAC (roce, oob), gives them 198.18.80.2/24
+# (with a permanent neighbour 198.18.80.1 at PEER_MAC) and 10.0.2.15/24, and
+# adds rxe0 on the RoCE NIC.
+rxe_init_setup() {
+  cat >"$1" <<EOF
+#!/bin/busybox sh
+ROCE_MAC=$guest_mac
+OOB_MAC=$oob_mac
+PEER_MAC=$peer_mac
+SIZE=$size
+ITERS=$iters
+EOF
+  cat >>"$1" <<'EOF'
+/bin/busybox --install -s /bin
+export PATH=/usr/sbin:/usr/bin:/bin
+# Debian's busybox runs its own applets before PATH: iproute2's ip by path.
+ip() { /usr/sbin/ip "$@"; }
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+echo "OPENIB: init at $(cut -d' ' -f1 /proc/uptime)s"
+for m in $(cat /lib/modules/load-order); do
+  insmod /lib/modules/$m || echo "OPENIB: insmod $m failed"
+done
+ifname() {  # the interface with MAC $1
+  for d in /sys/class/net/*; do
+    [ "$(cat $d/address)" = "$1" ] && { echo ${d##*/}; return; }
+  done
+}
+roce=$(ifname $ROCE_MAC)
+oob=$(ifname $OOB_MAC)
+echo "OPENIB: RoCE NIC ${roce:-none}, exchange NIC ${oob:-none}"
+ip link set lo up
+ip link set "$oob" up
+ip addr add 10.0.2.15/24 dev "$oob"
+ip link set "$roce" up
+ip addr add 198.18.80.2/24 dev "$roce"
+ip neigh add 198.18.80.1 lladdr $PEER_MAC dev "$roce" nud permanent
+rdma link add rxe0 type rxe netdev "$roce" || echo "OPENIB: rdma link add failed"
+EOF
+}
+
+# rxe_init_gid <file>: appends to the guest's /init the wait (up to 5 s)
+# for rxe0's RoCE v2 GID of 198.18.80.2; sets port (rxe0's port 1 in sysfs)
+# and gidx (its index, "" if it never came).
+rxe_init_gid() {
+  cat >>"$1" <<'EOF'
+# The RoCE v2 GID of 198.18.80.2: ::ffff:198.18.80.2.
+port=/sys/class/infiniband/rxe0/ports/1
+gidx=""
+for i in $(seq 1 50); do
+  for g in $port/gids/*; do
+    n=${g##*/}
+    if [ "$(cat $g 2>/dev/null)" = 0000:0000:0000:0000:0000:ffff:c612:5002 ] &&
+       [ "$(cat $port/gid_attrs/types/$n 2>/dev/null)" = "RoCE v2" ]; then
+      gidx=$n; break 2
+    fi
+  done
+  sleep 0.1
+done
+EOF
+}
+
+# --- the VM and a host peer side by side (rxe.sh, rxe_rc.sh) --------------------
+# These share the caller's vm_pid and peer_pid: the PIDs of the VM and of
+# the peer in the background, "" once reaped (or before they start).
+
+# cleanup_vm_and_peer: for `trap cleanup_vm_and_peer EXIT`: kills and reaps
+# whichever of vm_pid and peer_pid is still set, and removes $work.
+cleanup_vm_and_peer() {
+  local pid
+  for pid in "${vm_pid:-}" "${peer_pid:-}"; do
+    [[ -n $pid ]] || continue
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+
+# start_rxe_vm <serial log> <QEMU's port> <peer's port> <user netdev options>:
+# boots $vmlinuz (setup_kernel) with $work/initramfs.gz in the background,
+# under `timeout $vm_timeout`, accel $accel. Its first NIC ($guest_mac) is
+# cabled by -netdev dgram from 127.0.0.1:<QEMU's port> to 127.0.0.1:<peer's
+# port>; its second ($oob_mac) is user networking with restrict=on and the
+# options given (hostfwd=..., guestfwd=...). The serial console goes to
+# <serial log>, QEMU's own output to $work/qemu.log. Sets vm_pid, and start
+# to $SECONDS at boot.
+start_rxe_vm() {
+  local serial=$1 port_qemu=$2 port_peer=$3 oob_opts=$4
+  say "booting (accel $accel, limit ${vm_timeout}s)"
+  start=$SECONDS
+  timeout -k 5 "$vm_timeout" qemu-system-x86_64 \
+    -accel "$accel" -M q35 -cpu max -smp 1 -m 512M \
+    -display none -nodefaults -no-user-config -no-reboot \
+    -netdev "dgram,id=roce,local.type=inet,local.host=127.0.0.1,local.port=$port_qemu,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_peer" \
+    -device "virtio-net-pci,netdev=roce,mac=$guest_mac,romfile=" \
+    -netdev "user,id=oob,restrict=on,$oob_opts" \
+    -device "virtio-net-pci,netdev=oob,mac=$oob_mac,romfile=" \
+    -serial "file:$serial" \
+    -kernel "$vmlinuz" -initrd "$work/initramfs.gz" \
+    -append "console=ttyS0 panic=-1 quiet" \
+    </dev/null >"$work/qemu.log" 2>&1 &
+  vm_pid=$!
+}
+
+# wait_vm_and_peer: waits until both the VM and the peer have ended.
+# Whichever ends first, the other gets a grace period: the guest powers off
+# once its test returns, but if the peer failed the guest's server may wait
+# forever; the peer waits for replies that a dead guest never sends. After
+# the peer the VM gets 60 s if the peer exited 0, else 10 s; after the VM
+# the peer gets 10 s; then each is killed by its PID. Says when each ended
+# (seconds since start); sets vm_rc and peer_rc (124 or 137: timeout's) and
+# clears vm_pid and peer_pid.
+wait_vm_and_peer() {
+  local grace
+  while kill -0 "$peer_pid" 2>/dev/null && kill -0 "$vm_pid" 2>/dev/null; do sleep 0.5; done
+  if kill -0 "$vm_pid" 2>/dev/null; then
+    reap_peer
+    grace=$((SECONDS + (peer_rc == 0 ? 60 : 10)))
+    while kill -0 "$vm_pid" 2>/dev/null && ((SECONDS < grace)); do sleep 0.5; done
+    kill "$vm_pid" 2>/dev/null || true
+  fi
+  vm_rc=0
+  wait "$vm_pid" || vm_rc=$?
+  vm_pid=""
+  say "VM ran $((SECONDS - start))s, exit status $vm_rc"
+  if [[ -n $peer_pid ]]; then
+    grace=$((SECONDS + 10))
+    while kill -0 "$peer_pid" 2>/dev/null && ((SECONDS < grace)); do sleep 0.5; done
+    kill "$peer_pid" 2>/dev/null || true
+    reap_peer
+  fi
+}
+
+# reap_peer: (for wait_vm_and_peer) waits for peer_pid, sets peer_rc to its
+# exit status, clears peer_pid and says so.
+reap_peer() {
+  peer_rc=0
+  wait "$peer_pid" || peer_rc=$?
+  peer_pid=""
+  say "peer finished after $((SECONDS - start))s, exit status $peer_rc"
+}
+
+# show_logs <serial log> <pcap> <peer name>: writes $work/console.log (the
+# serial log without CRs), copies it to $OPENIB_QEMU_KEEP_LOG and the
+# capture to $OPENIB_RXE_KEEP_PCAP where these are set, and prints the
+# console, QEMU's output ($work/qemu.log) and the peer's ($work/peer.log).
+show_logs() {
+  local serial=$1 pcap=$2 peer_name=$3
+  tr -d '\r' <"$serial" >"$work/console.log"
+  [[ -n ${OPENIB_QEMU_KEEP_LOG:-} ]] && cp "$work/console.log" "$OPENIB_QEMU_KEEP_LOG"
+  [[ -n ${OPENIB_RXE_KEEP_PCAP:-} && -f $pcap ]] && cp "$pcap" "$OPENIB_RXE_KEEP_PCAP"
+  echo "----- serial console -----"
+  cat "$work/console.log"
+  echo "----- QEMU -----"
+  cat "$work/qemu.log"
+  echo "----- $peer_name -----"
+  cat "$work/peer.log"
+  echo "-----"
+}
+
+# fail <message>: a failed check of the verdict: says why (on stderr) and
+# counts it in failures, which end_checks reads.
+fail() { echo "$qemu_test_tag: $*" >&2; failures=$((${failures:-0} + 1)); }
+
+# check_capture <pcap> <min RoCEv2 frames> <frames to list> [<display filter> <what>]:
+# says how many frames tshark reads in the capture, how many go to or from
+# UDP 4791 (RoCEv2), how many decode as InfiniBand (and, given a filter,
+# "(N <what>)" for the frames it matches) and how many are malformed or
+# carry an expert error; lists the first frames; and fails unless every
+# RoCEv2 frame decodes as InfiniBand, none is malformed or in error, and
+# there are at least <min>. Fails too if there is no capture.
+check_capture() {
+  local pcap=$1 min=$2 show=$3 total roce ib bad extra=""
+  if [[ ! -s $pcap ]]; then
+    fail "no capture written"
+    return 0
+  fi
+  total=$(tshark -n -r "$pcap" -T fields -e frame.number 2>/dev/null | wc -l)
+  roce=$(tshark -n -r "$pcap" -Y 'udp.port == 4791' -T fields -e frame.number 2>/dev/null | wc -l)
+  ib=$(tshark -n -r "$pcap" -Y infiniband -T fields -e frame.number 2>/dev/null | wc -l)
+  bad=$(tshark -n -r "$pcap" -Y '_ws.malformed || _ws.expert.severity >= error' -T fields -e frame.number 2>/dev/null | wc -l)
+  if (($# >= 5)); then
+    extra=" ($(tshark -n -r "$pcap" -Y "$4" -T fields -e frame.number 2>/dev/null | wc -l) $5)"
+  fi
+  say "tshark: $total frames, $roce to/from UDP 4791, $ib decoded as InfiniBand$extra, $bad malformed or in error"
+  tshark -n -r "$pcap" 2>/dev/null | sed -n "1,${show}p"
+  ((roce > 0 && ib == roce)) || fail "tshark: $ib of $roce RoCEv2 frames decoded as InfiniBand"
+  ((bad == 0)) || fail "tshark: $bad frames malformed or in error"
+  ((roce >= min)) || fail "tshark: only $roce RoCEv2 frames (expected at least $min)"
+}
+
+# end_checks: fails too if the VM hit its time limit (vm_rc 124 or 137),
+# then dies if any check failed.
+end_checks() {
+  ((vm_rc != 124 && vm_rc != 137)) || fail "VM did not power off within ${vm_timeout}s"
+  ((${failures:-0} == 0)) || die "$failures check(s) failed"
 }

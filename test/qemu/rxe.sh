@@ -50,24 +50,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 work=$(mktemp -d /tmp/openib-rxe.XXXXXX)
 vm_pid=""
 peer_pid=""
-cleanup() {
-  local pid
-  for pid in "$vm_pid" "$peer_pid"; do
-    [[ -n $pid ]] || continue
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap cleanup_vm_and_peer EXIT
 trap 'exit 130' INT TERM
 
 require_tools qemu-system-x86_64 dpkg-deb depmod cpio gzip ldd tshark python3 dpkg-query
 [[ -x $peer_bin ]] || die "$peer_bin is not an executable"
-for p in "${guest_pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
-    die "package $p not installed (run scripts/setup.sh)"
-done
+require_packages "${guest_pkgs[@]}"
 
 # Three free ports on 127.0.0.1: QEMU's dgram end, ours, and the hostfwd.
 read -r port_qemu port_peer port_tcp < <(python3 -c '
@@ -83,64 +71,13 @@ setup_kernel
 root=$work/root
 initramfs_skeleton "$root"
 initramfs_modules "$root" "${modules[@]}"
-for b in "${guest_bins[@]}"; do
-  [[ -x $b ]] || die "$b missing"
-  initramfs_binary "$root" "$b"
-done
-# The rxe provider libibverbs dlopens (by this path, named by rxe.driver).
-initramfs_binary "$root" "$provider"
-mkdir -p "$root/etc/libibverbs.d"
-cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+initramfs_rxe "$root" "$provider" "${guest_bins[@]}"
 
-cat >"$root/init" <<EOF
-#!/bin/busybox sh
-ROCE_MAC=$guest_mac
-OOB_MAC=$oob_mac
-PEER_MAC=$peer_mac
-SIZE=$size
-ITERS=$iters
-EOF
+# /init: lib.sh sets up the NICs and rxe0 and finds its GID; then the test.
+rxe_init_setup "$root/init"
+echo "rdma link show" >>"$root/init"
+rxe_init_gid "$root/init"
 cat >>"$root/init" <<'EOF'
-/bin/busybox --install -s /bin
-export PATH=/usr/sbin:/usr/bin:/bin
-# Debian's busybox runs its own applets before PATH: iproute2's ip by path.
-ip() { /usr/sbin/ip "$@"; }
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-echo "OPENIB: init at $(cut -d' ' -f1 /proc/uptime)s"
-for m in $(cat /lib/modules/load-order); do
-  insmod /lib/modules/$m || echo "OPENIB: insmod $m failed"
-done
-ifname() {  # the interface with MAC $1
-  for d in /sys/class/net/*; do
-    [ "$(cat $d/address)" = "$1" ] && { echo ${d##*/}; return; }
-  done
-}
-roce=$(ifname $ROCE_MAC)
-oob=$(ifname $OOB_MAC)
-echo "OPENIB: RoCE NIC ${roce:-none}, exchange NIC ${oob:-none}"
-ip link set lo up
-ip link set "$oob" up
-ip addr add 10.0.2.15/24 dev "$oob"
-ip link set "$roce" up
-ip addr add 198.18.80.2/24 dev "$roce"
-ip neigh add 198.18.80.1 lladdr $PEER_MAC dev "$roce" nud permanent
-rdma link add rxe0 type rxe netdev "$roce" || echo "OPENIB: rdma link add failed"
-rdma link show
-# The RoCE v2 GID of 198.18.80.2: ::ffff:198.18.80.2.
-port=/sys/class/infiniband/rxe0/ports/1
-gidx=""
-for i in $(seq 1 50); do
-  for g in $port/gids/*; do
-    n=${g##*/}
-    if [ "$(cat $g 2>/dev/null)" = 0000:0000:0000:0000:0000:ffff:c612:5002 ] &&
-       [ "$(cat $port/gid_attrs/types/$n 2>/dev/null)" = "RoCE v2" ]; then
-      gidx=$n; break 2
-    fi
-  done
-  sleep 0.1
-done
 for g in $port/gids/*; do
   n=${g##*/}
   t=$(cat $port/gid_attrs/types/$n 2>/dev/null) && echo "OPENIB: gid $n $(cat $g) $t"
@@ -171,82 +108,20 @@ timeout -k 5 "$vm_timeout" "$peer_bin" --tcp-port "$port_tcp" --local-port "$por
 peer_pid=$!
 
 serial=$work/serial.log
-say "booting (accel $accel, limit ${vm_timeout}s)"
-start=$SECONDS
-timeout -k 5 "$vm_timeout" qemu-system-x86_64 \
-  -accel "$accel" -M q35 -cpu max -smp 1 -m 512M \
-  -display none -nodefaults -no-user-config -no-reboot \
-  -netdev "dgram,id=roce,local.type=inet,local.host=127.0.0.1,local.port=$port_qemu,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_peer" \
-  -device "virtio-net-pci,netdev=roce,mac=$guest_mac,romfile=" \
-  -netdev "user,id=oob,restrict=on,hostfwd=tcp:127.0.0.1:$port_tcp-:18515" \
-  -device "virtio-net-pci,netdev=oob,mac=$oob_mac,romfile=" \
-  -serial "file:$serial" \
-  -kernel "$vmlinuz" -initrd "$work/initramfs.gz" \
-  -append "console=ttyS0 panic=-1 quiet" \
-  </dev/null >"$work/qemu.log" 2>&1 &
-vm_pid=$!
-
-# Whichever ends first, the other gets a grace period: the guest powers off
-# once ud_pingpong returns, but if the peer failed the server may wait
-# forever; the peer waits for replies that a dead guest never sends.
-while kill -0 "$peer_pid" 2>/dev/null && kill -0 "$vm_pid" 2>/dev/null; do sleep 0.5; done
-if kill -0 "$vm_pid" 2>/dev/null; then
-  peer_rc=0
-  wait "$peer_pid" || peer_rc=$?
-  peer_pid=""
-  say "peer finished after $((SECONDS - start))s, exit status $peer_rc"
-  grace=$((SECONDS + (peer_rc == 0 ? 60 : 10)))
-  while kill -0 "$vm_pid" 2>/dev/null && ((SECONDS < grace)); do sleep 0.5; done
-  kill "$vm_pid" 2>/dev/null || true
-fi
-vm_rc=0
-wait "$vm_pid" || vm_rc=$?
-vm_pid=""
-say "VM ran $((SECONDS - start))s, exit status $vm_rc"
-if [[ -n $peer_pid ]]; then
-  grace=$((SECONDS + 10))
-  while kill -0 "$peer_pid" 2>/dev/null && ((SECONDS < grace)); do sleep 0.5; done
-  kill "$peer_pid" 2>/dev/null || true
-  peer_rc=0
-  wait "$peer_pid" || peer_rc=$?
-  peer_pid=""
-  say "peer finished after $((SECONDS - start))s, exit status $peer_rc"
-fi
+start_rxe_vm "$serial" "$port_qemu" "$port_peer" "hostfwd=tcp:127.0.0.1:$port_tcp-:18515"
+wait_vm_and_peer  # each side gets a grace period after the other (lib.sh)
 
 # --- 4. verdict --------------------------------------------------------------
-tr -d '\r' <"$serial" >"$work/console.log"
-[[ -n ${OPENIB_QEMU_KEEP_LOG:-} ]] && cp "$work/console.log" "$OPENIB_QEMU_KEEP_LOG"
-[[ -n ${OPENIB_RXE_KEEP_PCAP:-} && -f $pcap ]] && cp "$pcap" "$OPENIB_RXE_KEEP_PCAP"
-echo "----- serial console -----"
-cat "$work/console.log"
-echo "----- QEMU -----"
-cat "$work/qemu.log"
-echo "----- roce_ud_peer -----"
-cat "$work/peer.log"
-echo "-----"
+show_logs "$serial" "$pcap" roce_ud_peer
 
 failures=0
-fail() { echo "$qemu_test_tag: $*" >&2; failures=$((failures + 1)); }
 ((peer_rc == 0)) || fail "roce_ud_peer exit status $peer_rc"
 grep -q "PINGPONG-COMPLETE iters=$iters size=$size" "$work/peer.log" || fail "peer: ping-pong incomplete"
 grep -q "OPENIB-RXE-EXIT=0" "$work/console.log" || fail "guest: ibv_ud_pingpong did not exit 0"
 grep -q "$iters iters in" "$work/console.log" || fail "guest: no '$iters iters in' line from ibv_ud_pingpong"
 
 # The capture: every RoCEv2 frame (UDP port 4791) decodes as InfiniBand,
-# none is malformed.
-if [[ -s $pcap ]]; then
-  total=$(tshark -n -r "$pcap" -T fields -e frame.number 2>/dev/null | wc -l)
-  roce=$(tshark -n -r "$pcap" -Y 'udp.port == 4791' -T fields -e frame.number 2>/dev/null | wc -l)
-  ib=$(tshark -n -r "$pcap" -Y infiniband -T fields -e frame.number 2>/dev/null | wc -l)
-  bad=$(tshark -n -r "$pcap" -Y '_ws.malformed || _ws.expert.severity >= error' -T fields -e frame.number 2>/dev/null | wc -l)
-  say "tshark: $total frames, $roce to/from UDP 4791, $ib decoded as InfiniBand, $bad malformed or in error"
-  tshark -n -r "$pcap" 2>/dev/null | sed -n '1,8p'
-  ((roce > 0 && ib == roce)) || fail "tshark: $ib of $roce RoCEv2 frames decoded as InfiniBand"
-  ((bad == 0)) || fail "tshark: $bad frames malformed or in error"
-  ((roce >= 2 * iters)) || fail "tshark: only $roce RoCEv2 frames (expected at least $((2 * iters)))"
-else
-  fail "no capture written"
-fi
-((vm_rc != 124 && vm_rc != 137)) || fail "VM did not power off within ${vm_timeout}s"
-((failures == 0)) || die "$failures check(s) failed"
+# none is malformed, and there is a request and a reply per iteration.
+check_capture "$pcap" "$((2 * iters))" 8
+end_checks
 say "PASS: $iters ud_pingpong iterations of $size bytes with rxe, capture clean (total $((SECONDS - start))s)"

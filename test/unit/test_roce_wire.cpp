@@ -516,6 +516,40 @@ TEST_CASE("ib_to_roce and roce_to_ib carry an IBA packet across Ethernet", "[wir
     }
 }
 
+// simhca's sending path frames a packet where it was built: the same
+// bytes as ib_to_roce's copy, for every kind of frame and payload size
+// (short frames padded), and no room is refused.
+TEST_CASE("ib_to_roce_in_place writes the frame ib_to_roce writes", "[wire][roce]") {
+  std::vector<Headers> hs;
+  hs.push_back(global(opcode(Transport::kRc, Op::kSendOnly), 0x11, gid_v4(10, 0, 0, 1), gid_v4(10, 0, 0, 2)));
+  hs.push_back(global(opcode(Transport::kRc, Op::kWriteOnly), 0x22, gid_v6(1), gid_v6(2)));
+  hs.back().grh->flow_label = 0x12345;
+  hs.back().reth = Reth{0x7F0000001000, 0x1234, 64};
+  hs.push_back(global(opcode(Transport::kUd, Op::kSendOnly), 0x33, gid_v4(10, 0, 0, 1), gid_v4(10, 0, 0, 2)));
+  hs.back().deth = Deth{0x80010000, 0x44};
+  for (const Headers& h : hs)
+    for (std::size_t len : {std::size_t{0}, std::size_t{1}, std::size_t{37}, std::size_t{1024}})
+      for (std::optional<std::uint16_t> vlan : {std::optional<std::uint16_t>(), std::optional<std::uint16_t>(0x2064)}) {
+        INFO("opcode " << int(h.bth.opcode) << " payload " << len << (vlan ? " VLAN" : ""));
+        const auto ib = must(build_packet(h, payload(len)));
+        std::vector<std::byte> want(ib.size() + kMaxRoceOverheadBytes + kMinEthFrameBytes);
+        const std::size_t n = must(ib_to_roce(ib, kMacB, kMacA, vlan, want));
+        std::vector<std::byte> buf(kRoceInPlaceHeadroom + ib.size() + kMinEthFrameBytes, std::byte{0xEE});
+        std::copy(ib.begin(), ib.end(), buf.begin() + kRoceInPlaceHeadroom);
+        const auto f = must(ib_to_roce_in_place(buf, kRoceInPlaceHeadroom, ib.size(), kMacB, kMacA, vlan));
+        REQUIRE(f.length == n);
+        CHECK(std::equal(buf.begin() + f.offset, buf.begin() + f.offset + n, want.begin()));
+        CHECK(parse_roce_frame(std::span(buf).subspan(f.offset, f.length)).ok());
+      }
+  const auto ib = must(build_packet(hs[0], payload(8)));
+  std::vector<std::byte> buf(kRoceInPlaceHeadroom + ib.size() + kMinEthFrameBytes);
+  std::copy(ib.begin(), ib.end(), buf.begin() + kRoceInPlaceHeadroom);
+  CHECK(ib_to_roce_in_place(buf, kRoceInPlaceHeadroom - 1, ib.size(), kMacB, kMacA, {}).error().code == EINVAL);
+  CHECK(ib_to_roce_in_place(std::span(buf).first(buf.size() - 1), kRoceInPlaceHeadroom, ib.size(), kMacB, kMacA, {})
+            .error()
+            .code == EINVAL);
+}
+
 TEST_CASE("ib_to_roce and roce_to_ib refuse what they cannot convert", "[wire][roce]") {
   Headers h = global(opcode(Transport::kRc, Op::kSendOnly), 0x11, gid_v4(10, 0, 0, 1), gid_v4(10, 0, 0, 2));
   auto ib = must(build_packet(h, payload(8)));

@@ -91,21 +91,24 @@ bool Hca::transmit_frame(uint8_t port, size_t len, sim::Link::Filler fill, const
     ++pt.pma.xmit_discards;
     return false;
   }
-  eth_tx_.resize(len);
-  if (!fill(eth_tx_)) return false;  // (no IBA CRCs: the frame gets a RoCEv2 ICRC of its own)
+  // The packet is built after room for the frame's headers, which are then
+  // written over its LRH and GRH: its payload is copied once, from host
+  // memory (no IBA CRCs: the frame gets a RoCEv2 ICRC of its own).
+  constexpr size_t kAt = w::kRoceInPlaceHeadroom;
+  eth_frame_.resize(kAt + len + w::kMinEthFrameBytes);
+  if (!fill(std::span<std::byte>(eth_frame_).subspan(kAt, len))) return false;
   const w::Mac dmac = multicast ? multicast_mac(av.dgid) : w::Mac{av.dmac};
-  eth_frame_.resize(len + w::kMaxRoceOverheadBytes + w::kMinEthFrameBytes);
-  auto n = w::ib_to_roce(eth_tx_, dmac, pt.mac, std::nullopt, eth_frame_);
-  if (!n) {  // no GRH (the driver's AV lacks one), or a GID pair of mixed families
+  auto f = w::ib_to_roce_in_place(eth_frame_, kAt, len, dmac, pt.mac, std::nullopt);
+  if (!f) {  // no GRH (the driver's AV lacks one), or a GID pair of mixed families
     ++dstats_.tx_not_framed;
     ++pt.pma.xmit_discards;
     return false;
   }
-  if (auto r = pt.link->send(std::span<const std::byte>(eth_frame_.data(), *n)); !r) {
+  if (auto r = pt.link->send(std::span<const std::byte>(eth_frame_.data() + f->offset, f->length)); !r) {
     ++pt.pma.xmit_discards;
     return false;
   }
-  count_tx(port, *n, multicast);
+  count_tx(port, f->length, multicast);
   return true;
 }
 

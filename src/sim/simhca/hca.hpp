@@ -340,7 +340,7 @@ class Hca final : private WireOps, private CommandExecutor {
   std::unique_ptr<sim::sma::SmaEngine> sma_;   // §14
   std::unique_ptr<sim::sma::PmaEngine> pma_;   // §15
   std::deque<std::pair<uint8_t, std::vector<std::byte>>> loopback_;  // §12.7 packets to ourselves
-  std::vector<std::byte> eth_tx_, eth_frame_, eth_rx_;  // §16: a packet and its frame, reused
+  std::vector<std::byte> eth_frame_, eth_rx_;  // §16: a frame sent, a packet received; reused
 
   ResourceTables tables_;  // §6, §7
   EventUnit events_{host_, tables_, log_};  // §9, §10

@@ -256,16 +256,21 @@ std::size_t roce_frame_bytes(const RoceAddress& a, std::size_t transport_len) {
   return std::max(n, kMinEthFrameBytes);
 }
 
-Result<std::size_t> build_roce_frame(const RoceAddress& a, std::span<const std::byte> transport,
-                                     std::span<std::byte> out) {
-  if (transport.size() < kBthBytes) return err(EINVAL, "transport packet of {} bytes has no BTH", transport.size());
+namespace {
+// The frame's checks before it is written: its length, or an error.
+Result<std::size_t> check_frame(const RoceAddress& a, std::size_t transport_len) {
+  if (transport_len < kBthBytes) return err(EINVAL, "transport packet of {} bytes has no BTH", transport_len);
   if (a.ipv4 && !(is_ipv4_mapped(a.sgid) && is_ipv4_mapped(a.dgid)))
     return err(EINVAL, "IPv4 frame with GIDs that are not IPv4-mapped");
-  const std::size_t len = roce_frame_bytes(a, transport.size());
+  const std::size_t len = roce_frame_bytes(a, transport_len);
   if (len > kMaxRoceFrameBytes) return err(EMSGSIZE, "frame of {} bytes, at most {}", len, kMaxRoceFrameBytes);
-  if (out.size() < len) return err(EINVAL, "frame of {} bytes, buffer of {}", len, out.size());
+  return len;
+}
 
-  std::byte* p = out.data();
+// Ethernet (and VLAN tag), IP and UDP headers at p for a transport packet
+// of `transport_len` bytes; returns where the transport packet goes, and
+// the IP header's start in `ip`.
+std::byte* write_frame_headers(std::byte* p, const RoceAddress& a, std::size_t transport_len, std::byte*& ip) {
   std::copy_n(reinterpret_cast<const std::byte*>(a.dmac.data()), 6, p);
   std::copy_n(reinterpret_cast<const std::byte*>(a.smac.data()), 6, p + 6);
   p += 12;
@@ -276,13 +281,28 @@ Result<std::size_t> build_roce_frame(const RoceAddress& a, std::span<const std::
   }
   st_be16(p, a.ipv4 ? kEtherTypeIpv4 : kEtherTypeIpv6);
   p += 2;
-  std::byte* const ip = p;
-  p = write_ip_udp(p, a, kUdpHeaderBytes + transport.size() + kIcrcBytes);
-  p = std::copy(transport.begin(), transport.end(), p);
+  ip = p;
+  return write_ip_udp(p, a, kUdpHeaderBytes + transport_len + kIcrcBytes);
+}
+
+// The ICRC after the transport packet (which ends at p), then the pad of
+// a short frame up to `frame_end`.
+void seal_frame(std::byte* ip, std::byte* p, std::byte* frame_end) {
   const auto icrc = compute_roce_icrc({ip, static_cast<std::size_t>(p - ip)});
   bytes::st_le32(p, icrc);  // least significant byte first, as the IBA ICRC
   p += kIcrcBytes;
-  std::fill(p, out.data() + len, std::byte{0});  // IEEE 802.3: a short frame padded to 60 bytes
+  std::fill(p, frame_end, std::byte{0});  // IEEE 802.3: a short frame padded to 60 bytes
+}
+}  // namespace
+
+Result<std::size_t> build_roce_frame(const RoceAddress& a, std::span<const std::byte> transport,
+                                     std::span<std::byte> out) {
+  OPENIB_TRY_ASSIGN(const std::size_t len, check_frame(a, transport.size()));
+  if (out.size() < len) return err(EINVAL, "frame of {} bytes, buffer of {}", len, out.size());
+  std::byte* ip = nullptr;
+  std::byte* p = write_frame_headers(out.data(), a, transport.size(), ip);
+  p = std::copy(transport.begin(), transport.end(), p);
+  seal_frame(ip, p, out.data() + len);
   return len;
 }
 
@@ -299,9 +319,12 @@ std::uint16_t roce_udp_sport(std::uint32_t flow_label, std::uint32_t lqpn, std::
   return static_cast<std::uint16_t>(0xC000 | ((fl & 0x3FFF) ^ (fl >> 14)));
 }
 
-Result<std::size_t> ib_to_roce(std::span<const std::byte> ib, const Mac& dmac, const Mac& smac,
-                               std::optional<std::uint16_t> vlan_tci, std::span<std::byte> out) {
-  constexpr std::size_t kBefore = kLrhBytes + kGrhBytes, kAfter = kIcrcBytes + kVcrcBytes;
+namespace {
+constexpr std::size_t kBefore = kLrhBytes + kGrhBytes, kAfter = kIcrcBytes + kVcrcBytes;
+
+// A frame's addresses from an InfiniBand packet's LRH and GRH (ib_to_roce).
+Result<RoceAddress> roce_address_of(std::span<const std::byte> ib, const Mac& dmac, const Mac& smac,
+                                    std::optional<std::uint16_t> vlan_tci) {
   if (ib.size() < kBefore + kBthBytes + kAfter) return err(EINVAL, "packet of {} bytes too short", ib.size());
   const Lrh lrh = read_lrh(ib.data());
   if (lrh.lnh != Lnh::kIbaGlobal) return err(EINVAL, "RoCEv2 needs a GRH (LNH {})", static_cast<int>(lrh.lnh));
@@ -328,7 +351,33 @@ Result<std::size_t> ib_to_roce(std::span<const std::byte> ib, const Mac& dmac, c
   a.flow_label = a.ipv4 ? 0 : grh.flow_label;  // IPv4 has no flow label
   a.hop_limit = grh.hop_lmt;
   a.udp_sport = roce_udp_sport(grh.flow_label, src_qp, read_bth(transport.data()).dest_qp);
-  return build_roce_frame(a, transport, out);
+  return a;
+}
+}  // namespace
+
+Result<std::size_t> ib_to_roce(std::span<const std::byte> ib, const Mac& dmac, const Mac& smac,
+                               std::optional<std::uint16_t> vlan_tci, std::span<std::byte> out) {
+  OPENIB_TRY_ASSIGN(const RoceAddress a, roce_address_of(ib, dmac, smac, vlan_tci));
+  return build_roce_frame(a, ib.subspan(kBefore, ib.size() - kBefore - kAfter), out);
+}
+
+Result<RoceFrameSpan> ib_to_roce_in_place(std::span<std::byte> buf, std::size_t ib_off, std::size_t ib_len,
+                                          const Mac& dmac, const Mac& smac, std::optional<std::uint16_t> vlan_tci) {
+  if (ib_off < kRoceInPlaceHeadroom || ib_off > buf.size() || buf.size() - ib_off < ib_len + kMinEthFrameBytes)
+    return err(EINVAL, "packet at {} of {} bytes in a buffer of {}: no room to frame it in place", ib_off, ib_len,
+               buf.size());
+  OPENIB_TRY_ASSIGN(const RoceAddress a, roce_address_of(buf.subspan(ib_off, ib_len), dmac, smac, vlan_tci));
+  const std::size_t t = ib_len - kBefore - kAfter;
+  OPENIB_TRY_ASSIGN(const std::size_t len, check_frame(a, t));
+  // The headers end where the transport packet lies, over the LRH and GRH
+  // (already read into `a`) and the headroom before them.
+  const std::size_t headers = roce_frame_bytes(a, kMinEthFrameBytes) - kMinEthFrameBytes - kIcrcBytes;
+  std::byte* const transport = buf.data() + ib_off + kBefore;
+  std::byte* const frame = transport - headers;
+  std::byte* ip = nullptr;
+  write_frame_headers(frame, a, t, ip);
+  seal_frame(ip, transport + t, frame + len);
+  return RoceFrameSpan{static_cast<std::size_t>(frame - buf.data()), len};
 }
 
 Result<std::size_t> roce_to_ib(const RoceFrame& f, std::uint16_t dlid, std::uint16_t slid,

@@ -146,6 +146,21 @@ std::uint16_t roce_udp_sport(std::uint32_t flow_label, std::uint32_t lqpn, std::
 Result<std::size_t> ib_to_roce(std::span<const std::byte> ib_packet, const Mac& dmac, const Mac& smac,
                                std::optional<std::uint16_t> vlan_tci, std::span<std::byte> out);
 
+// ib_to_roce() without copying the packet's transport part (simhca's
+// sending path): `buf` holds the packet (LRH through VCRC; its CRCs are not
+// read) at `ib_off`, with at least kRoceInPlaceHeadroom bytes before it and
+// kMinEthFrameBytes after it. The frame's headers are written over the LRH,
+// the GRH and the headroom, the ICRC (and a short frame's pad) after the
+// transport part, which stays where it is. Returns where in `buf` the frame
+// lies. EINVAL: no such room, or as ib_to_roce.
+inline constexpr std::size_t kRoceInPlaceHeadroom =
+    kEthHeaderBytes + kVlanTagBytes + kIpv6HeaderBytes + kUdpHeaderBytes - kLrhBytes - kGrhBytes;
+struct RoceFrameSpan {
+  std::size_t offset = 0, length = 0;
+};
+Result<RoceFrameSpan> ib_to_roce_in_place(std::span<std::byte> buf, std::size_t ib_off, std::size_t ib_len,
+                                          const Mac& dmac, const Mac& smac, std::optional<std::uint16_t> vlan_tci);
+
 // A parsed frame back to an InfiniBand packet: LRH (VL 0, SL from the VLAN
 // PCP or 0, LNH 3, the given DLID and SLID), a GRH made from the IP header
 // (IPv4: IPv4-mapped GIDs, TOS as traffic class, TTL as hop limit), the
