@@ -168,6 +168,11 @@ TEST_CASE("simhca: QPs, SRQs, memory keys and address handles", "[simhca][comman
   CHECK(info->init.pdn == *pd);
   CHECK(info->init.srqn == srq->srqn);
   CHECK(info->init.sq_iova == rc->sq.iova());
+  // The whole CREATE_QP input comes back, its last bytes too (QUERY_QP's
+  // 144 bytes: the attributes, then the input, §6.10).
+  CHECK(info->init.log_sq_size == init.log_sq_size);
+  CHECK(info->init.log_sq_stride == init.log_sq_stride);
+  CHECK(info->init.log_sq_size != 0);
   CHECK(f.hca->query_srq(srq->srqn)->users == 1);
   CHECK(f.hca->query_cq(cq->cqn)->users == 2);
 

@@ -717,8 +717,13 @@ void multicast_case(const std::array<uint8_t, 16>& mgid, uint8_t sgid_index, con
   r.w.a.connect(qa, {});
   r.w.b.connect(qb, {});
   attach_mcg(r.w.b, qb.qpn, 0xc001, mgid);
+  // A member on the sending port too: it gets the device's own copy (§12.7).
+  TQp qa2 = r.w.a.create_qp(kQpUd);
+  r.w.a.connect(qa2, {});
+  attach_mcg(r.w.a, qa2.qpn, 0xc001, mgid);
   const uint64_t ba = r.w.a.alloc(4096, 4096), bb = r.w.b.alloc(4096, 4096);
   const uint32_t ka = r.w.a.reg_mr(ba, 4096, kMrLocalWrite), kb = r.w.b.reg_mr(bb, 4096, kMrLocalWrite);
+  r.w.a.post_recv(qa2, 2, {{1024, ka, Node::va(ba + 2048)}});
   Node::Grh g;
   g.sgid_index = sgid_index;
   g.dgid = mgid;
@@ -747,6 +752,18 @@ void multicast_case(const std::array<uint8_t, 16>& mgid, uint8_t sgid_index, con
   std::copy(mgid.begin(), mgid.end(), want.begin());
   CHECK(p->addr.dgid == want);
   CHECK(r.w.b.hca.data_stats().mcast_delivered == 1);
+  // The sending port's other member got its copy, without a frame of its own.
+  auto own = r.wait(r.w.a, 2);  // the send's completion and qa2's receive
+  const Cqe* got = nullptr;
+  for (const Cqe& e : own)
+    if (e.opcode == kWcRecv) got = &e;
+  REQUIRE(got != nullptr);
+  CHECK(got->status == kWcSuccess);
+  CHECK(got->qpn == qa2.qpn);
+  CHECK(got->byte_len == 64 + 40);
+  CHECK(same(r.w.a.mem(ba + 2048 + 40, 64), r.w.a.mem(ba, 64)));
+  CHECK(r.w.a.hca.data_stats().mcast_loopback == 1);
+  CHECK(r.frames.size() == 1);
 }
 
 }  // namespace
@@ -764,4 +781,106 @@ TEST_CASE("RoCE port: multicast to an IPv6 group from the link-local GID", "[roc
 // takes it on an Ethernet port), sent to its RFC 1112 group MAC.
 TEST_CASE("RoCE port: multicast to ::ffff:239.1.2.3 goes to 01:00:5e:01:02:03", "[roce-port]") {
   multicast_case(ip_gid(239, 1, 2, 3), 1, {0x01, 0x00, 0x5e, 0x01, 0x02, 0x03});
+}
+
+// §16.3: a QP of the device itself cannot reach another's connection
+// either: a packet looped back inside the device from a QP whose path is
+// the port's own GID is not from the connection's peer.
+TEST_CASE("RoCE port: a local QP cannot inject into a connection of the same port", "[roce-port]") {
+  RcPair c;
+  Node& b = c.w.b;
+  TQp qx = b.create_qp(kQpRc);
+  Node::Path px;
+  px.mtu = 3;
+  px.grh = Roce::grh_to(false);
+  px.grh->dgid = ip_gid(2);  // b's own GID: the packets stay inside b
+  px.dest_qpn = c.qb.qpn;
+  px.psn = 0x100;  // the PSN qb expects next
+  b.connect(qx, px);
+  const uint64_t buf = b.alloc(4096, 4096);
+  const uint32_t key = b.reg_mr(buf, 4096, kMrLocalWrite);
+  b.post_recv(c.qb, 77, {{4096, c.key_b, Node::va(c.buf_b)}});
+  const uint64_t before = b.hca.data_stats().rx_bad_addr;
+  Wr s;
+  s.wr_id = 1;
+  s.sges = {{64, key, Node::va(buf)}};
+  b.post_send(qx, s);
+  for (const Cqe& e : c.settle(b)) CHECK(e.qpn != c.qb.qpn);  // qb took nothing
+  CHECK(b.hca.data_stats().rx_bad_addr > before);
+  CHECK(c.frames.empty());
+  // The real connection still works, into the receive posted above.
+  Wr t;
+  t.wr_id = 2;
+  fill(c.w.a.mem(c.buf_a, 100), 5);
+  t.sges = {{100, c.key_a, Node::va(c.buf_a)}};
+  c.w.a.post_send(c.qa, t);
+  auto rx = c.wait(b, 1);
+  REQUIRE(rx.size() == 1);
+  CHECK(rx[0].status == kWcSuccess);
+  CHECK(rx[0].wr_id == 77);
+  CHECK(rx[0].byte_len == 100);
+}
+
+// §16.1/§16.2: nothing leaves a port whose cable the far end pulled; it
+// goes out again once the cable is back.
+TEST_CASE("RoCE port: a pulled cable stops the port's frames, a plugged one brings them back", "[roce-port]") {
+  UdPair u;
+  Node& a = u.w.a;
+  auto send = [&](uint64_t id) {
+    Wr s;
+    s.wr_id = id;
+    s.ahn = u.ah_a;
+    s.dest_qpn = u.qb.qpn;
+    s.qkey = UdPair::kQkey;
+    s.sges = {{32, u.key_a, Node::va(u.buf_a)}};
+    a.post_send(u.qa, s);
+  };
+  a.hca.set_cable_light(1, false);
+  CHECK(get8(query_port(a), 0) == kPsDown);
+  const uint64_t down_before = a.hca.data_stats().tx_port_down;
+  send(1);
+  u.settle(a);
+  CHECK(u.frames.empty());
+  CHECK(a.hca.data_stats().tx_port_down == down_before + 1);
+  a.hca.set_cable_light(1, true);
+  CHECK(get8(query_port(a), 0) == kPsActive);
+  u.w.b.post_recv(u.qb, 9, {{1024, u.key_b, Node::va(u.buf_b)}});
+  send(2);
+  auto rx = u.wait(u.w.b, 1);
+  REQUIRE(rx.size() == 1);
+  CHECK(rx[0].status == kWcSuccess);
+  CHECK(u.frames.size() == 1);
+}
+
+// §7.6, §16.2: a connected QP's path is unicast, on Ethernet too: an RC
+// path to a multicast group is refused, as a CREATE_AH for one is taken.
+TEST_CASE("RoCE port: an RC path to a multicast GID is refused", "[roce-port]") {
+  Roce r;
+  Node& a = r.w.a;
+  TQp q = a.create_qp(kQpRc);
+  using namespace attr;
+  a.modify(q.qpn, kState | kPkeyIndex | kPort | kAccessFlags, [&](auto m) {
+    put8(m, 0, kInit);
+    put8(m, 2, 1);
+  });
+  Node::Grh g = Roce::grh_to(true);
+  g.dgid = ip_gid(239, 1, 2, 3);
+  a.modify(
+      q.qpn, kState | kAv | kPathMtu | kDestQpn | kRqPsn | kMaxDestRdAtomic | kMinRnrTimer,
+      [&](auto m) {
+        put8(m, 0, kRtr);
+        put8(m, 3, 3);
+        put32(m, 0x0c, 5);
+        put8(m, 0x25, 1);
+        Node::put_grh(m.subspan(0x20, 48), g);
+      },
+      kBadParam);
+  g.dgid = ip_gid(2);  // the same to a unicast GID is taken
+  a.modify(q.qpn, kState | kAv | kPathMtu | kDestQpn | kRqPsn | kMaxDestRdAtomic | kMinRnrTimer, [&](auto m) {
+    put8(m, 0, kRtr);
+    put8(m, 3, 3);
+    put32(m, 0x0c, 5);
+    put8(m, 0x25, 1);
+    Node::put_grh(m.subspan(0x20, 48), g);
+  });
 }

@@ -39,6 +39,10 @@ std::array<std::byte, 8> encode_entry_tail(uint8_t status, uint32_t syndrome);
 std::optional<size_t> input_size(uint16_t opcode);
 std::optional<size_t> output_size(uint16_t opcode);
 
+// §16.4: a multicast GID on an Ethernet port: ff00::/8, or an
+// IPv4-mapped 224.0.0.0/4 group (ethernet_port.cpp).
+bool is_roce_multicast_gid(const std::array<uint8_t, 16>& g);
+
 // §7.6 address vector.
 struct Av {
   uint16_t dlid = 0;

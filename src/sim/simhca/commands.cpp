@@ -504,7 +504,7 @@ Outcome Hca::check_av(const Av& av, bool connected) const {
   // §7.6: an AH may name the permissive LID 0xffff (directed-route SMPs
   // from QP0, IBA 14.2.2); a connected path only a unicast LID.
   const bool eth = is_ethernet(av.port);  // §16: a GRH instead of LIDs
-  if (eth && !av.grh()) return {kBadParam, 20};
+  if (eth && (!av.grh() || (connected && is_roce_multicast_gid(av.dgid)))) return {kBadParam, 20};
   if (!eth && (av.dlid == 0 || (connected && av.dlid > 0xbfff))) return {kBadParam, 20};
   if (av.sl > 15 || av.src_path_bits > 127 || av.static_rate > 18) return {kBadParam, 21};
   if (av.port < 1 || av.port > opts_.caps.num_ports) return {kBadParam, 22};
@@ -542,7 +542,7 @@ Outcome Hca::cmd_destroy_ah(ByteView in) {
 Outcome Hca::cmd_query_ah(ByteView in, Bytes& out) {
   const Ah* ah = tables_.ahs.get(get32(in, 0));
   if (!ah) return {kBadResource, 0};
-  out.assign(40, std::byte{0});
+  out.assign(8 + kAvSize, std::byte{0});
   put32(out, 0x00, ah->pdn);
   encode_av(std::span<std::byte>(out).subspan(0x08), ah->av);
   return {};
@@ -636,7 +636,7 @@ Outcome Hca::cmd_modify_qp(ByteView in) {
 Outcome Hca::cmd_query_qp(ByteView in, Bytes& out) {
   const Qp* qp = tables_.qps.get(get32(in, 0));
   if (!qp) return {kBadResource, 0};
-  out.assign(128, std::byte{0});
+  out.assign(kQpAttrsSize + 64, std::byte{0});  // §6.10: the attributes, then CREATE_QP's input
   encode_qp_attrs(std::span<std::byte>(out).first(kQpAttrsSize), qp->attrs);
   encode_create_qp(std::span<std::byte>(out).subspan(kQpAttrsSize), qp->cfg);
   return {};

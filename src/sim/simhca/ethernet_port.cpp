@@ -71,6 +71,16 @@ bool Hca::own_gid(uint8_t port, const std::array<uint8_t, 16>& gid) const {
   return gid_entry(port, 0).gid == gid;
 }
 
+// §16.3: an RC/UC packet's GRH names the QP's peer as source and the
+// QP's own GID (its path's entry, or entry 0 when that one is gone, as
+// address_packet sends) as destination.
+bool Hca::addressed_to_connection(uint8_t port, const Qp& qp, const w::ParsedPacket& p) const {
+  if (!p.hdr.grh || p.hdr.grh->sgid != qp.attrs.av.dgid) return false;
+  GidEntry mine = gid_entry(port, qp.attrs.av.sgid_index);
+  if (mine.type == kGidTypeNone) mine = gid_entry(port, 0);
+  return p.hdr.grh->dgid == mine.gid;
+}
+
 bool Hca::av_is_local(uint8_t port, const Av& av) const {
   if (!is_ethernet(port)) return for_own_port(port, av.dlid);
   return av.grh() && own_gid(port, av.dgid);
@@ -87,6 +97,11 @@ bool Hca::av_is_multicast(uint8_t port, const Av& av) const {
 // framed: counted and dropped.
 bool Hca::transmit_frame(uint8_t port, size_t len, sim::Link::Filler fill, const Av& av, bool multicast) {
   Port& pt = port_at(port);
+  if (port > opts_.caps.num_ports || pt.info.state != kPsActive || pt.info.phys_state != kPhysLinkUp) {
+    ++dstats_.tx_port_down;  // (as transmit(): nothing leaves a port whose link is down)
+    ++pt.pma.xmit_discards;
+    return false;
+  }
   if (!pt.link) {
     ++pt.pma.xmit_discards;
     return false;
@@ -215,6 +230,12 @@ void Hca::receive_frame(uint8_t port, std::span<const std::byte> frame) {
   if (!multicast && (f->addr.dmac != pt.mac || !own_gid(port, dgid))) {
     // rxe_chk_dgid: not an address of this port; a raw QP may want it (§16.5)
     if (!steer_to_raw(port, frame)) ++dstats_.rx_not_our_gid;
+    return;
+  }
+  // A group's frame goes to a group MAC (the I/G bit) and to the multicast
+  // QPN (IBA 10.5.2: 0xFFFFFF), never to QP1 or a QP by number.
+  if (multicast && ((f->addr.dmac[0] & 1) == 0 || w::read_bth(f->transport.data()).dest_qp != 0xffffff)) {
+    ++dstats_.rx_bad_addr;
     return;
   }
   eth_rx_.resize(f->transport.size() + w::kLrhBytes + w::kGrhBytes + w::kIcrcBytes + w::kVcrcBytes);

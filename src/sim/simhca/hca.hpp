@@ -47,10 +47,6 @@ struct Headers;
 
 namespace openib::simhca {
 
-// §16.4: a multicast GID on an Ethernet port: ff00::/8, or an
-// IPv4-mapped 224.0.0.0/4 group (ethernet_port.cpp).
-bool is_roce_multicast_gid(const std::array<uint8_t, 16>& g);
-
 struct HcaOptions {
   Caps caps;                               // caps.num_ports: §13 --ports (1 or 2)
   std::chrono::milliseconds cmd_delay{0};  // §13 --cmd-delay-ms
@@ -233,6 +229,7 @@ class Hca final : private WireOps, private CommandExecutor {
   bool is_ethernet(uint8_t port) const;
   void init_ethernet_port(uint8_t port);
   bool own_gid(uint8_t port, const std::array<uint8_t, 16>& gid) const;
+  bool addressed_to_connection(uint8_t port, const Qp& qp, const sim::wire::ParsedPacket& p) const;
   bool av_is_local(uint8_t port, const Av& av) const;      // loopback: to the port itself
   bool av_is_multicast(uint8_t port, const Av& av) const;  // a multicast DLID, or (Ethernet) DGID
   bool transmit_frame(uint8_t port, size_t len, sim::Link::Filler fill, const Av& av, bool multicast);

@@ -255,7 +255,7 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
     }
     own = std::move(*parsed);
     given = &*own;
-    wire_bytes = packet.size();
+    if (wire_bytes == 0) wire_bytes = packet.size();  // (an Ethernet port gave the frame's size)
   }
   const w::ParsedPacket& p = *given;
   ++dstats_.rx_packets;
@@ -306,8 +306,9 @@ void Hca::receive_on_port(uint8_t port, std::span<const std::byte> packet, bool 
   }
   const bool connected = qp->cfg.type == kQpRc || qp->cfg.type == kQpUc;
   // §16.3 (as rxe_chk_addr): on an Ethernet port, an RC/UC packet comes
-  // from the QP's peer's IP, or it is not the connection's.
-  if (connected && !local && is_ethernet(port) && (!p.hdr.grh || p.hdr.grh->sgid != qp->attrs.av.dgid)) {
+  // from the QP's peer's IP to the QP's own, or it is not the
+  // connection's; a packet looped back inside the device too.
+  if (connected && is_ethernet(port) && !addressed_to_connection(port, *qp, p)) {
     ++dstats_.rx_bad_addr;
     return;
   }
@@ -423,7 +424,10 @@ void Hca::address_packet(w::Headers& h, const Av& av, uint8_t port) const {
   const bool smi = h.deth && h.deth->src_qp == 0;
   h.lrh.vl = smi ? 15 : pt.sma.sl2vl[av.sl & 0xf];
   h.lrh.sl = av.sl & 0xf;
-  h.lrh.dlid = av.dlid;
+  // §16.2: on an Ethernet port the GRH addresses the packet; the LID
+  // fields only steer it inside the device (a multicast DLID for a group,
+  // as a received frame gets).
+  h.lrh.dlid = is_ethernet(port) ? (av_is_multicast(port, av) ? uint16_t{0xc000} : uint16_t{0}) : av.dlid;
   h.lrh.slid = static_cast<uint16_t>(pt.info.lid | (av.src_path_bits & ((1u << pt.info.lmc) - 1)));
   if (smi && pt.info.lid == 0) h.lrh.slid = 0xffff;  // IBA 14.2.2: no LID yet: permissive
   h.bth.pkey = smi ? 0xffff : pt.info.pkey0;  // P_Key index 0, the table's only entry (§6.3)

@@ -117,7 +117,7 @@ uint32_t bad_value(uint8_t type, uint32_t mask, const QpAttrs& a, const QpLimits
     // §7.6: a connected QP's path is unicast (IBA 7.7 LID ranges).
     const bool connected = type == kQpRc || type == kQpUc;
     // §16: on an Ethernet port the GRH addresses the packet; the DLID is not used.
-    if (lim.ethernet && !av.grh()) return kAv;
+    if (lim.ethernet && (!av.grh() || (connected && is_roce_multicast_gid(av.dgid)))) return kAv;
     if (!lim.ethernet && (av.dlid == 0 || av.dlid == 0xffff || (connected && av.dlid > 0xbfff))) return kAv;
     if (av.sl > 15 || av.src_path_bits > 127 || av.static_rate > 18) return kAv;
     if (av.port != 0 && av.port > lim.num_ports) return kAv;
