@@ -12,7 +12,7 @@ namespace openib::sim {
 Result<void> Link::send_with(std::size_t len, Filler fill, std::size_t /*payload_at*/) {
   std::vector<std::byte> buf(len);
   if (!fill(buf)) return err(ECANCELED, "packet abandoned by its sender");
-  wire::seal_packet(buf);
+  if (!carries_frames()) wire::seal_packet(buf);
   return send(buf);
 }
 

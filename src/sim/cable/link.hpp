@@ -28,6 +28,11 @@ struct ParsedPacket;
 
 namespace openib::sim {
 
+// An Ethernet header's 14 bytes: the shortest frame an Ethernet cable
+// hands on (docs/cables.md "Ethernet cables"; 802.3's 64-byte minimum is
+// the wire's: senders pad, QEMU delivers runts as they come).
+inline constexpr std::size_t kEthernetMinFrameBytes = 14;
+
 struct LinkStats {
   uint64_t tx_packets = 0, tx_bytes = 0;
   uint64_t rx_packets = 0, rx_bytes = 0;
@@ -97,6 +102,10 @@ class Link {
   // them, runs at less than half the speed of an aligned one here.)
   using Filler = FunctionRef<bool(std::span<std::byte>)>;
   virtual Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at = 0);
+  // Whether the cable carries Ethernet frames (docs/cables.md "Ethernet
+  // cables"): send_with() then sends what `fill` wrote as it is, with no
+  // IBA CRCs computed into its last 6 bytes.
+  virtual bool carries_frames() const { return false; }
   // Segmentation offload (docs/cables.md "Segments"; as a NIC's TSO):
   // how many packets of `mtu` bytes of payload the link takes now as one
   // segment (Segment). 1: none, send packet by packet (the default;

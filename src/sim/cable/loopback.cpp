@@ -7,19 +7,15 @@
 // (LoopbackFraming::kEthernet) carries frames as UdpLink's Ethernet
 // framing does: sent as filled, only their size checked on delivery.
 #include <array>
-#include <cerrno>
 #include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "common/log.hpp"
 #include "sim/cable/fault_injector.hpp"
 #include "sim/cable/link.hpp"
 #include "sim/cable/link_counters.hpp"
 #include "sim/cable/rx_check.hpp"
-#include "sim/cable/udp_link.hpp"  // kEthernetMinFrameBytes
-#include "sim/wire/packet.hpp"
 
 namespace openib::sim {
 
@@ -31,7 +27,7 @@ class LoopbackEnd final : public Link {
  public:
   LoopbackEnd(LoopbackPairImpl& pair, int side) : pair_(pair), side_(side) {}
   Result<void> send(std::span<const std::byte> packet) override;
-  Result<void> send_with(std::size_t len, Filler fill, std::size_t payload_at) override;
+  bool carries_frames() const override;
   void set_receiver(Receiver r) override;
   LinkStats stats() const override { return counters_.snapshot(); }
 
@@ -86,11 +82,10 @@ class LoopbackPairImpl final : public LoopbackPair {
           rx = to.receiver_;
         }
         ++delivered;
-        if (eth_) {  // a frame: its port judges the contents; only its size here
-          if (!count_frame(pkt, to, 1 - d)) continue;
-        } else if (!count_received(pkt, to.counters_, name(1 - d), to.warned_)) {
+        // A frame: its port judges the contents, only its size here.
+        if (!(eth_ ? count_received_frame(pkt, to.counters_, name(1 - d), to.warned_)
+                   : count_received(pkt, to.counters_, name(1 - d), to.warned_)))
           continue;
-        }
         if (!rx || !*rx) {
           LinkCounters::bump(to.counters_.rx_dropped_no_receiver);
           continue;
@@ -130,20 +125,6 @@ class LoopbackPairImpl final : public LoopbackPair {
  private:
   static std::string name(int side) { return side == 0 ? "loopback.a" : "loopback.b"; }
 
-  // As UdpLink's Ethernet receive: counted received, then dropped as
-  // malformed unless kEthernetMinFrameBytes..wire::kMaxPacketBytes long.
-  static bool count_frame(std::span<const std::byte> f, LoopbackEnd& to, int side) {
-    LinkCounters::bump(to.counters_.rx_packets);
-    LinkCounters::bump(to.counters_.rx_bytes, f.size());
-    if (f.size() >= kEthernetMinFrameBytes && f.size() <= wire::kMaxPacketBytes) return true;
-    LinkCounters::bump(to.counters_.rx_dropped_malformed);
-    const bool first = (to.warned_.fetch_or(2u, std::memory_order_relaxed) & 2u) == 0;
-    log::get("cable")->log(first ? spdlog::level::warn : spdlog::level::debug,
-                           "{}: dropped a {}-byte frame: not an Ethernet frame of {}..{} bytes", name(side),
-                           f.size(), kEthernetMinFrameBytes, wire::kMaxPacketBytes);
-    return false;
-  }
-
   struct Direction {
     FaultInjector faults;
     std::deque<std::vector<std::byte>> queue;
@@ -159,14 +140,7 @@ Result<void> LoopbackEnd::send(std::span<const std::byte> packet) {
   return ok();
 }
 
-// An Ethernet end sends the frame as filled (Link::send_with would seal
-// IBA CRCs into its last 6 bytes).
-Result<void> LoopbackEnd::send_with(std::size_t len, Filler fill, std::size_t payload_at) {
-  if (!pair_.ethernet()) return Link::send_with(len, fill, payload_at);
-  std::vector<std::byte> buf(len);
-  if (!fill(buf)) return err(ECANCELED, "loopback: frame abandoned by its sender");
-  return send(buf);
-}
+bool LoopbackEnd::carries_frames() const { return pair_.ethernet(); }
 
 void LoopbackEnd::set_receiver(Receiver r) { pair_.set_receiver(side_, std::move(r)); }
 

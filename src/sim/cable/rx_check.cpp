@@ -5,6 +5,7 @@
 
 #include "common/byte_order.hpp"
 #include "common/log.hpp"
+#include "sim/cable/link.hpp"
 #include "sim/wire/crc.hpp"
 #include "sim/wire/headers.hpp"
 #include "sim/wire/packet.hpp"
@@ -49,6 +50,20 @@ bool count_received(std::span<const std::byte> d, LinkCounters& c, const std::st
   log::get("cable")->log(first ? spdlog::level::warn : spdlog::level::debug,
                          "{}: dropped a {}-byte datagram, {}: {}{}", link_name, d.size(),
                          crc ? "bad CRC" : "malformed", why,
+                         first ? " (further drops of this kind are logged at debug level)" : "");
+  return false;
+}
+
+bool count_received_frame(std::span<const std::byte> d, LinkCounters& c, const std::string& link_name,
+                          std::atomic<unsigned>& warned) {
+  LinkCounters::bump_owned(c.rx_packets);
+  LinkCounters::bump_owned(c.rx_bytes, d.size());
+  if (d.size() >= kEthernetMinFrameBytes && d.size() <= wire::kMaxPacketBytes) return true;
+  LinkCounters::bump_owned(c.rx_dropped_malformed);
+  const bool first = (warned.fetch_or(2u, std::memory_order_relaxed) & 2u) == 0;
+  log::get("cable")->log(first ? spdlog::level::warn : spdlog::level::debug,
+                         "{}: dropped a {}-byte datagram: not an Ethernet frame of {}..{} bytes{}", link_name,
+                         d.size(), kEthernetMinFrameBytes, wire::kMaxPacketBytes,
                          first ? " (further drops of this kind are logged at debug level)" : "");
   return false;
 }

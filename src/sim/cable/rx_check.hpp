@@ -36,4 +36,10 @@ RxVerdict check_received(std::span<const std::byte> datagram, std::string* why =
 bool count_received(std::span<const std::byte> datagram, LinkCounters& c, const std::string& link_name,
                     std::atomic<unsigned>& warned, wire::ParsedPacket* parsed = nullptr, bool crcs = true);
 
+// The same for a cable carrying Ethernet frames (docs/cables.md "Ethernet
+// cables"): only the size is judged, kEthernetMinFrameBytes ..
+// wire::kMaxPacketBytes, else rx_dropped_malformed (logged as above).
+bool count_received_frame(std::span<const std::byte> frame, LinkCounters& c, const std::string& link_name,
+                          std::atomic<unsigned>& warned);
+
 }  // namespace openib::sim

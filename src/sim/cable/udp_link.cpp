@@ -298,11 +298,6 @@ Result<void> UdpLink::send_with(std::size_t len, Filler fill, std::size_t payloa
       return tx_ends_.size() >= kTxBatch ? flush_locked() : ok();
     }
   }
-  if (eth_) {  // a frame is sent as filled: no IBA CRCs to compute
-    std::vector<std::byte> buf(len);
-    if (!fill(buf)) return err(ECANCELED, "{}: frame abandoned by its sender", name_);
-    return send(buf);
-  }
   return Link::send_with(len, fill, payload_at);
 }
 
@@ -693,21 +688,10 @@ void UdpLink::receive_one(std::span<const std::byte> d, const sockaddr* from, so
     return;
   }
   capture(d);  // before validation: the capture shows what arrived
-  if (eth_) {  // a frame: its port judges the contents; only its size here
-    LinkCounters::bump_owned(counters_.rx_packets);
-    LinkCounters::bump_owned(counters_.rx_bytes, d.size());
-    if (d.size() < kEthernetMinFrameBytes || d.size() > wire::kMaxPacketBytes) {
-      LinkCounters::bump_owned(counters_.rx_dropped_malformed);
-      const bool first = (warned_.fetch_or(2u, std::memory_order_relaxed) & 2u) == 0;
-      logger()->log(first ? spdlog::level::warn : spdlog::level::debug,
-                    "{}: dropped a {}-byte datagram: not an Ethernet frame of {}..{} bytes{}", name_, d.size(),
-                    kEthernetMinFrameBytes, wire::kMaxPacketBytes,
-                    first ? " (further drops of this kind are logged at debug level)" : "");
-      return;
-    }
-  } else if (!count_received(d, counters_, name_, warned_)) {
+  // A frame's contents are its port's to judge (only its size here); a
+  // packet gets the IBA checks.
+  if (!(eth_ ? count_received_frame(d, counters_, name_, warned_) : count_received(d, counters_, name_, warned_)))
     return;
-  }
   std::shared_ptr<const Receiver> rx;
   {
     std::lock_guard lk(rx_mu_);

@@ -125,10 +125,6 @@ struct UdpLinkOptions {
   Framing framing = Framing::kIba;
 };
 
-// An Ethernet header's 14 bytes: the shortest frame an Ethernet cable
-// hands on (802.3's 64-byte minimum is the wire's: senders pad, QEMU
-// delivers runts as they come).
-inline constexpr std::size_t kEthernetMinFrameBytes = 14;
 
 // docs/cables.md "Who may take a cable's port": a UDP port at or above
 // net.ipv4.ip_unprivileged_port_start (read from /proc; 1024 when it
@@ -203,6 +199,7 @@ class UdpLink final : public Link {
   // Polled receive: whether it is on (asked for, not turned off).
   bool polled() const { return polled_; }
   UdpLinkOptions::Framing framing() const { return eth_ ? UdpLinkOptions::Framing::kEthernet : UdpLinkOptions::Framing::kIba; }
+  bool carries_frames() const override { return eth_; }
   // The socket, for an owner that watches it (polled, no on_readable).
   int fd() const { return sock_.get(); }
   // Polled: reads what the socket holds now, up to about `max` packets,

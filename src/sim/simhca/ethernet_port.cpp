@@ -96,12 +96,8 @@ bool Hca::av_is_multicast(uint8_t port, const Av& av) const {
 // group's MAC for a multicast DGID). A packet without a GRH cannot be
 // framed: counted and dropped.
 bool Hca::transmit_frame(uint8_t port, size_t len, sim::Link::Filler fill, const Av& av, bool multicast) {
+  if (!port_may_send(port, false, false)) return false;  // (as transmit())
   Port& pt = port_at(port);
-  if (port > opts_.caps.num_ports || pt.info.state != kPsActive || pt.info.phys_state != kPhysLinkUp) {
-    ++dstats_.tx_port_down;  // (as transmit(): nothing leaves a port whose link is down)
-    ++pt.pma.xmit_discards;
-    return false;
-  }
   if (!pt.link) {
     ++pt.pma.xmit_discards;
     return false;
@@ -141,11 +137,7 @@ bool Hca::send_frame(uint8_t port, const Payload& payload) {
   } else {
     std::copy(payload.bytes.begin(), payload.bytes.end(), eth_frame_.begin());
   }
-  if (port > opts_.caps.num_ports || pt.info.state != kPsActive || pt.info.phys_state != kPhysLinkUp) {
-    ++dstats_.tx_port_down;
-    ++pt.pma.xmit_discards;
-    return true;
-  }
+  if (!port_may_send(port, false, false)) return true;
   if (!pt.link || !pt.link->send(std::span<const std::byte>(eth_frame_.data(), len))) {
     ++pt.pma.xmit_discards;
     return true;

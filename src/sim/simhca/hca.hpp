@@ -223,6 +223,7 @@ class Hca final : private WireOps, private CommandExecutor {
   bool transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
                 size_t payload_at = 0, const sim::Segment* seg = nullptr, bool multicast = false);
   bool transmit(uint8_t port, std::vector<std::byte> pkt, bool management, bool local);
+  bool port_may_send(uint8_t port, bool management, bool local);
   bool for_own_port(uint8_t port, uint16_t dlid) const override;
   void deliver_loopback();
   // §16 Ethernet ports (ethernet_port.cpp).

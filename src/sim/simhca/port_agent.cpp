@@ -141,8 +141,9 @@ bool Hca::for_own_port(uint8_t port, uint16_t dlid) const {
 // up; SMPs (QP0) and GMPs (QP1) from Init on; every other packet only when
 // Active. A packet for the port itself never reaches the wire: it is
 // queued and received by this device on its next turn (run_due).
-bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
-                   size_t payload_at, const sim::Segment* seg, bool multicast) {
+// The state check alone, for every way out of a port (transmit,
+// transmit_frame, send_frame): false, counted, when nothing may leave.
+bool Hca::port_may_send(uint8_t port, bool management, bool local) {
   Port& pt = port_at(port);
   const uint8_t st = pt.info.state;
   if (port > opts_.caps.num_ports || (management ? st < kPsInit : st != kPsActive) ||
@@ -151,6 +152,13 @@ bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool manage
     ++pt.pma.xmit_discards;
     return false;
   }
+  return true;
+}
+
+bool Hca::transmit(uint8_t port, size_t len, sim::Link::Filler fill, bool management, bool local,
+                   size_t payload_at, const sim::Segment* seg, bool multicast) {
+  if (!port_may_send(port, management, local)) return false;
+  Port& pt = port_at(port);
   if (local) {  // (never a segment: RcRequester::segment_len)
     std::vector<std::byte> pkt(len);
     if (!fill(pkt)) return false;
