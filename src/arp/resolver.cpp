@@ -20,7 +20,9 @@
 #include <list>
 #include <map>
 
+#include "arp/eth_dmac.hpp"
 #include "arp/host_addresses.hpp"
+#include "arp/neigh_lookup.hpp"
 #include "arp/rtnl.hpp"
 #include "common/log.hpp"
 #include "ipoib_tap/bridge.hpp"  // the IPoIB multicast MGIDs (RFC 4391 §4)
@@ -320,10 +322,18 @@ struct Resolver::Impl {
     Resolved& p = res.partial;
     p.src = *src;
     p.dst = dst;
-    p.sgid = link->gid;
+    // A RoCE link's GIDs are its IP addresses (docs/arp.md "RoCE
+    // destinations"; Linux's rdma_ip2gid): the source's, not GID 0.
+    p.sgid = link->ethernet ? gid_of_ip(*src) : link->gid;
     p.pkey = link->pkey;
     p.port = link->port;
     p.ifindex = link->ifindex;
+    p.ethernet = link->ethernet;
+    if (is_multicast(dst) && link->ethernet) {  // the group's IP as the MGID, its group MAC (RFC 1112 6.4, RFC 2464 7)
+      p.dgid = gid_of_ip(dst);
+      if (auto m = dmac_from_gid(p.dgid)) p.dmac = *m;
+      return finish(key, p);
+    }
     if (is_multicast(dst)) {  // no neighbour: the group's MGID (RFC 4391 §4, as ip_ib_mc_map)
       uint32_t group = 0;
       std::memcpy(&group, dst.bytes.data(), 4);
@@ -352,9 +362,16 @@ struct Resolver::Impl {
     out.src = res.src ? *res.src : r.prefsrc ? *r.prefsrc : res.dst;
     out.dst = res.dst;
     out.sgid = out.dgid = link->gid;
+    // RoCE: the device loops a packet to its own IP GIDs back (docs/simhca.md
+    // §16.2); loopback addresses have no GID entry and keep GID 0.
+    if (link->ethernet && !is_loopback(res.dst)) {
+      out.sgid = gid_of_ip(is_loopback(out.src) ? res.dst : out.src);
+      out.dgid = gid_of_ip(res.dst);
+    }
     out.pkey = link->pkey;
     out.port = link->port;
     out.ifindex = link->ifindex;
+    out.ethernet = link->ethernet;
     out.local = true;
     finish(key, out);
   }
@@ -375,6 +392,18 @@ struct Resolver::Impl {
     res.note = fmt::format("neighbour {}", rtnl::state_name(n.state));
     res.entry = true;
     if (!rtnl::usable_state(n.state) || n.lladdr.empty()) return false;
+    if (res.partial.ifindex == n.ifindex && is_ethernet(n.ifindex)) {
+      // RoCE: the destination's own IP is its GID; the lladdr is the next hop's MAC.
+      if (n.lladdr.size() != 6) {
+        res.note = fmt::format("neighbour {} with lladdr {}, not a MAC", rtnl::state_name(n.state), hex(n.lladdr));
+        return false;
+      }
+      Resolved out = res.partial;
+      out.dgid = gid_of_ip(res.dst);
+      std::copy(n.lladdr.begin(), n.lladdr.end(), out.dmac.begin());
+      finish(res.key, out, &n);
+      return true;
+    }
     auto gid = links.gid_of(n.ifindex, n.lladdr);
     if (!gid) {
       res.note = fmt::format("neighbour {} with lladdr {}, which maps to no GID", rtnl::state_name(n.state), hex(n.lladdr));
@@ -671,6 +700,11 @@ struct Resolver::Impl {
   }
 
   bool is_local_address(const Ip& a) const { return is_loopback(a) || !addrs.interfaces_of(a).empty(); }
+
+  bool is_ethernet(int ifindex) const {
+    auto l = links.link(ifindex);
+    return l && l->ethernet;
+  }
 
   std::optional<Link> link_of_address(const Ip& a) const {
     for (int ifindex : addrs.interfaces_of(a))

@@ -51,6 +51,9 @@ struct Link {                       // an IPoIB interface ibd serves
   uint8_t port = 1;                 // the HCA port
   std::array<uint8_t, 16> gid{};    // the port's GID 0
   uint16_t pkey = 0xFFFF;
+  // A RoCE port's netdev (docs/arp.md "RoCE destinations"): the GIDs are
+  // the IP addresses themselves and a neighbour's lladdr is its MAC.
+  bool ethernet = false;
 };
 
 // What ibd tells the resolver about its IPoIB interfaces (ibd: IpoibService; tests: a fake).
@@ -71,6 +74,10 @@ struct Resolved {
   uint8_t port = 1;
   int ifindex = 0;
   bool local = false;               // dst is an address of this host (loopback too): dgid = sgid
+  // An Ethernet link: the next hop's MAC (Linux: sa_path_rec.roce.dmac);
+  // zero when local, a group's MAC for a multicast destination.
+  std::array<uint8_t, 6> dmac{};
+  bool ethernet = false;            // through a RoCE netdev (Link::ethernet)
 };
 
 struct Config {

@@ -579,8 +579,12 @@ void Engine::Impl::on_req(const mad::MadAddress& from, const Req& q, const Messa
   c.remote_guid = q.local_ca_guid;
   c.remote_qpn = q.local_qpn;
   c.service_id = q.service_id;
-  c.rq_psn = q.starting_psn;
-  c.sq_psn = new_psn();
+  // A REQ's (and a REP's) Starting PSN is the PSN its sender will receive
+  // from: ours to send with (Linux's cm_req_handler/cm_rep_handler, and so
+  // rxe and every rdma-core peer; docs/cm.md "PSNs"). Our own receive PSN
+  // goes back in the REP.
+  c.sq_psn = q.starting_psn;
+  c.rq_psn = new_psn();
   c.peer_cm_timeout = q.local_cm_response_timeout;
   c.my_cm_timeout = q.remote_cm_response_timeout;
   c.max_retries = q.max_cm_retries;
@@ -648,7 +652,7 @@ void Engine::Impl::on_rep(const Rep& p, const Message& msg) {
   c->remote_id = p.local_comm_id;
   c->remote_guid = p.local_ca_guid;
   c->remote_qpn = p.local_qpn;
-  c->rq_psn = p.starting_psn;
+  c->sq_psn = p.starting_psn;  // (the peer's receive PSN: see the REQ's)
   // Linux cm_rep_handler(): our initiator depth is the peer's responder resources and back.
   c->init_depth = p.responder_resources;
   c->resp_res = p.initiator_depth;
@@ -962,7 +966,7 @@ Result<uint32_t> Engine::connect(const ConnectParams& p, uint64_t owner) {
   c.ack_timeout = c.path.local_ack_timeout;
   c.service_id = p.service_id;
   c.local_qpn = p.qpn;
-  c.sq_psn = p.starting_psn ? (p.starting_psn & 0xffffff) : I.new_psn();
+  c.rq_psn = p.starting_psn ? (p.starting_psn & 0xffffff) : I.new_psn();
   c.pkey = p.pkey;
   c.path_mtu = p.path_mtu;
   c.resp_res = p.responder_resources;
@@ -982,7 +986,7 @@ Result<uint32_t> Engine::connect(const ConnectParams& p, uint64_t owner) {
   q.initiator_depth = p.initiator_depth;
   q.remote_cm_response_timeout = c.peer_cm_timeout;
   q.transport_service_type = p.qp_type;
-  q.starting_psn = c.sq_psn;
+  q.starting_psn = c.rq_psn;  // the PSN we receive from (docs/cm.md "PSNs")
   q.local_cm_response_timeout = c.my_cm_timeout;
   q.retry_count = p.retry_count & 7;
   q.pkey = p.pkey;
@@ -1007,7 +1011,7 @@ Result<void> Engine::accept(uint32_t id, const AcceptParams& p) {
   Rep r;
   OPENIB_TRY(copy_pdata(r.private_data, p.private_data, "REP"));
   c->local_qpn = p.qpn;
-  if (p.starting_psn) c->sq_psn = p.starting_psn & 0xffffff;
+  if (p.starting_psn) c->rq_psn = p.starting_psn & 0xffffff;
   c->resp_res = p.responder_resources;
   c->init_depth = p.initiator_depth;
   c->target_ack_delay = p.target_ack_delay;
@@ -1019,7 +1023,7 @@ Result<void> Engine::accept(uint32_t id, const AcceptParams& p) {
   r.local_comm_id = c->id;
   r.remote_comm_id = c->remote_id;
   r.local_qpn = p.qpn;
-  r.starting_psn = c->sq_psn;
+  r.starting_psn = c->rq_psn;  // the PSN we receive from (docs/cm.md "PSNs")
   r.responder_resources = p.responder_resources;
   r.initiator_depth = p.initiator_depth;
   r.target_ack_delay = p.target_ack_delay & 0x1f;
@@ -1309,6 +1313,7 @@ Result<QpParams> Engine::qp_params(uint32_t id, uint8_t target) const {
       a.av.src_path_bits = static_cast<uint8_t>(c.path.local_lid & 0x7f);
       a.av.grh = !c.path.subnet_local;
       a.av.dgid = c.path.remote_gid;
+      q.local_gid = c.path.local_gid;
       a.av.flow_label = c.path.flow_label;
       a.av.hop_limit = c.path.hop_limit;
       a.av.traffic_class = c.path.traffic_class;

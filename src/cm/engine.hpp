@@ -72,7 +72,7 @@ struct Event {
   uint64_t remote_ca_guid = 0;
   // REQ / REP contents (kReqReceived, kRepReceived)
   uint32_t remote_qpn = 0;
-  uint32_t starting_psn = 0;  // the peer's send PSN (our receive PSN)
+  uint32_t starting_psn = 0;  // the peer's receive PSN (our send PSN; docs/cm.md "PSNs")
   uint8_t responder_resources = 0, initiator_depth = 0;  // as sent by the peer
   uint8_t retry_count = 0, rnr_retry_count = 0;
   uint8_t qp_type = 0;        // wire transport service type (0 RC, 1 UC)
@@ -128,7 +128,7 @@ struct ConnectParams {
   uint8_t path_mtu = 0;          // IBA enum (1 = 256 ... 5 = 4096)
   uint32_t qpn = 0;
   uint8_t qp_type = 0;           // 0 RC, 1 UC (IBA 12.6.5 Transport Service Type)
-  uint32_t starting_psn = 0;     // 0: the engine picks a random 24-bit one
+  uint32_t starting_psn = 0;     // our receive PSN, sent in the REQ; 0: the engine picks a random 24-bit one
   uint8_t responder_resources = 0, initiator_depth = 0;
   uint8_t retry_count = 7, rnr_retry_count = 7;
   uint8_t max_cm_retries = 15;
@@ -140,7 +140,7 @@ struct ConnectParams {
 // IBA 12.6.8 REP fields the passive side chooses.
 struct AcceptParams {
   uint32_t qpn = 0;
-  uint32_t starting_psn = 0;     // 0: the one the engine picked at the REQ (qp_params(RTS) gave it already)
+  uint32_t starting_psn = 0;     // our receive PSN, sent in the REP; 0: the one the engine picked at the REQ (qp_params(RTR) gave it already)
   uint8_t responder_resources = 0, initiator_depth = 0;
   uint8_t rnr_retry_count = 7;
   uint8_t target_ack_delay = 15;
@@ -165,6 +165,9 @@ struct SidrParams {
 struct QpParams {
   uint32_t mask = 0;
   verbs::QpAttr attr;
+  // RTR: the path's local GID, whose GID table index is the AV's
+  // sgid_index where that is not 0 (an Ethernet port: the IP's entry).
+  std::array<uint8_t, 16> local_gid{};
 };
 
 enum class State : uint8_t {

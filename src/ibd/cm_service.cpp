@@ -10,6 +10,8 @@
 
 #include "common/iba.hpp"
 #include "common/log.hpp"
+#include "hca/gid_find.hpp"
+#include "hca/port_caps.hpp"
 #include "ibd/qp_attr_convert.hpp"
 #include "sa/path_record.hpp"
 
@@ -53,6 +55,9 @@ mad::MadAddress peer_of(const sa::PathRecord& p) {
     a.hop_limit = p.hop_limit;
     a.traffic_class = p.tclass;
     a.flow_label = p.flow_label;
+    // The source GID too: on an Ethernet port it picks the GID table
+    // entry (the source IP's, so an IPv4 path goes as IPv4; IBA Annex A17).
+    a.local_gid = p.sgid;
   }
   return a;
 }
@@ -217,6 +222,7 @@ void CmService::make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a) 
   info.gid = sa::make_gid(a.gid_prefix, a.port_guid);
   info.lid = a.lid;
   info.ca_ack_delay = hca_.caps().local_ca_ack_delay;
+  P.ethernet = hca::protocol_roce(a.link_layer);
   if (P.engine) return P.engine->set_port(info);
   cm::Env env;
   env.send = [this, port](const mad::MadAddress& to, mad::ByteVec mad) -> Result<void> {
@@ -386,7 +392,7 @@ uint32_t CmService::add_id(Session& s, IdRec rec) {
 // ---- QP transitions --------------------------------------------------------
 
 Result<std::pair<uint32_t, hca::QpAttr>> CmService::hca_attr(uint8_t port, uint32_t engine_id, uint8_t state,
-                                                            uint32_t sq_psn) {
+                                                            uint32_t rq_psn, std::array<uint8_t, 16>* local_gid) {
   if (state == 1) return init_attr(port);
   OPENIB_TRY_ASSIGN(cm::Engine * e, engine(port));
   OPENIB_TRY_ASSIGN(cm::QpParams q, e->qp_params(engine_id, state));
@@ -394,28 +400,59 @@ Result<std::pair<uint32_t, hca::QpAttr>> CmService::hca_attr(uint8_t port, uint3
   uint32_t mask = q.mask;
   hca::QpAttr a = q.attr;  // the engine's attributes are the driver's type
   if (mask & m::kAv) a.av.port = port;
-  // The passive side's own send PSN (chosen at accept, before the engine knows it).
-  if (state == 3 && sq_psn != UINT32_MAX) mask |= m::kSqPsn, a.sq_psn = sq_psn;
+  if ((mask & m::kAv) && ethernet(port)) {
+    // No LIDs on Ethernet (a REQ's are the permissive 0xFFFF, IBA Annex
+    // A17): the GRH carries the path; its sgid_index is the local GID's
+    // entry, which move_qp looks up (local_gid).
+    a.av.dlid = 0;
+    a.av.src_path_bits = 0;
+    a.av.grh = true;
+    if (local_gid) *local_gid = q.local_gid;
+  }
+  // The passive side's own receive PSN (chosen at accept, before the engine
+  // knows it; the REP carries it: docs/cm.md "PSNs").
+  if (state == 2 && rq_psn != UINT32_MAX) mask |= m::kRqPsn, a.rq_psn = rq_psn;
   return std::pair<uint32_t, hca::QpAttr>{mask, a};
 }
 
 void CmService::move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
-                        std::vector<uint8_t> states, uint32_t sq_psn, Done done) {
+                        std::vector<uint8_t> states, uint32_t rq_psn, Done done) {
   if (states.empty()) return done(ok());
   const uint8_t state = states.front();
   states.erase(states.begin());
-  auto attr = hca_attr(port, engine_id, state, sq_psn);
+  std::array<uint8_t, 16> local_gid{};
+  auto attr = hca_attr(port, engine_id, state, rq_psn, &local_gid);
   if (!attr) return done(attr.take_error());
+  if (!((attr->first & hca::qp_attr::kAv) && ethernet(port)))
+    return modify_then(client, qp_handle, port, engine_id, std::move(states), rq_psn, std::move(*attr),
+                       std::move(done));
+  // An Ethernet port's RTR: the source GID's entry of the GID table (the
+  // IP's, docs/simhca.md §16.1), as Linux's sgid_attr.
+  hca::find_gid_async(hca_, port, local_gid,
+                      [this, alive = std::weak_ptr<bool>(alive_), client, qp_handle, port, engine_id,
+                       states = std::move(states), rq_psn, a = std::move(*attr),
+                       done = std::move(done)](Result<uint16_t> idx) mutable {
+                        if (alive.expired()) return;
+                        if (!idx) return done(err(idx.error().code, "the connection's source GID: {}", idx.error().message));
+                        a.second.av.sgid_index = static_cast<uint8_t>(*idx);
+                        modify_then(client, qp_handle, port, engine_id, std::move(states), rq_psn, std::move(a),
+                                    std::move(done));
+                      });
+}
+
+void CmService::modify_then(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
+                            std::vector<uint8_t> states, uint32_t rq_psn, std::pair<uint32_t, hca::QpAttr> attr,
+                            Done done) {
   ++counters_.qp_transitions;
-  qp_modify(client, qp_handle, attr->first, attr->second,
+  qp_modify(client, qp_handle, attr.first, attr.second,
              [this, alive = std::weak_ptr<bool>(alive_), client, qp_handle, port, engine_id,
-              states = std::move(states), sq_psn, done = std::move(done)](Result<void> r) mutable {
+              states = std::move(states), rq_psn, done = std::move(done)](Result<void> r) mutable {
                if (alive.expired()) return;
                if (!r) {
                  ++counters_.qp_transition_errors;
                  return done(err(r.error().code, "QP transition: {}", r.error().message));
                }
-               move_qp(client, qp_handle, port, engine_id, std::move(states), sq_psn, std::move(done));
+               move_qp(client, qp_handle, port, engine_id, std::move(states), rq_psn, std::move(done));
              });
 }
 
@@ -530,7 +567,7 @@ void CmService::connect(uint32_t client, const proto::CmConnectReq& r, IdDone do
   if (auto e = engine(r.port); !e) return done(e.take_error());
   auto path = sa::decode_path_record(std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.path.data()), 64));
   if (!path) return done(path.take_error());
-  if (path->dlid == 0) return done(err(EINVAL, "the path has no DLID"));
+  if (path->dlid == 0 && !ethernet(r.port)) return done(err(EINVAL, "the path has no DLID"));
   auto qp = qp_lookup(client, r.qp);
   if (!qp) return done(qp.take_error());
   if (qp->type > 1) return done(err(EINVAL, "CM_CONNECT takes an RC or UC QP (UD: SIDR)"));
@@ -552,6 +589,12 @@ void CmService::connect(uint32_t client, const proto::CmConnectReq& r, IdDone do
     p.service_id = r.service_id;
     p.peer = peer_of(path);
     p.primary = cm_path_of(path);
+    if (ethernet(r.port)) {
+      // A RoCE path has no LIDs: the REQ carries the permissive LID both
+      // ways, as Linux's cm_format_req does for a path through a GRH.
+      p.primary.local_lid = 0xffff;
+      p.primary.remote_lid = 0xffff;
+    }
     p.pkey = path.pkey ? path.pkey : 0xffff;
     p.path_mtu = path.mtu;
     p.qpn = qpn;
@@ -616,9 +659,10 @@ void CmService::accept(uint32_t client, const proto::CmAcceptReq& r, Done done) 
   rec.qp = r.qp;
   rec.responder_resources = r.responder_resources;
   rec.initiator_depth = r.initiator_depth;
-  // A manual client moved its QP to RTS with init_qp_attr's send PSN, the
-  // engine's own (chosen when the REQ came): the REP must carry that one
-  // (starting_psn 0 keeps it). Otherwise ibd picks one for the QP and the REP.
+  // A manual client moved its QP to RTR with init_qp_attr's receive PSN,
+  // the engine's own (chosen when the REQ came): the REP must carry that
+  // one (starting_psn 0 keeps it). Otherwise ibd picks one for the QP's RTR
+  // and the REP (docs/cm.md "PSNs").
   const uint32_t psn = manual ? 0 : random_psn();
   const uint32_t eid = rec.engine_id;
   const uint8_t port = rec.port;
@@ -704,7 +748,7 @@ Result<uint32_t> CmService::sidr_query(uint32_t client, const proto::CmSidrQuery
   OPENIB_TRY_ASSIGN(cm::Engine * e, engine(r.port));
   OPENIB_TRY_ASSIGN(auto path, sa::decode_path_record(
                                    std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.path.data()), 64)));
-  if (path.dlid == 0) return err(EINVAL, "the path has no DLID");
+  if (path.dlid == 0 && !ethernet(r.port)) return err(EINVAL, "the path has no DLID");
   cm::SidrParams p;
   p.service_id = r.service_id;
   p.peer = peer_of(path);
@@ -749,7 +793,7 @@ Result<proto::CmInitQpAttrRep> CmService::init_qp_attr(uint32_t client, const pr
   IdRec& rec = *f.second;
   if (rec.kind != kConn || !rec.engine_id) return err(EINVAL, "CM id {} is not a connection", r.id);
   if (r.state < 1 || r.state > 3) return err(EINVAL, "CM_INIT_QP_ATTR: state {} (1 INIT, 2 RTR, 3 RTS)", r.state);
-  OPENIB_TRY_ASSIGN(auto a, hca_attr(rec.port, rec.engine_id, r.state, UINT32_MAX));
+  OPENIB_TRY_ASSIGN(auto a, hca_attr(rec.port, rec.engine_id, r.state, UINT32_MAX, nullptr));
   proto::CmInitQpAttrRep rep;
   rep.attr = to_proto(a.second);
   rep.attr.mask = a.first;

@@ -184,6 +184,7 @@ class CmService final : public Service {
     // engine id -> (client, handle)
     std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> owners;
     uint64_t generation = 0;  // + 1 per layer (an answer for an older one is dropped)
+    bool ethernet = false;    // RoCEv2 (hca::protocol_roce): an RTR's sgid_index from the GID table
   };
 
   void on_layer(uint8_t port, mad::MadLayer* layer);
@@ -222,10 +223,18 @@ class CmService final : public Service {
   bool admit(uint8_t port, uint32_t listen_id);
   // QP transitions, one after another; `done` after the last (or the first failure).
   void move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
-               std::vector<uint8_t> states, uint32_t sq_psn, Done done);
+               std::vector<uint8_t> states, uint32_t rq_psn, Done done);
+  bool ethernet(uint8_t port) const {
+    auto it = ports_.find(port);
+    return it != ports_.end() && it->second.ethernet;
+  }
+  void modify_then(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
+                   std::vector<uint8_t> states, uint32_t rq_psn, std::pair<uint32_t, hca::QpAttr> attr, Done done);
   void qp_to_error(uint32_t client, const IdRec& rec);
+  // rq_psn (UINT32_MAX: the engine's) for an RTR; local_gid (non-null)
+  // gets an Ethernet port's RTR's source GID, for its sgid_index.
   Result<std::pair<uint32_t, hca::QpAttr>> hca_attr(uint8_t port, uint32_t engine_id, uint8_t state,
-                                                     uint32_t sq_psn);
+                                                     uint32_t rq_psn, std::array<uint8_t, 16>* local_gid);
 
   boost::asio::io_context& io_;
   hca::Device& hca_;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "arp/neigh_lookup.hpp"
 #include "common/log.hpp"
 #include "hca/port_caps.hpp"
 #include "ibd/qp_attr_convert.hpp"
@@ -235,7 +236,9 @@ Result<void> CmaService::do_bind(Id& id, const cma::Addr& a, bool privileged) {
     // A loopback address takes port 1 (rdma_cm's loopback binding takes a device's first port).
     port = link ? link->port : 1;
     if (link) {
-      id.sgid = link->gid;
+      // RoCE: the bound address's own GID (its GID table entry, docs/arp.md
+      // "RoCE destinations"), not the port's GID 0.
+      id.sgid = link->ethernet ? arp::gid_of_ip(to_ip(a)) : link->gid;
       id.pkey = link->pkey;
     }
   }
@@ -291,7 +294,8 @@ Result<void> CmaService::resolve_addr(uint32_t client, const proto::CmaResolveAd
     i->sgid = res->sgid;
     i->dgid = res->dgid;
     i->pkey = res->pkey;
-    if (is_multicast(i->dst))  // the group's MGID in the id's port space (cma_set_mgid)
+    i->dmac = res->dmac;
+    if (is_multicast(i->dst) && !res->ethernet)  // IB: the group's MGID in the id's port space (cma_set_mgid)
       if (auto mg = cma::mgid_for(i->dst, i->ps, i->pkey ? i->pkey : 0xFFFF); mg) i->dgid = *mg;
     if (i->src.any()) std::copy(res->src.bytes.begin(), res->src.bytes.end(), i->src.addr.begin());
     i->state = S::kAddrResolved;
@@ -304,10 +308,12 @@ Result<void> CmaService::resolve_addr(uint32_t client, const proto::CmaResolveAd
     if (auto link = arp_->link_of_address(to_ip(id->src)); link) {
       arp::Resolved res;
       res.port = link->port;
-      res.sgid = link->gid;
+      res.sgid = link->ethernet ? arp::gid_of_ip(to_ip(id->src)) : link->gid;
       res.pkey = link->pkey;
       res.src = to_ip(id->src);
       res.dst = to_ip(dst);
+      res.ethernet = link->ethernet;
+      if (link->ethernet) res.dgid = arp::gid_of_ip(res.dst);  // the group's IP (rdma_ip2gid)
       boost::asio::post(io_, [answer, res]() mutable { answer(res); });
       return ok();
     }
@@ -364,8 +370,11 @@ void CmaService::route_from_sa(uint32_t client, Id& id) {
 
 // An Ethernet port's route (sa/local_route.hpp): the id's SGID (its
 // source address's GID table entry) and DGID, the port's active MTU and
-// rate, the default hop limit. TODO(RoCE issue): the destination MAC from
-// the neighbour table, for the address handle.
+// rate, the default hop limit. The destination MAC the resolver found
+// stays with the id (Id::dmac, Linux's sa_path_rec.roce.dmac; the path
+// record has no field for it); the address vectors built from the route
+// get theirs where they are made (Server::with_dmac, the MAD layer's
+// handles), from the same neighbour table entry the resolution waited for.
 Result<std::array<uint8_t, 64>> CmaService::route_from_addresses(const Id& id, const hca::PortAttr& a) {
   sa::RouteAddresses in;
   in.sgid = id.sgid;
@@ -496,6 +505,10 @@ Result<void> CmaService::check_request(const cma::Header& h, uint8_t hport, cons
 // of this ibd cabled to this one); any other source passes.
 bool CmaService::from_holder_of(const cma::Header& h, const proto::CmEventMsg& e, const arp::Link& dst_link) const {
   if (e.remote_gid == dst_link.gid || !arp_->is_local_address(to_ip(h.src))) return true;
+  // RoCE: the REQ's source GID is the source address's own, an address of
+  // this netdev's port (a connection within the host, looped back).
+  if (dst_link.ethernet && e.remote_gid == arp::gid_of_ip(to_ip(h.src)))
+    if (auto l = arp_->link_of_address(to_ip(h.src)); l && l->port == dst_link.port) return true;
   if (!host_links_) return false;
   for (int ifindex : arp_->interfaces_of_address(to_ip(h.src)))
     if (auto l = host_links_(ifindex); l && l->gid == e.remote_gid) return true;
@@ -539,6 +552,9 @@ void CmaService::on_request(const proto::CmEventMsg& e) {
   c.dst = hdr->src;
   c.port = hport;
   c.sgid = l->sgid;
+  // RoCE: a wildcard listener's connection is from the address it came to.
+  if (auto dl = arp_ ? arp_->link_of_address(to_ip(hdr->dst)) : std::nullopt; dl && dl->ethernet)
+    c.sgid = arp::gid_of_ip(to_ip(hdr->dst));
   c.dgid = e.remote_gid;
   c.pkey = l->pkey;
   c.cm = e.id;

@@ -185,6 +185,7 @@ class CmaService final : public Service {
     bool bound = false;
     uint8_t port = 0;
     std::array<uint8_t, 16> sgid{}, dgid{};
+    std::array<uint8_t, 6> dmac{};  // RoCE: the next hop's MAC, as resolved (arp::Resolved::dmac)
     uint16_t pkey = 0;
     bool have_path = false;
     std::array<uint8_t, 64> path{};

@@ -72,7 +72,8 @@ Result<void> table_int(const toml::table& t, const char* key, T& out, const std:
 // One [[device]] table (docs/operations.md "Several devices").
 Result<DeviceTable> parse_device_table(const toml::table& t, const std::string& where) {
   static const std::vector<std::string> known = {"name", "device", "cable", "pcap", "faults", "simhca-arg",
-                                                 "lid", "ipoib", "ipoib-pkey", "ipoib-port", "ipoib-qkey"};
+                                                 "lid", "ipoib", "ipoib-pkey", "ipoib-port", "ipoib-qkey",
+                                                 "netdev", "netdev-port"};
   DeviceTable out;
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
@@ -95,6 +96,7 @@ Result<DeviceTable> parse_device_table(const toml::table& t, const std::string& 
   OPENIB_TRY(str("pcap", out.d.pcap));
   OPENIB_TRY(str("faults", out.d.faults));
   OPENIB_TRY(str("ipoib", out.d.ipoib));
+  OPENIB_TRY(str("netdev", out.d.netdev));
   if (const auto* n = t.get("simhca-arg")) {
     const auto* a = n->as_array();
     if (!a) return err(EINVAL, "{}: 'simhca-arg' must be an array of strings", where);
@@ -108,6 +110,7 @@ Result<DeviceTable> parse_device_table(const toml::table& t, const std::string& 
   OPENIB_TRY(table_int(t, "ipoib-pkey", out.d.ipoib_pkey, where));
   OPENIB_TRY(table_int(t, "ipoib-port", out.d.ipoib_port, where));
   OPENIB_TRY(table_int(t, "ipoib-qkey", out.d.ipoib_qkey, where));
+  OPENIB_TRY(table_int(t, "netdev-port", out.d.netdev_port, where));
   return out;
 }
 
@@ -217,6 +220,11 @@ void add_device_flags(CLI::App& app, Options& o, std::vector<std::string>& specs
                  "IPoIB: the Q_Key of the broadcast group when ibd creates it (bit 31 set: a controlled Q_Key, "
                  "docs/ipoib.md \"Security\"); a group the SM made keeps its own")
       ->capture_default_str();
+  app.add_option("--netdev", o.netdev,
+                 "RoCE: create this TAP interface as the Ethernet port's netdev (docs/operations.md \"RoCE ports\"); "
+                 "empty: none");
+  app.add_option("--netdev-port", o.netdev_port, "RoCE: the netdev's HCA port (an Ethernet port)")
+      ->capture_default_str();
 }
 
 // The first device from the per-device flags; a [[device]] table's key
@@ -224,7 +232,8 @@ void add_device_flags(CLI::App& app, Options& o, std::vector<std::string>& specs
 DeviceOptions first_device(const CLI::App& app, const Options& o, const DeviceTable* t) {
   DeviceOptions d{.name = "", .spec = o.device, .cable = o.cable, .pcap = o.pcap, .faults = o.faults,
                   .simhca_args = o.simhca_args, .lid = o.lid, .ipoib = o.ipoib, .ipoib_pkey = o.ipoib_pkey,
-                  .ipoib_port = o.ipoib_port, .ipoib_qkey = o.ipoib_qkey};
+                  .ipoib_port = o.ipoib_port, .ipoib_qkey = o.ipoib_qkey, .netdev = o.netdev,
+                  .netdev_port = o.netdev_port};
   if (!t) return d;
   auto from_table = [&](const char* key) {
     return std::find(t->keys.begin(), t->keys.end(), key) != t->keys.end() &&
@@ -241,6 +250,8 @@ DeviceOptions first_device(const CLI::App& app, const Options& o, const DeviceTa
   if (from_table("ipoib-pkey")) d.ipoib_pkey = t->d.ipoib_pkey;
   if (from_table("ipoib-port")) d.ipoib_port = t->d.ipoib_port;
   if (from_table("ipoib-qkey")) d.ipoib_qkey = t->d.ipoib_qkey;
+  if (from_table("netdev")) d.netdev = t->d.netdev;
+  if (from_table("netdev-port")) d.netdev_port = t->d.netdev_port;
   return d;
 }
 

@@ -27,6 +27,8 @@ struct DeviceOptions {
   uint16_t ipoib_pkey = 0xFFFF;
   uint8_t ipoib_port = 1;
   uint32_t ipoib_qkey = 0x0b1b;
+  std::string netdev;  // an Ethernet port's netdev, a TAP (empty: none), and its port
+  uint8_t netdev_port = 1;
   // Derived: its client socket (the first device's is --socket, the others'
   // proto::device_socket beside it), its embedded simhca's socket, its saved
   // state (none when empty).
@@ -54,6 +56,10 @@ struct Options {
   // (docs/ipoib.md "Security": bit 31 set, a controlled Q_Key no
   // unprivileged client can send with).
   uint32_t ipoib_qkey = 0x0b1b;
+  // An Ethernet (RoCE) port's netdev (docs/operations.md "RoCE ports"): the
+  // TAP interface's name (empty: none) and the port.
+  std::string netdev;
+  uint8_t netdev_port = 1;
   // The connection manager (docs/cm.md): CM events ibd keeps for a client
   // that does not read its CM socket before closing it (overrun).
   uint32_t cm_max_queued_events = 65536;

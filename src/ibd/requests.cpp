@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/steady_timer.hpp>
 
 #include "arp/eth_dmac.hpp"
 #include "common/log.hpp"
@@ -571,17 +572,24 @@ Result<void> Server::op_create_qp(Client& c, proto::Message& m, Respond& done) {
   return ok();
 }
 
-namespace {
-// A RoCE address vector's Ethernet destination, where its GID decides it
-// (arp/eth_dmac.hpp: link-local and multicast GIDs), as the kernel fills
-// it in for a verbs consumer (ibv_ah_attr has no MAC). An InfiniBand port
-// ignores it (docs/simhca.md §7.6).
-hca::AddressVector with_dmac(hca::AddressVector av) {
-  if (av.grh && av.dmac == arp::Mac{})
-    if (auto mac = arp::dmac_from_gid(av.dgid)) av.dmac = *mac;
+// A RoCE address vector's Ethernet destination, as the kernel fills it
+// in for a verbs consumer (ibv_ah_attr has no MAC; Linux's
+// ib_resolve_eth_dmac): where its GID decides it (arp/eth_dmac.hpp:
+// link-local and multicast GIDs), else the port's netdev's neighbour
+// table (dmac_lookup_, arp/neigh_lookup.hpp; EAGAIN while the kernel
+// resolves it). An InfiniBand port ignores it (docs/simhca.md §7.6).
+Result<hca::AddressVector> Server::with_dmac(hca::AddressVector av) {
+  if (!av.grh || av.dmac != arp::Mac{}) return av;
+  if (auto mac = arp::dmac_from_gid(av.dgid)) {
+    av.dmac = *mac;
+    return av;
+  }
+  if (!dmac_lookup_) return av;
+  auto mac = dmac_lookup_(av.port ? av.port : 1, av.dgid);
+  if (mac) av.dmac = *mac;
+  else if (mac.error().code != ENODEV) return err(mac.error().code, "the destination MAC: {}", mac.error().message);
   return av;
 }
-}  // namespace
 
 // MODIFY_QP: the device validates the transition and the attributes
 // (docs/simhca.md §8.3); ibd checks only that the QP is this client's.
@@ -596,7 +604,9 @@ Result<void> Server::op_modify_qp(Client& c, proto::Message& m, Respond& done) {
   if ((a.mask & hca::qp_attr::kQkey) && (a.qkey & 0x80000000u) && !c.net_raw)
     return err(EPERM, "Q_Key {:#x} is a controlled Q_Key (bit 31): root or CAP_NET_RAW only", a.qkey);
   hca::QpAttr h = to_hca(a);
-  if (a.mask & hca::qp_attr::kAv) h.av = with_dmac(h.av);
+  if (a.mask & hca::qp_attr::kAv) {
+    OPENIB_TRY_ASSIGN(h.av, with_dmac(h.av));
+  }
   const uint32_t handle = req.qp;
   const uint8_t state = (a.mask & hca::qp_attr::kState) ? a.state : 0xff;
   hca_.modify_qp_async(qp->number, a.mask, h,
@@ -653,7 +663,8 @@ Result<void> Server::op_create_ah(Client& c, proto::Message& m, Respond& done) {
   Object o;
   o.kind = Kind::kAh;
   o.deps = {req.pd, 0, 0, 0, 0};
-  hca_.create_ah_async(pd->number, with_dmac(to_hca(req.av)), created(c.id, std::move(o), std::move(done)));
+  OPENIB_TRY_ASSIGN(hca::AddressVector av, with_dmac(to_hca(req.av)));
+  hca_.create_ah_async(pd->number, av, created(c.id, std::move(o), std::move(done)));
   return ok();
 }
 
@@ -746,7 +757,14 @@ ClientQps Server::qp_ops() {
     auto qp = find(*c, handle, Kind::kQp);
     if (!qp) return done(qp.take_error());
     const uint8_t state = (mask & hca::qp_attr::kState) ? static_cast<uint8_t>(a.state) : 0xff;
-    hca_.modify_qp_async((*qp)->number, mask, a,
+    hca::QpAttr with = a;  // the CM's RTR: the AV's MAC as for MODIFY_QP
+    if (mask & hca::qp_attr::kAv) {
+      auto av = with_dmac(a.av);
+      if (!av && av.error().code == EAGAIN) return modify_when_resolved(id, handle, mask, a, std::move(done), 0);
+      if (!av) return done(av.take_error());
+      with.av = *av;
+    }
+    hca_.modify_qp_async((*qp)->number, mask, with,
                          guard<void>([this, id, handle, state, done = std::move(done)](Result<void> r) mutable {
                            if (r && state != 0xff) {
                              if (Client* cl = owner(id))
@@ -757,6 +775,29 @@ ClientQps Server::qp_ops() {
                          }));
   };
   return ops;
+}
+
+// The CM's QP (an accept's RTR, typically: the passive side's kernel has
+// no neighbour entry for the peer's address yet, e.g. IPv6, where the
+// peer's solicitation came from its link-local address): the kernel is
+// resolving it (NeighLookup triggered it), so the transition waits for it,
+// asking again every 50 ms for at most 3 s (Linux's rdma_accept would fail
+// here; a connection whose REQ came in is worth the wait), then the error.
+void Server::modify_when_resolved(uint32_t id, uint32_t handle, uint32_t mask, hca::QpAttr a,
+                                  hca::Completer<Result<void>> done, unsigned tries) {
+  auto t = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(50));
+  t->async_wait([this, alive = std::weak_ptr<bool>(alive_), t, id, handle, mask, a, tries,
+                 done = std::move(done)](const boost::system::error_code& ec) mutable {
+    if (alive.expired()) return;  // ibd is stopping: the completer answers ECANCELED
+    if (ec) return done(err(ECANCELED, "cancelled"));
+    auto av = with_dmac(a.av);
+    if (!av && av.error().code == EAGAIN && tries < 60)
+      return modify_when_resolved(id, handle, mask, a, std::move(done), tries + 1);
+    if (!av) return done(av.take_error());
+    hca::QpAttr with = a;
+    with.av = *av;  // (its dmac set: the modify below does not look it up again)
+    qp_ops().modify(id, handle, mask, with, std::move(done));
+  });
 }
 
 }  // namespace openib::ibd

@@ -20,6 +20,7 @@
 #include "ibd/cma_service.hpp"
 #include "ibd/ipoib_links.hpp"
 #include "ibd/ipoib_service.hpp"
+#include "ibd/netdev_service.hpp"
 #include "ibd/sa_service.hpp"
 #include "ibd/server.hpp"
 #include "ibd/simhca_child.hpp"
@@ -103,6 +104,12 @@ Result<void> ServedDevice::start() {
     return r;
   }
   build_services();
+  if (netdev_) {  // an InfiniBand port has no netdev (IPoIB is --ipoib)
+    if (auto r = netdev_->check_port(); !r) {
+      teardown();
+      return r;
+    }
+  }
   if (auto r = start_services(); !r) {
     teardown();
     return err(r.error().code, "client socket {}: {}", d_.socket, r.error().str());
@@ -138,6 +145,19 @@ Result<void> ServedDevice::link_name() {
 
 std::optional<arp::Link> ServedDevice::ipoib_link(int ifindex) const {
   return ipoib_links_ ? ipoib_links_->link(ifindex) : std::nullopt;
+}
+
+int ServedDevice::netdev_ifindex(uint8_t port) const {
+  return netdev_ && netdev_->port() == port ? netdev_->ifindex() : 0;
+}
+
+// A RoCE port's destination MAC (arp/neigh_lookup.hpp); ENODEV on a port
+// without a netdev (InfiniBand: the AV's MAC is not used).
+Result<std::array<uint8_t, 6>> ServedDevice::dmac(uint8_t port, const std::array<uint8_t, 16>& dgid) {
+  if (auto m = arp::dmac_from_gid(dgid)) return *m;
+  const int ifindex = netdev_ifindex(port);
+  if (ifindex <= 0) return err(ENODEV, "port {} has no netdev", port);
+  return neigh_.dmac(ifindex, dgid);
 }
 
 // The device: named, or an embedded simhca child (docs/simhca.md §13); its
@@ -199,10 +219,12 @@ void ServedDevice::build_services() {
   const uint8_t ports = hca_->caps().num_ports;
   umad_ = std::make_unique<UmadService>(io_, *hca_, d_.socket, ports, o_.umad_user_gmp);
   umad_->set_max_outstanding(o_.limits.umad_max_outstanding);
+  umad_->set_dmac_lookup([this](uint8_t port, const std::array<uint8_t, 16>& g) { return dmac(port, g); });
   ServerOptions so{d_.socket, o_.socket_mode, o_.socket_group, spec_, o_.limits};
   so.name = d_.name;
   for (const auto& e : o_.devices) so.all_devices.emplace_back(e.name, e.socket);
   server_ = std::make_unique<Server>(io_, *hca_, std::move(so));
+  server_->set_dmac_lookup([this](uint8_t port, const std::array<uint8_t, 16>& g) { return dmac(port, g); });
   sa_ = std::make_unique<SaService>(io_, *hca_, *umad_, ports, d_.state_dir);
   if (auto r = sa_->publish_table(o_.path_table_slots); !r)  // docs/sa.md "Shared table"
     log_->warn("{}: no shared path table (clients ask ibd for every path): {}", d_.name, r.error().str());
@@ -212,13 +234,15 @@ void ServedDevice::build_services() {
       [this](uint8_t port, uint16_t pkey, const sa::Gid& dgid) { server_->on_path_change(port, pkey, dgid); });
   if (!d_.ipoib.empty())  // docs/ipoib.md
     ipoib_ = std::make_unique<IpoibService>(io_, *hca_, *sa_, IpoibConfig{d_.ipoib, d_.ipoib_pkey, d_.ipoib_port, d_.ipoib_qkey});
+  if (!d_.netdev.empty())  // docs/operations.md "RoCE ports"
+    netdev_ = std::make_unique<NetdevService>(io_, *hca_, NetdevConfig{d_.netdev, d_.netdev_port});
   cm_ = std::make_unique<CmService>(io_, *hca_, *umad_, ports);  // docs/cm.md
   cm_->set_max_queued_events(o_.cm_max_queued_events);
   cm_->set_event_budget(&event_bytes_);
   cm_->set_id_limits(o_.limits.cm_ids);
   cm_->set_qp_ops(server_->qp_ops());
-  if (ipoib_) {  // docs/cma.md, docs/arp.md
-    ipoib_links_ = std::make_unique<IpoibLinks>(*ipoib_);
+  if (ipoib_ || netdev_) {  // docs/cma.md, docs/arp.md
+    ipoib_links_ = std::make_unique<IpoibLinks>(ipoib_.get(), netdev_.get());
     resolver_ = std::make_unique<arp::Resolver>(io_, *ipoib_links_);
   }
   cma_ = std::make_unique<CmaService>(io_, *hca_, *cm_, *sa_, ports);
@@ -231,6 +255,7 @@ void ServedDevice::build_services() {
   services_.add(*umad_);
   services_.add(*sa_);
   if (ipoib_) services_.add(*ipoib_);
+  if (netdev_) services_.add(*netdev_);
   services_.add(*cm_);
   services_.add(*cma_);
   server_->set_services(&services_);
@@ -248,6 +273,7 @@ Result<void> ServedDevice::start_services() {
   }
   if (auto r = cma_->start(); !r) log_->warn("{}: no RDMA CM: {}", d_.name, r.error().str());
   if (ipoib_) ipoib_->start();
+  if (netdev_) netdev_->start();
   return ok();
 }
 
@@ -281,6 +307,7 @@ void ServedDevice::stop(int code, const std::string& why) {
   sa_->save();  // the path cache, for the next start (docs/sa.md)
   server_->stop();
   if (ipoib_) ipoib_->stop();
+  if (netdev_) netdev_->stop();
   if (code != 0) {
     serving_ = false;
     return asio::post(io_, [this, code] { stopped_(code); });
@@ -309,6 +336,7 @@ void ServedDevice::teardown() {
   resolver_.reset();
   ipoib_links_.reset();
   cm_.reset();
+  netdev_.reset();
   ipoib_.reset();
   sa_.reset();
   umad_.reset();

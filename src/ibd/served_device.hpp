@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "arp/neigh_lookup.hpp"
 #include "arp/resolver.hpp"
 #include "common/log.hpp"
 #include "common/result.hpp"
@@ -33,6 +34,7 @@ class SimhcaChild;
 class UmadService;
 class SaService;
 class IpoibService;
+class NetdevService;
 class CmService;
 class IpoibLinks;
 class CmaService;
@@ -59,7 +61,10 @@ class ServedDevice {
   bool serving() const { return serving_; }
   // Its IPoIB interface's link if `ifindex` is it (the daemon's view of
   // every device's links, for the RDMA CM's source check).
+  // Its RoCE netdev's too (docs/operations.md "RoCE ports": ethernet set).
   std::optional<arp::Link> ipoib_link(int ifindex) const;
+  // The ifindex of the netdev of `port` (0: none, or not made yet).
+  int netdev_ifindex(uint8_t port) const;
   void set_host_links(std::function<std::optional<arp::Link>(int)> f) { host_links_ = std::move(f); }
 
  private:
@@ -97,9 +102,15 @@ class ServedDevice {
   std::unique_ptr<Server> server_;
   std::unique_ptr<SaService> sa_;
   std::unique_ptr<IpoibService> ipoib_;
+  std::unique_ptr<NetdevService> netdev_;  // an Ethernet port's TAP (docs/operations.md "RoCE ports")
   std::unique_ptr<CmService> cm_;
   std::unique_ptr<IpoibLinks> ipoib_links_;
   std::unique_ptr<arp::Resolver> resolver_;
+  // RoCE destination MACs (docs/arp.md "RoCE destinations"): for client
+  // AVs (the Server), the CM's QPs and the MAD layer's address handles.
+  arp::KernelNeighbours neigh_src_;
+  arp::NeighLookup neigh_{neigh_src_};
+  Result<std::array<uint8_t, 6>> dmac(uint8_t port, const std::array<uint8_t, 16>& dgid);
   std::unique_ptr<CmaService> cma_;
   ServiceRegistry services_;
   std::unique_ptr<Recovery> recovery_;

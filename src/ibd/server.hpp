@@ -92,6 +92,12 @@ class Server {
   void set_services(const ServiceRegistry* s) { services_ = s; }
   // The server's QP operations for the IB CM and the RDMA CM.
   ClientQps qp_ops();
+  // A RoCE port's destination MACs for unicast IP GIDs (docs/arp.md "RoCE
+  // destinations"): CREATE_AH, MODIFY_QP with an AV and qp_ops().modify
+  // fill in an address vector's dmac with it. ENODEV: the port has no
+  // netdev (an InfiniBand port): the AV goes as it is.
+  using DmacLookup = std::function<Result<std::array<uint8_t, 6>>(uint8_t port, const std::array<uint8_t, 16>& dgid)>;
+  void set_dmac_lookup(DmacLookup f) { dmac_lookup_ = std::move(f); }
   // A cached path changed (the SA service's path-change handler): every
   // client that looks paths up is told (PATH_CHANGED).
   void on_path_change(uint8_t port, uint16_t pkey, const std::array<uint8_t, 16>& dgid);
@@ -207,6 +213,10 @@ class Server {
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_activity_;
   std::function<void()> on_device_gone_;
+  DmacLookup dmac_lookup_;
+  Result<hca::AddressVector> with_dmac(hca::AddressVector av);
+  void modify_when_resolved(uint32_t id, uint32_t handle, uint32_t mask, hca::QpAttr a,
+                            hca::Completer<Result<void>> done, unsigned tries);
   const ServiceRegistry* services_ = nullptr;
   bool device_gone_ = false;
   DeviceState device_state_ = DeviceState::kRunning;

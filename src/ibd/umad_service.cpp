@@ -320,7 +320,8 @@ void UmadService::open_layer(uint8_t port) {
                               if (alive.expired() || gen != generation_) return;
                               layer_opening_.erase(port);
                               on_layer_open(port, std::move(l));
-                            });
+                            },
+                            dmac_);
 }
 
 // docs/operations.md §5: the QPs, CQs and AHs of the MAD layers went with

@@ -109,6 +109,8 @@ class UmadService final : public Service {
 
   // Per agent, applied to each port's MAD layer (docs/operations.md "Limits").
   void set_max_outstanding(uint32_t n) { max_outstanding_ = n; }
+  // An Ethernet port's MAD destination MACs (mad::MadPort, docs/arp.md "RoCE destinations").
+  void set_dmac_lookup(mad::DmacLookup f) { dmac_ = std::move(f); }
 
   std::string issm_path(uint8_t port) const;
   bool is_sm(uint8_t port) const;
@@ -185,6 +187,7 @@ class UmadService final : public Service {
   std::map<uint8_t, int> issm_opens_;
   UmadCounters counters_;
   uint32_t max_outstanding_ = 0;
+  mad::DmacLookup dmac_;
   bool device_up_ = true;
   uint64_t generation_ = 0;  // + 1 per device loss: a layer opened for an older device is dropped
 };

@@ -74,7 +74,8 @@ class MadLayer {
   // the loop (MadPort::open_async; defined in mad_port.cpp, with the
   // driver-facing half).
   using OpenDone = hca::Completer<Result<std::unique_ptr<MadLayer>>>;
-  static void open_async(boost::asio::io_context& io, hca::Device& hca, uint8_t port, OpenDone done);
+  static void open_async(boost::asio::io_context& io, hca::Device& hca, uint8_t port, OpenDone done,
+                         DmacLookup dmac = {});
   // The layer over any transport (tests, the fuzz target).
   MadLayer(boost::asio::io_context& io, std::unique_ptr<MadTransport> port);
   ~MadLayer();

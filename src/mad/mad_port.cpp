@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "hca/gid_find.hpp"
 #include "hca/port_caps.hpp"
 #include "mad/layer.hpp"
 
@@ -77,11 +78,13 @@ Result<void> MadPort::post_receives(uint8_t q) {
 // ib_mad_port_open asks rdma_cap_ib_smi), ALLOC_PD, CREATE_MKEY,
 // CREATE_CQ, then per QP CREATE_QP and three MODIFY_QPs; receives posted
 // and the CQ armed without a command.
-void MadPort::open_async(hca::Device& hca, uint8_t port, OpenDone done) {
+void MadPort::open_async(hca::Device& hca, uint8_t port, OpenDone done, DmacLookup dmac) {
   std::unique_ptr<MadPort> p(new MadPort(hca, port));
+  p->dmac_ = std::move(dmac);
   hca.query_port_async(port, [p = std::move(p), d = std::move(done)](Result<hca::PortAttr> a) mutable {
     if (!a) return fail(std::move(p), std::move(d), a.take_error());
     p->smi_ = hca::cap_ib_smi(a->link_layer);
+    p->ethernet_ = hca::protocol_roce(a->link_layer);
     hca::Device& h = p->hca_;
     h.alloc_pd_async([p = std::move(p), d = std::move(d)](Result<uint32_t> pd) mutable {
       if (!pd) return fail(std::move(p), std::move(d), pd.take_error());
@@ -203,11 +206,39 @@ Result<void> MadPort::post_recv_slot(uint8_t qp, uint32_t slot) {
 }
 
 MadPort::AhKey MadPort::ah_key(const MadAddress& to) {
-  return std::make_tuple(to.lid, to.sl, to.path_bits, to.grh, to.gid, to.gid_index);
+  return std::make_tuple(to.lid, to.sl, to.path_bits, to.grh, to.gid, to.gid_index, to.local_gid);
+}
+
+// An Ethernet port's MADs (IBA Annex A17.4; Linux's ib_create_ah_from_wc
+// and cm.c on RoCE): a GRH always, from the GID table entry of local_gid
+// (the GID the request came to, for a reply), to the next hop's MAC.
+void MadPort::create_ah_async(const AhKey& key, const MadAddress& to) {
+  if (!ethernet_) return create_ah_with(key, to, to.gid_index);
+  if (to.gid == std::array<uint8_t, 16>{})
+    return ah_failed(key, err(EINVAL, "a MAD on an Ethernet port needs a destination GID"));
+  if (to.local_gid == std::array<uint8_t, 16>{}) return create_ah_with(key, to, to.gid_index);
+  hca::find_gid_async(hca_, port_, to.local_gid,
+                      [this, key, to, alive = std::weak_ptr<bool>(alive_)](Result<uint16_t> i) {
+                        if (alive.expired()) return;
+                        if (!i) return ah_failed(key, err(i.error().code, "the source GID: {}", i.error().message));
+                        create_ah_with(key, to, static_cast<uint8_t>(*i));
+                      });
+}
+
+void MadPort::ah_failed(const AhKey& key, const Error& e) {
+  auto it = waiting_.find(key);
+  std::vector<Waiting> mads;
+  if (it != waiting_.end()) {
+    mads = std::move(it->second);
+    waiting_.erase(it);
+  }
+  counters_.send_errors += mads.size();
+  log::get("mad")->debug("port {}: no address handle for LID {}: {}; {} MADs dropped", port_, std::get<0>(key),
+                         e.str(), mads.size());
 }
 
 // IBA 11.2.2 address handle for a MAD destination; docs/simhca.md §6.8.
-void MadPort::create_ah_async(const AhKey& key, const MadAddress& to) {
+void MadPort::create_ah_with(const AhKey& key, const MadAddress& to, uint8_t sgid_index) {
   hca::AddressVector av;
   av.dlid = to.lid;
   av.sl = to.sl;
@@ -216,9 +247,19 @@ void MadPort::create_ah_async(const AhKey& key, const MadAddress& to) {
   av.grh = to.grh;
   av.hop_limit = to.hop_limit;
   av.flow_label = to.flow_label;
-  av.sgid_index = to.gid_index;
+  av.sgid_index = sgid_index;
   av.traffic_class = to.traffic_class;
   av.dgid = to.gid;
+  if (ethernet_) {
+    av.grh = true;
+    av.dlid = 0;
+    if (av.hop_limit == 0) av.hop_limit = 64;  // an IP packet's TTL (RFC 1700's default)
+    if (dmac_) {  // (none: a test's device, which takes any MAC)
+      auto mac = dmac_(port_, to.gid);
+      if (!mac) return ah_failed(key, err(mac.error().code, "destination MAC: {}", mac.error().message));
+      av.dmac = *mac;
+    }
+  }
   hca_.create_ah_async(pdn_, av, [this, key, alive = std::weak_ptr<bool>(alive_)](Result<uint32_t> ahn) {
     if (alive.expired()) return;  // the port closed meanwhile; TEARDOWN_HCA reclaims the AH
     auto it = waiting_.find(key);
@@ -337,6 +378,7 @@ void MadPort::on_completion() {
           r.from.flow_label = w0 & 0xfffff;
           r.from.hop_limit = uint8_t(p[7]);
           for (int i = 0; i < 16; ++i) r.from.gid[i] = uint8_t(p[8 + i]);
+          for (int i = 0; i < 16; ++i) r.from.local_gid[i] = uint8_t(p[24 + i]);  // the DGID: ours
         }
         std::memcpy(r.mad.data(), p + kGrhBytes, kMadBytes);
         if (receiver_) receiver_(r);
@@ -350,11 +392,15 @@ void MadPort::on_completion() {
   (void)hca_.arm_cq(cq_, false);
 }
 
-void MadLayer::open_async(boost::asio::io_context& io, hca::Device& hca, uint8_t port, OpenDone done) {
-  MadPort::open_async(hca, port, [&io, d = std::move(done)](Result<std::unique_ptr<MadPort>> p) mutable {
-    if (!p) return d(p.take_error());
-    d(std::make_unique<MadLayer>(io, std::move(*p)));
-  });
+void MadLayer::open_async(boost::asio::io_context& io, hca::Device& hca, uint8_t port, OpenDone done,
+                          DmacLookup dmac) {
+  MadPort::open_async(
+      hca, port,
+      [&io, d = std::move(done)](Result<std::unique_ptr<MadPort>> p) mutable {
+        if (!p) return d(p.take_error());
+        d(std::make_unique<MadLayer>(io, std::move(*p)));
+      },
+      std::move(dmac));
 }
 
 }  // namespace openib::mad

@@ -36,7 +36,10 @@ class MadPort final : public MadTransport {
   // a command). `done` gets the port, or the first failure after what was
   // created has been destroyed again.
   using OpenDone = hca::Completer<Result<std::unique_ptr<MadPort>>>;
-  static void open_async(hca::Device& hca, uint8_t port, OpenDone done);
+  // On an Ethernet port (RoCEv2) `dmac` gives each address handle its
+  // destination MAC; every MAD goes with a GRH from the GID table entry of
+  // MadAddress::local_gid (IBA Annex A17: QP1 only, no LIDs).
+  static void open_async(hca::Device& hca, uint8_t port, OpenDone done, DmacLookup dmac = {});
   ~MadPort();
   MadPort(const MadPort&) = delete;
   MadPort& operator=(const MadPort&) = delete;
@@ -77,7 +80,7 @@ class MadPort final : public MadTransport {
   hca::QpInit qp_init(uint8_t q) const;
   Result<void> post_receives(uint8_t q);
   Result<void> post_recv_slot(uint8_t qp, uint32_t slot);
-  using AhKey = std::tuple<uint16_t, uint8_t, uint8_t, bool, std::array<uint8_t, 16>, uint8_t>;
+  using AhKey = std::tuple<uint16_t, uint8_t, uint8_t, bool, std::array<uint8_t, 16>, uint8_t, std::array<uint8_t, 16>>;
   struct Waiting {
     uint8_t qp = 0;
     MadAddress to;
@@ -85,6 +88,8 @@ class MadPort final : public MadTransport {
   };
   static AhKey ah_key(const MadAddress& to);
   void create_ah_async(const AhKey& key, const MadAddress& to);
+  void create_ah_with(const AhKey& key, const MadAddress& to, uint8_t sgid_index);
+  void ah_failed(const AhKey& key, const Error& e);
   Result<void> post(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn);
   Result<void> post_now(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn);
   void drain_overflow();
@@ -98,6 +103,8 @@ class MadPort final : public MadTransport {
   hca::Device& hca_;
   uint8_t port_;
   bool smi_ = true;  // QP0 exists (qps_[0])
+  bool ethernet_ = false;  // RoCEv2 (hca::protocol_roce): GRH always, dmac_ for the MAC
+  DmacLookup dmac_;
   uint32_t pdn_ = 0;
   bool have_pd_ = false;
   hca::Cq cq_;

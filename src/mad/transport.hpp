@@ -30,7 +30,16 @@ struct MadAddress {
   std::array<uint8_t, 16> gid{};
   uint32_t flow_label = 0;
   uint16_t pkey_index = 0;
+  // An Ethernet port (RoCEv2, IBA Annex A17): the GID the MAD goes out
+  // from (received: the GRH's DGID, so that a reply built from `from`
+  // answers from the GID it was sent to). Zero: entry gid_index.
+  std::array<uint8_t, 16> local_gid{};
 };
+
+// An Ethernet port's destination MAC for a DGID (ibd: arp::NeighLookup
+// over the port's netdev, docs/arp.md "RoCE destinations"); an error when
+// it is not known (EAGAIN: not yet).
+using DmacLookup = std::function<Result<std::array<uint8_t, 6>>(uint8_t port, const std::array<uint8_t, 16>& dgid)>;
 
 struct ReceivedMad {
   uint8_t qp = 0;  // 0 or 1: the QP it arrived on

@@ -24,8 +24,10 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "arp/neigh_lookup.hpp"
 #include "arp/resolver.hpp"
 #include "../unit/shell.hpp"
 
@@ -499,4 +501,82 @@ TEST_CASE("An IPv6 neighbour resolves while the link's link-local address is sti
   Fixture g;
   CHECK(g.ok("fd00:198:18:30::2").dgid == kGidB);
   CHECK(g.resolver.counters().udp_probes == 0);
+}
+
+// ---- RoCE (docs/arp.md "RoCE destinations") ----------------------------------
+
+namespace {
+// sbaa0 as a RoCE port's netdev: ethernet set, no GID behind a MAC.
+struct EthLinks : LinkDirectory {
+  std::optional<Link> link(int ifindex) const override {
+    if (ifindex != net().a) return std::nullopt;
+    Link l{net().a, 1, kGidA, 0xFFFF};
+    l.ethernet = true;
+    return l;
+  }
+  std::vector<Link> links() const override { return {*link(net().a)}; }
+  std::optional<Gid> gid_of(int, std::span<const uint8_t>) const override { return std::nullopt; }
+};
+}  // namespace
+
+TEST_CASE("On a RoCE netdev the GIDs are the IP addresses and the neighbour's MAC comes with them", "[arp][roce-neigh]") {
+  forget_neighbours();
+  boost::asio::io_context io;
+  EthLinks links;
+  Resolver resolver(io, links);
+  REQUIRE(resolver.start().ok());
+  auto resolve = [&](const char* dst) {
+    std::optional<Result<Resolved>> got;
+    resolver.resolve(std::nullopt, ip(dst), 15s, [&](Result<Resolved> r) { got = std::move(r); });
+    REQUIRE(run_until(io, [&] { return got.has_value(); }));
+    INFO(dst << ": " << (got->ok() ? std::string() : got->error().str()));
+    REQUIRE(got->ok());
+    return **got;
+  };
+  Resolved r = resolve("198.18.30.2");
+  CHECK(r.sgid == gid_of_ip(ip("198.18.30.1")));
+  CHECK(r.dgid == gid_of_ip(ip("198.18.30.2")));
+  CHECK(r.dmac == std::array<uint8_t, 6>{0x02, 0x00, 0x00, 0x18, 0x30, 0x02});
+  CHECK_FALSE(r.local);
+  r = resolve("fd00:198:18:30::2");
+  CHECK(r.sgid == gid_of_ip(ip("fd00:198:18:30::1")));
+  CHECK(r.dgid == gid_of_ip(ip("fd00:198:18:30::2")));
+  CHECK(r.dmac == std::array<uint8_t, 6>{0x02, 0x00, 0x00, 0x18, 0x30, 0x02});
+  r = resolve("198.18.31.7");  // through the gateway: its MAC, the destination's GID
+  CHECK(r.dgid == gid_of_ip(ip("198.18.31.7")));
+  CHECK(r.dmac == std::array<uint8_t, 6>{0x02, 0x00, 0x00, 0x18, 0x30, 0x02});
+  r = resolve("198.18.30.1");  // local: the device loops it back, no MAC
+  CHECK(r.local);
+  CHECK(r.sgid == gid_of_ip(ip("198.18.30.1")));
+  CHECK(r.dgid == r.sgid);
+  r = resolve("239.1.2.3");  // a group: its IP as the GID, its group MAC
+  CHECK(r.dgid == gid_of_ip(ip("239.1.2.3")));
+  CHECK(r.dmac == std::array<uint8_t, 6>{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03});
+}
+
+TEST_CASE("NeighLookup on the kernel: EAGAIN while ARP runs, then the MAC, always out of the netdev", "[arp][roce-neigh]") {
+  forget_neighbours();
+  KernelNeighbours kernel;
+  NeighLookup lookup(kernel);
+  const Gid peer = gid_of_ip(ip("198.18.30.2"));
+  auto m = lookup.dmac(net().a, peer);
+  REQUIRE_FALSE(m.ok());
+  CHECK(m.error().code == EAGAIN);
+  auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (!m.ok() && m.error().code == EAGAIN && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+    m = lookup.dmac(net().a, peer);
+  }
+  INFO((m.ok() ? std::string() : m.error().str()));
+  REQUIRE(m.ok());
+  CHECK(*m == std::array<uint8_t, 6>{0x02, 0x00, 0x00, 0x18, 0x30, 0x02});
+  m = lookup.dmac(net().a, gid_of_ip(ip("198.18.31.9")));  // via the gateway 198.18.30.2 (known now)
+  REQUIRE(m.ok());
+  CHECK(*m == std::array<uint8_t, 6>{0x02, 0x00, 0x00, 0x18, 0x30, 0x02});
+  // Out of the netdev whatever the table says (Linux's route lookup with
+  // the netdev as oif takes a destination it has no route for as on-link):
+  // ARP on the netdev, not yet answered.
+  CHECK(lookup.dmac(net().a, gid_of_ip(ip("198.18.32.7"))).error().code == EAGAIN);  // sbax0's subnet
+  CHECK(lookup.dmac(net().a, gid_of_ip(ip("203.0.113.1"))).error().code == EAGAIN);  // no route at all
+  CHECK(lookup.dmac(net().x + 100, peer).error().code != 0);  // no such interface: refused
 }

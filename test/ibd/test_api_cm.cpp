@@ -234,13 +234,14 @@ TEST_CASE("CM manual_qp: both sides move their QPs with init_qp_attr, the connec
   CHECK((ar_mask & rtr_needs) == rtr_needs);
   CHECK(ar.state == QpState::kRtr);
   CHECK(ar.dest_qpn == b.ep->qp->qp_num());
-  CHECK(ar.rq_psn == req.starting_psn);
+  CHECK(ar.rq_psn != req.starting_psn);  // (the REQ's is A's send PSN: docs/cm.md "PSNs")
   CHECK(ar.av.dlid == b.ep->lid);
   must(a.ep->qp->modify(ar, ar_mask), "A to RTR");
   auto [as, as_mask] = must(a.cm->init_qp_attr(req.id, QpState::kRts), "init_qp_attr RTS");
   const uint32_t rts_needs =
       qp_attr::kState | qp_attr::kSqPsn | qp_attr::kTimeout | qp_attr::kRetryCnt | qp_attr::kRnrRetry | qp_attr::kMaxQpRdAtomic;
   CHECK((as_mask & rts_needs) == rts_needs);
+  CHECK(as.sq_psn == req.starting_psn);  // A sends with the PSN B receives from
   must(a.ep->qp->modify(as, as_mask), "A to RTS");
   must(a.cm->accept(req.id, *a.ep->qp, manual), "accept");
 
@@ -251,12 +252,13 @@ TEST_CASE("CM manual_qp: both sides move their QPs with init_qp_attr, the connec
   auto [br, br_mask] = must(b.cm->init_qp_attr(bid, QpState::kRtr), "init_qp_attr RTR (B)");
   CHECK((br_mask & rtr_needs) == rtr_needs);
   CHECK(br.dest_qpn == a.ep->qp->qp_num());
-  CHECK(br.rq_psn == rep.starting_psn);
+  CHECK(br.rq_psn == req.starting_psn);  // B's own, sent in its REQ (docs/cm.md "PSNs")
   CHECK(br.av.dlid == a.ep->lid);
   must(b.ep->qp->modify(br, br_mask), "B to RTR");
   auto [bs, bs_mask] = must(b.cm->init_qp_attr(bid, QpState::kRts), "init_qp_attr RTS (B)");
   CHECK((bs_mask & rts_needs) == rts_needs);
   CHECK(bs.sq_psn == ar.rq_psn);  // what the passive side expects
+  CHECK(bs.sq_psn == rep.starting_psn);  // which its REP said
   must(b.ep->qp->modify(bs, bs_mask), "B to RTS");
   must(b.cm->accept(bid, *b.ep->qp, manual), "accept (the RTU)");
   CHECK(expect_event(*b.cm, CmEventType::kEstablished).id == bid);

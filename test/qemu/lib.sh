@@ -193,8 +193,9 @@ initramfs_rxe() {
 # ROCE_MAC, OOB_MAC, PEER_MAC, SIZE and ITERS (from guest_mac, oob_mac,
 # peer_mac, size and iters), mounts proc, sysfs and devtmpfs, loads the
 # modules, finds the two NICs by MAC (roce, oob), gives them 198.18.80.2/24
-# (with a permanent neighbour 198.18.80.1 at PEER_MAC) and 10.0.2.15/24, and
-# adds rxe0 on the RoCE NIC.
+# (with a permanent neighbour 198.18.80.1 at PEER_MAC; none when peer_mac is
+# empty: the guest's ARP finds it) and 10.0.2.15/24 (when there is an oob
+# NIC), and adds rxe0 on the RoCE NIC.
 rxe_init_setup() {
   cat >"$1" <<EOF
 #!/bin/busybox sh
@@ -225,11 +226,13 @@ roce=$(ifname $ROCE_MAC)
 oob=$(ifname $OOB_MAC)
 echo "OPENIB: RoCE NIC ${roce:-none}, exchange NIC ${oob:-none}"
 ip link set lo up
-ip link set "$oob" up
-ip addr add 10.0.2.15/24 dev "$oob"
+if [ -n "$oob" ]; then
+  ip link set "$oob" up
+  ip addr add 10.0.2.15/24 dev "$oob"
+fi
 ip link set "$roce" up
 ip addr add 198.18.80.2/24 dev "$roce"
-ip neigh add 198.18.80.1 lladdr $PEER_MAC dev "$roce" nud permanent
+[ -n "$PEER_MAC" ] && ip neigh add 198.18.80.1 lladdr $PEER_MAC dev "$roce" nud permanent
 rdma link add rxe0 type rxe netdev "$roce" || echo "OPENIB: rdma link add failed"
 EOF
 }
@@ -288,7 +291,7 @@ start_rxe_vm() {
     -display none -nodefaults -no-user-config -no-reboot \
     -netdev "dgram,id=roce,local.type=inet,local.host=127.0.0.1,local.port=$port_qemu,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_peer" \
     -device "virtio-net-pci,netdev=roce,mac=$guest_mac,romfile=" \
-    -netdev "user,id=oob,restrict=on,$oob_opts" \
+    -netdev "user,id=oob,restrict=on${oob_opts:+,$oob_opts}" \
     -device "virtio-net-pci,netdev=oob,mac=$oob_mac,romfile=" \
     -serial "file:$serial" \
     -kernel "$vmlinuz" -initrd "$work/initramfs.gz" \

@@ -3,8 +3,9 @@
 //
 // Implementations: UdpLink (udp_link.hpp: one UDP datagram per packet, the
 // cable between two processes or machines, with fault injection and pcap
-// capture), ShmLink (shm_link.hpp) and LoopbackLink pairs for in-process
-// tests.
+// capture), ShmLink (shm_link.hpp), PacketLink (packet_link.hpp: an
+// Ethernet port's cable end on a host network interface) and LoopbackLink
+// pairs for in-process tests.
 //
 // Threading: receive() callbacks run on the link's own receive thread (or
 // inside poll() for links driven by their owner: ShmLink, a polled

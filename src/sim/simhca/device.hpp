@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/log.hpp"
+#include "sim/cable/packet_link.hpp"
 #include "sim/cable/shm_link.hpp"
 #include "sim/cable/udp_link.hpp"
 #include "sim/simhca/packet_inbox.hpp"
@@ -27,6 +28,8 @@ struct DeviceConfig {
   std::optional<openib::sim::UdpLinkOptions> port1;
   std::optional<openib::sim::ShmLinkOptions> port1_shm;
   std::optional<openib::sim::UdpLinkOptions> port2;  // §13 --port2 (with --ports 2)
+  // §16.2 IFACE=: a host interface as the port's cable end (Ethernet only).
+  std::optional<openib::sim::PacketLinkOptions> port1_iface, port2_iface;
   openib::sim::FaultSpec faults;
 };
 
@@ -87,6 +90,10 @@ class Device {
       });
       hca.attach_link(1, shm_.get());
       log_->info("simhca: port 1 on shared memory {} end {}", cfg_.port1_shm->path, cfg_.port1_shm->end);
+    } else if (cfg_.port1_iface) {
+      cfg_.port1_iface->faults = cfg_.faults;
+      cfg_.port1_iface->pcap_eth = pcap_eth_.get();
+      if (!start_iface(*cfg_.port1_iface, 1, iface_[0], inbox_)) return false;
     }
     // §13 port 2: a UDP cable end of its own (no capture, no faults).
     if (cfg_.port2) {
@@ -99,6 +106,8 @@ class Device {
       set_udp_receiver(*link2_, 2, inbox2_);
       hca.attach_link(2, link2_.get());
       log_->info("simhca: port 2 on udp {} -> {}", cfg_.port2->local, cfg_.port2->peer);
+    } else if (cfg_.port2_iface) {
+      if (!start_iface(*cfg_.port2_iface, 2, iface_[1], inbox2_)) return false;
     }
     // The device is run by whoever holds mu_: the loop, except while it
     // sleeps, when the socket watcher may serve a message (§13).
@@ -216,6 +225,8 @@ class Device {
     // it at once.
     if (link_) link_->arm_readable();
     if (link2_) link2_->arm_readable();
+    for (auto& l : iface_)
+      if (l) l->arm_readable();
     return carried_ || (shm_ && shm_->pending()) || inbox_.nonempty() || inbox2_.nonempty() || watch_->ready() ||
            light_[0].load(std::memory_order_acquire) >= 0 || light_[1].load(std::memory_order_acquire) >= 0;
   }
@@ -235,6 +246,14 @@ class Device {
     hca.attach_link(2, nullptr);
     if (link_) link_->stop();
     if (link2_) link2_->stop();
+    for (auto& l : iface_)
+      if (l) {
+        l->stop();
+        const openib::sim::LinkStats st = l->stats();
+        log_->info("simhca: {} on interface {}: tx {} frames ({} not sent), rx {} ({} malformed, {} before a receiver)",
+                   l->name(), l->iface(), st.tx_packets, st.tx_errors, st.rx_packets, st.rx_dropped_malformed,
+                   st.rx_dropped_no_receiver);
+      }
     if (shm_)
       log_->info("simhca: port 1 shared-memory cable: tx {} packets ({} dropped), rx {} ({} bad CRC, {} malformed)",
                  shm_->stats().tx_packets, shm_->stats().tx_errors, shm_->stats().rx_packets,
@@ -287,11 +306,37 @@ class Device {
     l.set_receiver([this, port](std::span<const std::byte> p) { model_->hca().receive_packet(port, p, rx_now_); });
     l.set_state_receiver([this, port](bool up) { model_->hca().set_cable_light(port, up); });
   }
-  // Polled UDP ends: what their sockets hold now, up to kUdpBatch each.
+  // §16.2: a port's cable end on a host interface (AF_PACKET), polled
+  // by the loop as a UDP end is; the interface's carrier is the cable's
+  // light (docs/cables.md "Host interfaces (AF_PACKET)").
+  bool start_iface(openib::sim::PacketLinkOptions& o, uint8_t port, std::unique_ptr<openib::sim::PacketLink>& out,
+                   PacketInbox& inbox) {
+    o.polled = true;
+    o.on_readable = [this] { waiter_.notify(); };
+    auto l = openib::sim::PacketLink::create(o);
+    if (!l) return fail(l.error().str());
+    out = std::move(l).value();
+    if (out->polled()) {
+      out->set_receiver([this, port](std::span<const std::byte> p) { model_->hca().receive_packet(port, p, rx_now_); });
+      out->set_state_receiver([this, port](bool up) { model_->hca().set_cable_light(port, up); });
+    } else {
+      out->set_receiver([&inbox](std::span<const std::byte> p) { inbox.push(p); });
+      out->set_state_receiver([this, port](bool up) {
+        light_[port - 1].store(up ? 1 : 0, std::memory_order_release);
+        waiter_.notify();
+      });
+    }
+    model_->hca().attach_link(port, out.get());
+    log_->info("simhca: port {} on interface {} (index {}, MTU {})", port, o.iface, out->ifindex(), out->mtu());
+    return true;
+  }
+  // Polled UDP and interface ends: what their sockets hold now, up to kUdpBatch each.
   bool poll_udp() {
     bool any = false;
     if (link_ && link_->poll(kUdpBatch) > 0) any = true;
     if (link2_ && link2_->poll(kUdpBatch) > 0) any = true;
+    for (auto& l : iface_)
+      if (l && l->poll(kUdpBatch) > 0) any = true;
     return any;
   }
   bool deliver() {
@@ -352,6 +397,7 @@ class Device {
   std::array<std::atomic<int>, 2> light_{-1, -1};  // a port's last link-state signal, not yet applied (-1: none)
   std::unique_ptr<openib::sim::UdpLink> link_, link2_;
   std::unique_ptr<openib::sim::ShmLink> shm_;
+  std::array<std::unique_ptr<openib::sim::PacketLink>, 2> iface_;  // §16.2 IFACE= ends of ports 1 and 2
   Hca::Clock::time_point rx_now_{};
   std::mutex mu_;
   std::unique_lock<std::mutex> lock_;

@@ -2,9 +2,11 @@
 //
 //   simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--contended-us N] [--helper] [--start-delay-ms N] DEVICE [--device DEVICE]...
 //   DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]
-//           [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]
+//           [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]
+//            | --port1 IFACE=NAME (with --link-layer ethernet)]
 //           [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]
-//           [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT] [--node-desc TEXT]
+//           [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port2 IFACE=NAME] [--node-desc TEXT]
+//           [--link-layer infiniband|ethernet]
 //
 // One process serves one device, or several (`--device` starts the next
 // one's options): each its own vfio-user socket, client and state, as

@@ -23,9 +23,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: simhca [--log LEVEL] [--spin-us N] [--spin-mode yield|pause] [--contended-us N] [--helper] [--start-delay-ms N] DEVICE [--device DEVICE]...\n"
     "  DEVICE: --socket PATH [--guid HEX] [--cmd-delay-ms N]\n"
-    "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]]\n"
+    "          [--port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port1 SHM=FILE,END=A|B[,CRC=always|offload]\n"
+    "           | --port1 IFACE=NAME (with --link-layer ethernet)]\n"
     "          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
-    "          [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT] [--node-desc TEXT]\n"
+    "          [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port2 IFACE=NAME] [--node-desc TEXT]\n"
     "          [--link-layer infiniband|ethernet]\n";
 
 // "k1=v1,k2=v2" -> calls f(k, v); false if a pair has no '=' or f refuses it.
@@ -60,13 +61,31 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw CLI::ValidationError(what);
 }
 
-// §13 --port1: the port's cable end, UDP or shared memory.
+// §13, §16.2 IFACE=NAME: a host interface as the cable end (AF_PACKET,
+// docs/cables.md "Host interfaces"); alone in its SPEC.
+void parse_iface(const std::string& opt, const std::string& name, bool others,
+                 std::optional<sim::PacketLinkOptions>& out) {
+  require(!others, opt + ": IFACE= stands alone (no LOCAL=, PEER=, SHM=, END=, CRC=)");
+  if (auto r = sim::check_iface_name(name); !r) require(false, opt + ": " + r.error().str());
+  sim::PacketLinkOptions po;
+  po.name = opt.substr(2);  // "port1", "port2"
+  po.iface = name;
+  out = po;
+}
+
+// §13 --port1: the port's cable end, UDP, shared memory or a host interface.
 void parse_port1(const std::string& v, DeviceConfig& c) {
   sim::UdpLinkOptions lo;
   sim::ShmLinkOptions so;
   lo.name = so.name = "port1";
-  bool shm = false, end_given = false;
+  bool shm = false, end_given = false, others = false;
+  std::optional<std::string> iface;
   require(parse_pairs(v, [&](std::string_view k, std::string x) {
+            if (k == "IFACE") {
+              iface = x;
+              return true;
+            }
+            others = true;
             if (k == "LOCAL") lo.local = x;
             else if (k == "PEER") lo.peer = x;
             else if (k == "SHM") shm = true, so.path = x;
@@ -75,23 +94,32 @@ void parse_port1(const std::string& v, DeviceConfig& c) {
             else return false;
             return true;
           }),
-          "--port1: LOCAL=ADDR:PORT,PEER=ADDR:PORT or SHM=FILE,END=A|B[,CRC=always|offload]");
+          "--port1: LOCAL=ADDR:PORT,PEER=ADDR:PORT, SHM=FILE,END=A|B[,CRC=always|offload] or IFACE=NAME");
+  if (iface) return parse_iface("--port1", *iface, others, c.port1_iface);
   require(shm == end_given, "--port1: SHM= and END= go together");
   if (shm) c.port1_shm = so;
   else c.port1 = lo;
 }
 
-// §13 --port2: port 2's UDP cable end.
+// §13 --port2: port 2's UDP cable end, or a host interface.
 void parse_port2(const std::string& v, DeviceConfig& c) {
   sim::UdpLinkOptions lo;
   lo.name = "port2";
+  bool others = false;
+  std::optional<std::string> iface;
   require(parse_pairs(v, [&](std::string_view k, std::string x) {
+            if (k == "IFACE") {
+              iface = x;
+              return true;
+            }
+            others = true;
             if (k == "LOCAL") lo.local = x;
             else if (k == "PEER") lo.peer = x;
             else return false;
             return true;
           }),
-          "--port2: LOCAL=ADDR:PORT,PEER=ADDR:PORT");
+          "--port2: LOCAL=ADDR:PORT,PEER=ADDR:PORT or IFACE=NAME");
+  if (iface) return parse_iface("--port2", *iface, others, c.port2_iface);
   c.port2 = lo;
 }
 
@@ -169,7 +197,8 @@ void add_device_options(CLI::App& app, DeviceConfig& c) {
       ->type_name("N");
   app.add_option_function<std::string>(
       "--port1", [&c](const std::string& v) { parse_port1(v, c); },
-      "port 1's cable end: LOCAL=ADDR:PORT,PEER=ADDR:PORT (UDP) or SHM=FILE,END=A|B[,CRC=always|offload]")
+      "port 1's cable end: LOCAL=ADDR:PORT,PEER=ADDR:PORT (UDP), SHM=FILE,END=A|B[,CRC=always|offload] or "
+      "IFACE=NAME (a host interface, with --link-layer ethernet)")
       ->type_name("SPEC");
   app.add_option("--pcap", c.pcap_path, "capture port 1's packets (pcap, ERF) into FILE")
       ->type_name("FILE");
@@ -188,7 +217,7 @@ void add_device_options(CLI::App& app, DeviceConfig& c) {
       ->type_name("1|2");
   app.add_option_function<std::string>(
       "--port2", [&c](const std::string& v) { parse_port2(v, c); },
-      "port 2's UDP cable end (with --ports 2): LOCAL=ADDR:PORT,PEER=ADDR:PORT")
+      "port 2's cable end (with --ports 2): LOCAL=ADDR:PORT,PEER=ADDR:PORT or IFACE=NAME")
       ->type_name("SPEC");
   app.add_option_function<std::string>(
       "--link-layer",
@@ -196,7 +225,7 @@ void add_device_options(CLI::App& app, DeviceConfig& c) {
         require(v == "infiniband" || v == "ethernet", "--link-layer: infiniband or ethernet");
         c.opts.link_layer = v == "ethernet" ? kLinkLayerEthernet : kLinkLayerInfiniBand;
       },
-      "the ports' link layer (§16): ethernet makes them RoCEv2 ports on Ethernet cables (UDP only)")
+      "the ports' link layer (§16): ethernet makes them RoCEv2 ports on Ethernet cables (UDP or IFACE=)")
       ->type_name("infiniband|ethernet");
   app.add_option("--node-desc", c.opts.node_desc, "NodeDescription (IBA 14.2.5.2)")
       ->type_name("TEXT");
@@ -231,10 +260,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& out) {
     }
   }
   for (const DeviceConfig& c : out.devices) {
-    const char* bad = c.path.empty()                                ? "every device needs --socket"
-                      : c.port2 && c.opts.caps.num_ports < 2         ? "--port2 needs --ports 2"
-                      : c.port1_shm && c.opts.link_layer == kLinkLayerEthernet
-                          ? "--link-layer ethernet needs a UDP cable (LOCAL=,PEER=), not SHM="
+    const bool eth = c.opts.link_layer == kLinkLayerEthernet;
+    const char* bad = c.path.empty()                                            ? "every device needs --socket"
+                      : (c.port2 || c.port2_iface) && c.opts.caps.num_ports < 2 ? "--port2 needs --ports 2"
+                      : c.port1_shm && eth ? "--link-layer ethernet needs a UDP cable (LOCAL=,PEER=) or IFACE=, not SHM="
+                      : (c.port1_iface || c.port2_iface) && !eth
+                          ? "IFACE= (a host interface) carries Ethernet frames: it needs --link-layer ethernet"
                           : nullptr;
     if (bad) {
       std::fprintf(stderr, "simhca: %s\n%s", bad, kUsage);

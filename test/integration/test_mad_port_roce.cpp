@@ -1,0 +1,112 @@
+// The MAD layer's QP1 on an Ethernet port (docs/cm.md "RoCE", docs/arp.md
+// "RoCE destinations"): mad::MadPort over a simhca child with
+// --link-layer ethernet. No QP0; a MAD's address handle gets its source
+// GID index from the GID table entry of MadAddress::local_gid and its
+// destination MAC from the DmacLookup hook (here a fake: which GID it was
+// asked for, and "not yet" answers); a MAD whose handle cannot be made is
+// dropped and counted, and the next send asks again.
+#include <catch2/catch.hpp>
+
+#include "hca/hca.hpp"
+#include "mad/mad_port.hpp"
+#include "test_simhca_fixture.hpp"
+
+using namespace openib;
+using namespace openib::test;
+using Gid = std::array<uint8_t, 16>;
+using Mac = std::array<uint8_t, 6>;
+
+namespace {
+
+const Gid kOurs = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 93, 1};
+const Gid kPeer = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 93, 2};
+const Mac kPeerMac = {0x02, 0x03, 0x00, 0x00, 0x0d, 0x01};
+
+struct RocePort {
+  RocePort() : f({"--link-layer", "ethernet"}) {
+    hca::GidEntry e;
+    e.gid = kOurs;
+    e.type = hca::GidType::kRoceV2;
+    auto r = hca::call_sync<void>(*f.hca, [&](hca::Device::Done<void> d) { f.hca->modify_gid_async(1, 3, e, std::move(d)); });
+    REQUIRE(r.ok());
+    std::optional<Result<std::unique_ptr<mad::MadPort>>> got;
+    mad::MadPort::open_async(
+        *f.hca, 1, [&](Result<std::unique_ptr<mad::MadPort>> p) { got = std::move(p); },
+        [this](uint8_t port, const Gid& dgid) -> Result<Mac> {
+          asked.emplace_back(port, dgid);
+          if (not_yet > 0) {
+            --not_yet;
+            return Error{EAGAIN, "not yet"};
+          }
+          return kPeerMac;
+        });
+    REQUIRE(run_until([&] { return got.has_value(); }));
+    INFO((got->ok() ? std::string() : got->error().str()));
+    REQUIRE(got->ok());
+    port = std::move(**got);
+  }
+  bool run_until(const std::function<bool()>& pred) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred() && std::chrono::steady_clock::now() < deadline) {
+      f.io.run_one_for(std::chrono::milliseconds(5));
+      if (port) port->on_completion();
+    }
+    return pred();
+  }
+  mad::MadAddress to_peer() const {
+    mad::MadAddress a;
+    a.qpn = 1;
+    a.qkey = mad::kGsiQkey;
+    a.gid = kPeer;
+    a.local_gid = kOurs;
+    return a;
+  }
+  HcaFixture f;
+  std::unique_ptr<mad::MadPort> port;
+  std::vector<std::pair<uint8_t, Gid>> asked;
+  int not_yet = 0;
+  std::array<std::byte, mad::kMadBytes> mad{};
+};
+
+}  // namespace
+
+TEST_CASE("MAD port on an Ethernet port: QP1 only; a MAD to an IP GID asks the MAC of its DGID and is sent", "[roce-mad]") {
+  RocePort p;
+  CHECK_FALSE(p.port->has_smi());
+  CHECK(p.port->send(0, p.to_peer(), p.mad).error().code == EOPNOTSUPP);
+  REQUIRE(p.port->send(1, p.to_peer(), p.mad).ok());
+  REQUIRE(p.run_until([&] { return p.port->counters().sent == 1; }));
+  REQUIRE(p.asked.size() == 1);
+  CHECK(p.asked[0].first == 1);
+  CHECK(p.asked[0].second == kPeer);
+  // The handle is kept: the next MAD to the same place asks nobody.
+  REQUIRE(p.port->send(1, p.to_peer(), p.mad).ok());
+  REQUIRE(p.run_until([&] { return p.port->counters().sent == 2; }));
+  CHECK(p.asked.size() == 1);
+  CHECK(p.port->counters().send_errors == 0);
+}
+
+TEST_CASE("MAD port on an Ethernet port: a MAC not known yet drops the MAD (counted); the next send asks again", "[roce-mad]") {
+  RocePort p;
+  p.not_yet = 1;
+  REQUIRE(p.port->send(1, p.to_peer(), p.mad).ok());
+  REQUIRE(p.run_until([&] { return p.port->counters().send_errors == 1; }));
+  CHECK(p.port->counters().sent == 0);
+  REQUIRE(p.port->send(1, p.to_peer(), p.mad).ok());
+  REQUIRE(p.run_until([&] { return p.port->counters().sent == 1; }));
+  CHECK(p.asked.size() == 2);
+}
+
+TEST_CASE("MAD port on an Ethernet port: a source GID in no GID table entry, or no DGID, is a counted drop", "[roce-mad]") {
+  RocePort p;
+  mad::MadAddress a = p.to_peer();
+  a.local_gid[15] = 77;  // ::ffff:198.18.93.77: not ours
+  REQUIRE(p.port->send(1, a, p.mad).ok());
+  REQUIRE(p.run_until([&] { return p.port->counters().send_errors == 1; }));
+  a = p.to_peer();
+  a.gid = {};
+  REQUIRE(p.port->send(1, a, p.mad).ok());
+  REQUIRE(p.run_until([&] { return p.port->counters().send_errors == 2; }));
+  CHECK(p.asked.empty());
+  CHECK(p.port->counters().sent == 0);
+}
