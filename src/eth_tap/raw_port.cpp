@@ -1,214 +1,26 @@
 #include "eth_tap/raw_port.hpp"
 
-#include <algorithm>
-#include <cstring>
-
-#include "common/log.hpp"
-
 namespace openib::eth {
-namespace {
 
-// Buffer layout: 2^log_slots receive slots, then 2^log_send_slots send
-// slots, each kStride bytes (one frame of at most kMaxFrameBytes).
-constexpr size_t kStride = (kMaxFrameBytes + 63) & ~size_t{63};
-constexpr uint64_t kSendTag = 1ull << 63;  // wr_id: bit 63 send, low bits the slot
-
-enum Rung : int { kPd, kMkey, kCq, kQp, kInit, kRtr, kRts, kDone };
-
-}  // namespace
-
-size_t RawPort::buffer_bytes(const RawPortConfig& c) {
-  return (((size_t{1} << c.log_slots) + (size_t{1} << c.log_send_slots)) * kStride + 4095) & ~size_t{4095};
+// §16.5: a RAW QP takes its port at creation and goes RESET -> INIT ->
+// RTR -> RTS with STATE alone; a receive is the whole frame from the
+// slot's first byte (no GRH area), a send slot holds one whole frame.
+hca::SlotQpConfig RawPort::slot_config(const RawPortConfig& c) {
+  return {.type = hca::QpType::kRaw, .port = c.port, .create_port = c.port,
+          .recv_bytes = uint32_t(kMaxFrameBytes), .min_recv_bytes = uint32_t(kMinFrameBytes),
+          .log_slots = c.log_slots, .log_send_slots = c.log_send_slots, .log_name = "netdev", .what = "raw Ethernet QP"};
 }
 
-void RawPort::open_async(hca::Device& hca, const RawPortConfig& cfg, OpenDone done) {
-  step(std::unique_ptr<RawPort>(new RawPort(hca, cfg)), std::move(done), kPd);
-}
-
-// One rung per call; each command's completion climbs the next
-// (docs/simhca.md §16.5: RESET -> INIT -> RTR -> RTS with STATE alone).
-void RawPort::step(std::unique_ptr<RawPort> p, OpenDone done, int rung) {
-  hca::Device& h = p->hca_;
-  switch (rung) {
-    case kPd:
-      return h.alloc_pd_async([p = std::move(p), d = std::move(done)](Result<uint32_t> pd) mutable {
-        if (!pd) return fail(std::move(p), std::move(d), pd.take_error());
-        p->pdn_ = *pd;
-        p->have_pd_ = true;
-        step(std::move(p), std::move(d), kMkey);
-      });
-    case kMkey: {
-      const size_t bytes = buffer_bytes(p->cfg_);
-      auto buf = h.pool().alloc(bytes, 4096);
-      if (!buf) return fail(std::move(p), std::move(done), buf.take_error());
-      p->buf_ = std::move(*buf);
-      std::memset(p->buf_.data(), 0, bytes);
-      hca::MkeyParams mp;
-      mp.pdn = p->pdn_;
-      mp.access = hca::kAccessLocalWrite;
-      mp.start_va = p->va(0);
-      mp.length = bytes;
-      mp.log_page_size = 12;
-      for (size_t off = 0; off < mp.length; off += 4096) mp.pages.push_back(p->buf_.iova() + off);
-      return h.create_mkey_async(mp, [p = std::move(p), d = std::move(done)](Result<hca::Mkey> m) mutable {
-        if (!m) return fail(std::move(p), std::move(d), m.take_error());
-        p->mkey_ = *m;
-        p->have_mkey_ = true;
-        step(std::move(p), std::move(d), kCq);
-      });
-    }
-    case kCq: {
-      const auto log_cq = uint8_t(std::max(p->cfg_.log_slots, p->cfg_.log_send_slots) + 1);
-      return h.create_cq_async(log_cq, [p = std::move(p), d = std::move(done)](Result<hca::Cq> cq) mutable {
-        if (!cq) return fail(std::move(p), std::move(d), cq.take_error());
-        p->cq_ = std::move(*cq);
-        p->have_cq_ = true;
-        step(std::move(p), std::move(d), kQp);
-      });
-    }
-    case kQp: {
-      hca::QpInit in;
-      in.type = hca::QpType::kRaw;  // §16.5: the port given at creation
-      in.port = p->cfg_.port;
-      in.pdn = p->pdn_;
-      in.send_cqn = in.recv_cqn = p->cq_.cqn;
-      in.sig_all = true;
-      in.log_sq_size = p->cfg_.log_send_slots;
-      in.log_rq_size = p->cfg_.log_slots;
-      return h.create_qp_async(in, [p = std::move(p), d = std::move(done)](Result<hca::Qp> qp) mutable {
-        if (!qp) return fail(std::move(p), std::move(d), qp.take_error());
-        p->qp_ = std::move(*qp);
-        p->have_qp_ = true;
-        step(std::move(p), std::move(d), kInit);
-      });
-    }
-    case kInit:
-    case kRtr:
-    case kRts: {
-      hca::QpAttr a;
-      a.state = rung == kInit ? hca::QpState::kInit : rung == kRtr ? hca::QpState::kRtr : hca::QpState::kRts;
-      const uint32_t qpn = p->qp_.qpn;
-      return h.modify_qp_async(qpn, hca::qp_attr::kState, a,
-                               [p = std::move(p), d = std::move(done), rung](Result<void> r) mutable {
-                                 if (!r) return fail(std::move(p), std::move(d), r.take_error());
-                                 step(std::move(p), std::move(d), rung + 1);
-                               });
-    }
-    default: {
-      for (uint32_t s = 0; s < (1u << p->cfg_.log_slots); ++s)
-        if (auto r = p->post_recv(s); !r) return fail(std::move(p), std::move(done), r.take_error());
-      for (uint32_t s = 1u << p->cfg_.log_send_slots; s-- > 0;) p->free_send_.push_back(s);
-      if (auto r = h.arm_cq(p->cq_, false); !r) return fail(std::move(p), std::move(done), r.take_error());
-      return done(std::move(p));
-    }
-  }
-}
-
-std::vector<std::pair<hca::ObjectKind, uint32_t>> RawPort::teardown_steps() {
-  using K = hca::ObjectKind;
-  std::vector<std::pair<K, uint32_t>> steps;  // QP, CQ, MKEY, PD (IBA 11.2's order)
-  if (have_qp_) steps.emplace_back(K::kQp, qp_.qpn);
-  if (have_cq_) steps.emplace_back(K::kCq, cq_.cqn);
-  if (have_mkey_) steps.emplace_back(K::kMkey, mkey_.lkey);
-  if (have_pd_) steps.emplace_back(K::kPd, pdn_);
-  have_pd_ = have_mkey_ = have_cq_ = have_qp_ = false;
-  return steps;
-}
-
-void RawPort::fail(std::unique_ptr<RawPort> p, OpenDone done, Error e) {
-  log::get("netdev")->warn("port {}: opening the raw Ethernet QP: {}", p->cfg_.port, e.str());
-  auto steps = p->teardown_steps();
-  hca::Device& h = p->hca_;
-  hca::destroy_in_order(h, std::move(steps), std::shared_ptr<RawPort>(std::move(p)),
-                        [d = std::make_shared<OpenDone>(std::move(done)), e = std::move(e)]() mutable { (*d)(std::move(e)); });
-}
-
-void RawPort::close_async(std::unique_ptr<RawPort> p, std::function<void()> done) {
-  auto steps = p->teardown_steps();
-  hca::Device& h = p->hca_;
-  hca::destroy_in_order(h, std::move(steps), std::shared_ptr<RawPort>(std::move(p)), std::move(done));
-}
-
-RawPort::~RawPort() = default;
-
-// §16.5: the frame lands from the buffer's first byte.
-Result<void> RawPort::post_recv(uint32_t slot) {
-  hca::RecvWr wr;
-  wr.wr_id = slot;
-  wr.sg.push_back({va(size_t(slot) * kStride), uint32_t(kMaxFrameBytes), mkey_.lkey});
-  return hca_.post_recv(qp_, wr);
+void RawPort::set_receiver(Receiver r) {
+  if (!r) return qp_->set_receiver(nullptr);
+  qp_->set_receiver([r = std::move(r)](const hca::WorkCompletion&, std::span<const uint8_t> frame) { r(frame); });
 }
 
 // §16.5: the gathered bytes are the whole frame (no address segment).
 Result<void> RawPort::send(std::span<const uint8_t> frame) {
   if (frame.size() < kMinFrameBytes || frame.size() > kMaxFrameBytes)
     return err(EMSGSIZE, "frame of {} bytes outside {}..{}", frame.size(), kMinFrameBytes, kMaxFrameBytes);
-  if (free_send_.empty()) {
-    ++counters_.no_send_slot;
-    return err(EAGAIN, "every raw send slot is in flight");
-  }
-  const uint32_t slot = free_send_.back();
-  const size_t off = ((size_t{1} << cfg_.log_slots) + slot) * kStride;
-  std::memcpy(at(off), frame.data(), frame.size());
-  hca::SendWr wr;
-  wr.wr_id = kSendTag | slot;
-  wr.opcode = hca::WrOpcode::kSend;
-  wr.sg.push_back({va(off), uint32_t(frame.size()), mkey_.lkey});
-  if (auto r = hca_.post_send(qp_, wr, !batching_); !r) {
-    ++counters_.send_errors;
-    return r.error();
-  }
-  unrung_ = unrung_ || batching_;
-  free_send_.pop_back();
-  ++counters_.sent;
-  return ok();
-}
-
-void RawPort::end_batch() {
-  batching_ = false;
-  if (!unrung_) return;
-  unrung_ = false;
-  if (auto r = hca_.ring_sq(qp_); !r) ++counters_.send_errors;
-}
-
-bool RawPort::on_cq_event(uint32_t cqn) {
-  if (cqn != cq_.cqn || !have_cq_) return false;
-  const size_t before = free_send_.size();
-  for (;;) {
-    auto wcs = hca_.poll_cq(cq_, 64);
-    if (wcs.empty()) break;
-    for (const auto& wc : wcs) {
-      if (wc.wr_id & kSendTag) {
-        const uint32_t slot = uint32_t(wc.wr_id);
-        if (slot < (1u << cfg_.log_send_slots)) free_send_.push_back(slot);
-        if (wc.status != hca::kWcSuccess) {
-          ++counters_.send_errors;
-          broken_ = broken_ || wc.status != hca::kWcWrFlushErr;
-        }
-        continue;
-      }
-      const uint32_t slot = uint32_t(wc.wr_id);
-      if (slot >= (1u << cfg_.log_slots)) continue;
-      if (wc.status == hca::kWcSuccess && wc.byte_len >= kMinFrameBytes && wc.byte_len <= kMaxFrameBytes) {
-        ++counters_.received;
-        if (receiver_) receiver_(std::span<const uint8_t>(at(size_t(slot) * kStride), wc.byte_len));
-      } else if (wc.status != hca::kWcWrFlushErr) {
-        ++counters_.recv_errors;
-        broken_ = broken_ || wc.status != hca::kWcSuccess;
-      }
-      if (wc.status != hca::kWcWrFlushErr)
-        if (auto r = post_recv(slot); !r) ++counters_.recv_errors;
-    }
-  }
-  (void)hca_.arm_cq(cq_, false);
-  if (broken_ && on_broken_) {
-    auto f = std::move(on_broken_);
-    on_broken_ = nullptr;
-    f();  // may close this port: nothing of it is touched after
-    return true;
-  }
-  if (free_send_.size() > before && on_freed_) on_freed_();
-  return true;
+  return qp_->send(frame);
 }
 
 }  // namespace openib::eth

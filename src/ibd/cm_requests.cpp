@@ -119,8 +119,10 @@ Result<void> CmService::op_sidr_reply(const Caller& c, proto::Message& m, Respon
 
 Result<void> CmService::op_init_qp_attr(const Caller& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmInitQpAttrReq>(m.body));
-  OPENIB_TRY_ASSIGN(auto rep, init_qp_attr(c.id, req));
-  done(Reply{proto::encode(rep), {}});
+  init_qp_attr(c.id, req, InitQpAttrDone([d = std::move(done)](Result<proto::CmInitQpAttrRep> rep) mutable {
+                 if (!rep) return d(rep.take_error());
+                 d(Reply{proto::encode(*rep), {}});
+               }));
   return ok();
 }
 

@@ -788,16 +788,32 @@ Result<void> CmService::sidr_reply(uint32_t client, const proto::CmSidrReplyReq&
   return ok();
 }
 
-Result<proto::CmInitQpAttrRep> CmService::init_qp_attr(uint32_t client, const proto::CmInitQpAttrReq& r) {
-  OPENIB_TRY_ASSIGN(auto f, find(client, r.id));
-  IdRec& rec = *f.second;
-  if (rec.kind != kConn || !rec.engine_id) return err(EINVAL, "CM id {} is not a connection", r.id);
-  if (r.state < 1 || r.state > 3) return err(EINVAL, "CM_INIT_QP_ATTR: state {} (1 INIT, 2 RTR, 3 RTS)", r.state);
-  OPENIB_TRY_ASSIGN(auto a, hca_attr(rec.port, rec.engine_id, r.state, UINT32_MAX, nullptr));
-  proto::CmInitQpAttrRep rep;
-  rep.attr = to_proto(a.second);
-  rep.attr.mask = a.first;
-  return rep;
+void CmService::init_qp_attr(uint32_t client, const proto::CmInitQpAttrReq& r, InitQpAttrDone done) {
+  auto f = find(client, r.id);
+  if (!f) return done(f.take_error());
+  const IdRec& rec = *f->second;
+  if (rec.kind != kConn || !rec.engine_id) return done(err(EINVAL, "CM id {} is not a connection", r.id));
+  if (r.state < 1 || r.state > 3)
+    return done(err(EINVAL, "CM_INIT_QP_ATTR: state {} (1 INIT, 2 RTR, 3 RTS)", r.state));
+  std::array<uint8_t, 16> local_gid{};
+  auto a = hca_attr(rec.port, rec.engine_id, r.state, UINT32_MAX, &local_gid);
+  if (!a) return done(a.take_error());
+  auto answer = [](const std::pair<uint32_t, hca::QpAttr>& at) {
+    proto::CmInitQpAttrRep rep;
+    rep.attr = to_proto(at.second);
+    rep.attr.mask = at.first;
+    return rep;
+  };
+  if (!((a->first & hca::qp_attr::kAv) && ethernet(rec.port))) return done(answer(*a));
+  // An Ethernet port's RTR: as move_qp's, the source GID's table entry.
+  hca::find_gid_async(hca_, rec.port, local_gid,
+                      [alive = std::weak_ptr<bool>(alive_), at = std::move(*a), answer,
+                       done = std::move(done)](Result<uint16_t> idx) mutable {
+                        if (alive.expired()) return;
+                        if (!idx) return done(err(idx.error().code, "the connection's source GID: {}", idx.error().message));
+                        at.second.av.sgid_index = static_cast<uint8_t>(*idx);
+                        done(answer(at));
+                      });
 }
 
 // ---- engine events -------------------------------------------------------------

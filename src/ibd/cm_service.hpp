@@ -120,7 +120,11 @@ class CmService final : public Service {
   Result<void> destroy(uint32_t client, uint32_t id);
   Result<uint32_t> sidr_query(uint32_t client, const proto::CmSidrQueryReq& r);
   Result<void> sidr_reply(uint32_t client, const proto::CmSidrReplyReq& r);
-  Result<proto::CmInitQpAttrRep> init_qp_attr(uint32_t client, const proto::CmInitQpAttrReq& r);
+  // ib_cm_init_qp_attr; on an Ethernet port an RTR's sgid_index is the
+  // GID table entry of the path's local GID, looked up as move_qp does
+  // (hca::find_gid_async), so the answer may come later.
+  using InitQpAttrDone = hca::Completer<Result<proto::CmInitQpAttrRep>>;
+  void init_qp_attr(uint32_t client, const proto::CmInitQpAttrReq& r, InitQpAttrDone done);
   void client_gone(uint32_t client) override;
   // How many ids the client holds (quota).
   size_t ids_of(uint32_t client) const;

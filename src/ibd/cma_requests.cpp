@@ -129,8 +129,11 @@ Result<void> CmaService::op_accept(const Caller& c, proto::Message& m, Respond& 
 
 Result<void> CmaService::op_init_qp_attr(const Caller& c, proto::Message& m, Respond& done) {
   OPENIB_TRY_ASSIGN(auto req, proto::decode<proto::CmaInitQpAttrReq>(m.body));
-  OPENIB_TRY_ASSIGN(auto rep, init_qp_attr(c.id, req));
-  done(Reply{proto::encode(rep), {}});
+  init_qp_attr(c.id, req,
+               CmService::InitQpAttrDone([d = std::move(done)](Result<proto::CmInitQpAttrRep> rep) mutable {
+                 if (!rep) return d(rep.take_error());
+                 d(Reply{proto::encode(*rep), {}});
+               }));
   return ok();
 }
 

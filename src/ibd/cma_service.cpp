@@ -9,7 +9,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "arp/group_membership.hpp"
 #include "arp/neigh_lookup.hpp"
+#include "hca/gid_find.hpp"
 #include "common/log.hpp"
 #include "hca/port_caps.hpp"
 #include "ibd/qp_attr_convert.hpp"
@@ -817,28 +819,36 @@ void CmaService::accept(uint32_t client, const proto::CmaConnReq& r, Done done, 
 // for a UD id, the id's own (cma_ib_init_qp_attr): INIT with the port, P_Key
 // index 0 and no remote access (UD: the id's Q_Key instead); a UD QP's RTR
 // is the state alone, its RTS send PSN 0.
-Result<proto::CmInitQpAttrRep> CmaService::init_qp_attr(uint32_t client, const proto::CmaInitQpAttrReq& r) {
-  OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
-  if (r.state < 1 || r.state > 3) return err(EINVAL, "CMA_INIT_QP_ATTR: state {} (1 INIT, 2 RTR, 3 RTS)", r.state);
+void CmaService::init_qp_attr(uint32_t client, const proto::CmaInitQpAttrReq& r, CmService::InitQpAttrDone done) {
+  auto f = find(client, r.id);
+  if (!f) return done(f.take_error());
+  const Id* id = *f;
+  if (r.state < 1 || r.state > 3)
+    return done(err(EINVAL, "CMA_INIT_QP_ATTR: state {} (1 INIT, 2 RTR, 3 RTS)", r.state));
   const bool ud = ud_ps(id->ps);
-  if (!ud && id->cm) return cm_.init_qp_attr(kCmaCmOwner, proto::CmInitQpAttrReq{id->cm, r.state});
-  if (!id->port) return err(EINVAL, "id {} has no device yet: bind or resolve its address first", r.id);
-  if (!ud && r.state > 1) return err(EINVAL, "id {} has no connection: RTR and RTS come with its REQ or REP", r.id);
+  if (!ud && id->cm) return cm_.init_qp_attr(kCmaCmOwner, proto::CmInitQpAttrReq{id->cm, r.state}, std::move(done));
+  done(own_qp_attr(*id, r.state));
+}
+
+Result<proto::CmInitQpAttrRep> CmaService::own_qp_attr(const Id& id, uint8_t state) const {
+  const bool ud = ud_ps(id.ps);
+  if (!id.port) return err(EINVAL, "id {} has no device yet: bind or resolve its address first", id.handle);
+  if (!ud && state > 1) return err(EINVAL, "id {} has no connection: RTR and RTS come with its REQ or REP", id.handle);
   hca::QpAttr a;
   uint32_t mask = hca::qp_attr::kState;
-  a.state = static_cast<hca::QpState>(r.state);
-  if (r.state == 1) {
-    a.port = id->port;
+  a.state = static_cast<hca::QpState>(state);
+  if (state == 1) {
+    a.port = id.port;
     a.pkey_index = 0;
     mask |= hca::qp_attr::kPort | hca::qp_attr::kPkeyIndex;
     if (ud) {
-      a.qkey = qkey_of(*id);
+      a.qkey = qkey_of(id);
       if (!a.qkey) return err(ENETDOWN, "the IPoIB interface is down: no Q_Key for the IPoIB port space");
       mask |= hca::qp_attr::kQkey;
     } else {
       mask |= hca::qp_attr::kAccessFlags;  // none until the connection says
     }
-  } else if (r.state == 3) {
+  } else if (state == 3) {
     mask |= hca::qp_attr::kSqPsn;
   }
   proto::CmInitQpAttrRep rep;
@@ -1035,7 +1045,28 @@ void CmaService::on_sidr_reply(Id& id, const proto::CmEventMsg& e) {
   }
   with_private(m, e);
   forget_cm(id);
-  emit(id, m);
+  if (!path || !m.ah.grh) return emit(id, m);
+  // The GRH's source is the path's SGID: its GID table entry, as Linux's
+  // ib_init_ah_attr_from_path takes the path's sgid_attr. On an Ethernet
+  // port that is the source address's entry (docs/simhca.md §16.1), not
+  // entry 0 (the link-local GID: the datagrams would go as IPv6). The
+  // address gone meanwhile: ADDR_ERROR (the event Linux's
+  // cma_sidr_rep_handler gives a reply it cannot take).
+  hca::find_gid_async(hca_, id.port, path->sgid,
+                      [this, alive = std::weak_ptr<bool>(alive_), client = id.client, h = id.handle, op = id.op,
+                       m](Result<uint16_t> idx) mutable {
+                        if (alive.expired()) return;
+                        Id* i = find_id(client, h);
+                        if (!i || i->op != op) return;
+                        if (!idx) {
+                          proto::CmaEventMsg a;
+                          a.type = static_cast<uint8_t>(T::kAddrError);
+                          a.status = -idx.error().code;
+                          return emit(*i, a);
+                        }
+                        m.ah.sgid_index = static_cast<uint8_t>(*idx);
+                        emit(*i, m);
+                      });
 }
 
 // The IB CM's kError: the device gone (ENODEV, reported once as
@@ -1065,6 +1096,15 @@ void CmaService::join(uint32_t client, const proto::CmaJoinReq& r, Done done) {
   if (!id->port) return done(err(EINVAL, "id {} has no device yet: bind or resolve its address first", r.id));
   const cma::Addr g = from_proto(r.group);
   if (!is_multicast(g)) return done(err(EINVAL, "{} is not a multicast address", g.str()));
+  if (auto link = arp_ ? arp_->link_of_address(to_ip(id->src)) : std::nullopt; link && link->ethernet) {
+    if (g.family != id->src.family)  // (a frame's two IP addresses are of one version)
+      return done(err(EINVAL, "group {} is not of the id's address family", g.str()));
+    if (!qp_.lookup) return done(err(ENOSYS, "no QP lookup"));
+    auto q = qp_.lookup(client, r.qp ? r.qp : id->qp);
+    if (!q) return done(q.take_error());
+    if (q->type != 2) return done(err(EINVAL, "multicast takes a UD QP"));
+    return join_roce(*id, g, q->qpn, *link, std::move(done));
+  }
   auto mg = cma::mgid_for(g, id->ps, id->pkey ? id->pkey : 0xFFFF);
   if (!mg) return done(mg.take_error());
   if (id->groups.count(*mg)) return done(err(EADDRINUSE, "id {} has joined {} already", r.id, g.str()));
@@ -1077,7 +1117,7 @@ void CmaService::join(uint32_t client, const proto::CmaJoinReq& r, Done done) {
   Group grp;
   grp.mgid = *mg;
   grp.qpn = q->qpn;
-  id->groups[*mg] = grp;
+  id->groups[*mg] = std::move(grp);
   proto::McastJoinReq j;
   j.port = id->port;
   j.join_state = 1;  // FullMember
@@ -1136,15 +1176,109 @@ void CmaService::join(uint32_t client, const proto::CmaJoinReq& r, Done done) {
   done(ok());
 }
 
+// A join on a RoCE port, as Linux's cma_iboe_join_multicast (no SA: IBA
+// Annex A17 has none): the MGID is the group's address as a GID
+// (::ffff:a.b.c.d for an IPv4 group, as for RoCEv2; an IPv6 group itself),
+// the MLID 0, the Q_Key the id's; the client's QP is attached to the MGID
+// (docs/simhca.md §16.4) and the event's address vector goes to the group
+// with a GRH from the id's source address's GID table entry and hop limit
+// 64 (Linux's IPV6_DEFAULT_HOPLIMIT for RoCEv2); its MAC is the group's
+// (RFC 1112 6.4, RFC 2464 7; arp::dmac_from_gid, when the client makes
+// the AH). The kernel joins the group on the netdev (IGMP/MLD report, as
+// Linux's cma_igmp_send) for as long as the id holds it. Linux refuses an
+// IPv6 group on RoCEv2 (ENOTSUPP); here it works as an IPv4 one.
+void CmaService::join_roce(Id& id, const cma::Addr& g, uint32_t qpn, const arp::Link& link, Done done) {
+  const auto mgid = arp::gid_of_ip(to_ip(g));
+  if (id.groups.count(mgid)) return done(err(EADDRINUSE, "id {} has joined {} already", id.handle, g.str()));
+  const uint32_t qkey = qkey_of(id);
+  if (!qkey) return done(err(ENETDOWN, "no Q_Key for the IPoIB port space on a RoCE port"));
+  const uid_t uid = sessions_.at(id.client).uid;
+  if (auto t = sa_.join_budget().take(id.client, uid); !t) return done(t.take_error());
+  auto membership = arp::join_group(link.ifindex, to_ip(g));
+  if (!membership) {
+    sa_.join_budget().give(id.client, uid);
+    return done(err(membership.error().code, "the kernel's membership: {}", membership.error().message));
+  }
+  Group grp;
+  grp.mgid = mgid;
+  grp.qpn = qpn;
+  grp.roce = true;
+  grp.uid = uid;
+  grp.membership = std::move(*membership);
+  grp.serial = next_join_++;
+  const uint64_t serial = grp.serial;
+  id.groups.emplace(mgid, std::move(grp));
+  ++counters_.roce_joins;
+  // The event (or the error) for this join, if the id still holds it.
+  auto holder = [this, client = id.client, h = id.handle, mgid, serial]() -> Id* {
+    Id* i = find_id(client, h);
+    if (!i) return nullptr;
+    auto it = i->groups.find(mgid);
+    return it != i->groups.end() && it->second.serial == serial ? i : nullptr;
+  };
+  auto fail = [this, g, mgid](Id& i, const Error& e) {
+    proto::CmaEventMsg m;
+    m.type = static_cast<uint8_t>(T::kMulticastError);
+    m.status = -e.code;
+    m.dst = to_proto(g);
+    if (auto it = i.groups.find(mgid); it != i.groups.end()) {
+      drop_group(i, mgid, it->second);
+      i.groups.erase(it);
+    }
+    emit(i, m);
+  };
+  hca::find_gid_async(
+      hca_, id.port, id.sgid,
+      [this, alive = std::weak_ptr<bool>(alive_), holder, fail, g, mgid, qpn, qkey](Result<uint16_t> idx) {
+        if (alive.expired()) return;
+        Id* i = holder();
+        if (!i) return;
+        if (!idx) return fail(*i, Error{idx.error().code, "the id's source GID: " + idx.error().message});
+        hca_.attach_mcast_async(qpn, mgid, 0, [this, alive, holder, fail, g, mgid, qkey,
+                                               sgid_index = *idx](Result<void> a) {
+          if (alive.expired()) return;
+          Id* i2 = holder();
+          if (!i2) return;
+          if (!a) return fail(*i2, a.error());
+          i2->groups[mgid].attached = true;
+          proto::CmaEventMsg m;
+          m.dst = to_proto(g);
+          m.type = static_cast<uint8_t>(T::kMulticastJoin);
+          m.qp_num = 0xFFFFFF;
+          m.qkey = qkey;
+          m.ah.dlid = 0;
+          m.ah.port = i2->port;
+          m.ah.grh = 1;
+          m.ah.dgid = mgid;
+          m.ah.sgid_index = static_cast<uint8_t>(sgid_index);
+          m.ah.hop_limit = 64;
+          emit(*i2, m);
+        });
+      });
+  done(ok());
+}
+
+void CmaService::drop_group(const Id& id, const std::array<uint8_t, 16>& mgid, Group& g) {
+  if (g.attached) hca_.detach_mcast_async(g.qpn, mgid, g.mlid, [](Result<void>) {});
+  if (g.roce) {
+    sa_.join_budget().give(id.client, g.uid);
+    g.membership.reset();  // the kernel leaves (IGMP/MLD) when its last membership goes
+  } else {
+    (void)sa_.mcast_leave(id.client | kCmaJoinOwnerBit, proto::McastLeaveReq{id.port, mgid});
+  }
+}
+
 Result<void> CmaService::leave(uint32_t client, const proto::CmaJoinReq& r) {
   OPENIB_TRY_ASSIGN(Id * id, find(client, r.id));
   const cma::Addr g = from_proto(r.group);
-  OPENIB_TRY_ASSIGN(auto mg, cma::mgid_for(g, id->ps, id->pkey ? id->pkey : 0xFFFF));
-  auto it = id->groups.find(mg);
+  if (!is_multicast(g)) return err(EINVAL, "{} is not a multicast address", g.str());
+  auto it = id->groups.find(arp::gid_of_ip(to_ip(g)));  // a RoCE group's MGID
+  if (it == id->groups.end() || !it->second.roce) {
+    OPENIB_TRY_ASSIGN(auto mg, cma::mgid_for(g, id->ps, id->pkey ? id->pkey : 0xFFFF));
+    it = id->groups.find(mg);
+  }
   if (it == id->groups.end()) return err(ENOENT, "id {} has not joined {}", r.id, g.str());
-  if (it->second.attached)
-    hca_.detach_mcast_async(it->second.qpn, mg, it->second.mlid, [](Result<void>) {});
-  (void)sa_.mcast_leave(client | kCmaJoinOwnerBit, proto::McastLeaveReq{id->port, mg});
+  drop_group(*id, it->first, it->second);
   id->groups.erase(it);
   return ok();
 }
@@ -1153,10 +1287,7 @@ Result<void> CmaService::leave(uint32_t client, const proto::CmaJoinReq& r) {
 
 void CmaService::release(Id& id) {
   ++id.op;
-  for (auto& [mg, g] : id.groups) {
-    if (g.attached) hca_.detach_mcast_async(g.qpn, mg, g.mlid, [](Result<void>) {});
-    (void)sa_.mcast_leave(id.client | kCmaJoinOwnerBit, proto::McastLeaveReq{id.port, mg});
-  }
+  for (auto& [mg, g] : id.groups) drop_group(id, mg, g);
   id.groups.clear();
   for (const auto& key : id.listens) {
     auto it = cm_listens_.find(key);
@@ -1286,6 +1417,7 @@ std::vector<std::pair<std::string, uint64_t>> CmaService::counter_list() const {
       {"cma.requests_over_budget", counters_.requests_over_budget},
       {"cma.requests_expired", counters_.requests_expired},
       {"cma.local_routes", counters_.local_routes},
+      {"cma.roce_joins", counters_.roce_joins},
       {"cma.ids_denied", ids_budget_.denied()},
       {"cma.ids", ids},
       {"cma.bound_ports", ports_.size()},

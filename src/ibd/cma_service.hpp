@@ -2,7 +2,9 @@
 // and port with rdma_cm's semantics, over ibd's IB CM (cm_service.hpp, as
 // its in-ibd user), the ARP module (src/arp: IP -> GID through the kernel's
 // neighbour table on the IPoIB interface), the SA service (routes from the
-// path cache, multicast joins) and the wire conventions of src/cma (service
+// path cache, multicast joins; a RoCE port has none: routes from the
+// addresses, joins as Linux's cma_iboe_join_multicast, docs/cma.md "RoCE")
+// and the wire conventions of src/cma (service
 // IDs (ps << 16) + port, the 36-byte CMA header, the port table).
 //
 //  - Each client that said CMA_OPEN has a session: the event socket
@@ -50,6 +52,7 @@
 #include "cma/header.hpp"
 #include "cma/port_table.hpp"
 #include "clientproto/messages.hpp"
+#include "common/fd.hpp"
 #include "hca/device.hpp"
 #include "ibd/service.hpp"
 #include "ibd/budget.hpp"
@@ -73,6 +76,8 @@ struct CmaServiceCounters {
   uint64_t requests_bad_address = 0, requests_over_backlog = 0, requests_over_budget = 0, requests_expired = 0;
   // Routes built from addresses on a port without an SA (an Ethernet port).
   uint64_t local_routes = 0;
+  // Multicast joins on an Ethernet port (no SA: join_roce).
+  uint64_t roce_joins = 0;
 };
 
 class CmaService final : public Service {
@@ -123,7 +128,8 @@ class CmaService final : public Service {
   void connect(uint32_t client, const proto::CmaConnReq& r, Done done, bool own_qp = false);
   void accept(uint32_t client, const proto::CmaConnReq& r, Done done, bool own_qp = false);
   // The attributes of the QP's move to INIT, RTR or RTS (rdma_init_qp_attr).
-  Result<proto::CmInitQpAttrRep> init_qp_attr(uint32_t client, const proto::CmaInitQpAttrReq& r);
+  // (A connection's come from the IB CM, on an Ethernet port after its GID lookup.)
+  void init_qp_attr(uint32_t client, const proto::CmaInitQpAttrReq& r, CmService::InitQpAttrDone done);
   // The RTU of an own-QP connect after kConnectResponse (rdma_establish).
   void establish(uint32_t client, uint32_t id, Done done);
   Result<void> reject(uint32_t client, const proto::CmaRejectReq& r);
@@ -176,6 +182,13 @@ class CmaService final : public Service {
     uint16_t mlid = 0;
     uint32_t qpn = 0;
     bool attached = false;
+    // A RoCE group (join_roce): no SA; the charge to the multicast budget
+    // is this uid's, and the kernel's membership on the netdev (IGMP/MLD)
+    // lasts as long as this socket.
+    bool roce = false;
+    uid_t uid = 0;
+    UniqueFd membership;
+    uint64_t serial = 0;  // this join's (a late answer for an earlier join of the group is dropped)
   };
   struct Id {
     uint32_t client = 0, handle = 0;
@@ -239,6 +252,8 @@ class CmaService final : public Service {
   void request_expired(Id& id);
   Result<void> do_bind(Id& id, const cma::Addr& a, bool privileged);
   uint32_t qkey_of(const Id& id) const;
+  // CMA_INIT_QP_ATTR without a connection (a UD id, or INIT before the REQ).
+  Result<proto::CmInitQpAttrRep> own_qp_attr(const Id& id, uint8_t state) const;
   uint32_t token(uint32_t client, uint32_t qp);
   // The IB CM's events (cma_service.cpp "the IB CM's events").
   void on_cm_event(const proto::CmEventMsg& e);
@@ -252,6 +267,10 @@ class CmaService final : public Service {
   void release(Id& id);  // everything but the record itself
   void forget_cm(Id& id);
   void address_changed(int ifindex, const arp::Ip& a, bool added);
+  // A join on a RoCE port (docs/cma.md "RoCE"), and a group's end (left,
+  // or its id released).
+  void join_roce(Id& id, const cma::Addr& g, uint32_t qpn, const arp::Link& link, Done done);
+  void drop_group(const Id& id, const std::array<uint8_t, 16>& mgid, Group& g);
   void move_ud_qp(uint32_t client, uint32_t qp, uint8_t port, uint32_t qkey, std::vector<uint8_t> states,
                   Done done);
 
@@ -274,6 +293,7 @@ class CmaService final : public Service {
   std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> tokens_;  // QP token -> (client, QP handle)
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> token_of_;          // (client, QP handle) -> token
   uint32_t next_token_ = 1;
+  uint64_t next_join_ = 1;
   CmaServiceCounters counters_;
   Budget ids_budget_{"RDMA CM ids", "cma-ids", BudgetLimit{1024, 4096}};
   Budget* event_budget_ = nullptr;

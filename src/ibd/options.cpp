@@ -205,7 +205,8 @@ void add_device_flags(CLI::App& app, Options& o, std::vector<std::string>& specs
                  "[NAME=]SPEC, repeatable: one device each; SPEC vfio:<PCI address>, vfio-user:<socket> or "
                  "embedded (an embedded simhca child, the default)");
   app.add_option("--cable", o.cable,
-                 "embedded simhca: --port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT (UDP) or SHM=FILE,END=A|B[,CRC=always|offload] (same host)");
+                 "embedded simhca: --port1 LOCAL=ADDR:PORT,PEER=ADDR:PORT (UDP), SHM=FILE,END=A|B[,CRC=always|offload] (same "
+                 "host) or IFACE=NAME (a host interface, Ethernet ports: docs/cables.md)");
   app.add_option("--pcap", o.pcap, "embedded simhca: --pcap FILE");
   app.add_option("--faults", o.faults, "embedded simhca: --faults drop=P,dup=P,...");
   app.add_option("--simhca-arg", o.simhca_args,

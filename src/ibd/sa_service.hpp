@@ -184,6 +184,9 @@ class SaService final : public Service {
   // The clients' bounds (quota.hpp Limits: mcast_joins, services,
   // uid_sa_queries_per_sec, uid_sa_query_burst); main sets them.
   void set_limits(BudgetLimit mcast_joins, BudgetLimit services, uint32_t queries_per_sec, uint32_t query_burst);
+  // The multicast budget, for joins without an SA (the RDMA CM's on a RoCE
+  // port, charged to the client without bit 31 as mcast_join's).
+  Budget& join_budget() { return join_budget_; }
   // A rejoin (SM change, ClientReregister) or retry of a group `owner`
   // holds failed: the SA may have no such group for the port any more.
   // Logged and counted (mcast_lost) whoever the owner; IPoIB goes down.

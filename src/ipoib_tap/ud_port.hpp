@@ -1,8 +1,9 @@
 // The IPoIB UD QP (docs/ipoib.md "The UD QP"; RFC 4391 §5, IBA 9.8): one
-// UD QP of ibd's own on a port, its CQ, a PD and one MKEY over a DMA
-// buffer that holds every receive slot (40-byte GRH area, then the IPoIB
-// packet: IBA 11.4.1.2) and every send slot, and the address handles the
-// owner creates for unicast paths and multicast groups. Attached to
+// UD QP of ibd's own on a port, a slotted QP (src/hca/slot_qp.hpp: its CQ,
+// a PD and one MKEY over a DMA buffer that holds every receive slot and
+// every send slot) whose receive slots hold the 40-byte GRH area, then the
+// IPoIB packet (IBA 11.4.1.2). The owner creates address handles for
+// unicast paths and multicast groups on its PD, and attaches it to
 // multicast groups through ATTACH_MCG (docs/simhca.md §6.11).
 //
 // Opened as a chain of asynchronous commands on ibd's loop (which never
@@ -18,10 +19,9 @@
 #include <functional>
 #include <memory>
 #include <span>
-#include <vector>
 
 #include "common/result.hpp"
-#include "hca/device.hpp"
+#include "hca/slot_qp.hpp"
 
 namespace openib::ipoib {
 
@@ -36,11 +36,7 @@ struct UdPortConfig {
   // docs/simhca.md §6.1), so (receives + sends) x stride <= 4 MiB.
 };
 
-struct UdPortCounters {
-  uint64_t sent = 0, received = 0;
-  uint64_t send_errors = 0, recv_errors = 0;
-  uint64_t no_send_slot = 0;  // a send found every slot in flight
-};
+using UdPortCounters = hca::SlotQpCounters;
 
 // One received packet: the CQE's sender and the bytes after the GRH area.
 struct UdReceived {
@@ -51,68 +47,36 @@ struct UdReceived {
   std::span<const uint8_t> payload;
 };
 
-class UdPort {
+// open_async(hca, cfg, done): PD, buffer and MKEY, CQ, UD QP moved to RTS
+// with cfg's P_Key index and Q_Key; receives posted, CQ armed. On failure
+// what was made is undone. close_async(port, done): destroys the QP, the
+// CQ, the MKEY and the PD, one command at a time (the owner's AHs are its
+// own); `done` runs when all answered. A port not closed forgets its
+// objects (a lost device took them). buffer_bytes(cfg): the bytes of its
+// one buffer (one MKEY). qpn(), slots_free(), begin_batch()/end_batch()
+// (one doorbell for the sends between), set_slots_freed() (called after
+// completions freed send slots: the owner resumes reading), on_cq_event()
+// (polls, hands receives over, reposts, re-arms), counters(): all
+// hca::SlotQpPort's.
+class UdPort : public hca::SlotQpPort<UdPort, UdPortConfig> {
  public:
   using Receiver = std::function<void(const UdReceived&)>;
-  using OpenDone = hca::Completer<Result<std::unique_ptr<UdPort>>>;
-  // PD, buffer and MKEY, CQ, UD QP moved to RTS with cfg's P_Key index and
-  // Q_Key; receives posted, CQ armed. On failure what was made is undone.
-  static void open_async(hca::Device& hca, const UdPortConfig& cfg, OpenDone done);
-  // Forgets the objects (a lost device took them); use close_async() otherwise.
-  ~UdPort();
-  UdPort(const UdPort&) = delete;
-  UdPort& operator=(const UdPort&) = delete;
-  // Destroys the QP, the AHs, the CQ, the MKEY and the PD, one command at
-  // a time; `done` runs when all answered. The port is unusable after.
-  static void close_async(std::unique_ptr<UdPort> p, std::function<void()> done);
 
-  uint32_t qpn() const { return qp_.qpn; }
-  uint32_t cqn() const { return cq_.cqn; }
-  uint32_t pdn() const { return pdn_; }
+  uint32_t cqn() const { return qp_->cqn(); }
+  uint32_t pdn() const { return qp_->pdn(); }
   uint32_t qkey() const { return cfg_.qkey; }
-  void set_receiver(Receiver r) { receiver_ = std::move(r); }
+  void set_receiver(Receiver r);
 
   // Posts one packet to (ahn, qpn, qkey). EAGAIN: every send slot is in
   // flight (the owner stops reading its source until slots_free()).
   Result<void> send(uint32_t ahn, uint32_t qpn, uint32_t qkey, std::span<const uint8_t> packet);
-  size_t slots_free() const { return free_send_.size(); }
-  // Between begin_batch() and end_batch() sends ring no doorbell; the
-  // end rings once for all of them (Device::ring_sq).
-  void begin_batch() { batching_ = true; }
-  void end_batch();
-  // Called after completions freed send slots (the owner resumes reading).
-  void set_slots_freed(std::function<void()> f) { on_freed_ = std::move(f); }
-  // The CQ's completion event: polls, hands receives over, reposts, re-arms.
-  bool on_cq_event(uint32_t cqn);
-
-  const UdPortCounters& counters() const { return counters_; }
-  // The bytes of the one buffer (one MKEY) `c` needs: its slots, whole pages.
-  static size_t buffer_bytes(const UdPortConfig& c);
 
  private:
-  UdPort(hca::Device& hca, const UdPortConfig& cfg) : hca_(hca), cfg_(cfg) {}
-  static void step(std::unique_ptr<UdPort> p, OpenDone done, int rung);
-  static void fail(std::unique_ptr<UdPort> p, OpenDone done, Error e);
-  size_t slot_stride() const;
-  size_t buf_bytes() const;
-  uint8_t* at(size_t off) const { return static_cast<uint8_t*>(buf_.data()) + off; }
-  uint64_t va(size_t off) const { return reinterpret_cast<uint64_t>(at(off)); }
-  Result<void> post_recv(uint32_t slot);
-  std::vector<std::pair<hca::ObjectKind, uint32_t>> teardown_steps();
+  friend class hca::SlotQpPort<UdPort, UdPortConfig>;
+  UdPort(const UdPortConfig& cfg, std::unique_ptr<hca::SlotQp> qp) : SlotQpPort(std::move(qp)), cfg_(cfg) {}
+  static hca::SlotQpConfig slot_config(const UdPortConfig& c);
 
-  hca::Device& hca_;
   UdPortConfig cfg_;
-  uint32_t pdn_ = 0;
-  hca::Mkey mkey_{};
-  hca::Cq cq_;
-  hca::Qp qp_;
-  bool have_pd_ = false, have_mkey_ = false, have_cq_ = false, have_qp_ = false;
-  dma::DmaBuffer buf_;
-  std::vector<uint32_t> free_send_;
-  Receiver receiver_;
-  std::function<void()> on_freed_;
-  UdPortCounters counters_;
-  bool batching_ = false, unrung_ = false;
 };
 
 }  // namespace openib::ipoib

@@ -14,7 +14,15 @@
 #    on QP1 with a GRH, the QPs' address vectors with the neighbour's MAC);
 #  - rping over IPv6 (fd00:93::/64 on roce0);
 #  - ucmatose (10 RC connections, data both ways);
-#  - udaddy (UD through SIDR): messages both ways.
+#  - udaddy (UD through SIDR): messages both ways, its datagrams IPv4
+#    frames (the SIDR reply's address vector from the source address's
+#    GID entry, not the link-local GID 0), read from ibd 1's capture;
+#  - rping -q both ways (QPs the application moves with
+#    rdma_init_qp_attr: the RTR's sgid_index the connection's GID entry);
+#  - mckey: a receiver on each side, a sender in sbq1, IPv4 group
+#    239.93.0.1 (no SA: the group's IP as the MGID), both receivers get
+#    the datagrams; the kernel holds the group on roce0 (IGMP) while a
+#    receiver runs and leaves it after; the frames go to the group's MAC.
 #   roce_cma.sh IBD IBDCTL ABI_DIR
 set -euo pipefail
 IBD=$1 IBDCTL=$2 ABI=$3
@@ -41,7 +49,7 @@ fail() {
   done
   exit 1
 }
-for t in rping ucmatose udaddy ip; do command -v "$t" >/dev/null || fail "$t not found (scripts/setup.sh installs rdmacm-utils)"; done
+for t in rping ucmatose udaddy mckey tshark ip; do command -v "$t" >/dev/null || fail "$t not found (scripts/setup.sh installs rdmacm-utils)"; done
 until_ok() {
   local n=$1
   shift
@@ -69,15 +77,16 @@ ip -n "$ns2" link set "${veth}b" mtu 9000 up
 ip -n "$ns1" addr add 198.18.93.249/30 dev "${veth}a"
 ip -n "$ns2" addr add 198.18.93.250/30 dev "${veth}b"
 
-start() {  # start N LOCAL PEER GUID
+start() {  # start N LOCAL PEER GUID [IBD ARGS...]
   mkdir -p "$work/$1.run"
   ip netns exec "sbq$1" "$IBD" --socket "$work/$1.sock" --log info --run-dir "$work/$1.run" --state-dir none \
     --cable "LOCAL=$2:30093,PEER=$3:30093" --simhca-arg=--link-layer --simhca-arg=ethernet \
-    --simhca-arg=--guid --simhca-arg="$4" --netdev roce0 >"$work/$1.log" 2>&1 </dev/null &
+    --simhca-arg=--guid --simhca-arg="$4" --netdev roce0 "${@:5}" >"$work/$1.log" 2>&1 </dev/null &
   pids+=($!)
   until_ok 300 grep -qs "ibd: ready" "$work/$1.log" || fail "ibd $1 not ready"
 }
-start 1 198.18.93.249 198.18.93.250 0x0002c90300000c00
+# ibd 1's port's frames, both ways, for the checks at the end.
+start 1 198.18.93.249 198.18.93.250 0x0002c90300000c00 --pcap "$work/1.pcap"
 start 2 198.18.93.250 198.18.93.249 0x0002c90300000d00
 has_tap() { ip -n "$1" link show roce0 >/dev/null 2>&1; }
 for n in 1 2; do
@@ -103,13 +112,14 @@ echo "ok: roce0 up in sbq1 and sbq2, the addresses RoCE v2 GIDs"
 # rping -v prints each ping's data ("rdma-ping-N: " and its rotating
 # pattern): "ping data: ..." on the client, "server ping data: ..." on the
 # server; the two must be the same ten lines.
-rping_pair() {  # rping_pair SERVER CLIENT ADDR
+rping_pair() {  # rping_pair SERVER CLIENT ADDR [RPING FLAG]
   local s=$1 c=$2 addr=$3 srv rc=0 out
-  inns "$s" timeout 60 rping -s -a "$addr" -v -C 10 >"$work/rping-srv.out" 2>"$work/rping-srv.err" &
+  local -a f=("${@:4}")
+  inns "$s" timeout 60 rping -s "${f[@]}" -a "$addr" -v -C 10 >"$work/rping-srv.out" 2>"$work/rping-srv.err" &
   srv=$!
   pids+=("$srv")
   sleep 1
-  out=$(inns "$c" timeout 60 rping -c -a "$addr" -v -C 10 2>"$work/rping-cli.err") || rc=$?
+  out=$(inns "$c" timeout 60 rping -c "${f[@]}" -a "$addr" -v -C 10 2>"$work/rping-cli.err") || rc=$?
   ((rc == 0)) || fail "rping sbq$c -> $addr ($rc): $out $(cat "$work/rping-cli.err"); server: $(cat "$work/rping-srv.out" "$work/rping-srv.err")"
   wait "$srv" || fail "rping server in sbq$s: $(cat "$work/rping-srv.out" "$work/rping-srv.err")"
   local got
@@ -117,7 +127,7 @@ rping_pair() {  # rping_pair SERVER CLIENT ADDR
   [[ $(wc -l <<<"$got") == 10 ]] || fail "rping sbq$c -> $addr: $(wc -l <<<"$got") pings: $out"
   [[ $(sed -n 's/^server ping data: //p' "$work/rping-srv.out") == "$got" ]] ||
     fail "rping: the server's data is not the client's: $(cat "$work/rping-srv.out")"
-  echo "ok: rping sbq$c -> $addr: 10 pings, the same data on both sides ($(tail -1 <<<"$got"))"
+  echo "ok: rping${f[*]:+ ${f[*]}} sbq$c -> $addr: 10 pings, the same data on both sides ($(tail -1 <<<"$got"))"
 }
 rping_pair 2 1 198.18.93.2
 rping_pair 1 2 198.18.93.1
@@ -142,3 +152,72 @@ pair ucmatose 60 "ucmatose -c 10" "ucmatose -s 198.18.93.2 -c 10"
 echo "ok: ucmatose sbq1 -> sbq2: 10 RC connections, data both ways"
 pair udaddy 60 "udaddy" "udaddy -s 198.18.93.2"
 echo "ok: udaddy sbq1 -> sbq2: UD messages both ways"
+
+# ---- rping -q: own QPs ------------------------------------------------------------
+# Each side creates its QP with ibv_create_qp and moves it with
+# rdma_init_qp_attr's attributes (CMA_INIT_QP_ATTR): on RoCE the RTR's
+# sgid_index must be the connection's GID entry (an IPv4-mapped source
+# with GID 0's link-local source is no path the peer's QP accepts).
+rping_pair 2 1 198.18.93.2 -q
+rping_pair 1 2 198.18.93.1 -q
+
+# ---- mckey --------------------------------------------------------------------------
+# A receiver in each namespace, then the sender in sbq1: sbq2's receiver
+# gets the frames over the cable, sbq1's the device's own copy. UD
+# multicast is unreliable: the sender is run again (at most 3 times) until
+# both receivers have their 10 messages.
+group=239.93.0.1
+mckey_rcv() {  # mckey_rcv N: a receiver in sbqN (its PID in $rcv)
+  inns "$1" stdbuf -oL timeout 60 mckey -m "$group" -b "198.18.93.$1" >"$work/mckey-$1.out" 2>&1 &
+  rcv=$!
+  pids+=("$rcv")
+}
+mckey_rcv 1
+rcv1=$rcv
+mckey_rcv 2
+rcv2=$rcv
+for n in 1 2; do
+  until_ok 300 grep -qs "receiving data transfers" "$work/mckey-$n.out" || fail "mckey receiver in sbq$n: $(cat "$work/mckey-$n.out")"
+done
+# The kernel joined the group on each netdev (IGMP, as Linux's rdma_cm).
+in_group() { ip -n "sbq$1" maddr show dev roce0 | grep -Eq "inet +${group//./\\.}( |\$)"; }
+for n in 1 2; do in_group "$n" || fail "sbq$n: roce0 is no member of $group: $(ip -n "sbq$n" maddr show dev roce0)"; done
+running() { kill -0 "$rcv1" 2>/dev/null || kill -0 "$rcv2" 2>/dev/null; }
+for try in 1 2 3; do
+  rc=0
+  out=$(inns 1 timeout 30 mckey -m "$group" -b 198.18.93.1 -s 2>&1) || rc=$?
+  ((rc == 0)) || fail "mckey sender ($rc): $out"
+  until_ok 30 eval '! running' && break
+done
+for n in 1 2; do
+  r=rcv$n
+  wait "${!r}" || fail "mckey receiver in sbq$n: $(cat "$work/mckey-$n.out")"
+  grep -q "test complete" "$work/mckey-$n.out" || fail "mckey receiver in sbq$n: $(cat "$work/mckey-$n.out")"
+done
+# Everyone left: so did the kernel (IGMP leave).
+for n in 1 2; do until_ok 50 eval "! in_group $n" || fail "sbq$n: roce0 still in $group after the last mckey"; done
+echo "ok: mckey sbq1 -> $group: both receivers got 10 datagrams ($try run(s) of the sender); roce0 joined the group (IGMP) while they ran"
+
+# ---- ibd 1's frames -----------------------------------------------------------------
+# ibd 1 stopped, its capture complete: what its port sent and received.
+kill -TERM "${pids[0]}"
+wait "${pids[0]}" || fail "ibd 1 did not stop cleanly: $(tail -20 "$work/1.log")"
+frames() { tshark -r "$work/1.pcap" -Y "udp.dstport == 4791 && $1" 2>/dev/null | wc -l; }
+# UD datagrams (SEND only, with immediate: BTH opcodes 100, 101) to a
+# unicast QP other than QP1: udaddy's, both ways. IPv4, as Linux sends
+# between IPv4 addresses; none as IPv6 (a GRH from GID 0, fe80::).
+ud='(infiniband.bth.opcode == 100 || infiniband.bth.opcode == 101) && infiniband.bth.destqp != 1 && infiniband.bth.destqp != 0xffffff'
+v4=$(frames "ip && $ud")
+v6=$(frames "ipv6 && $ud")
+((v4 > 0 && v6 == 0)) || fail "udaddy's datagrams: $v4 IPv4 frames, $v6 IPv6 frames (want IPv4 only)"
+echo "ok: udaddy's datagrams: $v4 IPv4 frames, none IPv6"
+# mckey's: to the group's IP and MAC (01:00:5e + the low 23 bits), TTL 64.
+mc=$(frames "ip.dst == $group && eth.dst == 01:00:5e:5d:00:01 && ip.ttl == 64 && infiniband.bth.destqp == 0xffffff")
+other=$(frames "ip.dst == $group && !(eth.dst == 01:00:5e:5d:00:01 && ip.ttl == 64)")
+((mc >= 10 && other == 0)) || fail "mckey's frames: $mc to $group as expected, $other otherwise"
+echo "ok: mckey's frames: $mc to $group at 01:00:5e:5d:00:01, TTL 64"
+# The kernel's IGMP reports for the group left through the port (the
+# netdev's frames go out as raw frames): switches would learn it.
+igmp=$(tshark -r "$work/1.pcap" -Y "igmp && ip.src == 198.18.93.1 && igmp.maddr == $group" 2>/dev/null | wc -l)
+((igmp > 0)) || fail "no IGMP report for $group from sbq1 in ibd 1's capture"
+echo "ok: $igmp IGMP report(s) for $group from sbq1's roce0 on the wire"

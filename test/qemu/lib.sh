@@ -23,6 +23,18 @@ require_tools() {
   fi
 }
 
+# free_ports udp|tcp...: one free port on 127.0.0.1 per argument, of that
+# kind, on one line (the kernel's choice; all bound at once, so distinct).
+free_ports() {
+  python3 - "$@" <<'PY'
+import socket, sys
+kind = {"udp": socket.SOCK_DGRAM, "tcp": socket.SOCK_STREAM}
+s = [socket.socket(socket.AF_INET, kind[k]) for k in sys.argv[1:]]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])
+PY
+}
+
 # --- the kernel package -------------------------------------------------------
 kernel_package() {
   if [[ -n ${OPENIB_QEMU_KERNEL:-} ]]; then echo "$OPENIB_QEMU_KERNEL"; return; fi
@@ -305,7 +317,8 @@ start_rxe_vm() {
 # once its test returns, but if the peer failed the guest's server may wait
 # forever; the peer waits for replies that a dead guest never sends. After
 # the peer the VM gets 60 s if the peer exited 0, else 10 s; after the VM
-# the peer gets 10 s; then each is killed by its PID. Says when each ended
+# the peer gets 10 s (or $peer_grace_after_vm); then each is killed by its
+# PID. Says when each ended
 # (seconds since start); sets vm_rc and peer_rc (124 or 137: timeout's) and
 # clears vm_pid and peer_pid.
 wait_vm_and_peer() {
@@ -322,7 +335,7 @@ wait_vm_and_peer() {
   vm_pid=""
   say "VM ran $((SECONDS - start))s, exit status $vm_rc"
   if [[ -n $peer_pid ]]; then
-    grace=$((SECONDS + 10))
+    grace=$((SECONDS + ${peer_grace_after_vm:-10}))
     while kill -0 "$peer_pid" 2>/dev/null && ((SECONDS < grace)); do sleep 0.5; done
     kill "$peer_pid" 2>/dev/null || true
     reap_peer
@@ -367,21 +380,24 @@ fail() { echo "$qemu_test_tag: $*" >&2; failures=$((${failures:-0} + 1)); }
 # carry an expert error; lists the first frames; and fails unless every
 # RoCEv2 frame decodes as InfiniBand, none is malformed or in error, and
 # there are at least <min>. Fails too if there is no capture.
+# (RPC-over-RDMA's dissector, which tshark tries on every InfiniBand
+# payload, is off: perftest's small SENDs read as broken RPC-over-RDMA.)
+tshark_roce() { tshark --disable-protocol rpcordma "$@"; }
 check_capture() {
   local pcap=$1 min=$2 show=$3 total roce ib bad extra=""
   if [[ ! -s $pcap ]]; then
     fail "no capture written"
     return 0
   fi
-  total=$(tshark -n -r "$pcap" -T fields -e frame.number 2>/dev/null | wc -l)
-  roce=$(tshark -n -r "$pcap" -Y 'udp.port == 4791' -T fields -e frame.number 2>/dev/null | wc -l)
-  ib=$(tshark -n -r "$pcap" -Y infiniband -T fields -e frame.number 2>/dev/null | wc -l)
-  bad=$(tshark -n -r "$pcap" -Y '_ws.malformed || _ws.expert.severity >= error' -T fields -e frame.number 2>/dev/null | wc -l)
+  total=$(tshark_roce -n -r "$pcap" -T fields -e frame.number 2>/dev/null | wc -l)
+  roce=$(tshark_roce -n -r "$pcap" -Y 'udp.port == 4791' -T fields -e frame.number 2>/dev/null | wc -l)
+  ib=$(tshark_roce -n -r "$pcap" -Y infiniband -T fields -e frame.number 2>/dev/null | wc -l)
+  bad=$(tshark_roce -n -r "$pcap" -Y '_ws.malformed || _ws.expert.severity >= error' -T fields -e frame.number 2>/dev/null | wc -l)
   if (($# >= 5)); then
-    extra=" ($(tshark -n -r "$pcap" -Y "$4" -T fields -e frame.number 2>/dev/null | wc -l) $5)"
+    extra=" ($(tshark_roce -n -r "$pcap" -Y "$4" -T fields -e frame.number 2>/dev/null | wc -l) $5)"
   fi
   say "tshark: $total frames, $roce to/from UDP 4791, $ib decoded as InfiniBand$extra, $bad malformed or in error"
-  tshark -n -r "$pcap" 2>/dev/null | sed -n "1,${show}p"
+  tshark_roce -n -r "$pcap" 2>/dev/null | sed -n "1,${show}p"
   ((roce > 0 && ib == roce)) || fail "tshark: $ib of $roce RoCEv2 frames decoded as InfiniBand"
   ((bad == 0)) || fail "tshark: $bad frames malformed or in error"
   ((roce >= min)) || fail "tshark: only $roce RoCEv2 frames (expected at least $min)"

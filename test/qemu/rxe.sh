@@ -58,11 +58,7 @@ require_tools qemu-system-x86_64 dpkg-deb depmod cpio gzip ldd tshark python3 dp
 require_packages "${guest_pkgs[@]}"
 
 # Three free ports on 127.0.0.1: QEMU's dgram end, ours, and the hostfwd.
-read -r port_qemu port_peer port_tcp < <(python3 -c '
-import socket
-s = [socket.socket(socket.AF_INET, t) for t in (socket.SOCK_DGRAM, socket.SOCK_DGRAM, socket.SOCK_STREAM)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+read -r port_qemu port_peer port_tcp < <(free_ports udp udp tcp)
 
 # --- 1. the kernel package (lib.sh) ---------------------------------------
 setup_kernel

@@ -6,7 +6,7 @@
 # through our librdmacm.so.1 and libibverbs.so.1).
 #
 # Everything on the host side runs in a network namespace of its own
-# (sbg-rxe): ibd with its embedded simhca, whose port 1 is an Ethernet
+# (sbg-rxe-PID): ibd with its embedded simhca, whose port 1 is an Ethernet
 # (RoCEv2) port with its netdev (--netdev roce0, a TAP holding
 # 198.18.80.1/24), QEMU, whose first NIC is cabled by `-netdev dgram` (one
 # frame per UDP datagram on the namespace's 127.0.0.1) to that port, and
@@ -18,10 +18,18 @@
 #  1. the host's `rping -s` listens before the guest boots; the guest's
 #     `rping -c -v -C N` connects to it (guest -> host);
 #  2. then the guest runs `rping -s`, and the host's `rping -c -v -C N`
-#     connects to it (host -> guest).
+#     connects to it (host -> guest);
+#  3./4. udaddy both ways; 5./6. ib_write_bw -R (host client) and
+#     ib_send_lat -R (host server);
+#  7. the host's rping client SIGKILLed mid-transfer: the guest's server
+#     ends by itself, ibd frees everything of the dead process;
+#  8. the guest powers off under a stream of the host's ib_write_bw -R:
+#     that ends by itself, ibd frees it.
 # rping -v prints each ping's data; every side's lines must be rping's N
 # lines exactly. simhca's capture must decode as RoCEv2 with nothing
-# malformed, and contain the CM's MADs (UD SENDs to QP1).
+# malformed, and contain the CM's MADs (UD SENDs to QP1). The guest prints
+# a marker before each step (a server's once rdma_cm lists it listening);
+# the host side waits for it. docs/qemu-test.md "qemu-rxe-cm".
 #
 #   test/qemu/rxe_cm.sh <build directory>
 #
@@ -35,17 +43,12 @@ build=$(cd "${1:?usage: $0 <build directory>}" && pwd)
 # meson's LD_LIBRARY_PATH names our libraries: the guest's (copied by what
 # ldd says) must be Debian's. The host's rping gets ours below.
 unset LD_LIBRARY_PATH
-ns=sbg-rxe
 qemu_test_tag=qemu-rxe-cm
 
 # --- 0. a network namespace of our own; the rest runs inside it ---------------
-if [[ ${OPENIB_RXE_CM_NS:-} != "$ns" ]]; then
-  if ip netns list | grep -qw "$ns"; then
-    # A namespace of that name with nothing in it is a leftover of a run
-    # that was killed: ours to remove. One with processes is not.
-    [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] || { echo "$qemu_test_tag: FAILED: namespace $ns is in use" >&2; exit 1; }
-    ip netns del "$ns"
-  fi
+# (named by this run's PID, so that runs side by side do not meet)
+if [[ -z ${OPENIB_RXE_CM_NS:-} ]]; then
+  ns=sbg-rxe-$$
   ip netns add "$ns"
   trap 'ip netns del "$ns" 2>/dev/null || true' EXIT
   ip -n "$ns" link set lo up
@@ -58,12 +61,17 @@ cache=${OPENIB_CACHE:-/var/cache/openib}/qemu
 vm_timeout=${OPENIB_QEMU_TIMEOUT:-300}
 accel=${OPENIB_QEMU_ACCEL:-tcg}
 iters=${OPENIB_RXE_CM_ITERS:-100}
+perf_iters=${OPENIB_RXE_CM_PERF_ITERS:-200}  # ib_write_bw's and ib_send_lat's -n
+# The host's ib_write_bw outlives the guest's power-off by its transport's
+# retries (8 tries of the path's ACK timeout) and the CM's DREQ retries.
+peer_grace_after_vm=90
 size=64  # (rxe_init_setup's SIZE; rping's default -S)
 # rdma_ucm: the RDMA CM's character device for librdmacm (it brings rdma_cm
 # and ib_cm); the rest as rxe.sh.
 modules=(crc32_generic crc32-pclmul virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm)
-guest_bins=(/usr/bin/ibv_devinfo /usr/bin/rping /usr/sbin/ip /usr/bin/rdma)
-guest_pkgs=(libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils iproute2)
+guest_bins=(/usr/bin/ibv_devinfo /usr/bin/rping /usr/bin/udaddy /usr/bin/ib_write_bw /usr/bin/ib_send_lat
+            /usr/sbin/ip /usr/bin/rdma)
+guest_pkgs=(libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils perftest iproute2)
 provider=/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 guest_mac=52:54:00:12:34:56
 oob_mac=52:54:00:12:34:57
@@ -107,11 +115,7 @@ require_tools qemu-system-x86_64 dpkg-deb depmod cpio gzip ldd tshark python3 dp
 [[ -x $IBD ]] || die "$IBD is not an executable"
 require_packages "${guest_pkgs[@]}"
 
-read -r port_qemu port_hca < <(python3 -c '
-import socket
-s = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+read -r port_qemu port_hca < <(free_ports udp udp)
 
 # --- 1. the kernel package (lib.sh) ---------------------------------------
 setup_kernel
@@ -123,34 +127,81 @@ initramfs_modules "$root" "${modules[@]}"
 initramfs_rxe "$root" "$provider" "${guest_bins[@]}"
 # rping's threads end by pthread_cancel/pthread_exit, for which glibc
 # dlopens libgcc_s (ldd does not list it).
-libgcc=$(ldconfig -p | awk '/libgcc_s.so.1 .*x86-64/ { print $NF; exit }')
+libgcc=$(ldconfig -p | awk '/libgcc_s.so.1 .*x86-64/ { p = $NF } END { print p }')
 [[ -n $libgcc ]] || die "no libgcc_s.so.1 on the host"
 initramfs_binary "$root" "$libgcc"
 rxe_init_setup "$root/init"
+echo "PERF_ITERS=$perf_iters" >>"$root/init"
 rxe_init_gid "$root/init"
 cat >>"$root/init" <<'EOF'
 echo "OPENIB: RoCE v2 GID index ${gidx:-none}"
 # rping's output between markers (the verdict compares its data lines).
-rping_run() {  # rping_run <role> <rping args>...
-  role=$1; shift
-  echo "OPENIB: at $(cut -d' ' -f1 /proc/uptime)s: rping $*"
-  # (stderr apart: its messages would cut into a data line)
-  timeout 120 rping "$@" -v -C "$ITERS" >/tmp/rping.log 2>/tmp/rping.err
+step() { echo "OPENIB-STEP $1"; }  # the host side waits for these
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+# serving <marker> <pid>: once rdma_cm lists a listening id (10 s at most),
+# the marker: the host side's client, which waits for it, then finds the
+# server listening.
+serving() {
+  for i in $(seq 1 100); do
+    rdma res show cm_id 2>/dev/null | grep -q LISTEN && break
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.1
+  done
+  rdma res show cm_id 2>/dev/null | grep -q LISTEN || echo "OPENIB: no listening rdma_cm id"
+  echo "$1"
+}
+# run_tool <name> <timeout> [--serve <marker>] <command>...: its output and
+# exit status between markers; with --serve in the background until it
+# listens (serving), then waited for.
+run_tool() {
+  name=$1 secs=$2; shift 2
+  marker=""
+  if [ "$1" = --serve ]; then marker=$2; shift 2; fi
+  echo "OPENIB: at $(uptime_s)s: $*"
+  # (stderr apart: its messages would cut into rping's data lines)
+  timeout "$secs" "$@" >/tmp/tool.log 2>/tmp/tool.err &
+  tpid=$!
+  [ -n "$marker" ] && serving "$marker" "$tpid"
+  wait "$tpid"
   rc=$?
-  echo "OPENIB-RPING-$role-BEGIN"
-  cat /tmp/rping.log
-  echo "OPENIB-RPING-$role-END"
-  cat /tmp/rping.err
-  echo "OPENIB-RPING-$role-EXIT=$rc"
+  echo "OPENIB-$name-BEGIN"; cat /tmp/tool.log; echo "OPENIB-$name-END"
+  cat /tmp/tool.err
+  echo "OPENIB-$name-EXIT=$rc"
 }
 if [ -n "$gidx" ]; then
-  # 1. the host's rping server listens already.
-  rping_run CLIENT -c -a 198.18.80.1
-  # 2. the host's rping client connects after this marker.
-  echo "OPENIB-RPING-SERVER-START"
-  rping_run SERVER -s -a 198.18.80.2
-  echo "OPENIB: neighbours: $(ip neigh show dev "$roce")"
+  # 1. rping: the host's server listens already.
+  run_tool RPING-CLIENT 120 rping -c -a 198.18.80.1 -v -C "$ITERS"
+  # 2. rping: the host's client connects once this server listens.
+  run_tool RPING-SERVER 120 --serve OPENIB-RPING-SERVER-START rping -s -a 198.18.80.2 -v -C "$ITERS"
+  # 3. udaddy (UD, SIDR): the host's server starts on the marker.
+  step udaddy-host-server; sleep 3
+  run_tool UDADDY-CLIENT 60 udaddy -s 198.18.80.1
+  # 4. udaddy: the guest's server, the host's client.
+  run_tool UDADDY-SERVER 60 --serve "OPENIB-STEP udaddy-guest-server" udaddy
+  # 5. perftest by the RDMA CM (-R): ib_write_bw with the guest's server,
+  #    ib_send_lat with the host's.
+  run_tool WRITE-BW 120 --serve "OPENIB-STEP write-bw-guest-server" ib_write_bw -R -d rxe0 -s 65536 -n "$PERF_ITERS"
+  step send-lat-host-server; sleep 3
+  run_tool SEND-LAT 120 ib_send_lat -R -d rxe0 -s 8 -n "$PERF_ITERS" 198.18.80.1
+  # 6. The host's rping client is killed (SIGKILL) mid-transfer: this
+  #    server must see the disconnect and end by itself.
+  t0=$(uptime_s)
+  timeout 60 rping -s -a 198.18.80.2 -C 1000000 >/dev/null 2>/tmp/kill.err &
+  kpid=$!
+  serving "OPENIB-STEP kill-host-client" "$kpid"
+  wait "$kpid"
+  rc=$?
+  echo "OPENIB-KILL-SURVIVOR exit=$rc after=$(awk "BEGIN { printf \"%d\", $(uptime_s) - $t0 }")s: $(tr '\n' ' ' </tmp/kill.err)"
+  # 7. The guest powers off in the middle of a stream of RDMA WRITEs from
+  #    the host's ib_write_bw, which must notice by itself (a ping-pong
+  #    could be caught with nothing in flight: an idle RC connection never
+  #    learns that its peer died, on Linux as here).
+  ib_write_bw -R -d rxe0 -s 65536 -D 60 >/dev/null 2>&1 &
+  serving "OPENIB-STEP poweroff-host-client" $!
+  sleep 4
   echo "OPENIB: rxe0 counters: $(cd $port/hw_counters 2>/dev/null && for c in *; do [ $c = lifespan ] && continue; v=$(cat $c); [ "$v" != 0 ] && printf '%s=%s ' $c $v; done)"
+  echo "OPENIB-POWEROFF at $(uptime_s)s, mid-transfer"
+  poweroff -f
 else
   echo "OPENIB-RPING-CLIENT-EXIT=98"
   echo "OPENIB-RPING-SERVER-EXIT=98"
@@ -191,24 +242,95 @@ ibv_devinfo -v | grep -Eq 'GID\[ *[0-9]+\]:[[:space:]]+::ffff:198\.18\.80\.1, Ro
   die "198.18.80.1 did not become a RoCE v2 GID of the port"
 say "roce0 $host_mac 198.18.80.1/24; GID ::ffff:198.18.80.1 in the port's table"
 
-# The host's two rpings, one after the other: the server now, the client
-# when the guest says its server listens. (As one background job, so that
-# wait_vm_and_peer can wait for it.)
+# The host's side of each step, in order (one background job, so that
+# wait_vm_and_peer can wait for it): the first rping server at once, the
+# rest when the guest's console says it is at that step.
+wait_for() {  # wait_for <text>: until the guest's console has it (240 s at most)
+  for _ in $(seq 2400); do
+    grep -qs -- "$1" "$serial" && return 0
+    sleep 0.1
+  done
+  echo "the guest never printed '$1'"
+  return 1
+}
+# objs PID: "CQS QPS" of that process's connection to ibd (none: "- -").
+objs() {
+  "$build/src/tools/ibdctl" --socket "$work/ibd.sock" clients |
+    awk -v p="$1" '$2 == p {c = $6; q = $7} END {print (c == "" ? "-" : c), (q == "" ? "-" : q)}'
+}
+# all_qps: the QPs of all of ibd's clients.
+all_qps() { "$build/src/tools/ibdctl" --socket "$work/ibd.sock" clients | awk '$2 ~ /^[0-9]+$/ {n += $7} END {print n + 0}'; }
+# freed PID: within 10 s ibd holds no CQ or QP of PID (the process is gone).
+freed() {
+  for _ in $(seq 100); do
+    case $(objs "$1") in "- -" | "0 0") return 0 ;; esac
+    sleep 0.1
+  done
+  return 1
+}
 host_side() {
-  local rc=0
+  local rc=0 pid t0
   timeout 200 rping -s -a 198.18.80.1 -v -C "$iters" >"$work/host-server.out" 2>"$work/host-server.err" || rc=$?
   echo "host rping server exit $rc"
   [[ $rc == 0 ]] || return 1
-  for _ in $(seq 1200); do
-    grep -qs OPENIB-RPING-SERVER-START "$serial" && break
-    sleep 0.1
-  done
-  grep -qs OPENIB-RPING-SERVER-START "$serial" || { echo "the guest's server never started"; return 1; }
-  sleep 2  # (the marker comes just before rping -s binds and listens)
+  wait_for OPENIB-RPING-SERVER-START || return 1
+  sleep 0.5  # (the guest prints the marker once its server listens)
   rc=0
   timeout 120 rping -c -a 198.18.80.2 -v -C "$iters" >"$work/host-client.out" 2>"$work/host-client.err" || rc=$?
   echo "host rping client exit $rc"
-  return "$rc"
+  ((rc == 0)) || return 1
+  # udaddy: our server, then our client.
+  wait_for "OPENIB-STEP udaddy-host-server" || return 1
+  rc=0
+  timeout 60 udaddy >"$work/udaddy-server.out" 2>&1 || rc=$?
+  echo "host udaddy server exit $rc: $(tr '\n' ' ' <"$work/udaddy-server.out")"
+  ((rc == 0)) || return 1
+  wait_for "OPENIB-STEP udaddy-guest-server" || return 1
+  sleep 0.5
+  rc=0
+  timeout 60 udaddy -s 198.18.80.2 >"$work/udaddy-client.out" 2>&1 || rc=$?
+  echo "host udaddy client exit $rc: $(tr '\n' ' ' <"$work/udaddy-client.out")"
+  ((rc == 0)) || return 1
+  # perftest by the RDMA CM: our ib_write_bw client, our ib_send_lat server.
+  wait_for "OPENIB-STEP write-bw-guest-server" || return 1
+  sleep 0.5
+  rc=0
+  timeout 120 ib_write_bw -R -s 65536 -n "$perf_iters" 198.18.80.2 >"$work/write-bw.out" 2>&1 || rc=$?
+  echo "host ib_write_bw -R client exit $rc"
+  ((rc == 0)) || { cat "$work/write-bw.out"; return 1; }
+  wait_for "OPENIB-STEP send-lat-host-server" || return 1
+  rc=0
+  timeout 120 ib_send_lat -R -s 8 -n "$perf_iters" >"$work/send-lat.out" 2>&1 || rc=$?
+  echo "host ib_send_lat -R server exit $rc"
+  ((rc == 0)) || { cat "$work/send-lat.out"; return 1; }
+  # Our rping client killed mid-transfer: ibd frees its objects (and tells
+  # the guest: its server must end by itself, checked from the console).
+  wait_for "OPENIB-STEP kill-host-client" || return 1
+  sleep 0.5
+  rping -c -a 198.18.80.2 -C 1000000 >/dev/null 2>&1 &
+  pid=$!
+  sleep 3
+  kill -0 "$pid" 2>/dev/null || { echo "the rping client to be killed had ended already"; return 1; }
+  echo "host rping client (pid $pid) before the kill: $(objs "$pid") (CQs QPs)"
+  kill -9 "$pid"
+  wait "$pid" 2>/dev/null || true
+  freed "$pid" || { echo "ibd still holds $(objs "$pid") (CQs QPs) of the killed rping"; return 1; }
+  echo "host rping client killed mid-transfer: ibd freed its objects"
+  # The guest powers off while our ib_write_bw streams to it: the WRITEs
+  # in flight time out (transport retries exceeded) and it ends by itself.
+  wait_for "OPENIB-STEP poweroff-host-client" || return 1
+  sleep 0.5
+  timeout 150 ib_write_bw -R -s 65536 -D 60 198.18.80.2 >"$work/poweroff-client.out" 2>&1 &
+  pid=$!
+  wait_for "OPENIB-POWEROFF" || return 1
+  t0=$SECONDS
+  rc=0
+  wait "$pid" || rc=$?
+  echo "host ib_write_bw after the guest's power-off: exit $rc after $((SECONDS - t0)) s: $(grep -i -m3 "error\|failed" "$work/poweroff-client.out" | tr '\n' ' ')"
+  ((rc < 124 || rc > 192)) || { echo "the host's ib_write_bw did not end by itself"; return 1; }
+  freed "$pid" || { echo "ibd still holds $(objs "$pid") (CQs QPs) of ib_write_bw"; return 1; }
+  echo "ibd's clients hold $(all_qps) QPs at the end"
+  echo "HOST-SIDE-COMPLETE"
 }
 host_side >"$work/peer.log" 2>&1 &
 peer_pid=$!
@@ -243,6 +365,7 @@ check_data() {  # check_data <what> <prefix> <text>
   fail "$1: $(grep -c . <<<"$got") data lines, not rping's $iters (first difference: $(diff <(echo "$expected") <(echo "$got") | sed -n 2p))"
 }
 guest_part() { sed -n "/^OPENIB-RPING-$1-BEGIN\$/,/^OPENIB-RPING-$1-END\$/p" "$work/console.log"; }
+guest_part_of() { sed -n "/^OPENIB-$1-BEGIN\$/,/^OPENIB-$1-END\$/p" "$work/console.log"; }
 for role in CLIENT SERVER; do
   grep -q "OPENIB-RPING-$role-EXIT=0" "$work/console.log" || fail "guest: rping as the $role did not exit 0"
 done
@@ -251,6 +374,35 @@ check_data "host rping server (guest -> host)" "server ping data: " "$(cat "$wor
 check_data "guest rping server (host -> guest)" "server ping data: " "$(guest_part SERVER)"
 check_data "host rping client (host -> guest)" "ping data: " "$(cat "$work/host-client.out" 2>/dev/null)"
 
+# udaddy both ways: each side's test complete.
+grep -q "OPENIB-UDADDY-CLIENT-EXIT=0" "$work/console.log" || fail "guest: udaddy client did not exit 0"
+grep -q "OPENIB-UDADDY-SERVER-EXIT=0" "$work/console.log" || fail "guest: udaddy server did not exit 0"
+for f in udaddy-server udaddy-client; do
+  grep -q "test complete" "$work/$f.out" 2>/dev/null || fail "host $f: no 'test complete': $(cat "$work/$f.out" 2>/dev/null)"
+done
+[[ $(guest_part_of UDADDY-CLIENT | grep -c "test complete") == 1 ]] || fail "guest udaddy client: no 'test complete'"
+[[ $(guest_part_of UDADDY-SERVER | grep -c "test complete") == 1 ]] || fail "guest udaddy server: no 'test complete'"
+# perftest -R: both ends exit 0 and print their result line (bytes, iterations, figures).
+grep -q "OPENIB-WRITE-BW-EXIT=0" "$work/console.log" || fail "guest: ib_write_bw -R server did not exit 0"
+grep -q "OPENIB-SEND-LAT-EXIT=0" "$work/console.log" || fail "guest: ib_send_lat -R client did not exit 0"
+bw=$(awk -v n="$perf_iters" '$1 == 65536 && $2 == n' "$work/write-bw.out" 2>/dev/null || true)
+lat=$(awk -v n="$perf_iters" '$1 == 8 && $2 == n' "$work/send-lat.out" 2>/dev/null || true)
+[[ -n $bw ]] || fail "host ib_write_bw -R: no result line: $(cat "$work/write-bw.out" 2>/dev/null)"
+[[ -n $lat ]] || fail "host ib_send_lat -R: no result line: $(cat "$work/send-lat.out" 2>/dev/null)"
+say "ib_write_bw -R host -> guest (bytes, iterations, MB/s peak, average, Mpps): $bw"
+say "ib_send_lat -R guest -> host (bytes, iterations, usec min, max, typical, avg, ...): $lat"
+# The kill: the guest's rping server ended by itself (not timeout's 124)
+# within 20 s, and the host side saw ibd free the killed client's objects.
+kill_line=$(grep -o "OPENIB-KILL-SURVIVOR exit=[0-9]* after=[0-9]*s.*" "$work/console.log" || true)
+say "guest: ${kill_line:-no KILL-SURVIVOR line}"
+[[ $kill_line =~ exit=([0-9]+)\ after=([0-9]+)s ]] || fail "guest: no line on the killed host client"
+if [[ -n ${BASH_REMATCH[1]:-} ]]; then
+  ((BASH_REMATCH[1] < 124)) || fail "guest: rping server did not end by itself after the host's client was killed"
+  ((BASH_REMATCH[2] <= 20)) || fail "guest: rping server took ${BASH_REMATCH[2]} s to notice the killed client"
+fi
+grep -q "ibd freed its objects" "$work/peer.log" || fail "host: ibd did not free the killed rping's objects"
+grep -q "HOST-SIDE-COMPLETE" "$work/peer.log" || fail "host side incomplete (the power-off step)"
+
 # The capture: every RoCEv2 frame decodes as InfiniBand, none malformed;
 # the CM's MADs (UD SENDs to QP1: REQ, REP, RTU, DREQ, DREP each way)
 # among them, and at least the pings' SENDs.
@@ -258,4 +410,4 @@ check_capture "$pcap" "$((4 * iters))" 8 'infiniband.bth.destqp == 1' 'to QP1 (t
 cm=$(tshark -n -r "$pcap" -Y 'infiniband.bth.destqp == 1' -T fields -e frame.number 2>/dev/null | wc -l)
 ((cm >= 10)) || fail "tshark: only $cm frames to QP1 (the CM's REQ, REP, RTU, DREQ, DREP both ways)"
 end_checks
-say "PASS: rping by the RDMA CM with Linux's rxe both ways, $iters pings of data verified on each side, capture clean (total $((SECONDS - start))s)"
+say "PASS: Linux's rxe and ibd by the RDMA CM both ways: rping ($iters pings of data verified on each side), udaddy, ib_write_bw -R and ib_send_lat -R; a killed host client and a powered-off guest noticed by the survivor, nothing left in ibd; capture clean (total $((SECONDS - start))s)"

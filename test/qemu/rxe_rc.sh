@@ -53,11 +53,7 @@ require_packages "${guest_pkgs[@]}"
 
 # Four free ports on 127.0.0.1: QEMU's dgram end, simhca's, the hostfwd and
 # the guestfwd's target (roce_rc_peer's listening socket).
-read -r port_qemu port_hca port_tcp port_listen < <(python3 -c '
-import socket
-s = [socket.socket(socket.AF_INET, t) for t in (socket.SOCK_DGRAM, socket.SOCK_DGRAM, socket.SOCK_STREAM, socket.SOCK_STREAM)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+read -r port_qemu port_hca port_tcp port_listen < <(free_ports udp udp tcp tcp)
 
 # --- 1. the kernel package (lib.sh) ---------------------------------------
 setup_kernel

@@ -466,6 +466,7 @@ TEST_CASE("raw QP: received frames are steered by what the RoCE transport takes"
     n.inject(arp_request(1, 2));
     CHECK(n.poll().empty());
     CHECK(n.hca.data_stats().rx_no_wqe == before.rx_no_wqe + 1);
+    CHECK(n.hca.data_stats().raw_rx_no_wqe == before.raw_rx_no_wqe + 1);
     // The next frame, with a WQE posted, is received.
     n.post_recv(raw, 22, 0, 2048);
     n.inject(arp_request(1, 3));

@@ -5,6 +5,7 @@
 // openib::Sge have one layout). No copy of data, no system call; one spin
 // lock per queue, as rdma-core's providers take, so that the verbs are
 // thread-safe (docs/library.md "Verbs ABI").
+#include <endian.h>
 #include <cstddef>
 #include <mutex>
 
@@ -46,7 +47,11 @@ int to_send_wr(const ibv_qp& qp, const ibv_send_wr& in, openib::SendWr& out) {
   if (int rc = opcode_of(in.opcode, out.opcode)) return rc;
   out.wr_id = in.wr_id;
   out.flags = send_flags(in.send_flags);
-  out.imm = in.imm_data;  // as the application stored it (network order): carried unchanged
+  // ibv_send_wr's imm_data is __be32 (the bytes the wire carries, IBA
+  // 9.3.5 ImmDt); openib's imm is the value (the driver writes it big
+  // endian). rxe showed it: carried unchanged, the bytes went out swapped
+  // (udaddy's reply QPN, which it sends as immediate data, came out 0).
+  out.imm = be32toh(in.imm_data);
   out.sg = {reinterpret_cast<const openib::Sge*>(in.sg_list), size_t(in.num_sge)};
   switch (in.opcode) {
     case IBV_WR_RDMA_WRITE:
@@ -86,7 +91,7 @@ void to_ibv_wc(const openib::Wc& in, ibv_wc& out) {
   out.opcode = ibv_wc_opcode(in.opcode);
   out.vendor_err = in.vendor_err;
   out.byte_len = in.byte_len;
-  out.imm_data = in.imm;
+  out.imm_data = htobe32(in.imm);  // (the wire's bytes again, as to_send_wr)
   out.qp_num = in.qp_num;
   out.src_qp = in.src_qp;
   out.wc_flags = (in.grh ? IBV_WC_GRH : 0) | (in.has_imm ? IBV_WC_WITH_IMM : 0);

@@ -7,20 +7,14 @@
 #include <linux/sockios.h>
 #include <net/if.h>
 #include <net/if_arp.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <system_error>
 
-#include "common/env.hpp"
 #include "common/log.hpp"
 #include "sim/cable/rx_check.hpp"
 #include "sim/wire/pcap_erf.hpp"
@@ -34,21 +28,7 @@ namespace openib::sim {
 
 namespace {
 
-constexpr std::size_t kRecvBatch = 256;  // frames drained per wake-up before stopping_ is looked at again
-
 auto logger() { return log::get("cable"); }
-
-template <typename... Args>
-void log_once(std::atomic<bool>& warned, fmt::format_string<Args...> f, Args&&... args) {
-  const bool first = !warned.exchange(true, std::memory_order_relaxed);
-  logger()->log(first ? spdlog::level::warn : spdlog::level::debug, f, std::forward<Args>(args)...);
-}
-
-void raise_buffer(int fd, int force_opt, int opt, int bytes) {
-  if (bytes <= 0) return;
-  if (::setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof bytes) == 0) return;
-  (void)::setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof bytes);
-}
 
 ifreq ifreq_for(const std::string& iface) {
   ifreq r{};
@@ -96,8 +76,7 @@ Result<std::unique_ptr<PacketLink>> PacketLink::create(const PacketLinkOptions& 
   if (::ioctl(sock.get(), SIOCGIFMTU, &rq) != 0) return sys_err("{}: interface '{}'", opts.name, opts.iface);
   const int mtu = rq.ifr_mtu;
 
-  raise_buffer(sock.get(), SO_RCVBUFFORCE, SO_RCVBUF, opts.socket_buffer_bytes);
-  raise_buffer(sock.get(), SO_SNDBUFFORCE, SO_SNDBUF, opts.socket_buffer_bytes);
+  raise_buffers(sock.get(), opts.socket_buffer_bytes);
   // Not our own frames back, nor the host stack's on this interface: a
   // port sees what arrives from the wire (packet(7) PACKET_IGNORE_OUTGOING).
   const int one = 1;
@@ -115,89 +94,24 @@ Result<std::unique_ptr<PacketLink>> PacketLink::create(const PacketLinkOptions& 
     if (::setsockopt(sock.get(), SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr) != 0)
       return sys_err("{}: promiscuous mode on '{}'", opts.name, opts.iface);
   }
-  UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake) return sys_err("{}: eventfd", opts.name);
-
-  std::unique_ptr<PacketLink> link(new PacketLink(std::move(sock), std::move(wake), opts, ifindex, mtu));
+  std::unique_ptr<PacketLink> link(new PacketLink(std::move(sock), opts, ifindex, mtu));
   link->ignore_outgoing_ = ignore_out;
-  if (link->polled_ && link->on_readable_) {
-    link->ep_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
-    if (!link->ep_) return sys_err("{}: epoll_create1", opts.name);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u32 = 1;
-    if (::epoll_ctl(link->ep_.get(), EPOLL_CTL_ADD, link->wake_.get(), &ev) != 0)
-      return sys_err("{}: epoll_ctl", opts.name);
-    ev.events = EPOLLIN | EPOLLONESHOT;
-    ev.data.u32 = 0;
-    if (::epoll_ctl(link->ep_.get(), EPOLL_CTL_ADD, link->sock_.get(), &ev) != 0)
-      return sys_err("{}: epoll_ctl", opts.name);
-  }
-  try {
-    if (!link->polled_ || link->on_readable_) link->thread_ = std::thread(&PacketLink::receive_loop, link.get());
-  } catch (const std::system_error& e) {
-    return err(e.code().value(), "{}: receive thread: {}", opts.name, e.what());
-  }
+  OPENIB_TRY(link->start());
   logger()->info("{}: interface {} (index {}, MTU {}), Ethernet frames{}{}{}", link->name_, opts.iface, ifindex, mtu,
                  opts.promiscuous ? ", promiscuous" : "", ignore_out ? "" : ", outgoing frames skipped by type",
-                 !link->polled_         ? ""
-                 : link->on_readable_ ? ", polled by its owner"
-                                      : ", polled and watched by its owner");
+                 link->polling_note());
   return link;
 }
 
-PacketLink::PacketLink(UniqueFd sock, UniqueFd wake, const PacketLinkOptions& opts, int ifindex, int mtu)
-    : sock_(std::move(sock)),
-      wake_(std::move(wake)),
-      name_(opts.name),
+PacketLink::PacketLink(UniqueFd sock, const PacketLinkOptions& opts, int ifindex, int mtu)
+    : DatagramLink(std::move(sock), opts.name, opts.faults, opts.pcap_eth, opts.poll_timeout, opts.polled,
+                   opts.on_readable),
       iface_(opts.iface),
       ifindex_(ifindex),
       mtu_(mtu),
-      pcap_eth_(opts.pcap_eth),
-      poll_timeout_ms_(static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(opts.poll_timeout.count(), 1, 1000))),
-      faults_(opts.faults),
-      rx_bufs_(new std::byte[kRxBatch * kRxBufBytes]) {
-  polled_ = opts.polled && !env_off("OPENIB_UDP_POLLED");
-  if (polled_) on_readable_ = opts.on_readable;
-}
+      rx_bufs_(new std::byte[kRxBatch * kRxBufBytes]) {}
 
-PacketLink::~PacketLink() { stop(); }
-
-void PacketLink::stop() {
-  stopping_.store(true, std::memory_order_release);
-  std::uint64_t one = 1;
-  (void)!::write(wake_.get(), &one, sizeof one);  // if this fails, the poll timeout ends the wait
-  if (std::this_thread::get_id() == rx_tid_.load()) return;
-  std::lock_guard lk(stop_mu_);
-  if (thread_.joinable()) thread_.join();
-}
-
-void PacketLink::set_faults(const FaultSpec& spec) {
-  std::lock_guard lk(send_mu_);
-  faults_.reset(spec);
-}
-
-void PacketLink::set_receiver(Receiver r) {
-  auto p = std::make_shared<const Receiver>(std::move(r));
-  std::lock_guard lk(rx_mu_);
-  receiver_ = std::move(p);
-}
-
-void PacketLink::set_state_receiver(StateReceiver r) {
-  auto p = std::make_shared<const StateReceiver>(std::move(r));
-  std::lock_guard lk(rx_mu_);
-  state_receiver_ = std::move(p);
-}
-
-void PacketLink::deliver_state(bool up) {
-  LinkCounters::bump_owned(counters_.rx_link_signals);
-  std::shared_ptr<const StateReceiver> srx;
-  {
-    std::lock_guard lk(rx_mu_);
-    srx = state_receiver_;
-  }
-  if (srx && *srx) (*srx)(up);
-}
+PacketLink::~PacketLink() { stop(); }  // before the members the receive thread uses go
 
 // The link is up when the interface is (netdevice(7) SIOCGIFFLAGS IFF_UP)
 // and has its carrier: ethtool's ETHTOOL_GLINK, the driver's carrier as
@@ -231,27 +145,15 @@ void PacketLink::watch_carrier(bool deliver) {
   if (on_readable_) on_readable_();
 }
 
-void PacketLink::capture(std::span<const std::byte> frame) {
-  if (!pcap_eth_) return;
-  if (auto r = pcap_eth_->write(frame); !r) log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
-}
-
 Result<void> PacketLink::send(std::span<const std::byte> frame) {
   if (frame.size() < kEthernetMinFrameBytes || frame.size() > wire::kMaxPacketBytes) {
     LinkCounters::bump(counters_.tx_errors);
     return err(EMSGSIZE, "{}: a frame of {} bytes (an Ethernet cable takes {}..{})", name_, frame.size(),
                kEthernetMinFrameBytes, wire::kMaxPacketBytes);
   }
-  LinkCounters::bump(counters_.tx_packets);
-  LinkCounters::bump(counters_.tx_bytes, frame.size());
+  count_sent(frame.size());
   std::lock_guard lk(send_mu_);
-  if (!faults_.active()) return send_frame(frame);
-  std::vector<FaultInjector::Packet> out;
-  faults_.apply(frame, out, counters_);
-  Result<void> result;
-  for (const auto& p : out)
-    if (auto r = send_frame(p); !r && result.ok()) result = std::move(r);
-  return result;
+  return send_faulted(frame, [&](std::span<const std::byte> p) { return send_frame(p); });
 }
 
 // One frame onto the interface: the socket is bound to it, so no address
@@ -260,7 +162,7 @@ Result<void> PacketLink::send_frame(std::span<const std::byte> frame) {
   for (;;) {
     const ssize_t n = ::send(sock_.get(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n == static_cast<ssize_t>(frame.size())) {
-      capture(frame);
+      capture_frame(frame);
       return ok();
     }
     const int e = n < 0 ? errno : EIO;
@@ -279,55 +181,11 @@ Result<void> PacketLink::send_frame(std::span<const std::byte> frame) {
   }
 }
 
-void PacketLink::receive_loop() {
-  rx_tid_.store(std::this_thread::get_id());
-  if (polled_) return watch_loop();
-  pollfd fds[2] = {{sock_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-  while (!stopping_.load(std::memory_order_acquire)) {
-    const int n = ::poll(fds, 2, poll_timeout_ms_);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      logger()->error("{}: poll: {}; receive thread ends", name_, std::strerror(errno));
-      return;
-    }
-    watch_carrier(true);
-    if (n == 0 || fds[1].revents != 0) continue;
-    if (fds[0].revents & POLLNVAL) return;
-    std::lock_guard lk(read_mu_);
-    receive_batch(kRecvBatch);
-  }
-}
-
-void PacketLink::watch_loop() {
-  while (!stopping_.load(std::memory_order_acquire)) {
-    epoll_event ev[2];
-    const int n = ::epoll_wait(ep_.get(), ev, 2, poll_timeout_ms_);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      logger()->error("{}: epoll_wait: {}; watch thread ends", name_, std::strerror(errno));
-      return;
-    }
-    for (int i = 0; i < n; ++i)
-      if (ev[i].data.u32 == 0 && !stopping_.load(std::memory_order_acquire)) on_readable_();
-    if (!stopping_.load(std::memory_order_acquire)) watch_carrier(false);
-  }
-}
-
-void PacketLink::arm_readable() {
-  if (!on_readable_) return;
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLONESHOT;
-  ev.data.u32 = 0;
-  (void)::epoll_ctl(ep_.get(), EPOLL_CTL_MOD, sock_.get(), &ev);
-}
-
-std::size_t PacketLink::poll(std::size_t max) {
-  if (!polled_ || stopping_.load(std::memory_order_acquire)) return 0;
-  std::unique_lock lk(read_mu_, std::try_to_lock);
-  if (!lk.owns_lock()) return 0;
-  if (!on_readable_) watch_carrier(false);  // no thread: the owner's polls look
+// Polled: a carrier change the link's thread saw is delivered here, on
+// the owner's thread; without a thread, the owner's polls look themselves.
+void PacketLink::before_poll() {
+  if (!on_readable_) watch_carrier(false);
   if (const int st = pending_state_.exchange(-1, std::memory_order_acq_rel); st >= 0) deliver_state(st == 1);
-  return receive_batch(max);
 }
 
 // recvmmsg(2) into kRxBatch buffers; MSG_TRUNC makes msg_len a frame's
@@ -335,7 +193,7 @@ std::size_t PacketLink::poll(std::size_t max) {
 // long, not cut. Without PACKET_IGNORE_OUTGOING (kernels before 4.20)
 // frames sent on the interface come back typed PACKET_OUTGOING: skipped,
 // uncounted, as the option would have.
-std::size_t PacketLink::receive_batch(std::size_t max) {
+std::size_t PacketLink::receive(std::size_t max) {
   iovec iov[kRxBatch];
   sockaddr_ll from[kRxBatch];
   mmsghdr hs[kRxBatch];
@@ -363,7 +221,7 @@ std::size_t PacketLink::receive_batch(std::size_t max) {
       if (!ignore_outgoing_ && from[i].sll_pkttype == PACKET_OUTGOING) continue;
       const std::byte* d = rx_bufs_.get() + static_cast<std::size_t>(i) * kRxBufBytes;
       if (hs[i].msg_len > kRxBufBytes) {  // cut by the buffer: too long whatever it held
-        capture(std::span<const std::byte>(d, kRxBufBytes));
+        capture_frame(std::span<const std::byte>(d, kRxBufBytes));
         count_too_long(hs[i].msg_len);
         continue;
       }
@@ -389,18 +247,8 @@ void PacketLink::count_too_long(std::size_t len) {
 }
 
 void PacketLink::receive_one(std::span<const std::byte> frame) {
-  capture(frame);  // before validation: the capture shows what arrived
-  if (!count_received_frame(frame, counters_, name_, warned_)) return;
-  std::shared_ptr<const Receiver> rx;
-  {
-    std::lock_guard lk(rx_mu_);
-    rx = receiver_;
-  }
-  if (!rx || !*rx) {
-    LinkCounters::bump(counters_.rx_dropped_no_receiver);
-    return;
-  }
-  (*rx)(frame);
+  capture_frame(frame);  // before validation: the capture shows what arrived
+  if (count_received_frame(frame, counters_, name_, warned_)) deliver(frame);
 }
 
 }  // namespace openib::sim

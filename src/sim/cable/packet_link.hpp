@@ -27,8 +27,8 @@
 //            wire::kMaxPacketBytes bytes, else rx_dropped_malformed) and
 //            handed to the receiver.
 //
-// Receive runs as UdpLink's does (docs/cables.md "Polled receive"):
-// polled by the owner (poll(), with on_readable called from the link's
+// Receive runs as UdpLink's does (DatagramLink, datagram_link.hpp;
+// docs/cables.md "Polled receive"): polled by the owner (poll(), with on_readable called from the link's
 // thread once per arm_readable() while the owner sleeps, or no thread at
 // all if the owner watches fd()), or on the link's own receive thread.
 //
@@ -51,16 +51,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "common/fd.hpp"
 #include "common/result.hpp"
-#include "sim/cable/fault_injector.hpp"
+#include "sim/cable/datagram_link.hpp"
 #include "sim/cable/link.hpp"
-#include "sim/cable/link_counters.hpp"
 #include "sim/wire/packet.hpp"
 
 namespace openib::sim::wire {
@@ -91,39 +87,20 @@ struct PacketLinkOptions {
 // the reason otherwise.
 Result<void> check_iface_name(const std::string& name);
 
-class PacketLink final : public Link {
+class PacketLink final : public DatagramLink {
  public:
   static Result<std::unique_ptr<PacketLink>> create(const PacketLinkOptions& opts);
-  ~PacketLink() override;
-  PacketLink(const PacketLink&) = delete;
-  PacketLink& operator=(const PacketLink&) = delete;
+  ~PacketLink() override;  // stop()s first: its thread calls into the link
 
   // EMSGSIZE (counted) for a frame under 14 or over wire::kMaxPacketBytes
   // bytes; the interface's own refusals are counted drops (above); any
   // other socket error is returned (and counted).
   Result<void> send(std::span<const std::byte> frame) override;
-  void set_receiver(Receiver r) override;
-  void set_state_receiver(StateReceiver r) override;
-  LinkStats stats() const override { return counters_.snapshot(); }
   bool carries_frames() const override { return true; }
-  // Replaces the send-side faults (restarting their PRNG from spec.seed).
-  void set_faults(const FaultSpec& spec);
+  // set_faults(), set_receiver(), set_state_receiver(), stats(), stop(),
+  // polled(), fd(), poll() (also delivering a carrier change),
+  // arm_readable(), name(): DatagramLink's.
 
-  // Ends the receive thread and waits for it; idempotent. send() still works.
-  void stop();
-
-  bool polled() const { return polled_; }
-  int fd() const { return sock_.get(); }
-  // Polled: reads what the socket holds now, up to about `max` frames,
-  // and hands them to the receiver on the calling thread; how many it
-  // took. One reader at a time (a second caller meanwhile gets 0). Not
-  // polled: 0, the receive thread reads.
-  std::size_t poll(std::size_t max);
-  // Polled, before the owner sleeps: on_readable() is called (from the
-  // link's thread) as soon as a frame waits, at once if one does now.
-  void arm_readable();
-
-  const std::string& name() const { return name_; }
   const std::string& iface() const { return iface_; }
   int ifindex() const { return ifindex_; }
   // The interface's MTU when the link was made (IP payload bytes: the
@@ -136,10 +113,11 @@ class PacketLink final : public Link {
   bool carrier() const { return carrier_.load(std::memory_order_relaxed); }
 
  private:
-  PacketLink(UniqueFd sock, UniqueFd wake, const PacketLinkOptions& opts, int ifindex, int mtu);
-  void receive_loop();
-  void watch_loop();
-  std::size_t receive_batch(std::size_t max);
+  PacketLink(UniqueFd sock, const PacketLinkOptions& opts, int ifindex, int mtu);
+  std::size_t receive(std::size_t max) override;  // recvmmsg() into kRxBatch buffers
+  // The carrier (below): looked at on the link's thread, delivered by poll().
+  void after_wait(bool receiving) override { watch_carrier(receiving); }
+  void before_poll() override;
   void receive_one(std::span<const std::byte> frame);
   void count_too_long(std::size_t len);
   // Looks at the carrier if kCarrierPeriod passed since the last look; a
@@ -147,45 +125,20 @@ class PacketLink final : public Link {
   // pending_state_ for poll(), the owner woken through on_readable.
   void watch_carrier(bool deliver);
   bool read_carrier();
-  void deliver_state(bool up);
   Result<void> send_frame(std::span<const std::byte> frame);
-  void capture(std::span<const std::byte> frame);
 
-  UniqueFd sock_;
-  UniqueFd wake_;  // eventfd: stop() wakes the thread's poll()
-  UniqueFd ep_;    // polled with on_readable: the thread waits here (socket one-shot, wake_)
-  std::string name_, iface_;
+  std::string iface_;
   int ifindex_ = 0, mtu_ = 0;
-  bool polled_ = false;
   bool ignore_outgoing_ = false;  // PACKET_IGNORE_OUTGOING took; else outgoing frames are skipped here
-  std::function<void()> on_readable_;
-  wire::PcapEthWriter* pcap_eth_;
-  int poll_timeout_ms_;
-
-  std::mutex send_mu_;  // serialises fault injection and the frames it yields
-  FaultInjector faults_;
 
   // kRxBatch buffers of kRxBufBytes: one byte over the largest frame, so
   // a longer one shows as too long (MSG_TRUNC gives its real length).
   static constexpr std::size_t kRxBufBytes = (wire::kMaxPacketBytes + 1 + 63) & ~std::size_t{63};
   std::unique_ptr<std::byte[]> rx_bufs_;
-  std::mutex read_mu_;  // one reader of the socket at a time
 
-  std::mutex rx_mu_;
-  std::shared_ptr<const Receiver> receiver_;
-  std::shared_ptr<const StateReceiver> state_receiver_;
   std::atomic<bool> carrier_{true};
   std::atomic<int> pending_state_{-1};  // polled: a carrier change for poll() to deliver (-1: none)
   std::chrono::steady_clock::time_point carrier_checked_{};  // by the one looking (thread, or poll() without one)
-
-  LinkCounters counters_;
-  std::atomic<unsigned> warned_{0};  // rx_check.hpp's once-per-kind logging
-  std::atomic<bool> warned_tx_{false}, warned_rx_{false}, warned_pcap_{false};
-
-  std::mutex stop_mu_;
-  std::atomic<bool> stopping_{false};
-  std::atomic<std::thread::id> rx_tid_{};
-  std::thread thread_;
 };
 
 }  // namespace openib::sim

@@ -2,9 +2,6 @@
 
 #include <netinet/in.h>
 #include <netinet/udp.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <system_error>
 #include <vector>
 
 #include "common/env.hpp"
@@ -27,7 +23,6 @@ namespace openib::sim {
 
 namespace {
 
-constexpr int kRecvBatch = 256;  // datagrams drained per wake-up before stop_ is looked at again
 // A UDP GSO message (UDP_SEGMENT, udp(7)): the kernel takes at most 64
 // segments (UDP_MAX_SEGMENTS; more on newer kernels) and one IP datagram's
 // worth of payload, 65,507 bytes over IPv4.
@@ -42,22 +37,6 @@ UdpLinkOptions::Io io_from_env(UdpLinkOptions::Io dflt) {
 }
 
 auto logger() { return log::get("cable"); }
-
-// Logs the first event of a kind at warning level, the rest at debug.
-template <typename... Args>
-void log_once(std::atomic<bool>& warned, fmt::format_string<Args...> f, Args&&... args) {
-  const bool first = !warned.exchange(true, std::memory_order_relaxed);
-  logger()->log(first ? spdlog::level::warn : spdlog::level::debug, f, std::forward<Args>(args)...);
-}
-
-// Raises a socket buffer: the *FORCE option passes net.core.{r,w}mem_max
-// when we have CAP_NET_ADMIN; otherwise the plain one, capped by the
-// kernel. Best effort: a small buffer only means earlier drops under load.
-void raise_buffer(int fd, int force_opt, int opt, int bytes) {
-  if (bytes <= 0) return;
-  if (::setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof bytes) == 0) return;
-  (void)::setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof bytes);
-}
 
 }  // namespace
 
@@ -106,8 +85,7 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
     if (::setsockopt(sock.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0)
       return sys_err("{}: IPV6_V6ONLY", opts.name);
   }
-  raise_buffer(sock.get(), SO_RCVBUFFORCE, SO_RCVBUF, opts.socket_buffer_bytes);
-  raise_buffer(sock.get(), SO_SNDBUFFORCE, SO_SNDBUF, opts.socket_buffer_bytes);
+  raise_buffers(sock.get(), opts.socket_buffer_bytes);
   if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(&local.addr), local.len) != 0)
     return sys_err("{}: bind {}", opts.name, local.str());
   sockaddr_storage bound{};
@@ -116,32 +94,9 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
     return sys_err("{}: getsockname", opts.name);
   local = Endpoint::from_sockaddr(reinterpret_cast<const sockaddr*>(&bound), bound_len);
 
-  UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake) return sys_err("{}: eventfd", opts.name);
-
-  std::unique_ptr<UdpLink> link(new UdpLink(std::move(sock), std::move(wake), local, opts));
+  std::unique_ptr<UdpLink> link(new UdpLink(std::move(sock), local, opts));
   link->peer_ = peer;
-  // Polled, the owner reads the socket; if it also watches it, the link
-  // has no thread. Else the link's thread waits on the socket (one-shot:
-  // armed now, re-armed by arm_readable()) and on the stop eventfd.
-  if (link->polled() && link->on_readable_) {
-    link->ep_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
-    if (!link->ep_) return sys_err("{}: epoll_create1", opts.name);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u32 = 1;
-    if (::epoll_ctl(link->ep_.get(), EPOLL_CTL_ADD, link->wake_.get(), &ev) != 0)
-      return sys_err("{}: epoll_ctl", opts.name);
-    ev.events = EPOLLIN | EPOLLONESHOT;
-    ev.data.u32 = 0;
-    if (::epoll_ctl(link->ep_.get(), EPOLL_CTL_ADD, link->sock_.get(), &ev) != 0)
-      return sys_err("{}: epoll_ctl", opts.name);
-  }
-  try {
-    if (!link->polled() || link->on_readable_) link->thread_ = std::thread(&UdpLink::receive_loop, link.get());
-  } catch (const std::system_error& e) {
-    return err(e.code().value(), "{}: receive thread: {}", opts.name, e.what());
-  }
+  OPENIB_TRY(link->start());
   int rcv = 0, snd = 0;
   socklen_t l1 = sizeof rcv, l2 = sizeof snd;
   (void)::getsockopt(link->sock_.get(), SOL_SOCKET, SO_RCVBUF, &rcv, &l1);
@@ -149,28 +104,19 @@ Result<std::unique_ptr<UdpLink>> UdpLink::create(const UdpLinkOptions& opts) {
   static constexpr const char* kIoNames[] = {"sendto/recvfrom", "sendmmsg/recvmmsg", "sendmmsg+GSO/recvmmsg"};
   logger()->info("{}: bound {}, peer {}, buffers rcv {} snd {}, {}{}{}{}", link->name_, local.str(),
                  peer.len ? peer.str() : "(none yet)", rcv, snd, kIoNames[static_cast<int>(link->io())],
-                 link->gro_ ? "+GRO" : "", link->eth_ ? ", Ethernet frames" : "",
-                 !link->polled()         ? ""
-                 : link->on_readable_ ? ", polled by its owner"
-                                      : ", polled and watched by its owner");
+                 link->gro_ ? "+GRO" : "", link->eth_ ? ", Ethernet frames" : "", link->polling_note());
   return link;
 }
 
-UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOptions& opts)
-    : sock_(std::move(sock)),
-      wake_(std::move(wake)),
+UdpLink::UdpLink(UniqueFd sock, Endpoint local, const UdpLinkOptions& opts)
+    : DatagramLink(std::move(sock), opts.name, opts.faults, opts.pcap_eth, opts.poll_timeout, opts.polled,
+                   opts.on_readable),
       local_(local),
-      name_(opts.name),
       pcap_(opts.pcap),
-      pcap_eth_(opts.pcap_eth),
       pcap_iface_(opts.pcap_iface),
-      poll_timeout_ms_(static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(opts.poll_timeout.count(), 1, 1000))),
-      faults_(opts.faults),
       io_(io_from_env(opts.io)) {
-  polled_ = opts.polled && !env_off("OPENIB_UDP_POLLED");
   eth_ = opts.framing == UdpLinkOptions::Framing::kEthernet;
   segments_ = !env_off("OPENIB_UDP_SEGMENTS");
-  if (polled_) on_readable_ = opts.on_readable;
   if (io() == UdpLinkOptions::Io::kSingle) {
     // One byte more than the largest packet, so a longer datagram shows as
     // too long (MSG_TRUNC returns its real length) instead of fitting.
@@ -195,16 +141,7 @@ UdpLink::UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOpti
   rx_base_ = rx_bufs_.get();
 }
 
-UdpLink::~UdpLink() { stop(); }
-
-void UdpLink::stop() {
-  stopping_.store(true, std::memory_order_release);
-  std::uint64_t one = 1;
-  (void)!::write(wake_.get(), &one, sizeof one);  // if this fails, the poll timeout ends the wait
-  if (std::this_thread::get_id() == rx_tid_.load()) return;  // from the receiver: cannot join itself
-  std::lock_guard lk(stop_mu_);
-  if (thread_.joinable()) thread_.join();
-}
+UdpLink::~UdpLink() { stop(); }  // before the members the receive thread uses go
 
 Endpoint UdpLink::peer() const {
   std::lock_guard lk(peer_mu_);
@@ -222,23 +159,6 @@ Result<void> UdpLink::set_peer(std::string_view peer) {
   return ok();
 }
 
-void UdpLink::set_faults(const FaultSpec& spec) {
-  std::lock_guard lk(send_mu_);
-  faults_.reset(spec);
-}
-
-void UdpLink::set_receiver(Receiver r) {
-  auto p = std::make_shared<const Receiver>(std::move(r));
-  std::lock_guard lk(rx_mu_);
-  receiver_ = std::move(p);
-}
-
-void UdpLink::set_state_receiver(StateReceiver r) {
-  auto p = std::make_shared<const StateReceiver>(std::move(r));
-  std::lock_guard lk(rx_mu_);
-  state_receiver_ = std::move(p);
-}
-
 Result<void> UdpLink::send_link_state(bool up) {
   const Endpoint to = peer();
   if (to.len == 0) return err(ENOTCONN, "{}: no peer set", name_);
@@ -253,11 +173,8 @@ Result<void> UdpLink::send_link_state(bool up) {
 }
 
 void UdpLink::capture(std::span<const std::byte> packet) {
-  if (eth_ && pcap_eth_) {
-    if (auto r = pcap_eth_->write(packet); !r) log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
-    return;
-  }
-  if (!pcap_ || eth_) return;
+  if (eth_) return capture_frame(packet);
+  if (!pcap_) return;
   if (auto r = pcap_->write(packet, pcap_iface_); !r)
     log_once(warned_pcap_, "{}: capture: {}", name_, r.error().str());
 }
@@ -293,8 +210,7 @@ Result<void> UdpLink::send_with(std::size_t len, Filler fill, std::size_t payloa
       }
       if (!eth_) wire::seal_packet(pkt);
       tx_ends_.push_back(tx_bytes_.size());
-      LinkCounters::bump(counters_.tx_packets);
-      LinkCounters::bump(counters_.tx_bytes, len);
+      count_sent(len);
       return tx_ends_.size() >= kTxBatch ? flush_locked() : ok();
     }
   }
@@ -374,28 +290,19 @@ Result<void> UdpLink::send_segment(const Segment& seg, Filler fill) {
     seal_packet(pkt);
     tx_ends_.push_back(tx_bytes_.size());
   }
-  for (std::size_t i = restart_ends; i < tx_ends_.size(); ++i) {
-    LinkCounters::bump(counters_.tx_packets);
-    LinkCounters::bump(counters_.tx_bytes, tx_ends_[i] - (i == 0 ? 0 : tx_ends_[i - 1]));
-  }
+  for (std::size_t i = restart_ends; i < tx_ends_.size(); ++i) count_sent(tx_ends_[i] - (i == 0 ? 0 : tx_ends_[i - 1]));
   return batch_depth_ > 0 && tx_ends_.size() < kTxBatch ? ok() : flush_locked();
 }
 
 Result<void> UdpLink::send(std::span<const std::byte> packet) {
   Endpoint to;
   OPENIB_TRY(check_send(packet.size(), to));
-  LinkCounters::bump(counters_.tx_packets);
-  LinkCounters::bump(counters_.tx_bytes, packet.size());
+  count_sent(packet.size());
 
   std::lock_guard lk(send_mu_);
-  if (!faults_.active()) return batch_depth_ ? queue_datagram(packet, to) : send_datagram(packet, to);
-  std::vector<FaultInjector::Packet> out;
-  faults_.apply(packet, out, counters_);
-  Result<void> result;
-  for (const auto& p : out)
-    if (auto r = batch_depth_ ? queue_datagram(p, to) : send_datagram(p, to); !r && result.ok())
-      result = std::move(r);
-  return result;
+  return send_faulted(packet, [&](std::span<const std::byte> p) {
+    return batch_depth_ ? queue_datagram(p, to) : send_datagram(p, to);
+  });
 }
 
 void UdpLink::begin_batch() {
@@ -530,54 +437,9 @@ Result<void> UdpLink::count_tx_failure(int e, const Endpoint& to, std::size_t pa
   return sys_err("{}: sendto {}", name_, to.str());
 }
 
-void UdpLink::receive_loop() {
-  rx_tid_.store(std::this_thread::get_id());
-  if (polled()) return watch_loop();
-  pollfd fds[2] = {{sock_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-  while (!stopping_.load(std::memory_order_acquire)) {
-    const int n = ::poll(fds, 2, poll_timeout_ms_);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      logger()->error("{}: poll: {}; receive thread ends", name_, std::strerror(errno));
-      return;
-    }
-    if (n == 0 || fds[1].revents != 0) continue;  // timeout or stop(): the loop condition decides
-    if (fds[0].revents & POLLNVAL) return;
-    if (rx_base_) receive_batch(kRecvBatch);
-    else receive_single(kRecvBatch);
-  }
-}
+std::mutex& UdpLink::read_mutex() { return rx_ring_ ? rx_ring_->mu : DatagramLink::read_mutex(); }
 
-// Polled: the owner reads; this thread only tells it, once per arm, that
-// the socket is readable (while the owner sleeps).
-void UdpLink::watch_loop() {
-  while (!stopping_.load(std::memory_order_acquire)) {
-    epoll_event ev[2];
-    const int n = ::epoll_wait(ep_.get(), ev, 2, poll_timeout_ms_);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      logger()->error("{}: epoll_wait: {}; watch thread ends", name_, std::strerror(errno));
-      return;
-    }
-    for (int i = 0; i < n; ++i)
-      if (ev[i].data.u32 == 0 && !stopping_.load(std::memory_order_acquire)) on_readable_();
-  }
-}
-
-void UdpLink::arm_readable() {
-  if (!on_readable_) return;
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLONESHOT;
-  ev.data.u32 = 0;
-  (void)::epoll_ctl(ep_.get(), EPOLL_CTL_MOD, sock_.get(), &ev);
-}
-
-std::size_t UdpLink::poll(std::size_t max) {
-  if (!polled()) return 0;
-  std::unique_lock lk(rx_ring_ ? rx_ring_->mu : read_mu_, std::try_to_lock);
-  if (!lk.owns_lock()) return 0;
-  return rx_base_ ? receive_batch(max) : receive_single(max);
-}
+std::size_t UdpLink::receive(std::size_t max) { return rx_base_ ? receive_batch(max) : receive_single(max); }
 
 std::size_t UdpLink::receive_single(std::size_t max) {
   std::byte* buf = single_.data();
@@ -677,31 +539,12 @@ void UdpLink::receive_one(std::span<const std::byte> d, const sockaddr* from, so
              Endpoint::from_sockaddr(from, from_len).str());
     return;
   }
-  if (const auto up = decode_link_signal(d)) {  // docs/cables.md "Link state": not a packet
-    LinkCounters::bump_owned(counters_.rx_link_signals);
-    std::shared_ptr<const StateReceiver> srx;
-    {
-      std::lock_guard lk(rx_mu_);
-      srx = state_receiver_;
-    }
-    if (srx && *srx) (*srx)(*up);
-    return;
-  }
+  if (const auto up = decode_link_signal(d)) return deliver_state(*up);  // docs/cables.md "Link state": not a packet
   capture(d);  // before validation: the capture shows what arrived
   // A frame's contents are its port's to judge (only its size here); a
   // packet gets the IBA checks.
-  if (!(eth_ ? count_received_frame(d, counters_, name_, warned_) : count_received(d, counters_, name_, warned_)))
-    return;
-  std::shared_ptr<const Receiver> rx;
-  {
-    std::lock_guard lk(rx_mu_);
-    rx = receiver_;
-  }
-  if (!rx || !*rx) {
-    LinkCounters::bump(counters_.rx_dropped_no_receiver);
-    return;
-  }
-  (*rx)(d);
+  if (eth_ ? count_received_frame(d, counters_, name_, warned_) : count_received(d, counters_, name_, warned_))
+    deliver(d);
 }
 
 }  // namespace openib::sim

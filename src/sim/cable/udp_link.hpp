@@ -22,18 +22,19 @@
 //            A link-state signal (link_signal.hpp) from the peer goes to
 //            the state receiver instead, before capture and checks.
 //
-// Polled receive (docs/cables.md "Polled receive"): with
-// UdpLinkOptions::polled, the link's owner reads the socket itself with
-// poll() (simhca's device loop in its pass, ibfabric's loop: no hand-off
-// between threads, no copy). With on_readable, the link's thread only
-// watches the socket while the owner sleeps: after arm_readable() it
-// calls on_readable() once, when a datagram is waiting; without, there is
-// no thread and the owner watches fd() itself. Same checks, counters,
-// capture and drops either way.
+// Polled receive (docs/cables.md "Polled receive"; DatagramLink,
+// datagram_link.hpp): with UdpLinkOptions::polled, the link's owner reads
+// the socket itself with poll() (simhca's device loop in its pass,
+// ibfabric's loop: no hand-off between threads, no copy). With
+// on_readable, the link's thread only watches the socket while the owner
+// sleeps: after arm_readable() it calls on_readable() once, when a
+// datagram is waiting; without, there is no thread and the owner watches
+// fd() itself. Same checks, counters, capture and drops either way.
 //
-// Lifecycle: create() binds and starts the receive thread; stop() ends it
-// (within the poll timeout at worst; normally at once, through an eventfd);
-// the destructor stops and joins. Neither may be called from the receiver.
+// Lifecycle (DatagramLink's): create() binds and starts the receive
+// thread; stop() ends it (within the poll timeout at worst; normally at
+// once, through an eventfd); the destructor stops and joins. Neither may
+// be called from the receiver.
 #pragma once
 
 #include <algorithm>
@@ -45,15 +46,13 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "common/fd.hpp"
 #include "common/result.hpp"
+#include "sim/cable/datagram_link.hpp"
 #include "sim/cable/endpoint.hpp"
-#include "sim/cable/fault_injector.hpp"
 #include "sim/cable/link.hpp"
-#include "sim/cable/link_counters.hpp"
 #include "sim/wire/packet.hpp"
 
 namespace openib::sim::wire {
@@ -135,12 +134,10 @@ struct UdpLinkOptions {
 int unprivileged_port_start();
 std::string takeable_ports_warning(const Endpoint& local, const Endpoint* peer, int unprivileged_start);
 
-class UdpLink final : public Link {
+class UdpLink final : public DatagramLink {
  public:
   static Result<std::unique_ptr<UdpLink>> create(const UdpLinkOptions& opts);
-  ~UdpLink() override;
-  UdpLink(const UdpLink&) = delete;
-  UdpLink& operator=(const UdpLink&) = delete;
+  ~UdpLink() override;  // stop()s first: its thread calls into the link
 
   // ENOTCONN with no peer set; EMSGSIZE for a packet (or frame) over
   // wire::kMaxPacketBytes;
@@ -157,14 +154,11 @@ class UdpLink final : public Link {
   // packets are (at once outside a batch): the middle ones leave as one
   // GSO message, the wire and the capture see one packet per datagram.
   Result<void> send_segment(const Segment& seg, Filler fill) override;
-  void set_receiver(Receiver r) override;
-  LinkStats stats() const override { return counters_.snapshot(); }
   // Link state (link_signal.hpp): one signal datagram to the peer, after
   // any packets a batch holds (so a "down" follows what was sent before
   // the pull); not captured, not faulted. A full buffer loses it
   // (tx_errors), as it would a packet: the sender repeats signals.
   Result<void> send_link_state(bool up) override;
-  void set_state_receiver(StateReceiver r) override;
   // A batch queues what send() is given and sends it at end_batch() (or
   // once kTxBatch packets wait), in one sendmmsg(). Nested batches end
   // with the outermost.
@@ -184,36 +178,20 @@ class UdpLink final : public Link {
   // Cables this end to `peer` ("addr:port", same address family as the
   // local end). Datagrams from the previous peer are foreign from now on.
   Result<void> set_peer(std::string_view peer);
-  // Replaces the send-side faults (restarting their PRNG from spec.seed).
-  void set_faults(const FaultSpec& spec);
+  // set_faults(), set_receiver(), set_state_receiver(), stats(), stop(),
+  // polled(), fd(), poll(), arm_readable(), name(): DatagramLink's.
 
   std::uint16_t local_port() const { return local_.port(); }
   const Endpoint& local_endpoint() const { return local_; }
   Endpoint peer() const;
-  const std::string& name() const { return name_; }
 
-  // Ends the receive thread and waits for it; idempotent. send() still works.
-  // Polled, poll() then reads nothing more (and the owner stops watching).
-  void stop();
-
-  // Polled receive: whether it is on (asked for, not turned off).
-  bool polled() const { return polled_; }
   UdpLinkOptions::Framing framing() const { return eth_ ? UdpLinkOptions::Framing::kEthernet : UdpLinkOptions::Framing::kIba; }
   bool carries_frames() const override { return eth_; }
-  // The socket, for an owner that watches it (polled, no on_readable).
-  int fd() const { return sock_.get(); }
-  // Polled: reads what the socket holds now, up to about `max` packets,
-  // and hands them to the receiver on the calling thread; how many
-  // datagrams (packets) it took. One reader at a time: a second caller
-  // meanwhile gets 0. Not polled: 0, the receive thread reads.
-  std::size_t poll(std::size_t max);
-  // Polled, before the owner sleeps: on_readable() is called (from the
-  // link's thread) as soon as a datagram waits, at once if one does now.
-  void arm_readable();
 
  private:
-  UdpLink(UniqueFd sock, UniqueFd wake, Endpoint local, const UdpLinkOptions& opts);
-  void receive_loop();
+  UdpLink(UniqueFd sock, Endpoint local, const UdpLinkOptions& opts);
+  std::size_t receive(std::size_t max) override;
+  std::mutex& read_mutex() override;  // the shared ring's, if any
   void receive_one(std::span<const std::byte> datagram, const sockaddr* from, socklen_t from_len);
   Result<void> send_datagram(std::span<const std::byte> packet, const Endpoint& to);
   // Under send_mu_: a packet into the batch's queue / the queue onto the wire.
@@ -221,30 +199,18 @@ class UdpLink final : public Link {
   Result<void> flush_locked();
   Result<void> check_send(std::size_t len, Endpoint& to);  // EMSGSIZE, ENOTCONN (counted); the peer
   Result<void> count_tx_failure(int e, const Endpoint& to, std::size_t packets);
-  void watch_loop();  // the link's thread when polled
   std::size_t receive_single(std::size_t max);
   std::size_t receive_batch(std::size_t max);
   void capture(std::span<const std::byte> packet);
 
-  UniqueFd sock_;
-  UniqueFd wake_;  // eventfd: stop() wakes the receive thread's poll()
-  UniqueFd ep_;    // polled: the link's thread waits here on the socket (one-shot) and wake_
-  bool polled_ = false;
   bool eth_ = false;  // UdpLinkOptions::Framing::kEthernet
-  std::function<void()> on_readable_;
-  std::mutex read_mu_;  // one reader of the socket at a time (poll())
   Endpoint local_;
-  std::string name_;
   wire::PcapErfWriter* pcap_;
-  wire::PcapEthWriter* pcap_eth_;
   std::uint8_t pcap_iface_;
-  int poll_timeout_ms_;
 
   mutable std::mutex peer_mu_;
   Endpoint peer_;  // len 0: none
 
-  std::mutex send_mu_;  // serialises fault injection and the datagrams it yields
-  FaultInjector faults_;
   std::atomic<UdpLinkOptions::Io> io_;
   // The batch (under send_mu_): queued packets back to back in tx_bytes_,
   // each one's end offset in tx_ends_, all to tx_to_.
@@ -267,19 +233,7 @@ class UdpLink final : public Link {
   std::byte* rx_base_ = nullptr;           // the ring in use (null: kSingle)
   std::vector<std::byte> single_;  // kSingle's buffer: one byte over the largest packet
   std::atomic<std::uint64_t> gro_datagrams_{0};
-
-  std::mutex rx_mu_;
-  std::shared_ptr<const Receiver> receiver_;
-  std::shared_ptr<const StateReceiver> state_receiver_;
-
-  LinkCounters counters_;
-  std::atomic<unsigned> warned_{0};  // rx_check.hpp's once-per-kind logging
-  std::atomic<bool> warned_foreign_{false}, warned_tx_{false}, warned_rx_{false}, warned_pcap_{false};
-
-  std::mutex stop_mu_;  // one joiner at a time
-  std::atomic<bool> stopping_{false};
-  std::atomic<std::thread::id> rx_tid_{};
-  std::thread thread_;
+  std::atomic<bool> warned_foreign_{false};
 };
 
 }  // namespace openib::sim

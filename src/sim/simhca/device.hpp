@@ -380,9 +380,10 @@ class Device {
     if (cfg_.opts.link_layer == openib::simhca::kLinkLayerEthernet)
       log_->info(  // §16
           "simhca: ethernet: frames not RoCEv2 {}, bad ICRC {}, not to our GIDs {}, wrong addresses {}, "
-          "packets without GRH not sent {}; raw QPs: frames sent {}, received {}",
+          "packets without GRH not sent {}; raw QPs: frames sent {}, received {}, dropped for no posted "
+          "receive {}",
           d.rx_not_roce, d.rx_bad_icrc, d.rx_not_our_gid, d.rx_bad_addr, d.tx_not_framed, d.raw_tx_frames,
-          d.raw_rx_frames);
+          d.raw_rx_frames, d.raw_rx_no_wqe);
   }
 
   DeviceConfig cfg_;

@@ -166,7 +166,7 @@ bool Hca::steer_to_raw(uint8_t port, std::span<const std::byte> frame) {
     taken = true;
     const int r = queues_.fetch_recv(qpn, *qp);
     if (r <= 0) {
-      if (r == 0) ++dstats_.rx_no_wqe;  // as UD's (IBA 9.8.4): silently dropped
+      if (r == 0) ++dstats_.rx_no_wqe, ++dstats_.raw_rx_no_wqe;  // as UD's (IBA 9.8.4): silently dropped
       continue;
     }
     // §12.2: the frame from the buffer's first byte (no GRH area).

@@ -96,6 +96,7 @@ struct DataStats {
   // §16.5 the raw Ethernet QP
   uint64_t raw_tx_frames = 0;    // frames raw QPs sent onto the cable
   uint64_t raw_rx_frames = 0;    // copies of frames received by raw QPs (a frame may make several)
+  uint64_t raw_rx_no_wqe = 0;    // copies a raw QP dropped for want of a posted receive (also in rx_no_wqe)
 };
 
 // The composition root: it owns the units (the transport's in
