@@ -155,7 +155,9 @@ void NetdevService::have_gid0(const hca::GidEntry& g) {
   tap_.emplace(std::move(*t));
   (void)tap_->set_carrier(false);
   mtu_ = cfg_.mtu;
-  tap_sd_ = std::make_unique<boost::asio::posix::stream_descriptor>(io_, tap_->fd());
+  // A descriptor of its own for asio, which closes what it holds (the TAP
+  // device closes its fd too: as IpoibService).
+  tap_sd_ = std::make_unique<boost::asio::posix::stream_descriptor>(io_, ::dup(tap_->fd()));
   logger()->info("{}: TAP interface, ifindex {}, MAC {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, MTU {}, port {}",
                  tap_->name(), tap_->ifindex(), mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], cfg_.mtu, cfg_.port);
   addrs_ = std::make_unique<ipoib::AddrWatch>(io_, tap_->ifindex(),

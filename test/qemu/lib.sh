@@ -168,6 +168,16 @@ initramfs_binary() {
   initramfs_libs "$root" "$src"
 }
 
+# initramfs_libgcc <root>: libgcc_s.so.1, which glibc dlopens for
+# pthread_cancel/pthread_exit (rping's threads end so; ldd does not list it).
+# (awk reads all of ldconfig's output: an early exit would SIGPIPE it.)
+initramfs_libgcc() {
+  local libgcc
+  libgcc=$(ldconfig -p | awk '/libgcc_s.so.1 .*x86-64/ { p = $NF } END { print p }')
+  [[ -n $libgcc ]] || die "no libgcc_s.so.1 on the host"
+  initramfs_binary "$1" "$libgcc"
+}
+
 # initramfs_pack <root> <out.gz>
 initramfs_pack() {
   (cd "$1" && find . | cpio -o -H newc --quiet | gzip -1) >"$2"
@@ -268,6 +278,45 @@ for i in $(seq 1 50); do
   sleep 0.1
 done
 EOF
+}
+
+# --- ibd as the guest's peer (rxe_cm.sh, rxe_hostile.sh) --------------------------
+
+# start_roce_ibd [ibd args...]: ibd (socket $work/ibd.sock, log
+# $work/ibd.log, capture $pcap = $work/simhca.pcap) whose embedded simhca's
+# port 1 is an Ethernet port with GUID $host_guid (so MAC $host_mac, checked)
+# cabled from 127.0.0.1:$port_hca to QEMU's 127.0.0.1:$port_qemu, with its
+# netdev roce0 given 198.18.80.1/24; waits until that address is the port's
+# RoCE v2 GID. Sets ibd_pid, pcap and serial ($work/serial.log); exports
+# OPENIB_SOCKET and LD_LIBRARY_PATH (our libraries in $abi and $build/src/lib)
+# for the host's tools.
+start_roce_ibd() {
+  local gid_re='GID\[ *[0-9]+\]:[[:space:]]+::ffff:198\.18\.80\.1, RoCE v2'
+  pcap=$work/simhca.pcap
+  serial=$work/serial.log
+  mkdir -p "$work/ibd.run"
+  "$IBD" --socket "$work/ibd.sock" --log info --run-dir "$work/ibd.run" \
+    --cable "LOCAL=127.0.0.1:$port_hca,PEER=127.0.0.1:$port_qemu" --pcap "$pcap" \
+    --simhca-arg=--link-layer --simhca-arg=ethernet --simhca-arg=--guid --simhca-arg="$host_guid" \
+    --netdev roce0 "$@" >"$work/ibd.log" 2>&1 </dev/null &
+  ibd_pid=$!
+  for _ in $(seq 300); do
+    grep -qs "ibd: ready on" "$work/ibd.log" && break
+    kill -0 "$ibd_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -qs "ibd: ready on" "$work/ibd.log" || { cat "$work/ibd.log"; die "ibd did not get ready"; }
+  [[ $(cat /sys/class/net/roce0/address 2>/dev/null) == "$host_mac" ]] ||
+    die "roce0's MAC is '$(cat /sys/class/net/roce0/address 2>/dev/null)', not the port's $host_mac"
+  ip link set roce0 up
+  ip addr add 198.18.80.1/24 dev roce0
+  export OPENIB_SOCKET=$work/ibd.sock LD_LIBRARY_PATH=$abi:$build/src/lib
+  for _ in $(seq 50); do
+    ibv_devinfo -v 2>/dev/null | grep -Eq "$gid_re" && break
+    sleep 0.1
+  done
+  ibv_devinfo -v 2>/dev/null | grep -Eq "$gid_re" || die "198.18.80.1 did not become a RoCE v2 GID of the port"
+  say "roce0 $host_mac 198.18.80.1/24; GID ::ffff:198.18.80.1 in the port's table"
 }
 
 # --- the VM and a host peer side by side (rxe.sh, rxe_rc.sh) --------------------

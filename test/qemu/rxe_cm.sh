@@ -125,11 +125,7 @@ root=$work/root
 initramfs_skeleton "$root"
 initramfs_modules "$root" "${modules[@]}"
 initramfs_rxe "$root" "$provider" "${guest_bins[@]}"
-# rping's threads end by pthread_cancel/pthread_exit, for which glibc
-# dlopens libgcc_s (ldd does not list it).
-libgcc=$(ldconfig -p | awk '/libgcc_s.so.1 .*x86-64/ { p = $NF } END { print p }')
-[[ -n $libgcc ]] || die "no libgcc_s.so.1 on the host"
-initramfs_binary "$root" "$libgcc"
+initramfs_libgcc "$root"  # (rping's threads)
 rxe_init_setup "$root/init"
 echo "PERF_ITERS=$perf_iters" >>"$root/init"
 rxe_init_gid "$root/init"
@@ -213,34 +209,7 @@ chmod +x "$root/init"
 initramfs_pack "$root" "$work/initramfs.gz"
 
 # --- 3. ibd, its netdev, the host's rping server -----------------------------
-pcap=$work/simhca.pcap
-serial=$work/serial.log
-mkdir -p "$work/ibd.run"
-"$IBD" --socket "$work/ibd.sock" --log info --run-dir "$work/ibd.run" \
-  --cable "LOCAL=127.0.0.1:$port_hca,PEER=127.0.0.1:$port_qemu" --pcap "$pcap" \
-  --simhca-arg=--link-layer --simhca-arg=ethernet --simhca-arg=--guid --simhca-arg=$host_guid \
-  --netdev roce0 >"$work/ibd.log" 2>&1 </dev/null &
-ibd_pid=$!
-for _ in $(seq 300); do
-  grep -qs "ibd: ready on" "$work/ibd.log" && break
-  kill -0 "$ibd_pid" 2>/dev/null || break
-  sleep 0.1
-done
-grep -qs "ibd: ready on" "$work/ibd.log" || { cat "$work/ibd.log"; die "ibd did not get ready"; }
-[[ $(cat /sys/class/net/roce0/address 2>/dev/null) == "$host_mac" ]] ||
-  die "roce0's MAC is '$(cat /sys/class/net/roce0/address 2>/dev/null)', not the port's $host_mac"
-ip link set roce0 up
-ip addr add 198.18.80.1/24 dev roce0
-export OPENIB_SOCKET=$work/ibd.sock LD_LIBRARY_PATH=$abi:$build/src/lib
-# The address becomes the port's RoCE v2 GID ::ffff:198.18.80.1 (ibd's netdev).
-for _ in $(seq 50); do
-  ibv_devinfo -v 2>/dev/null | grep -Eq 'GID\[ *[0-9]+\]:[[:space:]]+::ffff:198\.18\.80\.1, RoCE v2' && break
-  sleep 0.1
-done
-ibv_devinfo -v | grep -E 'GID\['
-ibv_devinfo -v | grep -Eq 'GID\[ *[0-9]+\]:[[:space:]]+::ffff:198\.18\.80\.1, RoCE v2' ||
-  die "198.18.80.1 did not become a RoCE v2 GID of the port"
-say "roce0 $host_mac 198.18.80.1/24; GID ::ffff:198.18.80.1 in the port's table"
+start_roce_ibd
 
 # The host's side of each step, in order (one background job, so that
 # wait_vm_and_peer can wait for it): the first rping server at once, the

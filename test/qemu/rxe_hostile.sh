@@ -36,7 +36,8 @@
 # Environment: as run.sh (OPENIB_CACHE, OPENIB_QEMU_KERNEL,
 # OPENIB_QEMU_TIMEOUT, OPENIB_QEMU_ACCEL, OPENIB_QEMU_KEEP_LOG), and
 #   OPENIB_RXE_HOSTILE_ITERS  the guest's rping count across the attack
-#                             (default 1500)
+#                             (default 5000: it must outlast the attack,
+#                             or the frames aimed at its QPN find no QP)
 #   OPENIB_RXE_KEEP_PCAP      if set, copy simhca's capture to this path
 set -euo pipefail
 
@@ -64,7 +65,7 @@ fi
 cache=${OPENIB_CACHE:-/var/cache/openib}/qemu
 vm_timeout=${OPENIB_QEMU_TIMEOUT:-400}
 accel=${OPENIB_QEMU_ACCEL:-tcg}
-iters=${OPENIB_RXE_HOSTILE_ITERS:-1500}
+iters=${OPENIB_RXE_HOSTILE_ITERS:-5000}
 post_iters=50  # the fresh connection after the attack (host -> guest)
 size=64
 modules=(crc32_generic crc32-pclmul virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm)
@@ -134,9 +135,7 @@ root=$work/root
 initramfs_skeleton "$root"
 initramfs_modules "$root" "${modules[@]}"
 initramfs_rxe "$root" "$provider" "${guest_bins[@]}"
-libgcc=$(ldconfig -p | awk '/libgcc_s.so.1 .*x86-64/ { print $NF; exit }')
-[[ -n $libgcc ]] || die "no libgcc_s.so.1 on the host"
-initramfs_binary "$root" "$libgcc"  # (rping's pthread_cancel dlopens it)
+initramfs_libgcc "$root"
 cp "$hostile" "$root/bin/hostile_frames"
 rxe_init_setup "$root/init"
 rxe_init_gid "$root/init"
@@ -211,32 +210,7 @@ initramfs_pack "$root" "$work/initramfs.gz"
 
 # --- 2. ibd, its netdev, the host's rping server -----------------------------
 # (simhca at log level info, the last --log it is given: its counters at exit)
-pcap=$work/simhca.pcap
-serial=$work/serial.log
-mkdir -p "$work/ibd.run"
-"$IBD" --socket "$work/ibd.sock" --log info --run-dir "$work/ibd.run" \
-  --cable "LOCAL=127.0.0.1:$port_hca,PEER=127.0.0.1:$port_qemu" --pcap "$pcap" \
-  --simhca-arg=--link-layer --simhca-arg=ethernet --simhca-arg=--guid --simhca-arg=$host_guid \
-  --simhca-arg=--log --simhca-arg=info --netdev roce0 >"$work/ibd.log" 2>&1 </dev/null &
-ibd_pid=$!
-for _ in $(seq 300); do
-  grep -qs "ibd: ready on" "$work/ibd.log" && break
-  kill -0 "$ibd_pid" 2>/dev/null || break
-  sleep 0.1
-done
-grep -qs "ibd: ready on" "$work/ibd.log" || { cat "$work/ibd.log"; die "ibd did not get ready"; }
-[[ $(cat /sys/class/net/roce0/address 2>/dev/null) == "$host_mac" ]] ||
-  die "roce0's MAC is '$(cat /sys/class/net/roce0/address 2>/dev/null)', not the port's $host_mac"
-ip link set roce0 up
-ip addr add 198.18.80.1/24 dev roce0
-export OPENIB_SOCKET=$work/ibd.sock LD_LIBRARY_PATH=$abi:$build/src/lib
-for _ in $(seq 50); do
-  ibv_devinfo -v 2>/dev/null | grep -Eq 'GID\[ *[0-9]+\]:[[:space:]]+::ffff:198\.18\.80\.1, RoCE v2' && break
-  sleep 0.1
-done
-ibv_devinfo -v 2>/dev/null | grep -Eq 'GID\[ *[0-9]+\]:[[:space:]]+::ffff:198\.18\.80\.1, RoCE v2' ||
-  die "198.18.80.1 did not become a RoCE v2 GID of the port"
-say "roce0 $host_mac 198.18.80.1/24; GID ::ffff:198.18.80.1 in the port's table"
+start_roce_ibd --simhca-arg=--log --simhca-arg=info
 
 counters() { "$IBDCTL" --socket "$work/ibd.sock" counters; }
 counter() {  # counter <file> <name>: a value from a saved `ibdctl counters` (-1: absent)
