@@ -1128,52 +1128,59 @@ void CmaService::join(uint32_t client, const proto::CmaJoinReq& r, Done done) {
                  [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id, mgid = *mg, g](
                      Result<proto::McastJoinRep> rep) {
                    if (alive.expired()) return;
-                   Id* i = find_id(client, h);
-                   if (!i || !i->groups.count(mgid)) return;
-                   auto fail = [&](const Error& e) {
-                     proto::CmaEventMsg m;
-                     m.type = static_cast<uint8_t>(T::kMulticastError);
-                     m.status = -e.code;
-                     m.dst = to_proto(g);
-                     i->groups.erase(mgid);
-                     emit(*i, m);
-                   };
-                   if (!rep) return fail(rep.error());
-                   auto rec = sa::decode_mcmember_record(std::as_bytes(std::span(rep->record)));
-                   if (!rec) return fail(rec.error());
-                   Group& gr = i->groups[mgid];
-                   gr.mlid = rec->mlid;
-                   hca_.attach_mcast_async(
-                       gr.qpn, mgid, rec->mlid,
-                       [this, alive = std::weak_ptr<bool>(alive_), client, h, mgid, g, rec = *rec](Result<void> a) {
-                         if (alive.expired()) return;
-                         Id* i2 = find_id(client, h);
-                         if (!i2 || !i2->groups.count(mgid)) return;
-                         proto::CmaEventMsg m;
-                         m.dst = to_proto(g);
-                         if (!a) {
-                           m.type = static_cast<uint8_t>(T::kMulticastError);
-                           m.status = -a.error().code;
-                           (void)sa_.mcast_leave(client | kCmaJoinOwnerBit, proto::McastLeaveReq{i2->port, mgid});
-                           i2->groups.erase(mgid);
-                           return emit(*i2, m);
-                         }
-                         i2->groups[mgid].attached = true;
-                         m.type = static_cast<uint8_t>(T::kMulticastJoin);
-                         m.qp_num = 0xFFFFFF;
-                         m.qkey = rec.qkey;
-                         m.ah.dlid = rec.mlid;
-                         m.ah.sl = rec.sl;
-                         m.ah.port = i2->port;
-                         m.ah.grh = 1;
-                         m.ah.dgid = mgid;
-                         m.ah.flow_label = rec.flow_label;
-                         m.ah.traffic_class = rec.tclass;
-                         m.ah.hop_limit = rec.hop_limit;
-                         emit(*i2, m);
-                       });
+                   ib_joined(client, h, mgid, g, std::move(rep));
                  });
   done(ok());
+}
+
+// The SA's answer to an InfiniBand join (join): the QP attached to the
+// group, then MULTICAST_JOIN with the group's address handle.
+void CmaService::ib_joined(uint32_t client, uint32_t h, const std::array<uint8_t, 16>& mgid, const cma::Addr& g,
+                           Result<proto::McastJoinRep> rep) {
+  Id* i = find_id(client, h);
+  if (!i || !i->groups.count(mgid)) return;
+  auto fail = [&](const Error& e) {
+    proto::CmaEventMsg m;
+    m.type = static_cast<uint8_t>(T::kMulticastError);
+    m.status = -e.code;
+    m.dst = to_proto(g);
+    i->groups.erase(mgid);
+    emit(*i, m);
+  };
+  if (!rep) return fail(rep.error());
+  auto rec = sa::decode_mcmember_record(std::as_bytes(std::span(rep->record)));
+  if (!rec) return fail(rec.error());
+  Group& gr = i->groups[mgid];
+  gr.mlid = rec->mlid;
+  hca_.attach_mcast_async(
+      gr.qpn, mgid, rec->mlid,
+      [this, alive = std::weak_ptr<bool>(alive_), client, h, mgid, g, rec = *rec](Result<void> a) {
+        if (alive.expired()) return;
+        Id* i2 = find_id(client, h);
+        if (!i2 || !i2->groups.count(mgid)) return;
+        proto::CmaEventMsg m;
+        m.dst = to_proto(g);
+        if (!a) {
+          m.type = static_cast<uint8_t>(T::kMulticastError);
+          m.status = -a.error().code;
+          (void)sa_.mcast_leave(client | kCmaJoinOwnerBit, proto::McastLeaveReq{i2->port, mgid});
+          i2->groups.erase(mgid);
+          return emit(*i2, m);
+        }
+        i2->groups[mgid].attached = true;
+        m.type = static_cast<uint8_t>(T::kMulticastJoin);
+        m.qp_num = 0xFFFFFF;
+        m.qkey = rec.qkey;
+        m.ah.dlid = rec.mlid;
+        m.ah.sl = rec.sl;
+        m.ah.port = i2->port;
+        m.ah.grh = 1;
+        m.ah.dgid = mgid;
+        m.ah.flow_label = rec.flow_label;
+        m.ah.traffic_class = rec.tclass;
+        m.ah.hop_limit = rec.hop_limit;
+        emit(*i2, m);
+      });
 }
 
 // A join on a RoCE port, as Linux's cma_iboe_join_multicast (no SA: IBA

@@ -270,6 +270,8 @@ class CmaService final : public Service {
   // A join on a RoCE port (docs/cma.md "RoCE"), and a group's end (left,
   // or its id released).
   void join_roce(Id& id, const cma::Addr& g, uint32_t qpn, const arp::Link& link, Done done);
+  void ib_joined(uint32_t client, uint32_t h, const std::array<uint8_t, 16>& mgid, const cma::Addr& g,
+                 Result<proto::McastJoinRep> rep);
   void drop_group(const Id& id, const std::array<uint8_t, 16>& mgid, Group& g);
   void move_ud_qp(uint32_t client, uint32_t qp, uint8_t port, uint32_t qkey, std::vector<uint8_t> states,
                   Done done);
