@@ -319,6 +319,31 @@ start_roce_ibd() {
   say "roce0 $host_mac 198.18.80.1/24; GID ::ffff:198.18.80.1 in the port's table"
 }
 
+# stop_roce_ibd: SIGTERM to ibd_pid, SIGKILL after 10 s; reaped, its exit
+# status in ibd_rc; ibd_pid cleared.
+stop_roce_ibd() {
+  [[ -n ${ibd_pid:-} ]] || return 0
+  kill "$ibd_pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$ibd_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$ibd_pid" 2>/dev/null || true
+  ibd_rc=0
+  wait "$ibd_pid" 2>/dev/null || ibd_rc=$?
+  ibd_pid=""
+}
+
+# cleanup_vm_peer_ibd: for `trap cleanup_vm_peer_ibd EXIT`: the peer and the
+# VM killed and reaped, ibd stopped, $work removed.
+cleanup_vm_peer_ibd() {
+  local pid
+  for pid in "${peer_pid:-}" "${vm_pid:-}"; do
+    [[ -n $pid ]] || continue
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  stop_roce_ibd
+  rm -rf "$work"
+}
+
 # --- the VM and a host peer side by side (rxe.sh, rxe_rc.sh) --------------------
 # These share the caller's vm_pid and peer_pid: the PIDs of the VM and of
 # the peer in the background, "" once reaped (or before they start).

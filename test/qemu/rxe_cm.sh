@@ -90,25 +90,7 @@ work=$(mktemp -d /tmp/openib-rxe-cm.XXXXXX)
 vm_pid=""
 peer_pid=""
 ibd_pid=""
-stop_ibd() {  # SIGTERM, SIGKILL after 10 s; reaped
-  [[ -n $ibd_pid ]] || return 0
-  kill "$ibd_pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$ibd_pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$ibd_pid" 2>/dev/null || true
-  wait "$ibd_pid" 2>/dev/null || true
-  ibd_pid=""
-}
-cleanup() {
-  local pid
-  for pid in "$peer_pid" "$vm_pid"; do
-    [[ -n $pid ]] || continue
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  stop_ibd
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap cleanup_vm_peer_ibd EXIT
 trap 'exit 130' INT TERM
 
 require_tools qemu-system-x86_64 dpkg-deb depmod cpio gzip ldd tshark python3 dpkg-query rping ibv_devinfo
@@ -349,7 +331,7 @@ sleep 0.5
 start_rxe_vm "$serial" "$port_qemu" "$port_hca" ""
 wait_vm_and_peer  # each side gets a grace period after the other (lib.sh)
 
-stop_ibd  # (its capture is complete once it exits)
+stop_roce_ibd  # (its capture is complete once it exits)
 
 # --- 5. verdict --------------------------------------------------------------
 {

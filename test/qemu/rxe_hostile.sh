@@ -94,26 +94,7 @@ work=$(mktemp -d /tmp/openib-rxe-hostile.XXXXXX)
 vm_pid=""
 peer_pid=""
 ibd_pid=""
-stop_ibd() {  # SIGTERM, SIGKILL after 10 s; reaped
-  [[ -n $ibd_pid ]] || return 0
-  kill "$ibd_pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$ibd_pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$ibd_pid" 2>/dev/null || true
-  ibd_rc=0
-  wait "$ibd_pid" 2>/dev/null || ibd_rc=$?
-  ibd_pid=""
-}
-cleanup() {
-  local pid
-  for pid in "$peer_pid" "$vm_pid"; do
-    [[ -n $pid ]] || continue
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  stop_ibd
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap cleanup_vm_peer_ibd EXIT
 trap 'exit 130' INT TERM
 
 require_tools qemu-system-x86_64 dpkg-deb depmod cpio gzip ldd tshark python3 dpkg-query rping
@@ -250,7 +231,7 @@ else
   fail "ibd is not alive after the attack (or does not answer ibdctl)"
   : >"$work/counters.after"
 fi
-stop_ibd  # (its capture is complete, and simhca's counters logged, once it exits)
+stop_roce_ibd  # (its capture is complete, and simhca's counters logged, once it exits)
 
 # --- 4. verdict --------------------------------------------------------------
 {
