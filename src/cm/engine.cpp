@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <bit>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -515,6 +516,18 @@ struct Engine::Impl {
     r.reason = reason;
     send_to(from, r);
   }
+  // RoCE (IBA Annex A17.4): the MAD's GRH source is the sender's own IP
+  // address, which the network routed; the REQ's Primary Local Port GID is
+  // what the sender claims. A REQ naming another host's address as its
+  // source (a local address of ours, to pass the RDMA CM's checks, or a
+  // third host's) is refused with REJ 12 (IBA 12.6.7.2: primary remote
+  // port GID rejected) and counted (docs/cm.md "Security").
+  bool refused_foreign_gid(const mad::MadAddress& from, const Req& q) {
+    if (!port.ethernet || (from.grh && from.gid == q.primary.local_gid)) return false;
+    ctr().rej_foreign_gid++;
+    reply_rej(from, q, RejReason::kInvalidGid);
+    return true;
+  }
   // Stale (IBA 12.9.8.3.1): the old connection is torn down from our side.
   void stale(Conn& old) {
     ctr().stale++;
@@ -540,6 +553,7 @@ void Engine::Impl::on_req(const mad::MadAddress& from, const Req& q, const Messa
     if (c && (c->state == State::kMraReqSent || (c->flags & kLinger))) resend(*c);
     return;
   }
+  if (refused_foreign_gid(from, q)) return;
   if (auto it = remote_qpn.find({q.local_qpn, q.local_ca_guid}); it != remote_qpn.end()) {
     reply_rej(from, q, RejReason::kStaleConn);
     Conn* old = find(it->second);
@@ -811,8 +825,23 @@ void Engine::Impl::on_drep(const Drep& d, const Message& msg) {
 }
 
 // ---- SIDR (IBA 12.11) ----
-void Engine::Impl::on_sidr_req(const mad::MadAddress& from, const SidrReq& q, const Message& msg) {
+// Who sent a SIDR_REQ, for telling a retransmission from a new request
+// (the Request ID is the sender's own): its LID, and with a GRH its source
+// GID folded in. On RoCE every sender's LID is the same (IBA Annex A17), so
+// the LID alone would take one host's request for another's duplicate.
+namespace {
+uint64_t sidr_sender(const mad::MadAddress& from) {
   uint64_t who = from.lid | (uint64_t{1} << 32);
+  if (!from.grh) return who;
+  uint64_t hi = 0, lo = 0;
+  std::memcpy(&hi, from.gid.data(), 8);
+  std::memcpy(&lo, from.gid.data() + 8, 8);
+  return who ^ (lo * 0x9e3779b97f4a7c15ULL) ^ std::rotl(hi, 17);
+}
+}  // namespace
+
+void Engine::Impl::on_sidr_req(const mad::MadAddress& from, const SidrReq& q, const Message& msg) {
+  const uint64_t who = sidr_sender(from);
   if (auto it = remote.find({q.request_id, who}); it != remote.end()) {
     ctr().duplicates++;
     if (Conn* c = find(it->second); c && c->last) resend(*c);

@@ -38,6 +38,7 @@ struct PortInfo {
   std::array<uint8_t, 16> gid{};    // port GID 0
   uint16_t lid = 0;
   uint8_t ca_ack_delay = 15;        // the CA's local ACK delay (IBA 9.7.6.1.3), for REQ's Local ACK Timeout
+  bool ethernet = false;            // RoCE (IBA Annex A17): every MAD has a GRH, its SGID the sender's address
 };
 
 enum class EventType : uint8_t {
@@ -188,6 +189,7 @@ struct Counters {
   uint64_t rej_no_resources = 0;   // passive ids refused by Env::admit (REJ 3 / SIDR_REP rejected)
   uint64_t stale_foreign = 0;      // "stale" REQs not from the old connection's peer: REJ'd, old one kept
   uint64_t passive_expired = 0;    // passive ids never answered (EngineLimits::passive_timeout_cap)
+  uint64_t rej_foreign_gid = 0;    // RoCE REQs whose Primary Local Port GID is not the GRH's source: REJ 12
 };
 
 class Engine {

@@ -223,6 +223,7 @@ void CmService::make_engine(uint8_t port, uint64_t gen, const hca::PortAttr& a) 
   info.lid = a.lid;
   info.ca_ack_delay = hca_.caps().local_ca_ack_delay;
   P.ethernet = hca::protocol_roce(a.link_layer);
+  info.ethernet = P.ethernet;
   if (P.engine) return P.engine->set_port(info);
   cm::Env env;
   env.send = [this, port](const mad::MadAddress& to, mad::ByteVec mad) -> Result<void> {
@@ -1071,6 +1072,7 @@ std::vector<std::pair<std::string, uint64_t>> CmService::counter_list() const {
     v.emplace_back(pre + "dropped_unknown_id", c.dropped_unknown_id);
     v.emplace_back(pre + "rej_no_resources", c.rej_no_resources);
     v.emplace_back(pre + "stale_foreign", c.stale_foreign);
+    v.emplace_back(pre + "rej_foreign_gid", c.rej_foreign_gid);
     v.emplace_back(pre + "passive_expired", c.passive_expired);
   }
   return v;

@@ -142,13 +142,17 @@ struct Roce {
   size_t payload;   /* bytes after the BTH before the pad */
   int bad_icrc;     /* ICRC off by one bit */
   int tver;         /* BTH.TVer (0: IBA 9.2) */
+  int ud;           /* a UD SEND Only (opcode 0x64) with a DETH from QP1, Q_Key 0x80010000 */
+  const uint8_t* data; /* the payload (default: a pattern) */
 };
 
-/* An RC SEND Only (IBA 9.2 opcode 0x04) in RoCEv2 over IPv4 (IBA A17.4),
- * P_Key 0xFFFF, AckReq set. Returns the frame's length. */
+/* An RC SEND Only (IBA 9.2 opcode 0x04), or with `ud` a UD SEND Only
+ * (0x64, a DETH: IBA 9.3.2) in RoCEv2 over IPv4 (IBA A17.4), P_Key 0xFFFF,
+ * AckReq set. Returns the frame's length. */
 static size_t roce_frame(uint8_t* f, const struct Roce* r) {
   size_t pad = (4 - r->payload % 4) % 4;
-  size_t tl = 12 + r->payload + pad; /* BTH .. pad */
+  const size_t hdrs = r->ud ? 12 + 8 : 12; /* BTH (+ DETH) */
+  size_t tl = hdrs + r->payload + pad;     /* BTH .. pad */
   size_t udp_len = 8 + tl + 4;
   size_t at = eth_header(f, host_mac, 0x0800);
   uint8_t* ip = f + at;
@@ -159,15 +163,21 @@ static size_t roce_frame(uint8_t* f, const struct Roce* r) {
   put16(udp + 4, (unsigned)udp_len);
   put16(udp + 6, 0); /* A17.4.1: the ICRC covers the packet, the checksum is 0 */
   uint8_t* bth = udp + 8;
-  bth[0] = 0x04;
+  bth[0] = r->ud ? 0x64 : 0x04;
   bth[1] = (uint8_t)((pad << 4) | (r->tver & 0xF));
   put16(bth + 2, 0xFFFF);
   bth[4] = 0;
   put24(bth + 5, r->qpn & 0xFFFFFF);
   bth[8] = 0x80;
   put24(bth + 9, r->psn & 0xFFFFFF);
-  for (size_t i = 0; i < r->payload; ++i) bth[12 + i] = (uint8_t)('h' + i % 16);
-  memset(bth + 12 + r->payload, 0, pad);
+  if (r->ud) { /* DETH: the GSI's Q_Key (IBA 13.5.1), source QP 1 */
+    put16(bth + 12, 0x8001);
+    put16(bth + 14, 0x0000);
+    bth[16] = 0;
+    put24(bth + 17, 1);
+  }
+  for (size_t i = 0; i < r->payload; ++i) bth[hdrs + i] = r->data ? r->data[i] : (uint8_t)('h' + i % 16);
+  memset(bth + hdrs + r->payload, 0, pad);
   uint32_t icrc = roce_icrc_ipv4(ip, 20 + 8 + tl) ^ (r->bad_icrc ? 1u : 0u);
   uint8_t* ic = bth + tl;
   ic[0] = (uint8_t)icrc, ic[1] = (uint8_t)(icrc >> 8), ic[2] = (uint8_t)(icrc >> 16), ic[3] = (uint8_t)(icrc >> 24);
@@ -245,6 +255,36 @@ static size_t nd_solicitation(uint8_t* f) {
   sum += icmp_len + 58;
   put16(m + 2, inet_csum(m, icmp_len, sum));
   return at + 40 + icmp_len;
+}
+
+/* A CM REQ (IBA 12.6.5; offsets from the MAD's start) from the guest to
+ * the host's rping listener (the RDMA CM's TCP port space, port 7174:
+ * service ID 0x0106 << 16 | 7174, IBA A11.3.1) with an RDMA CM header
+ * (rdma-core's struct cma_hdr) from 198.18.80.1:0xBA10 to 198.18.80.1:7174,
+ * whose Primary Local Port GID claims the IPv4-mapped GID of `claimed`
+ * (the host's own address, or a third host's) while the frame's IP source
+ * is the guest's. RC, LIDs 0xFFFF (RoCE), path MTU 1024. */
+static void cm_req(uint8_t* m, uint32_t n, const uint8_t* claimed) {
+  memset(m, 0, 256);
+  m[0] = 1, m[1] = 0x07, m[2] = 2, m[3] = 0x03; /* CM class 2, Send */
+  put16(m + 8, 0xBA5E), put16(m + 10, 0), put16(m + 12, (unsigned)(n >> 16)), put16(m + 14, n & 0xFFFF);
+  put16(m + 16, 0x0010); /* REQ */
+  put16(m + 24, 0xBA00), put16(m + 26, n & 0xFFFF); /* Local Communication ID */
+  put16(m + 36, 0x0106), put16(m + 38, 7174);        /* Service ID */
+  memcpy(m + 40, own_mac, 6);                         /* Local CA GUID (any) */
+  put24(m + 56, 0x1000 + n), m[59] = 1;               /* Local QPN, responder resources */
+  m[63] = 1;                                          /* initiator depth */
+  m[67] = (uint8_t)(20 << 3);                         /* remote CM response timeout, RC */
+  put24(m + 68, 0x123456), m[71] = (uint8_t)(20 << 3 | 7);
+  put16(m + 72, 0xFFFF), m[74] = (uint8_t)(3 << 4 | 7), m[75] = (uint8_t)(15 << 4);
+  put16(m + 76, 0xFFFF), put16(m + 78, 0xFFFF); /* LIDs: none on RoCE */
+  static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  memcpy(m + 80, v4mapped, 12), memcpy(m + 92, claimed, 4); /* Primary Local Port GID */
+  memcpy(m + 96, v4mapped, 12), memcpy(m + 108, kHostIp, 4);
+  m[117] = 64, m[119] = (uint8_t)(18 << 3); /* hop limit, local ACK timeout */
+  uint8_t* h = m + 164;                     /* private data: struct cma_hdr */
+  h[1] = 0x40, put16(h + 2, 0xBA10);
+  memcpy(h + 4 + 12, claimed, 4), memcpy(h + 20 + 12, kHostIp, 4);
 }
 
 static void report(const char* cls, unsigned long f0, unsigned long b0, double t0) {
@@ -405,7 +445,19 @@ int main(int argc, char** argv) {
     struct Roce r = {.dst_ip = kOtherHostIp, .sport = kSportBase + 9, .qpn = rqpn, .psn = sq_psn, .payload = 64};
     send_frame(f, roce_frame(f, &r));
   });
-  /* 9. An ARP storm and an IPv6 neighbour discovery storm toward the host's
+  /* 9. CM REQs from the guest to the host's rping listener that claim to
+   * come from the host's own address (which the RDMA CM would take for a
+   * local connection) or from a third host: the Primary Local Port GID is
+   * not the frame's source, so ibd's CM refuses them with REJ 12 and
+   * counts them (cm.port1.rej_foreign_gid; docs/cm.md "Security"). */
+  CLASS("forged_req", for (uint32_t i = 0; i < 40; ++i) {
+    static uint8_t mad[256];
+    cm_req(mad, i, i % 2 ? kOtherHostIp : kHostIp);
+    struct Roce r = {.sport = kSportBase + 10, .qpn = 1, .psn = i, .payload = 256, .ud = 1, .data = mad};
+    send_frame(f, roce_frame(f, &r));
+    usleep(2000); /* paced: QP1's receive ring is the target, not its depth */
+  });
+  /* 10. An ARP storm and an IPv6 neighbour discovery storm toward the host's
    * port, as fast as the guest sends. */
   CLASS("arp_storm", for (int i = 0; i < 5000; ++i) send_frame(f, arp_request(f)));
   CLASS("nd_storm", for (int i = 0; i < 5000; ++i) send_frame(f, nd_solicitation(f)));

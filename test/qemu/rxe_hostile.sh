@@ -26,7 +26,10 @@
 # data-path counters (logged by ibd's simhca at exit: bad ICRC,
 # malformed, no QP, wrong addresses, duplicates), ibd's netdev counters
 # (`ibdctl counters`: netdev.drop_rx_too_big, netdev.frames_in; no error on
-# its raw QP) and the cable's drop of the 9,014-byte frames; simhca's
+# its raw QP), the CM's refusal of every forged REQ (a Primary Local Port
+# GID that is not the frame's IP source: cm.port1.rej_foreign_gid, and no
+# connect request but the guest's one rping reached the RDMA CM) and the
+# cable's drop of the 9,014-byte frames; simhca's
 # capture holds the hostile frames (UDP source ports 0xBA00..0xBAFF, the
 # storms) while every frame of the good traffic decodes as InfiniBand,
 # none malformed.
@@ -82,7 +85,7 @@ host_mac=02:03:00:00:0c:01  # docs/simhca.md §16.1: 02, low 40 bits of GUID + 1
 declare -A expect_sent=(
   [bad_icrc]=200 [no_qp]=200 [bad_addr]=200 [qp0]=50 [old_psn]=100 [malformed]=200 [garbage]=200
   [giant_udp]=20 [giant_no_qp]=10 [giant_roce]=5 [giant_bad_icrc]=10 [giant_9014]=5 [not_our_ip]=50
-  [arp_storm]=5000 [nd_storm]=5000)
+  [forged_req]=40 [arp_storm]=5000 [nd_storm]=5000)
 
 # shellcheck source=test/qemu/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -331,6 +334,16 @@ if ((ibd_alive)); then
   ((qp_rx == accounted && qp_rx == raw_rx)) ||
     fail "netdev: the raw QP took $qp_rx frames (simhca gave it $raw_rx), $accounted written or counted as dropped"
   [[ $(counter "$work/counters.after" netdev.qp_recv_errors) == 0 ]] || fail "ibd's raw QP had receive errors"
+  # The forged REQs (a Primary Local Port GID that is not the frame's
+  # source: the host's own address, a third host's): each refused by the
+  # CM with REJ 12 and counted; none reached the RDMA CM, so none reached
+  # the host's rping listener.
+  forged=$(delta cm.port1.rej_foreign_gid)
+  say "cm: rej_foreign_gid +$forged, cma.connect_requests +$(delta cma.connect_requests), cma.requests_refused +$(delta cma.requests_refused)"
+  ((forged == expect_sent[forged_req])) ||
+    fail "cm.port1.rej_foreign_gid: +$forged, expected +${expect_sent[forged_req]} (every forged REQ refused)"
+  (($(delta cma.connect_requests) == 1)) ||
+    fail "cma.connect_requests +$(delta cma.connect_requests): not only the guest's one rping connection"
 fi
 grep -q 'dropped a 9014-byte datagram' "$work/ibd.log" ||
   fail "the cable did not say it dropped the 9,014-byte frames"
@@ -353,7 +366,7 @@ else
   ((good >= 4 * iters && good_ib == good && good_bad == 0)) ||
     fail "tshark: the good connection's frames: $good, $good_ib InfiniBand, $good_bad malformed (expected at least $((4 * iters)), all InfiniBand, none malformed)"
   hostile_roce=0
-  for c in bad_icrc no_qp bad_addr qp0 old_psn giant_no_qp giant_roce giant_bad_icrc not_our_ip; do
+  for c in bad_icrc no_qp bad_addr qp0 old_psn giant_no_qp giant_roce giant_bad_icrc not_our_ip forged_req; do
     hostile_roce=$((hostile_roce + ${expect_sent[$c]}))
   done
   at_least "tshark: hostile RoCEv2 frames" "$roce_hostile" "$hostile_roce"

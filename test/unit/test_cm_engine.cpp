@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <vector>
@@ -50,11 +51,24 @@ struct Node {
   std::vector<mad::ByteVec> sent;                      // every MAD it sent, if `record`
   bool record = false;
   std::function<bool(uint64_t owner, uint32_t listen_id)> admit;  // Env::admit, if set
+  std::optional<std::array<uint8_t, 16>> roce_gid;  // set by roce(): an Ethernet port, MADs with a GRH from it
   // `salt`: another random sequence for the same LID and GUID (a restart).
   Node(Fabric& f, uint16_t l, uint64_t g, uint64_t salt = 0);
   size_t count(EventType t) const {
     auto it = counts.find(t);
     return it == counts.end() ? 0 : it->second;
+  }
+  // The port becomes a RoCE port (IBA Annex A17) with source address `gid`:
+  // its MADs carry a GRH with that SGID, and its engine checks REQs' GIDs.
+  void roce(std::array<uint8_t, 16> gid) {
+    roce_gid = gid;
+    PortInfo p;
+    p.ca_guid = guid;
+    p.lid = lid;
+    p.gid = gid;
+    p.ca_ack_delay = 4;
+    p.ethernet = true;
+    engine->set_port(p);
   }
   const Seen* last(EventType t) const {
     for (auto it = events.rbegin(); it != events.rend(); ++it)
@@ -85,6 +99,10 @@ struct Fabric {
         from.lid = from_lid;
         from.qpn = 1;
         from.qkey = mad::kGsiQkey;
+        if (auto s = nodes.find(from_lid); s != nodes.end() && s->second->roce_gid) {
+          from.grh = true;
+          from.gid = *s->second->roce_gid;
+        }
         it->second->engine->on_mad(from, m);
       });
     }
@@ -913,4 +931,76 @@ TEST_CASE("cm engine: REQs and SIDR_REQs past the listener's budget are refused 
   CHECK(a.last(EventType::kSidrRepReceived)->sidr_status == static_cast<uint8_t>(SidrStatus::kRejected));
   CHECK(b.count(EventType::kSidrReqReceived) == 0);
   CHECK(b.engine->counters().rej_no_resources == 2);
+}
+
+// RoCE (IBA Annex A17; docs/cm.md "Security"): a REQ's Primary Local Port
+// GID must be the GRH's source, the address the network carried it from.
+std::array<uint8_t, 16> v4_gid(uint8_t last) {
+  return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 93, last};
+}
+
+TEST_CASE("cm engine: RoCE: a REQ whose Primary Local Port GID is not its GRH's source is REJ 12, counted; the true one connects") {
+  Pair t;
+  auto& f = t.f;
+  auto& b = t.b;
+  t.a.roce(v4_gid(1));
+  b.roce(v4_gid(2));
+  auto p = params(t.a, 2, 0x100);
+  p.primary.local_gid = v4_gid(1);
+  p.primary.remote_gid = v4_gid(2);
+  REQUIRE(t.a.engine->connect(p, 1));
+  f.run_until([&] { return b.count(EventType::kRtuReceived) == 1; });
+  REQUIRE(b.count(EventType::kRtuReceived) == 1);
+  CHECK(b.engine->counters().rej_foreign_gid == 0);
+  // Another host claims A's address (or one of B's own) as its source.
+  Node evil(f, 3, 0xe0e0);
+  evil.roce(v4_gid(66));
+  auto_active(evil);
+  uint32_t qpn = 0x300;
+  for (auto claimed : {v4_gid(1), v4_gid(2)}) {
+    auto q = params(evil, 2, qpn++);
+    q.primary.local_gid = claimed;
+    q.primary.remote_gid = v4_gid(2);
+    REQUIRE(evil.engine->connect(q, 1));
+  }
+  f.run_until([&] { return evil.count(EventType::kRejReceived) == 2; });
+  REQUIRE(evil.count(EventType::kRejReceived) == 2);
+  CHECK(evil.last(EventType::kRejReceived)->reason == static_cast<uint16_t>(RejReason::kInvalidGid));
+  CHECK(b.engine->counters().rej_foreign_gid == 2);
+  CHECK(b.count(EventType::kReqReceived) == 1);
+  // Its own address as the source is a REQ like any other.
+  auto q = params(evil, 2, 0x310);
+  q.primary.local_gid = v4_gid(66);
+  q.primary.remote_gid = v4_gid(2);
+  REQUIRE(evil.engine->connect(q, 1));
+  f.run_until([&] { return b.count(EventType::kRtuReceived) == 2; });
+  CHECK(b.count(EventType::kRtuReceived) == 2);
+  CHECK(b.engine->counters().rej_foreign_gid == 2);
+}
+
+TEST_CASE("cm engine: RoCE: SIDR_REQs of two hosts with one request ID and one LID are two requests, not a duplicate") {
+  Fabric f;
+  Node b(f, 2, 0xb0b0), x(f, 3, 0xc0c0);
+  b.roce(v4_gid(2));
+  REQUIRE(b.engine->listen(kService, ~0ull, 7, true));
+  std::vector<uint32_t> answered;
+  b.on_event = [&](Node& me, const Event& e) {
+    if (e.type == EventType::kSidrReqReceived) REQUIRE(me.engine->sidr_reply(e.id, 0, 0x4321, 0x11112222, {}));
+  };
+  SidrReq q;
+  q.request_id = 0x5151;
+  q.service_id = kService;
+  // Both senders' LID is the same (RoCE: 0xFFFF); only the GRH tells them apart.
+  for (uint8_t host : {10, 11}) {
+    mad::MadAddress from;
+    from.lid = 3;
+    from.qpn = 1;
+    from.qkey = mad::kGsiQkey;
+    from.grh = true;
+    from.gid = v4_gid(host);
+    b.engine->on_mad(from, encode(q, 20 + host));
+  }
+  f.run_until([&] { return b.count(EventType::kSidrReqReceived) == 2; });
+  CHECK(b.count(EventType::kSidrReqReceived) == 2);
+  CHECK(b.engine->counters().duplicates == 0);
 }
