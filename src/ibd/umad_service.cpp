@@ -641,7 +641,8 @@ std::vector<std::pair<std::string, uint64_t>> UmadService::counter_list() const 
              {"timeouts", c.timeouts}, {"retries", c.retries}, {"unmatched_responses", c.unmatched_responses},
              {"unclaimed_requests", c.unclaimed_requests}, {"rmpp_sent", c.rmpp_sent},
              {"rmpp_received", c.rmpp_received}, {"rmpp_aborted", c.rmpp_aborted},
-             {"recv_errors", q.recv_errors}, {"no_send_buffer", q.no_send_buffer}, {"queued", q.queued}})
+             {"recv_errors", q.recv_errors}, {"no_send_buffer", q.no_send_buffer}, {"queued", q.queued},
+             {"ahs_evicted", q.ahs_evicted}})
       v.emplace_back(p + k, n);
   }
   return v;

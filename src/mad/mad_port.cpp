@@ -150,6 +150,7 @@ void MadPort::rung_modify(std::unique_ptr<MadPort> p, OpenDone done, uint8_t q, 
 
 void MadPort::finish(std::unique_ptr<MadPort> p, OpenDone done) {
   for (uint32_t s = kSendSlots; s-- > 0;) p->free_send_.push_back(s);
+  p->slot_ahn_.assign(kSendSlots, 0);
   if (auto r = p->hca_.arm_cq(p->cq_, false); !r) return fail(std::move(p), std::move(done), r.take_error());
   done(std::move(p));
 }
@@ -173,8 +174,12 @@ std::vector<std::pair<hca::ObjectKind, uint32_t>> MadPort::teardown_steps() {
   for (int q = 1; q >= 0; --q)
     if (have_qp_[q]) steps.emplace_back(K::kQp, qps_[q].qpn);
   if (have_cq_) steps.emplace_back(K::kCq, cq_.cqn);
-  for (const auto& [key, ahn] : ahs_) steps.emplace_back(K::kAh, ahn);
+  for (const auto& [key, ah] : ahs_) steps.emplace_back(K::kAh, ah.ahn);
+  for (uint32_t ahn : retiring_) steps.emplace_back(K::kAh, ahn);
   ahs_.clear();
+  lru_.clear();
+  retiring_.clear();
+  ah_refs_.clear();
   if (have_mkey_) steps.emplace_back(K::kMkey, mkey_.lkey);
   if (have_pd_) steps.emplace_back(K::kPd, pdn_);
   have_pd_ = have_mkey_ = have_cq_ = have_qp_[0] = have_qp_[1] = false;
@@ -274,8 +279,39 @@ void MadPort::create_ah_with(const AhKey& key, const MadAddress& to, uint8_t sgi
                             ahn.error().str(), mads.size());
       return;
     }
-    ahs_.emplace(key, *ahn);
+    cache_ah(key, *ahn);
     for (const Waiting& w : mads) (void)post(w.qp, w.to, w.mad, *ahn);
+  });
+}
+
+// The newest handle first; past the bound the least recently used one
+// goes: destroyed now, or (MADs still use it) when its last one completes.
+void MadPort::cache_ah(const AhKey& key, uint32_t ahn) {
+  lru_.push_front(key);
+  ahs_[key] = CachedAh{ahn, lru_.begin()};
+  while (ahs_.size() > max_ahs_) {
+    auto old = ahs_.find(lru_.back());
+    const uint32_t gone = old->second.ahn;
+    ahs_.erase(old);
+    lru_.pop_back();
+    ++counters_.ahs_evicted;
+    if (ah_refs_.count(gone))
+      retiring_.insert(gone);
+    else
+      destroy_ah(gone);
+  }
+}
+
+void MadPort::unref_ah(uint32_t ahn) {
+  auto it = ah_refs_.find(ahn);
+  if (it == ah_refs_.end() || --it->second > 0) return;
+  ah_refs_.erase(it);
+  if (retiring_.erase(ahn)) destroy_ah(ahn);
+}
+
+void MadPort::destroy_ah(uint32_t ahn) {
+  hca_.destroy_async(hca::ObjectKind::kAh, ahn, [port = port_, ahn](Result<void> r) {
+    if (!r) log::get("mad")->debug("port {}: DESTROY_AH {}: {}", port, ahn, r.error().str());
   });
 }
 
@@ -284,7 +320,14 @@ Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std
   if (qp == 0 && !smi_) return err(EOPNOTSUPP, "port {} has no QP0 (no SMI: not an InfiniBand port)", port_);
   if (mad.size() != kMadBytes) return err(EINVAL, "a MAD is {} bytes, not {}", kMadBytes, mad.size());
   const AhKey key = ah_key(to);
-  if (auto it = ahs_.find(key); it != ahs_.end()) return post(qp, to, mad, it->second);
+  if (auto it = ahs_.find(key); it != ahs_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    return post(qp, to, mad, it->second.ahn);
+  }
+  if (!waiting_.count(key) && waiting_.size() >= kMaxAhsPending) {
+    ++counters_.no_send_buffer;
+    return err(EAGAIN, "{} destinations already wait for their address handles", waiting_.size());
+  }
   auto& w = waiting_[key];
   if (w.size() >= kSendSlots) {
     ++counters_.no_send_buffer;
@@ -297,6 +340,8 @@ Result<void> MadPort::send(uint8_t qp, const MadAddress& to, std::span<const std
   return ok();
 }
 
+// The MAD holds a reference on its handle (ref_ah) from here until its
+// send completes or fails (unref_ah), so that an eviction waits for it.
 Result<void> MadPort::post(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn) {
   // Every send slot in flight (or MADs already waiting: they go first):
   // the MAD waits for a send completion (drain_overflow), in order.
@@ -305,6 +350,7 @@ Result<void> MadPort::post(uint8_t qp, const MadAddress& to, std::span<const std
       ++counters_.no_send_buffer;
       return err(EAGAIN, "all {} MAD send buffers in flight and {} MADs waiting", kSendSlots, overflow_.size());
     }
+    ref_ah(ahn);
     Overflow o;
     o.ahn = ahn;
     o.w.qp = qp;
@@ -314,6 +360,7 @@ Result<void> MadPort::post(uint8_t qp, const MadAddress& to, std::span<const std
     ++counters_.queued;
     return ok();
   }
+  ref_ah(ahn);
   return post_now(qp, to, mad, ahn);
 }
 
@@ -338,9 +385,11 @@ Result<void> MadPort::post_now(uint8_t qp, const MadAddress& to, std::span<const
   wr.remote_qkey = qp == 0 ? 0 : (to.qkey ? to.qkey : kGsiQkey);
   if (auto r = hca_.post_send(qps_[qp], wr); !r) {
     ++counters_.send_errors;
+    unref_ah(ahn);
     return r.error();
   }
   free_send_.pop_back();
+  slot_ahn_[slot] = ahn;
   ++counters_.sent;
   return ok();
 }
@@ -352,7 +401,10 @@ void MadPort::on_completion() {
     for (const auto& wc : wcs) {
       if (wc.wr_id & kSendTag) {
         const uint32_t slot = uint32_t(wc.wr_id);
-        if (slot < kSendSlots) free_send_.push_back(slot);
+        if (slot < kSendSlots) {
+          free_send_.push_back(slot);
+          unref_ah(slot_ahn_[slot]);
+        }
         if (wc.status != hca::kWcSuccess) ++counters_.send_errors;
         drain_overflow();
         continue;

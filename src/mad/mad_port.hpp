@@ -12,10 +12,13 @@
 #include <cstdint>
 #include <functional>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <span>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/result.hpp"
@@ -67,6 +70,18 @@ class MadPort final : public MadTransport {
 
   const MadPortCounters& counters() const override { return counters_; }
 
+  // The address-handle cache's bound (default kDefaultMaxAhs): past it the
+  // least recently used handle is destroyed (once no MAD queued or in
+  // flight uses it). Every MAD destination gets a handle, and on RoCE any
+  // host can make replies go to as many sources as it forges: the device's
+  // AH table is shared with the clients (docs/mad.md "Address handles").
+  static constexpr size_t kDefaultMaxAhs = 256;
+  // Destinations whose CREATE_AH is in flight at once; a MAD to another
+  // new one is dropped (EAGAIN, no_send_buffer) until one completes.
+  static constexpr size_t kMaxAhsPending = 64;
+  void set_max_ahs(size_t n) { max_ahs_ = n ? n : 1; }
+  size_t cached_ahs() const { return ahs_.size(); }
+
  private:
   MadPort(hca::Device& hca, uint8_t port) : hca_(hca), port_(port) {}
   // open_async's rungs, each continuing the next; fail() undoes.
@@ -93,6 +108,12 @@ class MadPort final : public MadTransport {
   Result<void> post(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn);
   Result<void> post_now(uint8_t qp, const MadAddress& to, std::span<const std::byte> mad, uint32_t ahn);
   void drain_overflow();
+  // The cache's LRU order and the references that keep an evicted handle
+  // alive: a MAD waiting in overflow_ or posted and not yet completed.
+  void cache_ah(const AhKey& key, uint32_t ahn);
+  void ref_ah(uint32_t ahn) { ++ah_refs_[ahn]; }
+  void unref_ah(uint32_t ahn);
+  void destroy_ah(uint32_t ahn);
   struct Overflow {
     Waiting w;
     uint32_t ahn = 0;
@@ -115,7 +136,16 @@ class MadPort final : public MadTransport {
   bool have_mkey_ = false;
   std::vector<uint32_t> free_send_;  // send slot indices
   std::deque<Overflow> overflow_;    // MADs waiting for a send slot, in order
-  std::map<AhKey, uint32_t> ahs_;
+  struct CachedAh {
+    uint32_t ahn = 0;
+    std::list<AhKey>::iterator lru;
+  };
+  std::map<AhKey, CachedAh> ahs_;
+  std::list<AhKey> lru_;  // most recently used first
+  size_t max_ahs_ = kDefaultMaxAhs;
+  std::unordered_map<uint32_t, uint32_t> ah_refs_;  // AHN -> MADs queued or in flight with it
+  std::unordered_set<uint32_t> retiring_;            // evicted, destroyed when unreferenced
+  std::vector<uint32_t> slot_ahn_;                   // per send slot: its MAD's AHN
   std::map<AhKey, std::vector<Waiting>> waiting_;  // MADs whose AH is being created
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for CREATE_AH continuations
   Receiver receiver_;

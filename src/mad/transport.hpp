@@ -50,6 +50,7 @@ struct ReceivedMad {
 struct MadPortCounters {
   uint64_t sent = 0, send_errors = 0, received = 0, recv_errors = 0, no_send_buffer = 0;
   uint64_t queued = 0;  // MADs that waited for a send slot (MadPort's overflow queue)
+  uint64_t ahs_evicted = 0;  // address handles the cache's bound destroyed (MadPort::kDefaultMaxAhs)
 };
 
 // What the MAD layer needs from the port below it (DESIGN: a small

@@ -110,3 +110,52 @@ TEST_CASE("MAD port on an Ethernet port: a source GID in no GID table entry, or 
   CHECK(p.asked.empty());
   CHECK(p.port->counters().sent == 0);
 }
+
+// The address-handle cache is bounded (docs/mad.md "Address handles"): on
+// RoCE any host can make ibd reply to as many source addresses as it
+// forges, and the device's AH table (simhca: 4,096) is shared with every
+// client. Past the bound the least recently used handle is destroyed, so
+// MADs to more destinations than the device has AHs all go out.
+TEST_CASE("MAD port on an Ethernet port: MADs to 4,200 destinations, more than the device's 4,096 AHs, all sent", "[roce-mad]") {
+  RocePort p;
+  p.port->set_max_ahs(8);
+  constexpr int kPeers = 4200;
+  for (int i = 0; i < kPeers; ++i) {
+    mad::MadAddress a = p.to_peer();
+    a.gid[14] = static_cast<uint8_t>(100 + i / 256);
+    a.gid[15] = static_cast<uint8_t>(i % 256);
+    REQUIRE(p.port->send(1, a, p.mad).ok());
+    // Every 50th destination gets a second MAD at once, on the same handle.
+    if (i % 50 == 0) REQUIRE(p.port->send(1, a, p.mad).ok());
+    INFO("destination " << i);
+    const uint64_t want = static_cast<uint64_t>(i + 1 + i / 50 + 1);
+    REQUIRE(p.run_until([&] { return p.port->counters().sent == want || p.port->counters().send_errors > 0; }));
+    REQUIRE(p.port->counters().send_errors == 0);
+  }
+  CHECK(p.port->cached_ahs() == 8);
+  CHECK(p.port->counters().ahs_evicted == kPeers - 8);
+  CHECK(p.asked.size() == kPeers);
+}
+
+TEST_CASE("MAD port on an Ethernet port: a burst to 100 new destinations: 64 wait for handles, the rest EAGAIN, counted", "[roce-mad]") {
+  RocePort p;
+  int refused = 0;
+  for (int i = 0; i < 100; ++i) {
+    mad::MadAddress a = p.to_peer();
+    a.gid[15] = static_cast<uint8_t>(i);
+    auto r = p.port->send(1, a, p.mad);
+    if (!r) {
+      CHECK(r.error().code == EAGAIN);
+      ++refused;
+    }
+  }
+  CHECK(refused == 100 - static_cast<int>(mad::MadPort::kMaxAhsPending));
+  CHECK(p.port->counters().no_send_buffer == static_cast<uint64_t>(refused));
+  REQUIRE(p.run_until([&] { return p.port->counters().sent == mad::MadPort::kMaxAhsPending; }));
+  CHECK(p.port->counters().send_errors == 0);
+  // Once they have their handles, new destinations are taken again.
+  mad::MadAddress a = p.to_peer();
+  a.gid[15] = 200;
+  REQUIRE(p.port->send(1, a, p.mad).ok());
+  REQUIRE(p.run_until([&] { return p.port->counters().sent == mad::MadPort::kMaxAhsPending + 1; }));
+}
