@@ -30,6 +30,7 @@ void GidTable::address(bool added, const ipoib::IpAddr& a) {
   if (added) {
     ++wanted_[*g];
     failed_.erase(*g);  // said again: try again
+    no_room_.erase(*g);
     return;
   }
   auto it = wanted_.find(*g);
@@ -37,6 +38,7 @@ void GidTable::address(bool added, const ipoib::IpAddr& a) {
   if (--it->second <= 0) {
     wanted_.erase(it);
     failed_.erase(*g);
+    no_room_.erase(*g);
   }
 }
 
@@ -45,12 +47,13 @@ std::optional<GidStep> GidTable::next_step() {
     if (!wanted_.count(gid)) return GidStep{index, std::nullopt};
   for (const auto& w : wanted_) {
     const Gid& gid = w.first;
-    if (failed_.count(gid)) continue;
+    if (failed_.count(gid) || no_room_.count(gid)) continue;
     if (std::any_of(programmed_.begin(), programmed_.end(), [&](const auto& e) { return e.second == gid; })) continue;
     for (uint16_t i = 1; i < len_; ++i)
       if (!programmed_.count(i)) return GidStep{i, gid};
-    ++counters_.table_full;
-    failed_[gid] = true;
+    // No room: counted once, and tried again when an entry is freed (done).
+    if (counted_full_.insert(gid).second) ++counters_.table_full;
+    no_room_.insert(gid);
   }
   return std::nullopt;
 }
@@ -61,6 +64,7 @@ void GidTable::done(const GidStep& s, bool ok) {
     programmed_.erase(s.index);
     if (ok) ++counters_.removed;
     else ++counters_.failed;
+    no_room_.clear();  // an entry is free: the addresses that found none try again
     return;
   }
   if (ok) {
@@ -75,6 +79,7 @@ void GidTable::done(const GidStep& s, bool ok) {
 void GidTable::forget_device() {
   programmed_.clear();
   failed_.clear();
+  no_room_.clear();
 }
 
 }  // namespace openib::eth

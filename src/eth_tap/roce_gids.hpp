@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <optional>
 #include <vector>
 
@@ -66,7 +67,9 @@ class GidTable {
   uint16_t len_;
   std::map<Gid, int> wanted_;  // GID -> addresses naming it
   std::map<uint16_t, Gid> programmed_;
-  std::map<Gid, bool> failed_;  // written and refused, or no room
+  std::map<Gid, bool> failed_;  // written and refused: not again until the address is said again
+  std::set<Gid> no_room_;       // found no free entry: again when one is freed
+  std::set<Gid> counted_full_;  // (table_full counts an address once)
   GidTableCounters counters_;
 };
 

@@ -49,15 +49,16 @@ mad::MadAddress peer_of(const sa::PathRecord& p) {
   a.qkey = iba::kGsiQkey;
   a.lid = p.dlid;
   a.sl = p.sl;
+  // The GIDs always: an Ethernet port's MADs have a GRH whatever the
+  // path's hop limit (IBA Annex A17), and the source GID picks the GID
+  // table entry (the source IP's, so that an IPv4 path goes as IPv4).
+  a.gid = p.dgid;
+  a.local_gid = p.sgid;
   if (p.hop_limit > 1) {
     a.grh = true;
-    a.gid = p.dgid;
     a.hop_limit = p.hop_limit;
     a.traffic_class = p.tclass;
     a.flow_label = p.flow_label;
-    // The source GID too: on an Ethernet port it picks the GID table
-    // entry (the source IP's, so an IPv4 path goes as IPv4; IBA Annex A17).
-    a.local_gid = p.sgid;
   }
   return a;
 }

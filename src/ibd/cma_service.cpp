@@ -1154,10 +1154,10 @@ void CmaService::ib_joined(uint32_t client, uint32_t h, const std::array<uint8_t
   gr.mlid = rec->mlid;
   hca_.attach_mcast_async(
       gr.qpn, mgid, rec->mlid,
-      [this, alive = std::weak_ptr<bool>(alive_), client, h, mgid, g, rec = *rec](Result<void> a) {
+      [this, alive = std::weak_ptr<bool>(alive_), client, h, mgid, g, qpn = gr.qpn, rec = *rec](Result<void> a) {
         if (alive.expired()) return;
         Id* i2 = find_id(client, h);
-        if (!i2 || !i2->groups.count(mgid)) return;
+        if (!i2 || !i2->groups.count(mgid)) return a ? undo_attach(client, h, mgid, qpn, rec.mlid) : void();
         proto::CmaEventMsg m;
         m.dst = to_proto(g);
         if (!a) {
@@ -1236,16 +1236,17 @@ void CmaService::join_roce(Id& id, const cma::Addr& g, uint32_t qpn, const arp::
   };
   hca::find_gid_async(
       hca_, id.port, id.sgid,
-      [this, alive = std::weak_ptr<bool>(alive_), holder, fail, g, mgid, qpn, qkey](Result<uint16_t> idx) {
+      [this, alive = std::weak_ptr<bool>(alive_), holder, fail, g, mgid, qpn, qkey, client = id.client,
+       h = id.handle](Result<uint16_t> idx) {
         if (alive.expired()) return;
         Id* i = holder();
         if (!i) return;
         if (!idx) return fail(*i, Error{idx.error().code, "the id's source GID: " + idx.error().message});
-        hca_.attach_mcast_async(qpn, mgid, 0, [this, alive, holder, fail, g, mgid, qkey,
+        hca_.attach_mcast_async(qpn, mgid, 0, [this, alive, holder, fail, g, mgid, qkey, qpn, client, h,
                                                sgid_index = *idx](Result<void> a) {
           if (alive.expired()) return;
           Id* i2 = holder();
-          if (!i2) return;
+          if (!i2) return a ? undo_attach(client, h, mgid, qpn, 0) : void();
           if (!a) return fail(*i2, a.error());
           i2->groups[mgid].attached = true;
           proto::CmaEventMsg m;
@@ -1263,6 +1264,18 @@ void CmaService::join_roce(Id& id, const cma::Addr& g, uint32_t qpn, const arp::
         });
       });
   done(ok());
+}
+
+// An attach that completed after its join was left or its id destroyed
+// (drop_group saw it not yet attached): the QP is detached again, unless
+// the id holds that group on that QP anew (a rejoin, whose own attach is
+// the one that counts). Without this the QP kept receiving the group.
+void CmaService::undo_attach(uint32_t client, uint32_t h, const std::array<uint8_t, 16>& mgid, uint32_t qpn,
+                             uint16_t mlid) {
+  if (Id* i = find_id(client, h))
+    if (auto it = i->groups.find(mgid); it != i->groups.end() && it->second.qpn == qpn) return;
+  ++counters_.late_attaches_undone;
+  hca_.detach_mcast_async(qpn, mgid, mlid, [](Result<void>) {});
 }
 
 void CmaService::drop_group(const Id& id, const std::array<uint8_t, 16>& mgid, Group& g) {
@@ -1417,6 +1430,7 @@ std::vector<std::pair<std::string, uint64_t>> CmaService::counter_list() const {
       {"cma.sessions_overrun", counters_.sessions_overrun},
       {"cma.connect_requests", counters_.connect_requests},
       {"cma.requests_refused", counters_.requests_refused},
+      {"cma.late_attaches_undone", counters_.late_attaches_undone},
       {"cma.addr_changes", counters_.addr_changes},
       {"cma.device_removals", counters_.device_removals},
       {"cma.requests_bad_address", counters_.requests_bad_address},

@@ -78,6 +78,7 @@ struct CmaServiceCounters {
   uint64_t local_routes = 0;
   // Multicast joins on an Ethernet port (no SA: join_roce).
   uint64_t roce_joins = 0;
+  uint64_t late_attaches_undone = 0;  // multicast attaches that completed after their join was left
 };
 
 class CmaService final : public Service {
@@ -272,6 +273,7 @@ class CmaService final : public Service {
   void join_roce(Id& id, const cma::Addr& g, uint32_t qpn, const arp::Link& link, Done done);
   void ib_joined(uint32_t client, uint32_t h, const std::array<uint8_t, 16>& mgid, const cma::Addr& g,
                  Result<proto::McastJoinRep> rep);
+  void undo_attach(uint32_t client, uint32_t h, const std::array<uint8_t, 16>& mgid, uint32_t qpn, uint16_t mlid);
   void drop_group(const Id& id, const std::array<uint8_t, 16>& mgid, Group& g);
   void move_ud_qp(uint32_t client, uint32_t qp, uint8_t port, uint32_t qkey, std::vector<uint8_t> states,
                   Done done);
