@@ -28,6 +28,9 @@
 #  - cmtime -c 1000: every step timed (printed), the server still serving
 #    after, its QPs and CQs all gone from ibd (ibdctl clients), no destroy
 #    refused ("still used");
+#  - rstream (500 x 1000 bytes, verified) and udpong (500 echoes; its
+#    datagrams' address handles from the route's source GID entry: IPv4
+#    frames, checked in the capture);
 #  - rping -q both ways (QPs the application moves with
 #    rdma_init_qp_attr: the RTR's sgid_index the connection's GID entry);
 #  - mckey: a receiver on each side, a sender in the first namespace, an
@@ -68,7 +71,7 @@ fail() {
   done
   exit 1
 }
-for t in rping ucmatose udaddy mckey cmtime tshark ip; do command -v "$t" >/dev/null || fail "$t not found (scripts/setup.sh installs rdmacm-utils)"; done
+for t in rping ucmatose udaddy mckey cmtime rstream udpong tshark ip; do command -v "$t" >/dev/null || fail "$t not found (scripts/setup.sh installs rdmacm-utils)"; done
 until_ok() {
   local n=$1
   shift
@@ -268,6 +271,34 @@ echo "ok: cmtime $ns1 -> $ns2: $conns connections in $((SECONDS - t0)) s; the se
 rping_pair 2 1 "$net4.2" -q
 rping_pair 1 2 "$net4.1" -q
 
+# ---- rsockets -----------------------------------------------------------------------
+# Debian's rstream (stream rsockets: RC connections through the RDMA CM,
+# the data verified, -T v) and udpong (datagram rsockets: UD QPs whose
+# address handles come from the RDMA CM's route; on RoCE with a GRH from
+# the source address's GID entry, an IPv4 frame for an IPv4 peer) over our
+# librdmacm.so.1, server in $ns2.
+inns_bg 2 timeout 60 rstream -b "$net4.2" -p 7471 -C 500 -S 1000 -T v >"$work/rstream-srv.out" 2>&1 &
+srv=$!
+pids+=("$srv")
+sleep 1
+rc=0
+out=$(inns 1 timeout 60 rstream -s "$net4.2" -p 7471 -C 500 -S 1000 -T v 2>&1) || rc=$?
+((rc == 0)) || fail "rstream client ($rc): $out; server: $(cat "$work/rstream-srv.out")"
+wait "$srv" || fail "rstream server: $(cat "$work/rstream-srv.out")"
+row=$(grep -E '^custom ' <<<"$out" | tr -s ' ') || fail "rstream: no result row: $out"
+echo "ok: rstream $ns1 -> $ns2, 500 x 1000 bytes verified: $row"
+inns_bg 2 timeout 60 udpong -b "$net4.2" -p 7174 >"$work/udpong-srv.out" 2>&1 &
+srv=$!
+pids+=("$srv")
+sleep 1
+rc=0
+out=$(inns 1 timeout 60 udpong -s "$net4.2" -p 7174 -C 500 -S 1000 -T e 2>&1) || rc=$?
+((rc == 0)) || fail "udpong client ($rc): $out; server: $(cat "$work/udpong-srv.out")"
+row=$(grep -E '^custom ' <<<"$out" | tr -s ' ') || fail "udpong: no result row: $out"
+kill "$srv" 2>/dev/null || true
+wait "$srv" 2>/dev/null || true
+echo "ok: udpong $ns1 -> $ns2, 500 echoes of 1000 bytes: $row"
+
 # ---- mckey --------------------------------------------------------------------------
 # A receiver in each namespace, then the sender in $ns1: $ns2's receiver
 # gets the frames over the cable, $ns1's the device's own copy. UD
@@ -310,13 +341,17 @@ kill -TERM "${pids[0]}"
 wait "${pids[0]}" || fail "ibd 1 did not stop cleanly: $(tail -20 "$work/1.log")"
 frames() { tshark -r "$work/1.pcap" -Y "udp.dstport == 4791 && $1" 2>/dev/null | wc -l; }
 # UD datagrams (SEND only, with immediate: BTH opcodes 100, 101) to a
-# unicast QP other than QP1: udaddy's, both ways. IPv4, as Linux sends
-# between IPv4 addresses; none as IPv6 (a GRH from GID 0, fe80::).
+# unicast QP other than QP1: udaddy's and udpong's (rsockets' datagrams
+# carry 1000 bytes and more), both ways. IPv4, as Linux sends between IPv4
+# addresses; none as IPv6 (a GRH from GID 0, fe80::, which two simhcas
+# accept but an IPv4 peer's stack does not).
 ud='(infiniband.bth.opcode == 100 || infiniband.bth.opcode == 101) && infiniband.bth.destqp != 1 && infiniband.bth.destqp != 0xffffff'
 v4=$(frames "ip && $ud")
 v6=$(frames "ipv6 && $ud")
-((v4 > 0 && v6 == 0)) || fail "udaddy's datagrams: $v4 IPv4 frames, $v6 IPv6 frames (want IPv4 only)"
-echo "ok: udaddy's datagrams: $v4 IPv4 frames, none IPv6"
+big=$(frames "ip && $ud && frame.len > 1000")
+((v4 > 0 && v6 == 0)) || fail "udaddy's and udpong's datagrams: $v4 IPv4 frames, $v6 IPv6 frames (want IPv4 only)"
+((big >= 500)) || fail "udpong's datagrams: $big IPv4 frames over 1,000 bytes, want its 500 echoes at least"
+echo "ok: udaddy's and udpong's datagrams: $v4 IPv4 frames ($big of them udpong's), none IPv6"
 # mckey's: to the group's IP and MAC (01:00:5e + the low 23 bits), TTL 64.
 mc=$(frames "ip.dst == $group && eth.dst == $group_mac && ip.ttl == 64 && infiniband.bth.destqp == 0xffffff")
 other=$(frames "ip.dst == $group && !(eth.dst == $group_mac && ip.ttl == 64)")

@@ -317,12 +317,28 @@ int resolve_route(const SockAddr& local, const SockAddr& to, ibv_ah_attr& attr) 
   if (!e) {
     const ibv_sa_path_rec& pr = *id->route.path_rec;
     attr = ibv_ah_attr{};
-    if (pr.hop_limit > 1) {
+    ibv_port_attr pa{};
+    const bool roce = ibv_query_port(id->verbs, id->port_num, &pa) == 0 && pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    if (pr.hop_limit > 1 || roce) {
       attr.is_global = 1;
       attr.grh.dgid = pr.dgid;
       attr.grh.flow_label = be32toh(pr.flow_label);
-      attr.grh.hop_limit = pr.hop_limit;
+      attr.grh.hop_limit = pr.hop_limit > 1 ? pr.hop_limit : 64;
       attr.grh.traffic_class = pr.traffic_class;
+    }
+    // RoCE (IBA Annex A17): every packet has a GRH, from the GID table
+    // entry of the route's source address (an IPv4 one for an IPv4 peer;
+    // entry 0 is the link-local IPv6 GID, which an IPv4 peer drops).
+    if (roce) {
+      e = EADDRNOTAVAIL;
+      for (int i = 0; i < pa.gid_tbl_len; ++i) {
+        ibv_gid g{};
+        if (ibv_query_gid(id->verbs, id->port_num, i, &g) == 0 && std::memcmp(&g, &pr.sgid, sizeof g) == 0) {
+          attr.grh.sgid_index = static_cast<uint8_t>(i);
+          e = 0;
+          break;
+        }
+      }
     }
     attr.dlid = be16toh(pr.dlid);
     attr.sl = pr.sl;
