@@ -277,25 +277,24 @@ rping_pair 1 2 "$net4.1" -q
 # address handles come from the RDMA CM's route; on RoCE with a GRH from
 # the source address's GID entry, an IPv4 frame for an IPv4 peer) over our
 # librdmacm.so.1, server in $ns2.
-inns_bg 2 timeout 60 rstream -b "$net4.2" -p 7471 -C 500 -S 1000 -T v >"$work/rstream-srv.out" 2>&1 &
-srv=$!
-pids+=("$srv")
-sleep 1
-rc=0
-out=$(inns 1 timeout 60 rstream -s "$net4.2" -p 7471 -C 500 -S 1000 -T v 2>&1) || rc=$?
-((rc == 0)) || fail "rstream client ($rc): $out; server: $(cat "$work/rstream-srv.out")"
+# rsocket_pair TOOL PORT "ARGS": TOOL -b in $ns2 (its PID in srv), then
+# TOOL -s ARGS in $ns1, which must exit 0 with a "custom" row (in row).
+rsocket_pair() {
+  local tool=$1 port=$2 rc=0 out
+  read -ra args <<<"$3"
+  inns_bg 2 timeout 60 "$tool" -b "$net4.2" -p "$port" "${args[@]}" >"$work/$tool-srv.out" 2>&1 &
+  srv=$!
+  pids+=("$srv")
+  sleep 1
+  out=$(inns 1 timeout 60 "$tool" -s "$net4.2" -p "$port" "${args[@]}" 2>&1) || rc=$?
+  ((rc == 0)) || fail "$tool client ($rc): $out; server: $(cat "$work/$tool-srv.out")"
+  row=$(grep -E '^custom ' <<<"$out" | tr -s ' ') || fail "$tool: no result row: $out"
+}
+rsocket_pair rstream 7471 "-C 500 -S 1000 -T v"
 wait "$srv" || fail "rstream server: $(cat "$work/rstream-srv.out")"
-row=$(grep -E '^custom ' <<<"$out" | tr -s ' ') || fail "rstream: no result row: $out"
 echo "ok: rstream $ns1 -> $ns2, 500 x 1000 bytes verified: $row"
-inns_bg 2 timeout 60 udpong -b "$net4.2" -p 7174 >"$work/udpong-srv.out" 2>&1 &
-srv=$!
-pids+=("$srv")
-sleep 1
-rc=0
-out=$(inns 1 timeout 60 udpong -s "$net4.2" -p 7174 -C 500 -S 1000 -T e 2>&1) || rc=$?
-((rc == 0)) || fail "udpong client ($rc): $out; server: $(cat "$work/udpong-srv.out")"
-row=$(grep -E '^custom ' <<<"$out" | tr -s ' ') || fail "udpong: no result row: $out"
-kill "$srv" 2>/dev/null || true
+rsocket_pair udpong 7174 "-C 500 -S 1000 -T e"
+kill "$srv" 2>/dev/null || true  # (udpong's server serves until killed)
 wait "$srv" 2>/dev/null || true
 echo "ok: udpong $ns1 -> $ns2, 500 echoes of 1000 bytes: $row"
 
