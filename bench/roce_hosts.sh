@@ -5,7 +5,7 @@
 # within 1.2 x of the IB UDP cable's).
 #
 #   bash bench/roce_hosts.sh [BUILD_DIR] [--rounds N] [--lat-iters N] [--bw-iters N]
-#                            [--mtu 256|512|1024|2048|4096] [--keep DIR] [--guest [ITERS]]
+#                            [--mtu 256|512|1024|2048|4096] [--eth-mtu BYTES] [--keep DIR] [--guest [ITERS]]
 #
 # Four ibd daemons on this host, each with its embedded simhca
 # (scripts/ibd_pair.sh), no subnet manager:
@@ -35,7 +35,10 @@
 # rounds' own ratios), RoCE/TCP and IB/TCP. The path MTU is the port's
 # (InfiniBand 4096, Ethernet 1024 for a 1500-byte frame) unless --mtu N
 # gives perftest -m N on both (perftest takes no more than the port's
-# active MTU: --mtu 4096 leaves the Ethernet ports at 1024). No ratio is
+# active MTU: --mtu 4096 leaves the Ethernet ports at 1024). --eth-mtu
+# BYTES gives the RoCE ports' simhcas --eth-mtu BYTES, the IP MTU of their
+# network (default 1500; 4192 and up, jumbo frames as on a 9000-byte
+# network, make their active MTU 4096: docs/simhca.md §16.1). No ratio is
 # asserted: the figures are timed on a shared machine.
 #
 # --guest [ITERS] then runs test/qemu/rxe_cm.sh (Linux's rxe under QEMU,
@@ -51,20 +54,21 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$here/../build
 [[ $# -gt 0 && $1 != --* ]] && { build=$1; shift; }
 build=$(cd "$build" && pwd)
-rounds=5 lat_iters=20000 bw_iters=20000 mtu='' keep='' guest=0 guest_iters=2000
+rounds=5 lat_iters=20000 bw_iters=20000 mtu='' eth_mtu='' keep='' guest=0 guest_iters=2000
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --lat-iters) lat_iters=$2; shift 2 ;;
     --bw-iters) bw_iters=$2; shift 2 ;;
     --mtu) mtu=$2; shift 2 ;;
+    --eth-mtu) eth_mtu=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --guest)
       guest=1
       shift
       [[ ${1:-} =~ ^[0-9]+$ ]] && { guest_iters=$1; shift; }
       ;;
-    *) echo "usage: roce_hosts.sh [BUILD_DIR] [--rounds N] [--lat-iters N] [--bw-iters N] [--mtu N] [--keep DIR] [--guest [ITERS]]" >&2
+    *) echo "usage: roce_hosts.sh [BUILD_DIR] [--rounds N] [--lat-iters N] [--bw-iters N] [--mtu N] [--eth-mtu BYTES] [--keep DIR] [--guest [ITERS]]" >&2
        exit 2 ;;
   esac
 done
@@ -131,6 +135,7 @@ fi
 
 # ---- the daemons --------------------------------------------------------------------
 eth=(--simhca-arg=--link-layer --simhca-arg=ethernet)
+[[ -n $eth_mtu ]] && eth+=(--simhca-arg=--eth-mtu "--simhca-arg=$eth_mtu")
 PID_IA='' PID_IB='' PID_RA='' PID_RB='' PID_QP=''
 cable_pair udp ia_end ib_end || exit 2
 start_ibd_cable ia 1 "$ia_end" PID_IA || exit 2
@@ -249,7 +254,7 @@ run() {
 
 tstart=$SECONDS
 kinds=(ib roce tcp)
-echo "=== $rounds rounds: ib_send_lat -F -s 8 -n $lat_iters, ib_write_bw -F -s 65536 -n $bw_iters${mtu:+, -m $mtu}; qperf -m 8 tcp_lat, -m 64K tcp_bw (-t 2)"
+echo "=== $rounds rounds: ib_send_lat -F -s 8 -n $lat_iters, ib_write_bw -F -s 65536 -n $bw_iters${mtu:+, -m $mtu}${eth_mtu:+, RoCE ports at IP MTU $eth_mtu}; qperf -m 8 tcp_lat, -m 64K tcp_bw (-t 2)"
 for ((r = 1; r <= rounds; r++)); do
   order=("${kinds[@]:$(((r - 1) % 3))}" "${kinds[@]:0:$(((r - 1) % 3))}")
   for t in lat bw; do

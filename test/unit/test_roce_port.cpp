@@ -38,10 +38,11 @@ constexpr uint64_t kGuidB = 0x123400fffe000101ull;
 // Ethernet): a GRH instead.
 constexpr uint16_t kRoceDlid = 0;
 
-HcaOptions eth_opts(uint64_t guid) {
+HcaOptions eth_opts(uint64_t guid, uint16_t eth_mtu = 1500) {
   HcaOptions o;
   o.link_layer = kLinkLayerEthernet;
   o.caps.node_guid = guid;
+  o.eth_mtu = eth_mtu;
   return o;
 }
 
@@ -123,7 +124,8 @@ struct Frame {
 // Two Ethernet nodes back to back, each with its IPv4 GID in entry 1; every
 // frame the pair delivers is kept in `frames`.
 struct Roce {
-  Roce() : w(eth_opts(kGuidA), eth_opts(kGuidB), sim::LoopbackFraming::kEthernet) {
+  explicit Roce(uint16_t eth_mtu = 1500)
+      : w(eth_opts(kGuidA, eth_mtu), eth_opts(kGuidB, eth_mtu), sim::LoopbackFraming::kEthernet) {
     set_gid(w.a, 1, kGidTypeRoceV2, ip_gid(1));
     set_gid(w.b, 1, kGidTypeRoceV2, ip_gid(2));
     w.tap = [this](bool to_b, std::span<const std::byte> f) { frames.push_back({to_b, {f.begin(), f.end()}}); };
@@ -155,13 +157,14 @@ struct Roce {
   std::vector<Frame> frames;
 };
 
-// An RC pair a <-> b with path MTU 1024 and a 1 MiB region on each side.
+// An RC pair a <-> b with path MTU 1024 (the ports' active MTU at the
+// default IP MTU; or as given) and a 1 MiB region on each side.
 struct RcPair : Roce {
-  RcPair() {
+  explicit RcPair(uint8_t path_mtu = 3, uint16_t eth_mtu = 1500) : Roce(eth_mtu) {
     qa = w.a.create_qp(kQpRc);
     qb = w.b.create_qp(kQpRc);
     Node::Path pa, pb;
-    pa.mtu = pb.mtu = 3;  // 1024: the ports' active MTU
+    pa.mtu = pb.mtu = path_mtu;
     pa.dlid = pb.dlid = kRoceDlid;
     pa.grh = grh_to(true);
     pb.grh = grh_to(false);
@@ -883,4 +886,134 @@ TEST_CASE("RoCE port: an RC path to a multicast GID is refused", "[roce-port]") 
     put8(m, 0x25, 1);
     Node::put_grh(m.subspan(0x20, 48), g);
   });
+}
+
+// §6.12/§16.2-3: the port keeps GID entry 0 made and knows which entries
+// are filled (port.hpp), so every SET_GID must show in the very next
+// packet: a rewritten entry is the next frame's source IP and the only
+// address of it the port takes; a removed one is no longer taken (counted
+// rx_not_our_gid), and a path from it sends from entry 0.
+TEST_CASE("RoCE port: a GID entry rewritten or removed shows in the next frame, both ways", "[roce-port]") {
+  UdPair u;
+  Node& a = u.w.a;
+  Node& b = u.w.b;
+  uint64_t id = 0;
+  // A UD SEND a -> b through `ah`; b's CQEs (none within 5 ms: dropped).
+  auto send = [&](uint32_t ah, bool taken) {
+    b.post_recv(u.qb, ++id, {{4096 + 40, u.key_b, Node::va(u.buf_b)}});
+    Wr s;
+    s.wr_id = id;
+    s.ahn = ah;
+    s.dest_qpn = u.qb.qpn;
+    s.qkey = UdPair::kQkey;
+    s.sges = {{8, u.key_a, Node::va(u.buf_a)}};
+    a.post_send(u.qa, s);
+    auto rx = taken ? u.wait(b, 1) : u.settle(b);
+    (void)u.settle(a);  // a's send CQE
+    return rx;
+  };
+  // The last frame a -> b, parsed.
+  auto last_to_b = [&] {
+    const Frame* f = nullptr;
+    for (const Frame& x : u.frames)
+      if (x.to_b) f = &x;
+    REQUIRE(f != nullptr);
+    auto p = w::parse_roce_frame(f->bytes);
+    REQUIRE(p.ok());
+    return p->addr;
+  };
+  auto rx = send(u.ah_a, true);
+  REQUIRE(rx.size() == 1);
+  CHECK(last_to_b().sgid == ip_gid(1));
+
+  // a's entry 1 rewritten: the next frame is from the new IP, and b's GRH says so.
+  set_gid(a, 1, kGidTypeRoceV2, ip_gid(3));
+  rx = send(u.ah_a, true);
+  REQUIRE(rx.size() == 1);
+  CHECK(rx[0].status == kWcSuccess);
+  CHECK(last_to_b().sgid == ip_gid(3));
+  CHECK(bytes_at<16>(b.mem(u.buf_b, 40), 8) == ip_gid(3));
+
+  // b's entry 1 rewritten: frames to its old IP are not b's any more...
+  set_gid(b, 1, kGidTypeRoceV2, ip_gid(4));
+  const uint64_t not_ours = b.hca.data_stats().rx_not_our_gid;
+  CHECK(send(u.ah_a, false).empty());
+  CHECK(b.hca.data_stats().rx_not_our_gid == not_ours + 1);
+  // ... frames to the new one are (the receive WQE left by the drop takes it).
+  Node::Grh to4 = Roce::grh_to(true);
+  to4.dgid = ip_gid(4);
+  const uint32_t ah4 = a.create_ah(kRoceDlid, to4);
+  rx = send(ah4, true);
+  REQUIRE(rx.size() == 1);
+  CHECK(rx[0].wr_id == id - 1);
+  CHECK(last_to_b().dgid == ip_gid(4));
+  (void)u.settle(b);  // the WQE this SEND posted
+
+  // b's entry 1 removed: nothing to 198.18.90.4 is taken, each frame counted.
+  set_gid(b, 1, kGidTypeNone, {});
+  for (int i = 0; i < 2; ++i) CHECK(send(ah4, false).empty());
+  CHECK(b.hca.data_stats().rx_not_our_gid == not_ours + 3);
+
+  // a's entry 1 removed after an AH from it was made: the AH sends from
+  // entry 0, a's link-local GID (§6.12), here to b's (an IPv6 frame).
+  Node::Grh ll = Roce::grh_to(true);
+  ll.dgid = query_gid(b, 0).second;
+  const uint32_t ah_ll = a.create_ah(kRoceDlid, ll);
+  set_gid(a, 1, kGidTypeNone, {});
+  rx = send(ah_ll, true);
+  REQUIRE(rx.size() >= 1);
+  const w::RoceAddress last = last_to_b();
+  CHECK_FALSE(last.ipv4);
+  CHECK(last.sgid == query_gid(a, 0).second);
+  CHECK(last.dgid == ll.dgid);
+}
+
+// §6.12: GID 0 is gid_prefix : port_guid and follows SET_PORT's subnet
+// prefix at once (an InfiniBand port: an Ethernet one has no prefix to set).
+TEST_CASE("RoCE port: GID 0 follows a subnet prefix set on an InfiniBand port", "[roce-port]") {
+  Wire wire;
+  Node& n = wire.a;
+  const auto before = query_gid(n, 0);
+  CHECK(before.first == kGidTypeIb);
+  CHECK(before.second[0] == 0xfe);
+  Bytes in(24);
+  put8(in, 0, 1);
+  put8(in, 1, kSelGidPrefix);
+  put64(in, 0x10, 0xfec0000000001234ull);
+  n.cmd(kOpSetPort, in);
+  const auto after = query_gid(n, 0);
+  CHECK(after.first == kGidTypeIb);
+  const std::array<uint8_t, 8> prefix{0xfe, 0xc0, 0, 0, 0, 0, 0x12, 0x34};
+  CHECK(std::equal(prefix.begin(), prefix.end(), after.second.begin()));
+  CHECK(std::equal(after.second.begin() + 8, after.second.end(), before.second.begin() + 8));  // the port GUID
+}
+
+// §16.1 (§13 --eth-mtu): the active MTU is the largest IBA MTU whose
+// RoCEv2 packets, with every header they may carry (96 bytes), fit the
+// IP MTU, as rxe reports on a netdev of that MTU; at a jumbo IP MTU, RC
+// packets carry 4096 bytes each.
+TEST_CASE("RoCE port: the active MTU follows the IP MTU; jumbo frames carry 4096-byte packets", "[roce-port]") {
+  CHECK(roce_active_mtu(576) == 1);   // 480 bytes left: 256
+  CHECK(roce_active_mtu(1119) == 2);  // 1023: 512
+  CHECK(roce_active_mtu(1120) == 3);  // 1024
+  CHECK(roce_active_mtu(1500) == 3);
+  CHECK(roce_active_mtu(4191) == 4);
+  CHECK(roce_active_mtu(4192) == 5);
+  CHECK(roce_active_mtu(9000) == 5);
+  RcPair c(5, 9000);
+  CHECK(get8(query_port(c.w.a), 0x09) == 5);
+  CHECK(get8(query_port(c.w.b), 0x08) == 5);
+  uint64_t id = 0;
+  for (uint32_t len : {4095u, 4096u, 4097u, 20000u}) c.send_ok(len, ++id);
+  size_t most = 0, longest = 0;
+  for (const Frame& f : c.frames) {
+    auto p = w::parse_roce_frame(f.bytes);
+    REQUIRE(p.ok());
+    most = std::max(most, p->transport.size());
+    longest = std::max(longest, f.bytes.size());
+  }
+  CHECK(most == 12 + 4096);  // BTH + an MTU of payload (SEND: no other header)
+  CHECK(longest <= 14 + 9000);
+  const DataStats sa = c.w.a.hca.data_stats(), sb = c.w.b.hca.data_stats();
+  CHECK(sa.rx_bad_icrc + sb.rx_bad_icrc + sa.rx_malformed + sb.rx_malformed + sa.tx_not_framed + sb.tx_not_framed == 0);
 }

@@ -95,7 +95,7 @@ Outcome Hca::cmd_init_hca() {
   reset_tables();
   if (!host_.uar_alloc(0)) return {kNoResources, 0};  // §4: UAR 0's page
   tables_.uars.alloc_at(0, Uar{});  // UAR 0: the driver's
-  for (Port& pt : ports_) pt.gids = {};  // §6.12: the driver that initializes fills the table
+  for (Port& pt : ports_) pt.clear_gids();  // §6.12: the driver that initializes fills the table
   initialized_ = true;
   status_ |= kStatusHcaInitialized;
   return {};
@@ -165,13 +165,7 @@ GidEntry Hca::gid_entry(uint8_t port, uint16_t index) const {
   const Port& pt = port_at(port);
   if (index >= pt.info.gid_table_len || index >= kGidTableLen) return {};
   if (index > 0) return pt.gids[index];
-  GidEntry e;  // §6.12: entry 0, the port's own GID (IBA 4.1.1; §16.1 on Ethernet: link-local)
-  e.type = pt.info.link_layer == kLinkLayerEthernet ? kGidTypeRoceV2 : kGidTypeIb;
-  for (int i = 0; i < 8; ++i) {
-    e.gid[size_t(i)] = static_cast<uint8_t>(pt.info.gid_prefix >> (56 - 8 * i));
-    e.gid[size_t(8 + i)] = static_cast<uint8_t>(pt.info.port_guid >> (56 - 8 * i));
-  }
-  return e;
+  return pt.own_gid0();  // §6.12: entry 0, the port's own GID
 }
 
 Outcome Hca::cmd_query_gid(ByteView in, Bytes& out) {
@@ -196,6 +190,7 @@ Outcome Hca::cmd_set_gid(ByteView in) {
   if (e.type == kGidTypeNone) {  // remove
     if (slot.type == kGidTypeNone) return {kBadResource, 0};
     slot = GidEntry{};
+    pt.gids_used = static_cast<uint16_t>(pt.gids_used & ~(1u << s.ref.index));
     port_event(kEvGidChange, s.ref.port);
     return {};
   }
@@ -206,6 +201,7 @@ Outcome Hca::cmd_set_gid(ByteView in) {
     if (i != s.ref.index && gid_entry(s.ref.port, i) == e) return {kBadParam, 7};  // one entry per GID
   if (slot == e) return {};
   slot = e;
+  pt.gids_used = static_cast<uint16_t>(pt.gids_used | (1u << s.ref.index));
   port_event(kEvGidChange, s.ref.port);
   return {};
 }

@@ -58,17 +58,34 @@ void Hca::init_ethernet_port(uint8_t port) {
   pt.info.port_guid = eui;
   pt.info.cap_flags = 0;  // no SMA, no subnet manager (§16.1)
   pt.info.max_mtu = 5;    // 4096: a frame of 4,096 bytes of payload fits the cable (docs/cables.md)
-  pt.info.active_mtu = 3;  // 1024: what fits a 1,500-byte IP MTU, as rxe reports on such a netdev
+  pt.info.active_mtu = roce_active_mtu(opts_.eth_mtu);
+}
+
+// §16.1: the largest IBA MTU (code 1..5) whose packets fit an IP MTU of
+// `ip_mtu` bytes with every header a RoCEv2 packet may carry: IPv6 40,
+// UDP 8, BTH 12, XRCETH 4, AtomicETH 28, ICRC 4 (96 bytes, the allowance
+// Linux's iboe_get_mtu makes, so that rxe on a netdev of that MTU reports
+// the same): 1500 gives 1024, 4192 and more (jumbo frames) 4096.
+uint8_t roce_active_mtu(uint16_t ip_mtu) {
+  constexpr unsigned kHeaders = 40 + 8 + 12 + 4 + 28 + 4;
+  uint8_t code = 5;
+  while (code > 1 && (128u << code) + kHeaders > ip_mtu) --code;
+  return code;
 }
 
 // A GID of the port's table (any entry): the destination IP of a RoCEv2
-// frame the port takes.
+// frame the port takes. Asked on every frame and every packet sent
+// (av_is_local): entry 0 as kept made, then only the entries SET_GID
+// filled (Port::gids_used), not the whole table.
 bool Hca::own_gid(uint8_t port, const std::array<uint8_t, 16>& gid) const {
-  const Port& pt = port_at(port);  // (on every frame: the stored entries, not copies of them)
+  const Port& pt = port_at(port);
+  if (pt.own_gid0().gid == gid) return true;
   const size_t n = std::min<size_t>(pt.info.gid_table_len, kGidTableLen);
-  for (size_t i = 1; i < n; ++i)
-    if (pt.gids[i].type != kGidTypeNone && pt.gids[i].gid == gid) return true;
-  return gid_entry(port, 0).gid == gid;
+  for (unsigned used = pt.gids_used & ~1u; used != 0; used &= used - 1) {
+    const auto i = static_cast<size_t>(__builtin_ctz(used));
+    if (i < n && pt.gids[i].gid == gid) return true;
+  }
+  return false;
 }
 
 // §16.3: an RC/UC packet's GRH names the QP's peer as source and the
@@ -76,9 +93,7 @@ bool Hca::own_gid(uint8_t port, const std::array<uint8_t, 16>& gid) const {
 // address_packet sends) as destination.
 bool Hca::addressed_to_connection(uint8_t port, const Qp& qp, const w::ParsedPacket& p) const {
   if (!p.hdr.grh || p.hdr.grh->sgid != qp.attrs.av.dgid) return false;
-  GidEntry mine = gid_entry(port, qp.attrs.av.sgid_index);
-  if (mine.type == kGidTypeNone) mine = gid_entry(port, 0);
-  return p.hdr.grh->dgid == mine.gid;
+  return p.hdr.grh->dgid == port_at(port).source_gid(qp.attrs.av.sgid_index).gid;
 }
 
 bool Hca::av_is_local(uint8_t port, const Av& av) const {

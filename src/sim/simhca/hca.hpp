@@ -52,7 +52,13 @@ struct HcaOptions {
   std::chrono::milliseconds cmd_delay{0};  // §13 --cmd-delay-ms
   std::string node_desc;                   // §14.3 NodeDescription (§13 --node-desc); "" = default
   uint8_t link_layer = kLinkLayerInfiniBand;  // §16 (§13 --link-layer): every port's
+  uint16_t eth_mtu = 1500;  // §16.1 (§13 --eth-mtu): an Ethernet port's IP MTU, kMinEthMtu..kMaxEthMtu
 };
+// §16.1: the IP MTUs --eth-mtu takes: RFC 791's 576 (every host takes
+// such datagrams) to a jumbo frame's 9000 (wire/roce.hpp kMaxRoceFrameBytes).
+inline constexpr uint16_t kMinEthMtu = 576, kMaxEthMtu = 9000;
+// §16.1: an Ethernet port's active MTU (IBA code, 1..5) for an IP MTU (ethernet_port.cpp).
+uint8_t roce_active_mtu(uint16_t ip_mtu);
 
 struct HcaStats {
   uint64_t cmds_completed = 0;

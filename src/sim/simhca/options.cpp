@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "           | --port1 IFACE=NAME (with --link-layer ethernet)]\n"
     "          [--pcap FILE] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
     "          [--ports 1|2] [--port2 LOCAL=ADDR:PORT,PEER=ADDR:PORT | --port2 IFACE=NAME] [--node-desc TEXT]\n"
-    "          [--link-layer infiniband|ethernet]\n";
+    "          [--link-layer infiniband|ethernet] [--eth-mtu BYTES]\n";
 
 // "k1=v1,k2=v2" -> calls f(k, v); false if a pair has no '=' or f refuses it.
 template <typename F>
@@ -227,6 +227,16 @@ void add_device_options(CLI::App& app, DeviceConfig& c) {
       },
       "the ports' link layer (§16): ethernet makes them RoCEv2 ports on Ethernet cables (UDP or IFACE=)")
       ->type_name("infiniband|ethernet");
+  app.add_option_function<std::string>(
+      "--eth-mtu",
+      [&c](const std::string& v) {
+        uint64_t n = 0;
+        require(parse_u64(v, 10, n) && n >= kMinEthMtu && n <= kMaxEthMtu, "--eth-mtu: 576 .. 9000");
+        c.opts.eth_mtu = static_cast<uint16_t>(n);
+      },
+      "an Ethernet port's IP MTU (§16.1, default 1500): its active MTU is the largest IBA MTU a "
+      "RoCEv2 packet of which fits (1500: 1024; 4192 and up, jumbo frames: 4096)")
+      ->type_name("BYTES");
   app.add_option("--node-desc", c.opts.node_desc, "NodeDescription (IBA 14.2.5.2)")
       ->type_name("TEXT");
 }

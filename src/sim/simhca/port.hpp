@@ -20,6 +20,7 @@ namespace openib::simhca {
 inline constexpr uint8_t kMaxPorts = 2;  // §13 --ports
 inline constexpr uint32_t kGsiQkey = 0x80010000;  // IBA 13.5.3.1: QP1's well-known Q_Key
 inline constexpr uint16_t kPermissiveLid = 0xffff;  // IBA 4.1.5
+static_assert(kGidTableLen <= 16, "Port::gids_used has a bit per entry");
 
 // §14.2 PortInfo:CapabilityMask of a simhca port (IBA 14.2.5.6 Table 146):
 // IsSLMappingSupported (6), IsSystemImageGUIDSupported (11),
@@ -71,6 +72,20 @@ struct Port {
   // §6.12 the GID table's entries 1 and up as SET_GID wrote them (entry 0
   // is the port's own, gid_prefix : port_guid, and is not stored).
   std::array<GidEntry, kGidTableLen> gids{};
+  // Bit i: gids[i] holds an entry (SET_GID keeps it; a table emptied
+  // clears it): what own_gid() scans on every RoCEv2 frame.
+  uint16_t gids_used = 0;
+  // Entry 0 as Hca::gid_entry() makes it, kept with the fields it is made
+  // of and made again when one of them differs (SET_PORT, the SMA and
+  // reset write PortInfo whole): per packet, a compare instead of 16
+  // bytes rebuilt (docs/performance.md "Host ibds").
+  struct Gid0 {
+    uint64_t prefix = 0, guid = 0;
+    uint8_t link_layer = 0;
+    bool made = false;
+    GidEntry entry;
+  };
+  mutable Gid0 gid0;
   SmaPortState sma;    // §14
   sim::sma::PortCounterValues pma;  // §15 (data counters in octets)
   sim::Link* link = nullptr;  // §12.7: the cable end (nullptr: no cable)
@@ -79,6 +94,32 @@ struct Port {
   std::vector<uint32_t> raw_qps;  // §16.5: the port's raw Ethernet QPs, oldest first
   // A cable that carries light: the link can train.
   bool can_train() const { return link && !pulled; }
+  // §6.12: GID entry 0, gid_prefix : port_guid (IBA 4.1.1; §16.1 on
+  // Ethernet: the link-local GID), of type RoCEv2 on an Ethernet port.
+  const GidEntry& own_gid0() const {
+    if (!gid0.made || gid0.prefix != info.gid_prefix || gid0.guid != info.port_guid ||
+        gid0.link_layer != info.link_layer) {
+      gid0 = {info.gid_prefix, info.port_guid, info.link_layer, true, {}};
+      gid0.entry.type = info.link_layer == kLinkLayerEthernet ? kGidTypeRoceV2 : kGidTypeIb;
+      for (size_t i = 0; i < 8; ++i) {
+        gid0.entry.gid[i] = static_cast<uint8_t>(info.gid_prefix >> (56 - 8 * i));
+        gid0.entry.gid[8 + i] = static_cast<uint8_t>(info.port_guid >> (56 - 8 * i));
+      }
+    }
+    return gid0.entry;
+  }
+  // §6.12: the entry a path's sgid_index names, or entry 0 when that one
+  // is empty (removed since the AH or the QP's path was made).
+  const GidEntry& source_gid(uint16_t index) const {
+    const bool stored = index > 0 && index < info.gid_table_len && index < kGidTableLen &&
+                        gids[index].type != kGidTypeNone;
+    return stored ? gids[index] : own_gid0();
+  }
+  // Empties entries 1 and up.
+  void clear_gids() {
+    gids = {};
+    gids_used = 0;
+  }
 };
 
 }  // namespace openib::simhca

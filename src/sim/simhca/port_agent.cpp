@@ -37,7 +37,7 @@ void Hca::reset_ports() {
   for (uint8_t n = 1; n <= kMaxPorts; ++n) {
     Port& pt = port_at(n);
     pt.info = PortInfo{};
-    pt.gids = {};
+    pt.clear_gids();
     pt.info.port_guid = opts_.caps.node_guid + n;  // §14.2: port GUID = node GUID + port number
     pt.info.cap_flags = kPortCapFlags;
     pt.sma = SmaPortState{};
@@ -449,9 +449,8 @@ void Hca::address_packet(w::Headers& h, const Av& av, uint8_t port) const {
   g.hop_lmt = av.hop_limit;
   // §6.12: the SGID is the path's GID table entry; one removed since the
   // AH or the QP's path was made sends as entry 0 (the port's own GID).
-  GidEntry sgid = gid_entry(port, av.sgid_index);
-  if (sgid.type == kGidTypeNone) sgid = gid_entry(port, 0);
-  for (size_t i = 0; i < 16; ++i) g.sgid[i] = sgid.gid[i];
+  const GidEntry& sgid = pt.source_gid(av.sgid_index);
+  std::copy(sgid.gid.begin(), sgid.gid.end(), g.sgid.begin());
   g.dgid = av.dgid;
   h.grh = g;
   h.lrh.lnh = w::Lnh::kIbaGlobal;

@@ -305,6 +305,10 @@ std::uint32_t crc32(std::uint32_t crc, std::span<const std::byte> data) {
   return ~crc32_raw(~crc, data);
 }
 
+std::uint32_t crc32_ones64(std::uint32_t crc, std::span<const std::byte> data, const std::byte (&ones)[64]) {
+  return ~crc_raw_fast(kCrc32, ~crc, data, ones);
+}
+
 std::uint16_t crc16_vcrc(std::uint16_t crc, std::span<const std::byte> data) {
   // IBA 7.8.2: initial value 0xFFFF, complemented result.
   const std::uint32_t c = vcrc_raw(static_cast<std::uint16_t>(~crc), data);

@@ -24,6 +24,11 @@ namespace openib::sim::wire {
 // Plain CRC-32 (zlib's crc32), chainable: crc32(crc32(0, a), b) == crc32(0, a ++ b).
 std::uint32_t crc32(std::uint32_t crc, std::span<const std::byte> data);
 
+// crc32() of `data` with `ones` ORed into its first 64 bytes as they are
+// read, in one pass: for the RoCEv2 ICRC (roce.cpp), whose variant header
+// fields count as ones. data.size() >= 64.
+std::uint32_t crc32_ones64(std::uint32_t crc, std::span<const std::byte> data, const std::byte (&ones)[64]);
+
 // Plain CRC-16 of the VCRC kind, chainable the same way (start from 0).
 std::uint16_t crc16_vcrc(std::uint16_t crc, std::span<const std::byte> data);
 

@@ -38,8 +38,14 @@ constexpr std::uint32_t kMaskedLrhCrc = ~0xDEBB20E3u;
 
 // A17.4.2 (and rxe_icrc.c): the variant bits of the IP, UDP and BT
 // headers, as OR masks over the first bytes of the IP packet.
+// Zeros after the BTH, to the 64 bytes crc32_ones64 ORs in.
 constexpr std::size_t kMaxIcrcHeadBytes = kIpv6HeaderBytes + kUdpHeaderBytes + kBthBytes;
-using RoceIcrcMask = std::array<std::byte, kMaxIcrcHeadBytes>;
+struct RoceIcrcMask {
+  std::byte m[64];
+  constexpr std::byte& operator[](std::size_t i) { return m[i]; }
+  constexpr const std::byte& operator[](std::size_t i) const { return m[i]; }
+};
+static_assert(kMaxIcrcHeadBytes <= sizeof(RoceIcrcMask));
 constexpr RoceIcrcMask make_roce_icrc_mask(bool ipv4) {
   RoceIcrcMask m{};
   std::size_t udp = 0;
@@ -192,11 +198,12 @@ bool is_ipv4_mapped(const Gid& g) {
 std::uint32_t compute_roce_icrc(std::span<const std::byte> ip) {
   const bool ipv4 = !ip.empty() && (std::to_integer<unsigned>(ip[0]) >> 4) == 4;
   const RoceIcrcMask& mask = ipv4 ? kIcrcMaskIpv4 : kIcrcMaskIpv6;
-  const std::size_t n = std::min(ip.size(), ip_header_bytes(ipv4) + kUdpHeaderBytes + kBthBytes);
+  // The masks ORed in as the packet is read, one pass (folded with
+  // PCLMULQDQ, crc.hpp); a packet of less than 64 bytes through a copy.
+  if (ip.size() >= sizeof(mask.m)) return crc32_ones64(kMaskedLrhCrc, ip, mask.m);
   RoceIcrcMask head;
-  for (std::size_t i = 0; i < n; ++i) head[i] = ip[i] | mask[i];
-  const std::uint32_t c = crc32(kMaskedLrhCrc, std::span<const std::byte>(head).first(n));
-  return crc32(c, ip.subspan(n));
+  for (std::size_t i = 0; i < ip.size(); ++i) head[i] = ip[i] | mask[i];
+  return crc32(kMaskedLrhCrc, std::span<const std::byte>(head.m, ip.size()));
 }
 
 Result<RoceFrame> parse_roce_frame(std::span<const std::byte> frame, RoceParseOptions opts) {
