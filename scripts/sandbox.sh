@@ -115,6 +115,14 @@ plan() {  # TOPOLOGY
   done
 }
 
+# Sets VAR to the MAC of host I's eth0 (I = 0..), or of the bridge (I =
+# -1): locally administered, fixed, so that neighbour and FDB entries can be
+# written before anything is sent (up()).
+mac_of() {  # VAR I
+  if (($2 < 0)); then printf -v "$1" '02:5b:00:01:00:01'; return; fi
+  printf -v "$1" '02:5b:00:00:%02x:%02x' $(($2 >> 8 & 255)) $(($2 & 255))
+}
+
 secs() {  # EPOCHREALTIME EPOCHREALTIME -> seconds between them, 0.1 s
   awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'
 }
@@ -207,14 +215,17 @@ stale_down() {
 
 # ibd of host NAME, in its namespace, with the arguments `up` gave it
 # ($dir/NAME/ibd.args); its state (the path cache) in $dir/NAME.
-start_ibd() {
-  local name=$1 ns
+# NS, when the caller knows it, saves looking it up (up() starts a thousand).
+# Sets ibd_pid.
+start_ibd() {  # NAME [NS]
+  local name=$1 ns=${2:-}
   local -a extra=()
-  ns=$(host_ns "$name")
+  [[ -n $ns ]] || ns=$(host_ns "$name")
   mapfile -d '' -t extra <"$dir/$name/ibd.args"
   (in_ns "$ns" "$name" "$build/src/ibd/ibd" --socket "$dir/$name/ibd.sock" --run-dir "$dir/$name" \
     --state-dir "$dir/$name" --lid 0 --log info "${extra[@]}") >>"$dir/$name/ibd.log" 2>&1 </dev/null &
-  echo $! >"$dir/$name/ibd.pid"
+  ibd_pid=$!
+  echo "$ibd_pid" >"$dir/$name/ibd.pid"
 }
 
 # The switch ends of host NAME's cables, from the topology: "SWITCH PORT"
@@ -261,6 +272,22 @@ restart_ibd() {
   done
   tail -20 "$dir/$name/ibd.log" >&2
   die "ibd on $name did not start again"
+}
+
+# up()'s hosts still starting: drops from `waiting` (indices into `hosts`)
+# those whose ibd said "ibd: ready" (one grep over their logs, not one per
+# host); dies if the ibd of one still starting is gone.
+prune_ready() {
+  local -a still=()
+  local name i
+  mapfile -t still < <(cd "$dir" && for i in "${waiting[@]}"; do echo "${hosts[i]}/ibd.log"; done |
+    xargs -r grep -L "ibd: ready" 2>/dev/null | sed 's,/ibd.log$,,')
+  waiting=()
+  for name in "${still[@]}"; do
+    i=${idx_of[$name]}
+    kill -0 "${pid_of[i]}" 2>/dev/null || { tail -20 "$dir/$name/ibd.log" >&2; die "ibd on $name did not start"; }
+    waiting+=("$i")
+  done
 }
 
 down() {
@@ -327,9 +354,22 @@ up() {
 
   # The namespaces and their cables to the bridge: one `ip -batch` in the
   # root namespace and one per host (a few thousand `ip` runs otherwise).
+  #
+  # Nothing on the bridge is broadcast or flooded (docs/performance.md
+  # "Scale: the sandbox", 1,008 hosts): a frame flooded to N ports is N
+  # packets queued at once on the CPU's backlog (net.core.netdev_max_backlog,
+  # 1000 by default), and whatever comes next is dropped, e.g. the bridge's
+  # ARP reply right after the flood of the request. So every MAC is fixed
+  # (mac_of), every neighbour entry is permanent on both sides (no ARP), the
+  # bridge knows every host's port from the start (static FDB entries: no
+  # unknown-unicast flooding) and the veths have no IPv6 link-local address
+  # (no DAD, router solicitation or MLD multicast).
+  local br_mac mac
+  mac_of br_mac -1
   {
-    echo "link add $bridge type bridge"
+    echo "link add $bridge address $br_mac type bridge"
     echo "link set $bridge alias openib-sandbox:up=$$"
+    echo "link set $bridge addrgenmode none"
     echo "addr add $bridge_addr/$net_len dev $bridge"
     echo "link set $bridge up"
     for ((i = 0; i < n; i++)); do
@@ -337,14 +377,19 @@ up() {
       # MTU 9000: an IBA packet (up to 4 KiB payload and its headers) is
       # one UDP datagram, never IP fragments (a UDP GSO batch of them
       # would be refused: EMSGSIZE).
-      echo "link add ${prefix}h$i mtu 9000 type veth peer name eth0 mtu 9000 netns $prefix-$i"
+      mac_of mac "$i"
+      echo "link add ${prefix}h$i mtu 9000 type veth peer name eth0 address $mac mtu 9000 netns $prefix-$i"
+      echo "link set ${prefix}h$i addrgenmode none"
       echo "link set ${prefix}h$i master $bridge up"
+      echo "neigh add $(ip_of $((net_base + 10 + i))) lladdr $mac dev $bridge nud permanent"
     done
   } >"$dir/ip.batch"
   ip -batch "$dir/ip.batch"
+  for ((i = 0; i < n; i++)); do mac_of mac "$i"; echo "fdb add $mac dev ${prefix}h$i master static"; done |
+    bridge -batch -
   for ((i = 0; i < n; i++)); do
-    printf 'addr add %s/%s dev eth0\nlink set eth0 up\nlink set lo up\n' \
-      "$(ip_of $((net_base + 10 + i)))" "$net_len" | ip -n "$prefix-$i" -batch -
+    printf 'addr add %s/%s dev eth0\nlink set eth0 addrgenmode none\nlink set eth0 up\nlink set lo up\nneigh add %s lladdr %s dev eth0 nud permanent\n' \
+      "$(ip_of $((net_base + 10 + i)))" "$net_len" "$bridge_addr" "$br_mac" | ip -n "$prefix-$i" -batch -
   done
   local t_net=$EPOCHREALTIME
 
@@ -371,6 +416,14 @@ up() {
   done <"$dir/bindings"
   while read -r name port; do ports[$name]=$port; done < <(
     awk '($1 == "Hca" || $1 == "Ca") && $3 ~ /^"/ {n = $3; gsub(/"/, "", n); print n, $2}' "$topo")
+  (cd "$dir" && mkdir -p -- "${hosts[@]}")
+  local -a pid_of=() waiting=()
+  local -A idx_of=()
+  # At most OPENIB_SANDBOX_START_WINDOW hosts starting at once (default
+  # 32): with a thousand, all at once on two CPUs, some simhca took more
+  # than the 10 s its ibd waits for it.
+  local window=${OPENIB_SANDBOX_START_WINDOW:-32} t_wait
+  [[ $window =~ ^[1-9][0-9]*$ ]] || die "OPENIB_SANDBOX_START_WINDOW '$window' is not a positive number"
   for ((i = 0; i < n; i++)); do
     name=${hosts[i]}
     local -a extra=()
@@ -386,16 +439,34 @@ up() {
     [[ ${ports[$name]:-1} -ge 2 ]] && extra+=("--simhca-arg=--ports" "--simhca-arg=2")
     # shellcheck disable=SC2206
     extra+=(${OPENIB_SANDBOX_IBD_ARGS:-})
-    mkdir -p "$dir/$name"
     printf '%s\0' "${extra[@]}" >"$dir/$name/ibd.args"
-    start_ibd "$name"
+    start_ibd "$name" "$prefix-$i"
+    pid_of[i]=$ibd_pid idx_of[$name]=$i
+    waiting+=("$i")
+    t_wait=$SECONDS
+    while ((${#waiting[@]} >= window)); do
+      prune_ready
+      ((${#waiting[@]} >= window)) || break
+      ((SECONDS - t_wait < 60)) || die "ibd on ${hosts[${waiting[0]}]}: not ready within 60 s"
+      sleep 0.02
+    done
   done
-  for ((i = 0; i < n; i++)); do
-    name=${hosts[i]}
-    wait_for "$dir/$name/ibd.log" "ibd: ready" 60 "$(cat "$dir/$name/ibd.pid")" ||
-      { tail -20 "$dir/$name/ibd.log" >&2; die "ibd on $name did not start"; }
-    ((n <= 16)) && log "host $name: netns $prefix-$i, ibd $(cat "$dir/$name/ibd.pid")"
+  # Every ibd ready, none taking more than 60 s.
+  t_wait=$SECONDS
+  while ((${#waiting[@]})); do
+    prune_ready
+    ((${#waiting[@]})) || break
+    ((SECONDS - t_wait < 60)) || break
+    sleep 0.1
   done
+  if ((${#waiting[@]})); then
+    name=${hosts[${waiting[0]}]}
+    tail -20 "$dir/$name/ibd.log" >&2
+    die "ibd on $name (and $((${#waiting[@]} - 1)) more) did not start within 60 s"
+  fi
+  if ((n <= 16)); then
+    for ((i = 0; i < n; i++)); do log "host ${hosts[i]}: netns $prefix-$i, ibd ${pid_of[i]}"; done
+  fi
   local t_ibd=$EPOCHREALTIME
   up_done=1
   trap - EXIT

@@ -24,7 +24,17 @@ bind=$("$build/src/sim/fabric/ibfabric" --print-bindings "$tmp/ft324") || fail "
 (($(wc -l <<<"$bind") == 324)) || fail "$(wc -l <<<"$bind") host ports cabled, expected 324"
 (($(grep -c '^Switch' "$tmp/ft324") == 27)) || fail "$(grep -c '^Switch' "$tmp/ft324") switches, expected 27"
 ok "fattree.sh 18 18 9: 324 hosts on 18 leaves, 9 spines; ibfabric reads it"
-for bad in "19 18 9" "18 18 7" "2 20 2"; do
+# The 1,008-host tree (bench/fattree_1008.sh): 8 up-links per leaf, one
+# to each spine; it fits a /22 (the last host is 198.18.3.249).
+bash "$fattree" 36 28 8 36 8 >"$tmp/ft1008" || fail "fattree.sh 36 28 8 36 8"
+bind=$("$build/src/sim/fabric/ibfabric" --print-bindings "$tmp/ft1008") || fail "ibfabric rejects the 1,008-host tree"
+(($(wc -l <<<"$bind") == 1008)) || fail "$(wc -l <<<"$bind") host ports cabled, expected 1008"
+(($(grep -c '^Switch' "$tmp/ft1008") == 44)) || fail "$(grep -c '^Switch' "$tmp/ft1008") switches, expected 44"
+grep -q '^\[36\] "Spine8"\[1\]$' "$tmp/ft1008" || fail "Leaf1's last up-link is not Spine8's port 1"
+[[ $(bash "$sandbox" plan "$tmp/ft1008" | tail -1) == "Hca1008 sbx-1007 198.18.3.249" ]] ||
+  fail "plan of 1,008 hosts: $(bash "$sandbox" plan "$tmp/ft1008" | tail -1)"
+ok "fattree.sh 36 28 8 36 8: 1,008 hosts on 36 leaves with 8 up-links, 8 spines; ibfabric reads it; a /22 holds it"
+for bad in "19 18 9" "18 18 7" "2 20 2" "36 28 8 36 9" "37 28 8 36 8" "2 16 4 36 6"; do
   # shellcheck disable=SC2086
   if out=$(bash "$fattree" $bad 2>&1); then fail "fattree.sh $bad was accepted"; fi
   grep -q "fattree:" <<<"$out" || fail "fattree.sh $bad: $out"

@@ -12,6 +12,7 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "sim/cable/endpoint.hpp"
+#include "sim/fabric/socket_drops.hpp"
 
 namespace openib::sim::fabric {
 
@@ -419,20 +420,29 @@ std::string Fabric::counters(std::string_view only) const {
     }
   }
   if (!only.empty() && !any) return fmt::format("error: no switch \"{}\" in this fabric\n", only);
+  // socket_drops: what the kernel dropped at the cable's socket before
+  // ibfabric read it, its receive buffer full (socket_drops.hpp).
+  const auto kernel_drops = udp_socket_drops();
+  std::uint64_t socket_drops = 0;
   for (const auto& l : udp_) {
     const LinkStats ls = l->stats();
+    const auto it = kernel_drops.find(socket_inode(l->fd()));
+    const std::uint64_t sd = it == kernel_drops.end() ? 0 : it->second;
+    socket_drops += sd;
     // injected_drops: --faults drop (docs/cables.md "Fault injection").
-    out += fmt::format("cable {} tx {} rx {} bad_crc {} malformed {} foreign {} tx_errors {} injected_drops {}\n",
-                       l->name(), ls.tx_packets, ls.rx_packets, ls.rx_dropped_bad_crc, ls.rx_dropped_malformed,
-                       ls.rx_dropped_foreign, ls.tx_errors, ls.injected_drops);
+    out += fmt::format(
+        "cable {} tx {} rx {} bad_crc {} malformed {} foreign {} tx_errors {} injected_drops {} socket_drops {}\n",
+        l->name(), ls.tx_packets, ls.rx_packets, ls.rx_dropped_bad_crc, ls.rx_dropped_malformed,
+        ls.rx_dropped_foreign, ls.tx_errors, ls.injected_drops, sd);
   }
   std::uint64_t inbox_dropped = 0;
   {
     std::lock_guard lk(inbox_mu_);
     inbox_dropped = stats_.inbox_dropped;
   }
-  out += fmt::format("fabric inbox {} inbox_dropped {} internal {} cable_down_drops {}\n", stats_.inbox_packets,
-                     inbox_dropped, stats_.internal_packets, stats_.dropped_cable_down);
+  out += fmt::format("fabric inbox {} inbox_dropped {} internal {} cable_down_drops {} socket_drops {}\n",
+                     stats_.inbox_packets, inbox_dropped, stats_.internal_packets, stats_.dropped_cable_down,
+                     socket_drops);
   return out + "ok\n";
 }
 
