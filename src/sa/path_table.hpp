@@ -64,9 +64,10 @@ std::size_t path_table_bytes(std::uint32_t slots);
 
 class PathTableWriter {
  public:
-  // Formats `mem` (at least path_table_bytes(slots), zeroed) as an empty
-  // table. EINVAL for a slot count that is not a power of two >= 64 or
-  // memory too small.
+  // Formats `mem` (at least path_table_bytes(slots), zeroed: only the
+  // header is written, so that the slots' pages stay untouched until used)
+  // as an empty table. EINVAL for a slot count that is not a power of two
+  // >= 64 or memory too small.
   static Result<PathTableWriter> format(std::span<std::byte> mem, std::uint32_t slots);
 
   // The P_Key that pkey 0 means on `port` (1..kPathTableMaxPorts-1).
