@@ -19,8 +19,13 @@
 #     `rping -c -v -C N` connects to it (guest -> host);
 #  2. then the guest runs `rping -s`, and the host's `rping -c -v -C N`
 #     connects to it (host -> guest);
-#  3./4. udaddy both ways; 5./6. ib_write_bw -R (host client) and
-#     ib_send_lat -R (host server);
+#  3./4. udaddy both ways;
+#  4b./4c. without the CM: ibv_rc_pingpong -g (each side's GID index of
+#     its IPv4 address's RoCE v2 entry; its own TCP exchange over the
+#     RoCE link) -c -n 500 -s 4096, the guest's server with the host's
+#     client, then the other way; 4d./4e. ibv_ud_pingpong -g the same
+#     (-n 200 -s 1024); every end exits 0 with its "N iters in" line;
+#  5./6. ib_write_bw -R (host client) and ib_send_lat -R (host server);
 #  6b./6c. mckey on the IPv4 group 239.80.0.1 (RoCE: no SA, the group's
 #     IP as the MGID, its MAC 01:00:5e:50:00:01): a receiver in the guest
 #     and one on the host, the host's sender, then the guest's; both
@@ -41,6 +46,8 @@
 # Environment: as run.sh (OPENIB_CACHE, OPENIB_QEMU_KERNEL,
 # OPENIB_QEMU_TIMEOUT, OPENIB_QEMU_ACCEL, OPENIB_QEMU_KEEP_LOG), and
 #   OPENIB_RXE_CM_ITERS   rping's count (-C) each way (default 100)
+#   OPENIB_RXE_CM_PERF_ITERS  ib_write_bw's and ib_send_lat's -n (default 200)
+#   OPENIB_RXE_CM_PP_ITERS    ibv_rc_pingpong's -n (default 500)
 #   OPENIB_RXE_KEEP_PCAP  if set, copy simhca's capture to this path
 set -euo pipefail
 
@@ -67,6 +74,8 @@ vm_timeout=${OPENIB_QEMU_TIMEOUT:-300}
 accel=${OPENIB_QEMU_ACCEL:-tcg}
 iters=${OPENIB_RXE_CM_ITERS:-100}
 perf_iters=${OPENIB_RXE_CM_PERF_ITERS:-200}  # ib_write_bw's and ib_send_lat's -n
+pp_iters=${OPENIB_RXE_CM_PP_ITERS:-500}  # ibv_rc_pingpong's -n (-s 4096)
+ud_pp_iters=200  # ibv_ud_pingpong's -n (-s 1024: the active MTU)
 # The host's ib_write_bw outlives the guest's power-off by its transport's
 # retries (8 tries of the path's ACK timeout) and the CM's DREQ retries.
 peer_grace_after_vm=90
@@ -74,7 +83,7 @@ size=64  # (rxe_init_setup's SIZE; rping's default -S)
 # rdma_ucm: the RDMA CM's character device for librdmacm (it brings rdma_cm
 # and ib_cm); the rest as rxe.sh.
 modules=(crc32_generic crc32-pclmul virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm)
-guest_bins=(/usr/bin/ibv_devinfo /usr/bin/rping /usr/bin/udaddy /usr/bin/mckey /usr/bin/ib_write_bw /usr/bin/ib_send_lat
+guest_bins=(/usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong /usr/bin/rping /usr/bin/udaddy /usr/bin/mckey /usr/bin/ib_write_bw /usr/bin/ib_send_lat
             /usr/sbin/ip /usr/bin/rdma /usr/bin/stdbuf)
 guest_pkgs=(libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils perftest iproute2)
 provider=/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
@@ -117,6 +126,10 @@ initramfs_libgcc "$root"  # (rping's threads)
 initramfs_binary "$root" /usr/libexec/coreutils/libstdbuf.so
 rxe_init_setup "$root/init"
 echo "PERF_ITERS=$perf_iters" >>"$root/init"
+# the pingpongs' out-of-band TCP ports (free in this namespace) and counts
+read -r rc_pp_port ud_pp_port < <(free_ports tcp tcp)
+printf 'RC_PP_PORT=%s\nUD_PP_PORT=%s\nPP_ITERS=%s\nUD_PP_ITERS=%s\n' \
+  "$rc_pp_port" "$ud_pp_port" "$pp_iters" "$ud_pp_iters" >>"$root/init"
 rxe_init_gid "$root/init"
 cat >>"$root/init" <<'EOF'
 echo "OPENIB: RoCE v2 GID index ${gidx:-none}"
@@ -161,18 +174,36 @@ serving() {
   rdma res show cm_id 2>/dev/null | grep -q LISTEN || echo "OPENIB: no listening rdma_cm id"
   echo "$1"
 }
-# run_tool <name> <timeout> [--serve <marker>] <command>...: its output and
-# exit status between markers; with --serve in the background until it
-# listens (serving), then waited for.
+# serving_tcp <marker> <pid> <port>: the same for a TCP socket listening on
+# <port> (/proc/net/tcp and tcp6, state 0A: the pingpongs' out-of-band
+# exchange).
+serving_tcp() {
+  hex=$(printf '%04X' "$3")
+  for i in $(seq 1 100); do
+    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A"' | grep -q . && break
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$1"
+}
+# run_tool <name> <timeout> [--serve <marker> | --serve-tcp <marker> <port>]
+# <command>...: its output and exit status between markers; with --serve
+# in the background until it listens (serving, serving_tcp), then waited
+# for.
 run_tool() {
   name=$1 secs=$2; shift 2
-  marker=""
+  marker="" tport=""
   if [ "$1" = --serve ]; then marker=$2; shift 2; fi
+  if [ "$1" = --serve-tcp ]; then marker=$2 tport=$3; shift 3; fi
   echo "OPENIB: at $(uptime_s)s: $*"
   # (stderr apart: its messages would cut into rping's data lines)
   timeout "$secs" "$@" >/tmp/tool.log 2>/tmp/tool.err &
   tpid=$!
-  [ -n "$marker" ] && serving "$marker" "$tpid"
+  if [ -n "$tport" ]; then
+    serving_tcp "$marker" "$tpid" "$tport"
+  elif [ -n "$marker" ]; then
+    serving "$marker" "$tpid"
+  fi
   wait "$tpid"
   rc=$?
   echo "OPENIB-$name-BEGIN"; cat /tmp/tool.log; echo "OPENIB-$name-END"
@@ -189,6 +220,26 @@ if [ -n "$gidx" ]; then
   run_tool UDADDY-CLIENT 60 udaddy -s 198.18.80.1
   # 4. udaddy: the guest's server, the host's client.
   run_tool UDADDY-SERVER 60 --serve "OPENIB-STEP udaddy-guest-server" udaddy
+  # 4b./4c. ibv_rc_pingpong by GID (-g: the RoCE v2 entry of 198.18.80.2),
+  #   its out-of-band exchange by TCP over the RoCE NIC: this server (the
+  #   marker once its port listens) with the host's client, then the
+  #   host's server (started on the marker) with this client, tried again
+  #   while its connect is refused (20 tries 0.5 s apart). 4d./4e. The
+  #   same with ibv_ud_pingpong.
+  pp_pair() {  # pp_pair <NAME> <tool> <port> <args>...
+    pname=$1 tool=$2 pport=$3; shift 3
+    run_tool "$pname-SERVER" 60 --serve-tcp "OPENIB-STEP $tool-guest-server" "$pport" \
+      $tool -d rxe0 -g "$gidx" -e -c -p "$pport" "$@"
+    step "$tool-host-server"
+    for try in $(seq 1 20); do
+      run_tool "$pname-CLIENT" 60 $tool -d rxe0 -g "$gidx" -e -c -p "$pport" "$@" 198.18.80.1
+      grep -q "Couldn't connect" /tmp/tool.err || break
+      echo "OPENIB: (refused: again in 0.5 s)"
+      sleep 0.5
+    done
+  }
+  pp_pair RC-PP ibv_rc_pingpong "$RC_PP_PORT" -n "$PP_ITERS" -s 4096
+  pp_pair UD-PP ibv_ud_pingpong "$UD_PP_PORT" -n "$UD_PP_ITERS" -s 1024
   # 5. perftest by the RDMA CM (-R): ib_write_bw with the guest's server,
   #    ib_send_lat with the host's.
   run_tool WRITE-BW 120 --serve "OPENIB-STEP write-bw-guest-server" ib_write_bw -R -d rxe0 -s 65536 -n "$PERF_ITERS"
@@ -291,6 +342,13 @@ initramfs_pack "$root" "$work/initramfs.gz"
 
 # --- 3. ibd, its netdev, the host's rping server -----------------------------
 start_roce_ibd
+# The pingpongs' device and GID index: the port's RoCE v2 entry of
+# 198.18.80.1, as ibv_devinfo -v lists it.
+host_dev=$(ibv_devinfo -l 2>/dev/null | awk 'NR == 2 { print $1 }')
+host_gidx=$(ibv_devinfo -v -d "$host_dev" 2>/dev/null |
+  sed -nE 's/.*GID\[ *([0-9]+)\]:[[:space:]]+::ffff:198\.18\.80\.1, RoCE v2.*/\1/p' | head -1)
+[[ -n $host_dev && -n $host_gidx ]] || die "no device '$host_dev' or no RoCE v2 GID of 198.18.80.1 in its table"
+say "$host_dev port 1: GID[$host_gidx] ::ffff:198.18.80.1, RoCE v2"
 
 # The host's side of each step, in order (one background job, so that
 # wait_vm_and_peer can wait for it): the first rping server at once, the
@@ -375,6 +433,31 @@ mckey_receiver_end() {
   echo "host mckey receiver $1 exit $rc: $(tr '\n' ' ' <"$work/mckey-$1.out")"
   ((rc == 0))
 }
+# pp_pair_host <tool> <port> <args>...: our side of the guest's pp_pair
+# (ibv_rc_pingpong or ibv_ud_pingpong by GID, -g $host_gidx, --chk, CQ
+# events): on its marker our client to its server (again while the connect
+# is refused: 5 tries 0.5 s apart), on the next our server for its client.
+# Output in $work/<tool>-client.out and -server.out.
+pp_pair_host() {
+  local tool=$1 port=$2 rc
+  shift 2
+  wait_for "OPENIB-STEP $tool-guest-server" || return 1
+  for _ in 1 2 3 4 5; do
+    rc=0
+    timeout 60 "$tool" -d "$host_dev" -g "$host_gidx" -e -c -p "$port" "$@" 198.18.80.2 \
+      >"$work/$tool-client.out" 2>&1 || rc=$?
+    grep -q "Couldn't connect" "$work/$tool-client.out" || break
+    echo "(refused: again in 0.5 s) $tool"
+    sleep 0.5
+  done
+  echo "host $tool client exit $rc: $(grep "iters in" "$work/$tool-client.out")"
+  ((rc == 0)) || { cat "$work/$tool-client.out"; return 1; }
+  wait_for "OPENIB-STEP $tool-host-server" || return 1
+  rc=0
+  timeout 60 "$tool" -d "$host_dev" -g "$host_gidx" -e -c -p "$port" "$@" >"$work/$tool-server.out" 2>&1 || rc=$?
+  echo "host $tool server exit $rc: $(grep "iters in" "$work/$tool-server.out")"
+  ((rc == 0)) || { cat "$work/$tool-server.out"; return 1; }
+}
 host_side() {
   local rc=0 pid t0
   timeout 200 rping -s -a 198.18.80.1 -v -C "$iters" >"$work/host-server.out" 2>"$work/host-server.err" || rc=$?
@@ -398,6 +481,9 @@ host_side() {
   timeout 60 udaddy -s 198.18.80.2 >"$work/udaddy-client.out" 2>&1 || rc=$?
   echo "host udaddy client exit $rc: $(tr '\n' ' ' <"$work/udaddy-client.out")"
   ((rc == 0)) || return 1
+  # The pingpongs by GID: the guest's server, our client; our server, its client.
+  pp_pair_host ibv_rc_pingpong "$rc_pp_port" -n "$pp_iters" -s 4096 || return 1
+  pp_pair_host ibv_ud_pingpong "$ud_pp_port" -n "$ud_pp_iters" -s 1024 || return 1
   # perftest by the RDMA CM: our ib_write_bw client, our ib_send_lat server.
   wait_for "OPENIB-STEP write-bw-guest-server" || return 1
   sleep 0.5
@@ -522,6 +608,32 @@ for f in udaddy-server udaddy-client; do
 done
 [[ $(guest_part_of UDADDY-CLIENT | grep -c "test complete") == 1 ]] || fail "guest udaddy client: no 'test complete'"
 [[ $(guest_part_of UDADDY-SERVER | grep -c "test complete") == 1 ]] || fail "guest udaddy server: no 'test complete'"
+# The pingpongs by GID, both ways: every end exits 0 with its "N iters in"
+# line and nothing "invalid" (--chk), the host's ends from its GID
+# ::ffff:198.18.80.1 to the guest's ::ffff:198.18.80.2. (The guest's
+# client's last try counts: tried again while refused.)
+last_exit() { grep "^OPENIB-$1-EXIT=" "$work/console.log" | tail -1 | cut -d= -f2; }
+check_pp() {  # check_pp <NAME> <tool> <iterations>
+  local name=$1 tool=$2 n=$3 role out part
+  for role in SERVER CLIENT; do
+    [[ $(last_exit "$name-$role") == 0 ]] || fail "guest: $tool as the ${role,,} did not exit 0 ($(last_exit "$name-$role"))"
+    part=$(guest_part_of "$name-$role" | awk '/-BEGIN$/ { b = "" } { b = b $0 "\n" } END { printf "%s", b }')
+    grep -q "^$n iters in" <<<"$part" || fail "guest $tool ${role,,}: no '$n iters in' line"
+    say "guest $tool ${role,,}: $(grep "iters in" <<<"$part" | tail -1)"
+  done
+  for role in server client; do
+    out=$work/$tool-$role.out
+    grep -q "^$n iters in" "$out" 2>/dev/null || fail "host $tool $role: no '$n iters in' line: $(cat "$out" 2>/dev/null)"
+    grep -q "local address: .*GID ::ffff:198.18.80.1\$" "$out" 2>/dev/null || fail "host $tool $role: not from GID ::ffff:198.18.80.1"
+    grep -q "remote address: .*GID ::ffff:198.18.80.2\$" "$out" 2>/dev/null || fail "host $tool $role: not to GID ::ffff:198.18.80.2"
+    say "host $tool $role: $(grep "iters in" "$out" 2>/dev/null)"
+  done
+  grep -q "invalid data" "$work/console.log" "$work/$tool-server.out" "$work/$tool-client.out" 2>/dev/null &&
+    fail "$tool --chk: $(grep -h "invalid data" "$work/console.log" "$work/$tool-server.out" "$work/$tool-client.out" | head -3)"
+  return 0
+}
+check_pp RC-PP ibv_rc_pingpong "$pp_iters"
+check_pp UD-PP ibv_ud_pingpong "$ud_pp_iters"
 # mckey: each run's two receivers (the guest's, ours) got the sender's 10
 # datagrams: "test complete" (it polls until it has them) and exit 0.
 for r in A B; do
@@ -568,6 +680,23 @@ grep -q "HOST-SIDE-COMPLETE" "$work/peer.log" || fail "host side incomplete (the
 check_capture "$pcap" "$((4 * iters))" 8 'infiniband.bth.destqp == 1' 'to QP1 (the CM)'
 cm=$(tshark -n -r "$pcap" -Y 'infiniband.bth.destqp == 1' -T fields -e frame.number 2>/dev/null | wc -l)
 ((cm >= 10)) || fail "tshark: only $cm frames to QP1 (the CM's REQ, REP, RTU, DREQ, DREP both ways)"
+# The pingpongs' messages on the wire, from each side (one tshark pass):
+# its RC SENDs of 4096 bytes as First, Middle, Middle, Last at MTU 1024
+# (the BTH's OpCodes, IBA 9.2: RC 0, 1, 2), as server and as client, and
+# its UD SEND Only (100) of 1024 bytes (IPv4 length 20 + 8 + BTH 12 + DETH 8 +
+# 1024 + ICRC 4 = 1076).
+pp_frames=$(tshark_roce -n -r "$pcap" -Y 'infiniband.bth.opcode == 0 || infiniband.bth.opcode == 2 || infiniband.bth.opcode == 100' \
+  -T fields -e ip.src -e infiniband.bth.opcode -e ip.len 2>/dev/null |
+  awk '$2 != 100 || $3 == 1076 { n[$1 " " $2]++ } END { for (k in n) print k, n[k] }')
+for src in 198.18.80.1 198.18.80.2; do
+  first=$(awk -v s="$src" '$1 == s && $2 == 0 { print $3 }' <<<"$pp_frames")
+  last=$(awk -v s="$src" '$1 == s && $2 == 2 { print $3 }' <<<"$pp_frames")
+  ud=$(awk -v s="$src" '$1 == s && $2 == 100 { print $3 }' <<<"$pp_frames")
+  say "tshark: from $src ${first:-0} RC SEND First, ${last:-0} RC SEND Last, ${ud:-0} UD SENDs of 1024 bytes"
+  ((${first:-0} >= 2 * pp_iters && ${last:-0} >= 2 * pp_iters)) ||
+    fail "tshark: from $src only ${first:-0} RC SEND First and ${last:-0} Last (ibv_rc_pingpong: $((2 * pp_iters)) each)"
+  ((${ud:-0} >= 2 * ud_pp_iters)) || fail "tshark: from $src only ${ud:-0} UD SENDs of 1024 bytes (ibv_ud_pingpong: $((2 * ud_pp_iters)))"
+done
 # mckey's datagrams, each way: to the group's IP and MAC (01:00:5e and its
 # low 23 bits) and QPN 0xFFFFFF; the IGMP reports of both kernels for the
 # group (the guest's rdma_cm, ibd's arp::join_group on roce0).
@@ -580,4 +709,4 @@ for src in 198.18.80.1 198.18.80.2; do
   ((igmp >= 1)) || fail "tshark: no IGMP report for $group from $src"
 done
 end_checks
-say "PASS: Linux's rxe and ibd by the RDMA CM both ways: rping ($iters pings of data verified on each side), udaddy, mckey (a receiver on each side, a sender on each), ib_write_bw -R and ib_send_lat -R; a killed host client and a powered-off guest noticed by the survivor, nothing left in ibd; capture clean (total $((SECONDS - start))s)"
+say "PASS: Linux's rxe and ibd by the RDMA CM both ways: rping ($iters pings of data verified on each side), udaddy, mckey (a receiver on each side, a sender on each), ib_write_bw -R and ib_send_lat -R; by GID without the CM both ways: ibv_rc_pingpong ($pp_iters x 4096 B) and ibv_ud_pingpong ($ud_pp_iters x 1024 B); a killed host client and a powered-off guest noticed by the survivor, nothing left in ibd; capture clean (total $((SECONDS - start))s)"
