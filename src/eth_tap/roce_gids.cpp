@@ -39,6 +39,7 @@ void GidTable::address(bool added, const ipoib::IpAddr& a) {
     wanted_.erase(it);
     failed_.erase(*g);
     no_room_.erase(*g);
+    counted_full_.erase(*g);
   }
 }
 

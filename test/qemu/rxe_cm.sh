@@ -361,6 +361,25 @@ wait_for() {  # wait_for <text>: until the guest's console has it (240 s at most
   echo "the guest never printed '$1'"
   return 1
 }
+# await_line <file> <text> <pid> <tenths>: until <file> has <text>, while
+# <pid> lives (<tenths> x 0.1 s at most).
+await_line() {
+  for _ in $(seq "$4"); do
+    grep -qs -- "$2" "$1" && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# ended_and_said <pid> <marker>: within 5 s <pid> has exited and the
+# guest's console has <marker>.
+ended_and_said() {
+  for _ in $(seq 50); do
+    ! kill -0 "$1" 2>/dev/null && grep -qs -- "$2" "$serial" && return 0
+    sleep 0.1
+  done
+  return 1
+}
 # objs PID: "CQS QPS" of that process's connection to ibd (none: "- -").
 objs() {
   "$build/src/tools/ibdctl" --socket "$work/ibd.sock" clients |
@@ -400,11 +419,7 @@ stream_to_guest() {
     # (line-buffered: its "remote address" line says it has connected)
     timeout 150 stdbuf -oL ib_write_bw -R -s 65536 -D 60 198.18.80.2 >"$work/poweroff-client.out" 2>&1 &
     pid=$!
-    for _ in $(seq 100); do
-      grep -qs "remote address" "$work/poweroff-client.out" && return 0
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
+    await_line "$work/poweroff-client.out" "remote address" "$pid" 100 && return 0
     wait "$pid" 2>/dev/null || true
     grep -qs RDMA_CM_EVENT_REJECTED "$work/poweroff-client.out" || return 1
     echo "(rejected: again in 1 s) ib_write_bw -R -D 60"
@@ -418,11 +433,7 @@ group=239.80.0.1
 mckey_receiver() {
   timeout 60 stdbuf -oL mckey -m "$group" -b 198.18.80.1 >"$work/mckey-$1.out" 2>&1 &
   mpid=$!
-  for _ in $(seq 300); do
-    grep -qs "receiving data transfers" "$work/mckey-$1.out" && return 0
-    kill -0 "$mpid" 2>/dev/null || break
-    sleep 0.1
-  done
+  await_line "$work/mckey-$1.out" "receiving data transfers" "$mpid" 300 && return 0
   echo "host mckey receiver $1 does not receive: $(cat "$work/mckey-$1.out")"
   return 1
 }
@@ -506,11 +517,7 @@ host_side() {
     echo "host mckey sender (run $try) exit $rc: $(tr '\n' ' ' <"$work/mckey-send.out")"
     ((rc == 0)) || return 1
     # (both receivers done: ours exited, the guest's printed its status)
-    for _ in $(seq 50); do
-      ! kill -0 "$mpid" 2>/dev/null && grep -qs OPENIB-MCKEY-RECV-A-EXIT "$serial" && break
-      sleep 0.1
-    done
-    ! kill -0 "$mpid" 2>/dev/null && grep -qs OPENIB-MCKEY-RECV-A-EXIT "$serial" && break
+    ended_and_said "$mpid" OPENIB-MCKEY-RECV-A-EXIT && break
   done
   mckey_receiver_end A || return 1
   wait_for "OPENIB-STEP mckey-guest-sender" || return 1
@@ -519,11 +526,7 @@ host_side() {
     # a ping: "send (again)" (the guest counts echo requests)
     ping -c 1 -W 2 198.18.80.2 >/dev/null || ping -c 1 -W 2 198.18.80.2 >/dev/null || return 1
     wait_for "OPENIB-MCKEY-SEND-$try-EXIT" || return 1
-    for _ in $(seq 50); do
-      ! kill -0 "$mpid" 2>/dev/null && grep -qs OPENIB-MCKEY-RECV-B-DONE "$serial" && break
-      sleep 0.1
-    done
-    ! kill -0 "$mpid" 2>/dev/null && grep -qs OPENIB-MCKEY-RECV-B-DONE "$serial" && break
+    ended_and_said "$mpid" OPENIB-MCKEY-RECV-B-DONE && break
   done
   # "done": a UDP datagram to the guest's port 9, where nothing listens
   # (three: a lost one would keep the guest waiting for 60 s).
