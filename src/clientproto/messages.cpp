@@ -76,6 +76,7 @@ const char* op_name(uint16_t op) {
     case Op::kCmaAcceptOwnQp: return "CMA_ACCEPT_OWN_QP";
     case Op::kCmaEstablish: return "CMA_ESTABLISH";
     case Op::kMapMemShared: return "MAP_MEM_SHARED";
+    case Op::kIpoibSetMode: return "IPOIB_SET_MODE";
     case Op::kCmInfo: return "CM_INFO";
     case Op::kPathFlush: return "PATH_FLUSH";
   }

@@ -34,7 +34,7 @@ inline constexpr uint16_t kVersion = 1;
 // name to HelloRep (§4.1); 5 the largest MR to DeviceRep (DeviceRep5).
 // 7 the RDMA CM's own-QP mode (CMA_INIT_QP_ATTR .. CMA_ESTABLISH); 8
 // MAP_MEM_SHARED (shared mappings of the client's, mapped by ibd itself).
-inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 8;
+inline constexpr uint32_t kProtocolMin = 1, kProtocolMax = 9;
 inline constexpr uint32_t kProtocolStatusPage = 2;
 inline constexpr uint32_t kProtocolPathEvents = 3;
 inline constexpr uint32_t kProtocolProvider = 4;
@@ -42,6 +42,7 @@ inline constexpr uint32_t kProtocolMrSize = 5;
 inline constexpr uint32_t kProtocolMapRange = 6;
 inline constexpr uint32_t kProtocolCmaOwnQp = 7;
 inline constexpr uint32_t kProtocolMapShared = 8;
+inline constexpr uint32_t kProtocolIpoibMode = 9;
 inline constexpr size_t kHeaderSize = 16;
 inline constexpr size_t kMaxMessage = 65536;  // header included
 inline constexpr size_t kMaxFds = 2;          // per message
@@ -142,6 +143,9 @@ enum class Op : uint16_t {
   // (MAP_SHARED|MAP_ANONYMOUS, memfd, /dev/shm, hugetlb): ibd opens that
   // file itself (docs/client-protocol.md §3, "MAP_MEM_SHARED").
   kMapMemShared = 70,     // MapMemRangeReq (offset: the address) -> MapMemRep
+  // Protocol 9: IPoIB's mode (docs/ipoib.md "Connected mode"; root or
+  // CAP_NET_ADMIN), as Linux's /sys/class/net/ib0/mode.
+  kIpoibSetMode = 71,     // IpoibModeReq -> Empty
 };
 const char* op_name(uint16_t op);
 
@@ -600,6 +604,11 @@ struct PathListReq {
 // PATH_FLUSH: drops the port's entries (port 0: every port's), only those
 // for `dgid` with kPathFlushDgid.
 inline constexpr uint32_t kPathFlushDgid = 1;
+// IPOIB_SET_MODE: 0 datagram, 1 connected (RFC 4755).
+struct IpoibModeReq {
+  uint8_t connected = 0;
+  template <class V> void visit(V& v) { v(connected); }
+};
 struct PathFlushReq {
   uint8_t port = 0;
   uint32_t flags = 0;

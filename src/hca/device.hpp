@@ -209,6 +209,9 @@ class Device {
   // memory kept by the caller until then.
   virtual void create_cq_async(uint8_t log_size, Done<Cq> done) = 0;
   virtual void create_qp_async(const QpInit& init, Done<Qp> done) = 0;
+  // The daemon's own SRQ (IPoIB connected mode's receives, docs/ipoib.md):
+  // its ring of 2^log_size WQEs of 2^log_stride bytes in the driver's memory.
+  virtual void create_srq_async(uint32_t pdn, uint8_t log_size, uint8_t log_stride, Done<Srq> done) = 0;
 
   // ---- the daemon's own data path (no command) -----------------------------
   // At most 2^log_sq_size send WQEs outstanding, likewise for receives.
@@ -217,6 +220,7 @@ class Device {
   virtual Result<void> post_send(Qp& qp, const SendWr& wr, bool ring = true) = 0;
   virtual Result<void> ring_sq(Qp& qp) = 0;
   virtual Result<void> post_recv(Qp& qp, const RecvWr& wr) = 0;
+  virtual Result<void> post_srq_recv(Srq& srq, const RecvWr& wr) = 0;
   // Up to `max` completions, the consumer counter updated.
   virtual std::vector<WorkCompletion> poll_cq(Cq& cq, size_t max = SIZE_MAX) = 0;
   // The next completion raises Event::kCqCompletion (solicited ones only if asked).

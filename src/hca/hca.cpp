@@ -628,6 +628,26 @@ Result<void> Hca::arm_cq(Cq& cq, bool solicited_only, uint32_t consumer) {
 }
 
 // §6.9 CREATE_SRQ
+// §6.9 CREATE_SRQ over the driver's memory, without waiting.
+void Hca::create_srq_async(uint32_t pdn, uint8_t log_size, uint8_t log_stride, Done<Srq> done) {
+  auto fail = [&](Error e) { boost::asio::post(io_, [d = std::move(done), e = std::move(e)]() mutable { d(std::move(e)); }); };
+  Srq s;
+  auto ring = pool_->alloc((size_t{1} << log_size) << log_stride, 64);
+  if (!ring) return fail(ring.take_error());
+  auto dbr = pool_->alloc(8, 8);
+  if (!dbr) return fail(dbr.take_error());
+  s.ring = std::move(*ring);
+  s.dbr = std::move(*dbr);
+  s.log_size = log_size;
+  s.log_stride = log_stride;
+  const uint64_t r = s.ring.iova(), b = s.dbr.iova();
+  create_srq_at_async(pdn, log_size, log_stride, r, b, 0, 0, [s = std::move(s), d = std::move(done)](Result<uint32_t> n) mutable {
+    if (!n) return d(n.take_error());
+    s.srqn = *n;
+    d(std::move(s));
+  });
+}
+
 Result<Srq> Hca::create_srq(uint32_t pdn, uint8_t log_size, uint8_t log_stride, uint32_t limit,
                             uint32_t uar) {
   Srq s;

@@ -164,6 +164,7 @@ class Hca final : public Device {
   // rings allocated here, then one command; freed again if it fails.
   void create_cq_async(uint8_t log_size, Done<Cq> done) override;
   void create_qp_async(const QpInit& init, Done<Qp> done) override;
+  void create_srq_async(uint32_t pdn, uint8_t log_size, uint8_t log_stride, Done<Srq> done) override;
 
   // ---- verbs (IBA 11.2), one command each, synchronous -------------------
   Result<void> nop();
@@ -232,7 +233,7 @@ class Hca final : public Device {
   Result<void> ring_sq(Qp& qp) override;
   // §12.2, §12.3: WQE into the ring, then the producer counter in the record.
   Result<void> post_recv(Qp& qp, const RecvWr& wr) override;
-  Result<void> post_srq_recv(Srq& srq, const RecvWr& wr);
+  Result<void> post_srq_recv(Srq& srq, const RecvWr& wr) override;
   // §12.4: up to `max` CQEs, the consumer counter updated in the record.
   std::vector<WorkCompletion> poll_cq(Cq& cq, size_t max = SIZE_MAX) override;
 

@@ -341,9 +341,11 @@ Result<void> CmaService::resolve_route(uint32_t client, const proto::CmaIdTimeou
   const uint64_t op = ++id->op;
   // The port says what it can do (docs/device-access.md "Ports"): the SA
   // where it has one (rdma_cap_ib_sa), else a route from the addresses
-  // (Linux's cma_resolve_iboe_route).
-  hca_.query_port_async(id->port, [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id,
-                                   op](Result<hca::PortAttr> a) {
+  // (Linux's cma_resolve_iboe_route). Its attributes come from the SA
+  // service's port attribute cache (port_attr_cache.hpp), as Linux's from
+  // ib_cache: no QUERY_PORT per route while no port event came.
+  sa_.port_attrs().query(id->port, [this, alive = std::weak_ptr<bool>(alive_), client, h = r.id,
+                                    op](Result<hca::PortAttr> a) {
     if (alive.expired()) return;
     Id* i = waiting(client, h, op, S::kRouteQuery);
     if (!i) return;

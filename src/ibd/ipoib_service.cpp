@@ -8,6 +8,7 @@
 #include "common/log.hpp"
 #include "hca/port_caps.hpp"
 #include "ipoib_tap/ats.hpp"
+#include "ipoib_tap/cm_wire.hpp"
 #include "ipoib_tap/kernel_groups.hpp"
 #include "sa/mcmember_record.hpp"
 #include "sa/path_record.hpp"
@@ -70,6 +71,68 @@ IpoibService::~IpoibService() {
 }
 
 void IpoibService::start() { bring_up(); }
+
+// Connected mode's glue (ipoib_cm.hpp): the bridge knows the neighbours,
+// this service their paths; packets that cannot wait go by UD.
+void IpoibService::set_cm(CmService* cm) {
+  if (!cm) return cm_.reset();
+  IpoibCm::Hooks h;
+  h.is_neighbour = [this](const ipoib::HwAddr& a) { return bridge_ && bridge_->knows(a); };
+  h.path_of = [this](const ipoib::Gid& gid) -> const std::array<uint8_t, 64>* {
+    auto it = neighbours_.find(gid);
+    return it == neighbours_.end() ? nullptr : &it->second.record;
+  };
+  h.receive = [this](const ipoib::HwAddr& a, std::span<const uint8_t> p) {
+    if (!bridge_) return;
+    ipoib::Bridge::RxInfo info;
+    info.src_qpn = a.qpn;
+    info.sgid = a.gid;
+    bridge_->from_ib(info, p);
+  };
+  h.send_ud = [this](const ipoib::HwAddr& a, std::span<const uint8_t> p) {
+    if (bridge_ && p.size() <= bridge_->ud_mtu() + ipoib::kEncapBytes) send_ud(ipoib::UdDest{false, a.gid, a.qpn}, p);
+    else ++send_errors_;
+  };
+  h.slots_freed = [this] { arm_tap_read(); };
+  cm_ = std::make_unique<IpoibCm>(io_, hca_, *cm, cfg_.port, std::move(h));
+}
+
+void IpoibService::set_mode(bool connected) {
+  if (cfg_.connected == connected) return;
+  cfg_.connected = connected;
+  logger()->info("{}: {} mode", cfg_.name, connected ? "connected" : "datagram");
+  if (state_ != State::kUp) return;  // the next bring-up starts it
+  if (connected) return start_connected();
+  if (cm_) cm_->stop(false);
+  cm_ready_ = false;
+  link_changed();
+}
+
+void IpoibService::start_connected() {
+  if (!cm_ || !qp_ || state_ != State::kUp || !cfg_.connected) return;
+  const uint64_t ep = epoch_;
+  cm_->start(qp_->qpn(), [this, ep, alive = std::weak_ptr<bool>(alive_)](bool ok) {
+    if (alive.expired() || ep != epoch_ || !cfg_.connected) return;
+    if (!ok) logger()->warn("{}: connected mode could not start: datagram mode", cfg_.name);
+    cm_ready_ = ok;
+    link_changed();
+  });
+}
+
+// The link's parameters again (bring-up, a mode change): the own address's
+// flags and the TAP's MTU follow the mode.
+void IpoibService::link_changed() {
+  if (!bridge_ || !qp_) return;
+  ipoib::LinkParams lp;
+  lp.port_gid = sa::make_gid(port_.gid_prefix, port_.port_guid);
+  lp.qpn = qp_->qpn();
+  lp.pkey = cfg_.pkey;
+  lp.qkey = bcast_.qkey;
+  lp.ib_mtu = mtu_bytes(bcast_.mtu);
+  lp.connected = cfg_.connected && cm_ready_;
+  bridge_->set_link(lp);
+  if (tap_) (void)tap_->set_mtu(bridge_->mtu());
+}
 
 void IpoibService::stop() {
   // TEARDOWN_HCA reclaims the QP and AHs; the kernel removes the TAP with its fd.
@@ -199,7 +262,7 @@ void IpoibService::port_opened(uint64_t ep, std::unique_ptr<ipoib::UdPort> p) {
     lp.qpn = qp_->qpn();
     lp.pkey = cfg_.pkey;
     lp.qkey = bcast_.qkey;
-    lp.ib_mtu = mtu_bytes(bcast_.mtu);
+    lp.ib_mtu = mtu_bytes(bcast_.mtu);  // datagram mode until connected mode's listener is up
     if (!bridge_) bridge_ = std::make_unique<ipoib::Bridge>(static_cast<ipoib::BridgeIo&>(*this), lp);
     else bridge_->set_link(lp);
     if (!tap_) {
@@ -223,6 +286,7 @@ void IpoibService::port_opened(uint64_t ep, std::unique_ptr<ipoib::UdPort> p) {
                    bcast_.mlid, bcast_.qkey, bridge_->mtu(), mac_text(bridge_->own_mac()));
     sync_kernel_groups();
     arm_tap_read();
+    start_connected();
   });
 }
 
@@ -324,6 +388,8 @@ void IpoibService::go_down(const char* why, bool device_gone) {
     if (!device_gone && g.have_ah) destroy_ah(g.ahn);
   }
   groups_.clear();
+  if (cm_) cm_->stop(device_gone);
+  cm_ready_ = false;
   if (!device_gone)
     for (auto& [gid, n] : neighbours_) destroy_ah(n.ahn);
   neighbours_.clear();
@@ -340,7 +406,9 @@ void IpoibService::go_down(const char* why, bool device_gone) {
   });
 }
 
-bool IpoibService::on_cq_event(uint32_t cqn) { return qp_ && qp_->on_cq_event(cqn); }
+bool IpoibService::on_cq_event(uint32_t cqn) {
+  return (qp_ && qp_->on_cq_event(cqn)) || (cm_ && cm_->on_cq_event(cqn));
+}
 
 void IpoibService::port_event(const hca::Event& e) {
   if (e.kind == hca::Event::Kind::kPortState) port_state(e.port, e.new_state);
@@ -389,6 +457,12 @@ void IpoibService::send_ud(const ipoib::UdDest& to, std::span<const uint8_t> pac
   if (auto r = qp_->send(ahn, to.multicast ? ipoib::kMulticastQpn : to.qpn, bcast_.qkey, packet); !r) ++send_errors_;
 }
 
+bool IpoibService::rc_usable(const ipoib::HwAddr& a) { return cm_ready_ && cm_->usable(a); }
+
+bool IpoibService::send_rc(const ipoib::HwAddr& a, std::span<const uint8_t> packet) {
+  return cm_ready_ && cm_->send(a, packet);
+}
+
 void IpoibService::write_tap(std::span<const uint8_t> frame) {
   if (!tap_) return;
   if (::write(tap_->fd(), frame.data(), frame.size()) != static_cast<ssize_t>(frame.size())) ++tap_write_errors_;
@@ -422,7 +496,7 @@ void IpoibService::resolve_path(const ipoib::Gid& gid) {
       av.traffic_class = pr->tclass;
     }
     const uint16_t dlid = pr->dlid;
-    hca_.create_ah_async(qp_->pdn(), av, [this, ep, gid, dlid, alive](Result<uint32_t> ahn) {
+    hca_.create_ah_async(qp_->pdn(), av, [this, ep, gid, dlid, rec = r->record, alive](Result<uint32_t> ahn) {
       if (alive.expired()) return;
       if (ep != epoch_ || !bridge_) {
         if (ahn && ep == epoch_) destroy_ah(*ahn);
@@ -431,7 +505,7 @@ void IpoibService::resolve_path(const ipoib::Gid& gid) {
       if (!ahn) return bridge_->path_resolved(gid, false);
       auto [it, fresh] = neighbours_.try_emplace(gid);
       if (!fresh) destroy_ah(it->second.ahn);
-      it->second = {*ahn, dlid};
+      it->second = {*ahn, dlid, rec};
       bridge_->path_resolved(gid, true);
       if (bridge_) bridge_->path_lid(gid, dlid);  // unicast arrives without GRH: its SLID names the sender
     });
@@ -506,8 +580,10 @@ void IpoibService::arm_tap_read() {
 // queue holds them until completions free some (set_slots_freed).
 void IpoibService::read_tap() {
   if (qp_) qp_->begin_batch();
+  if (cm_ready_) cm_->begin_batch();
   for (int i = 0; i < kReadsPerTurn; ++i) {
     if (state_ != State::kUp || !qp_ || !bridge_ || qp_->slots_free() <= kSlotMargin) break;
+    if (cm_ready_ && cm_->slots_free() == 0) break;  // connected mode's completions free some
     const ssize_t n = ::read(tap_->fd(), frame_.data(), frame_.size());
     if (n < 0) {
       if (errno != EAGAIN && errno != EINTR) ++tap_read_errors_;
@@ -516,6 +592,7 @@ void IpoibService::read_tap() {
     bridge_->from_tap(std::span<const uint8_t>(frame_.data(), static_cast<size_t>(n)));
   }
   if (qp_) qp_->end_batch();  // one doorbell for the turn's sends
+  if (cm_ready_) cm_->end_batch();
   arm_tap_read();
 }
 
@@ -573,9 +650,11 @@ std::vector<std::pair<std::string, uint64_t>> IpoibService::counter_list() const
              {"drop_too_big", c.drop_too_big}, {"drop_unknown_mac", c.drop_unknown_mac},
              {"drop_malformed_packet", c.drop_malformed_packet}, {"drop_own", c.drop_own}, {"drop_spoofed", c.drop_spoofed},
              {"drop_no_path", c.drop_no_path}, {"drop_no_group", c.drop_no_group},
-             {"drop_queue_full", c.drop_queue_full}, {"drop_down", c.drop_down}})
+             {"drop_queue_full", c.drop_queue_full}, {"drop_down", c.drop_down}, {"icmp_too_big", c.icmp_too_big}})
       v.emplace_back(std::string("ipoib.") + k, x);
   }
+  if (cm_)
+    for (auto& [k, x] : cm_->counter_list()) v.emplace_back("ipoib." + k, x);
   if (qp_) {
     const auto& q = qp_->counters();
     v.emplace_back("ipoib.qp_sent", q.sent);
@@ -594,6 +673,7 @@ std::string IpoibService::json(size_t max_bytes) const {
   j["port"] = cfg_.port;
   j["state"] = state_ == State::kUp ? "up" : state_ == State::kBringingUp ? "bringing up" : "down";
   j["pkey"] = fmt::format("{:#06x}", cfg_.pkey);
+  j["mode"] = cfg_.connected ? (cm_ready_ ? "connected" : "connected (starting)") : "datagram";
   if (tap_) j["ifindex"] = tap_->ifindex();
   if (qp_) j["qpn"] = fmt::format("{:#x}", qp_->qpn());
   if (state_ == State::kUp) {
@@ -607,7 +687,8 @@ std::string IpoibService::json(size_t max_bytes) const {
     json ns = json::array();
     for (const auto& n : bridge_->neighbours()) {
       json e{{"mac", mac_text(n.mac)}, {"qpn", fmt::format("{:#x}", n.addr.qpn)}, {"gid", gid_text(n.addr.gid)},
-             {"path", n.state}, {"pending", n.pending}, {"ips", n.ips}};
+             {"path", n.state}, {"pending", n.pending}, {"ips", n.ips},
+             {"connected_mode", (n.addr.flags & ipoib::kHwFlagRc) != 0}};
       if (auto it = neighbours_.find(n.addr.gid); it != neighbours_.end()) e["dlid"] = it->second.dlid;
       ns.push_back(std::move(e));
     }
@@ -620,6 +701,7 @@ std::string IpoibService::json(size_t max_bytes) const {
     }
     j["groups"] = std::move(gs);
   }
+  if (cm_ready_) j["connections"] = json::parse(cm_->json());
   json c = json::object();
   for (const auto& [k, v] : counter_list()) c[k.substr(6)] = v;
   j["counters"] = std::move(c);
@@ -650,7 +732,17 @@ std::optional<std::array<uint8_t, 16>> IpoibService::gid_of_mac(std::span<const 
 
 // IPOIB_INFO: the IPoIB interface as JSON (docs/ipoib.md "ibdctl ipoib"),
 // open to every client as INFO is; bounded by the message.
-Result<void> IpoibService::handle(const Caller&, proto::Message& m, Respond& done) {
+Result<void> IpoibService::handle(const Caller& c, proto::Message& m, Respond& done) {
+  if (m.header.op == static_cast<uint16_t>(proto::Op::kIpoibSetMode)) {
+    if (!c.privileged()) return err(EPERM, "root or CAP_NET_ADMIN only");
+    OPENIB_TRY(expect_fds(m, 0));
+    OPENIB_TRY_ASSIGN(auto r, proto::decode<proto::IpoibModeReq>(m.body));
+    if (r.connected > 1) return err(EINVAL, "IPOIB_SET_MODE: mode {} (0 datagram, 1 connected)", r.connected);
+    if (r.connected && !cm_) return err(ENOTSUP, "IPOIB_SET_MODE: no IB CM for connected mode");
+    set_mode(r.connected != 0);
+    done(Reply{});
+    return ok();
+  }
   if (!m.body.empty()) return err(EINVAL, "IPOIB_INFO takes no body");
   OPENIB_TRY(expect_fds(m, 0));
   const std::string text = json(proto::kMaxMessage - proto::kHeaderSize - 64);

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "hca/device.hpp"
+#include "ibd/ipoib_cm.hpp"
 #include "ibd/service.hpp"
 #include "ibd/sa_service.hpp"
 #include "ipoib_tap/addr_watch.hpp"
@@ -56,6 +57,7 @@ struct IpoibConfig {
   uint16_t pkey = 0xFFFF;  // with the full-member bit
   uint8_t port = 1;
   uint32_t qkey = 0x0b1b;  // the broadcast group's when ibd creates it (Linux's ipoib's)
+  bool connected = false;  // connected mode (RFC 4755; docs/ipoib.md "Connected mode"), else datagram mode
 };
 
 // The owner of IPoIB's joins and registrations in the SA service (client
@@ -71,9 +73,16 @@ class IpoibService final : public Service, private ipoib::BridgeIo {
 
   std::string_view service_name() const override { return "ipoib"; }
   // IPOIB_INFO.
-  std::vector<proto::Op> ops() const override { return {proto::Op::kIpoibInfo}; }
+  std::vector<proto::Op> ops() const override { return {proto::Op::kIpoibInfo, proto::Op::kIpoibSetMode}; }
   Result<void> handle(const Caller& c, proto::Message& m, Respond& done) override;
 
+  // The IB CM service, for connected mode (before start()).
+  void set_cm(CmService* cm);
+  // Connected or datagram mode, now (ibdctl ipoib mode, IPOIB_SET_MODE):
+  // the TAP's MTU becomes 65520 or the broadcast group's - 4, as Linux's
+  // `echo connected > /sys/class/net/ib0/mode` sets it.
+  void set_mode(bool connected);
+  bool connected_mode() const { return cfg_.connected; }
   // Brings the interface up if the port is Active already.
   void start();
   // ibd stops: carrier off, the QP closed (synchronously is not allowed:
@@ -116,6 +125,7 @@ class IpoibService final : public Service, private ipoib::BridgeIo {
   struct Neighbour {
     uint32_t ahn = 0;
     uint16_t dlid = 0;
+    std::array<uint8_t, 64> record{};  // its PathRecord, for connected mode's REQ
   };
 
   // ipoib::BridgeIo
@@ -124,6 +134,11 @@ class IpoibService final : public Service, private ipoib::BridgeIo {
   void resolve_path(const ipoib::Gid& gid) override;
   void join(const ipoib::Gid& mgid, bool send_only) override;
   void leave(const ipoib::Gid& mgid) override;
+  bool rc_usable(const ipoib::HwAddr& a) override;
+  bool send_rc(const ipoib::HwAddr& a, std::span<const uint8_t> packet) override;
+  // Connected mode on (the link's flag and the TAP's MTU follow when it is ready) or off.
+  void start_connected();
+  void link_changed();
 
   void bring_up();
   void joined_broadcast(uint64_t epoch, const hca::PortAttr& pa, Result<sa::McMemberRecord> r, bool created);
@@ -149,6 +164,8 @@ class IpoibService final : public Service, private ipoib::BridgeIo {
   hca::PortAttr port_{};
   sa::McMemberRecord bcast_{};
   std::unique_ptr<ipoib::UdPort> qp_;
+  std::unique_ptr<IpoibCm> cm_;
+  bool cm_ready_ = false;  // connected mode's listener is up: the link offers it
   std::optional<ipoib::TapDevice> tap_;
   std::unique_ptr<boost::asio::posix::stream_descriptor> tap_sd_;
   bool tap_waiting_ = false;  // an async_wait on the TAP fd is out

@@ -73,7 +73,7 @@ Result<void> table_int(const toml::table& t, const char* key, T& out, const std:
 Result<DeviceTable> parse_device_table(const toml::table& t, const std::string& where) {
   static const std::vector<std::string> known = {"name", "device", "cable", "pcap", "faults", "simhca-arg",
                                                  "lid", "ipoib", "ipoib-pkey", "ipoib-port", "ipoib-qkey",
-                                                 "netdev", "netdev-port"};
+                                                 "ipoib-mode", "netdev", "netdev-port"};
   DeviceTable out;
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
@@ -96,6 +96,9 @@ Result<DeviceTable> parse_device_table(const toml::table& t, const std::string& 
   OPENIB_TRY(str("pcap", out.d.pcap));
   OPENIB_TRY(str("faults", out.d.faults));
   OPENIB_TRY(str("ipoib", out.d.ipoib));
+  OPENIB_TRY(str("ipoib-mode", out.d.ipoib_mode));
+  if (out.d.ipoib_mode != "datagram" && out.d.ipoib_mode != "connected")
+    return err(EINVAL, "{}: 'ipoib-mode' must be \"datagram\" or \"connected\"", where);
   OPENIB_TRY(str("netdev", out.d.netdev));
   if (const auto* n = t.get("simhca-arg")) {
     const auto* a = n->as_array();
@@ -221,6 +224,11 @@ void add_device_flags(CLI::App& app, Options& o, std::vector<std::string>& specs
                  "IPoIB: the Q_Key of the broadcast group when ibd creates it (bit 31 set: a controlled Q_Key, "
                  "docs/ipoib.md \"Security\"); a group the SM made keeps its own")
       ->capture_default_str();
+  app.add_option("--ipoib-mode", o.ipoib_mode,
+                 "IPoIB: datagram or connected mode (RFC 4755, MTU 65520; docs/ipoib.md \"Connected mode\"); "
+                 "`ibdctl ipoib mode` changes it at run time")
+      ->check(CLI::IsMember({"datagram", "connected"}))
+      ->capture_default_str();
   app.add_option("--netdev", o.netdev,
                  "RoCE: create this TAP interface as the Ethernet port's netdev (docs/operations.md \"RoCE ports\"); "
                  "empty: none");
@@ -233,7 +241,7 @@ void add_device_flags(CLI::App& app, Options& o, std::vector<std::string>& specs
 DeviceOptions first_device(const CLI::App& app, const Options& o, const DeviceTable* t) {
   DeviceOptions d{.name = "", .spec = o.device, .cable = o.cable, .pcap = o.pcap, .faults = o.faults,
                   .simhca_args = o.simhca_args, .lid = o.lid, .ipoib = o.ipoib, .ipoib_pkey = o.ipoib_pkey,
-                  .ipoib_port = o.ipoib_port, .ipoib_qkey = o.ipoib_qkey, .netdev = o.netdev,
+                  .ipoib_port = o.ipoib_port, .ipoib_qkey = o.ipoib_qkey, .ipoib_mode = o.ipoib_mode, .netdev = o.netdev,
                   .netdev_port = o.netdev_port};
   if (!t) return d;
   auto from_table = [&](const char* key) {
@@ -251,6 +259,7 @@ DeviceOptions first_device(const CLI::App& app, const Options& o, const DeviceTa
   if (from_table("ipoib-pkey")) d.ipoib_pkey = t->d.ipoib_pkey;
   if (from_table("ipoib-port")) d.ipoib_port = t->d.ipoib_port;
   if (from_table("ipoib-qkey")) d.ipoib_qkey = t->d.ipoib_qkey;
+  if (from_table("ipoib-mode")) d.ipoib_mode = t->d.ipoib_mode;
   if (from_table("netdev")) d.netdev = t->d.netdev;
   if (from_table("netdev-port")) d.netdev_port = t->d.netdev_port;
   return d;

@@ -27,6 +27,7 @@ struct DeviceOptions {
   uint16_t ipoib_pkey = 0xFFFF;
   uint8_t ipoib_port = 1;
   uint32_t ipoib_qkey = 0x0b1b;
+  std::string ipoib_mode = "datagram";  // or "connected" (RFC 4755)
   std::string netdev;  // an Ethernet port's netdev, a TAP (empty: none), and its port
   uint8_t netdev_port = 1;
   // Derived: its client socket (the first device's is --socket, the others'
@@ -56,6 +57,9 @@ struct Options {
   // (docs/ipoib.md "Security": bit 31 set, a controlled Q_Key no
   // unprivileged client can send with).
   uint32_t ipoib_qkey = 0x0b1b;
+  // IPoIB's mode at start (docs/ipoib.md "Connected mode"): "datagram" or
+  // "connected"; `ibdctl ipoib mode` changes it at run time.
+  std::string ipoib_mode = "datagram";
   // An Ethernet (RoCE) port's netdev (docs/operations.md "RoCE ports"): the
   // TAP interface's name (empty: none) and the port.
   std::string netdev;

@@ -29,6 +29,7 @@ SaService::SaService(asio::io_context& io, hca::Device& hca, UmadService& umad, 
                      std::string state_dir, sa::PathCacheConfig cfg)
     : io_(io),
       hca_(hca),
+      port_attrs_(io, hca),
       umad_(umad),
       num_ports_(num_ports),
       cache_(querier_, clock_, cfg),
@@ -58,9 +59,10 @@ SaService::SaService(asio::io_context& io, hca::Device& hca, UmadService& umad, 
   });
   for (uint8_t p = 1; p <= num_ports_; ++p) {
     // Where the SA is, asked anew for each query: PortInfo's MasterSMLID
-    // and MasterSMSL (IBA 14.2.5.6) as the device has them now.
+    // and MasterSMSL (IBA 14.2.5.6) as the port attribute cache has them
+    // (dropped at each SM_CHANGE, docs/simhca.md §9.4, §14.3).
     auto sm = [this, p, alive = std::weak_ptr<bool>(alive_)](std::function<void(Result<sa::SmAddress>)> k) {
-      hca_.query_port_async(p, [k = std::move(k), alive](Result<hca::PortAttr> a) mutable {
+      port_attrs_.query(p, [k = std::move(k), alive](Result<hca::PortAttr> a) mutable {
         if (alive.expired()) return;
         if (!a) return k(a.take_error());
         k(sa::SmAddress{a->sm_lid, a->sm_sl});
@@ -99,7 +101,7 @@ Result<void> SaService::sa_port(uint8_t port) {
 
 void SaService::read_port(uint8_t port) {
   if (!table_) return;
-  hca_.query_port_async(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
+  port_attrs_.query(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
     if (!alive.expired() && a) note_port(port, *a);
   });
 }
@@ -134,7 +136,7 @@ void SaService::start() {
   // Each port is asked what it is first: SA clients only where it has an
   // SA (a port whose QUERY_PORT fails is taken for InfiniBand, as before).
   for (auto& [p, c] : clients_)
-    hca_.query_port_async(p, [this, port = p, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
+    port_attrs_.query(p, [this, port = p, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
       if (alive.expired()) return;
       if (a) note_port(port, *a);
       if (a && !hca::cap_ib_sa(a->link_layer))
@@ -213,8 +215,9 @@ void SaService::path_query(uid_t uid, const proto::PathQueryReq& req, hca::Compl
     asio::post(io_, [d = std::move(done), f = req.flags]() mutable { d(err(EINVAL, "unknown PATH_QUERY flags {:#x}", f)); });
     return;
   }
-  // The SGID (and the default P_Key) are the port's: read them first.
-  hca_.query_port_async(req.port, [this, uid, req, done = std::move(done), alive = std::weak_ptr<bool>(alive_)](
+  // The SGID (and the default P_Key) are the port's: from the port
+  // attribute cache (no QUERY_PORT per query while no port event came).
+  port_attrs_.query(req.port, [this, uid, req, done = std::move(done), alive = std::weak_ptr<bool>(alive_)](
                                       Result<hca::PortAttr> a) mutable {
     if (alive.expired()) return done(err(ECANCELED, "ibd is stopping"));
     if (!a) return done(a.take_error());
@@ -260,6 +263,9 @@ void SaService::lookup(const sa::PathKey& key, bool fresh, bool cached, hca::Com
 // ClientReregister light, P_Key and GID changes heavy, as Linux's IPoIB
 // flushes.
 void SaService::port_event(const hca::Event& e) {
+  // First the port's attributes (port_attr_cache.hpp): what follows reads
+  // them anew, and so does every service after this one.
+  port_attrs_.on_event(e);
   using K = hca::Event::Kind;
   switch (e.kind) {
     case K::kPortState: return port_state(e.port, e.new_state);
@@ -324,7 +330,7 @@ void SaService::Requester::sa_request(uint8_t port, const sa::SaRequest& req, sa
 }
 
 void SaService::Requester::port_gid(uint8_t port, std::function<void(Result<sa::Gid>)> done) {
-  self->hca_.query_port_async(port, [done = std::move(done), alive = std::weak_ptr<bool>(self->alive_)](
+  self->port_attrs_.query(port, [done = std::move(done), alive = std::weak_ptr<bool>(self->alive_)](
                                         Result<hca::PortAttr> a) {
     if (alive.expired()) return;
     if (!a) return done(a.take_error());
@@ -431,7 +437,7 @@ void SaService::start_join(uint32_t owner, sa::JoinRequest j, const proto::Mcast
     return joins_.join(owner, j, std::move(answer));
   }
   // P_Key 0: the port's P_Key at index 0.
-  hca_.query_port_async(req.port, [this, owner, j, answer = std::move(answer),
+  port_attrs_.query(req.port, [this, owner, j, answer = std::move(answer),
                                    alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) mutable {
     if (alive.expired()) return answer(err(ECANCELED, "ibd is stopping"));
     if (!a) return answer(a.take_error());
@@ -528,7 +534,7 @@ void SaService::client_gone(uint32_t owner) {
 // for PortInfo's MasterSMLID (IBA 15.2.5.2; NodeInfo's PortGUID is that
 // of the port with the LID, IBA 14.2.5.3).
 void SaService::learn_sm(uint8_t port) {
-  hca_.query_port_async(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
+  port_attrs_.query(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) {
     if (alive.expired() || !a || a->sm_lid == 0) return;
     sa::SaClient* c = client(port);
     if (!c || !c->attached()) return;
@@ -580,7 +586,7 @@ uint64_t unix_ms() {
 
 // The port's subnet prefix first (the file's tag), then the file.
 void SaService::load(uint8_t port) {
-  hca_.query_port_async(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) mutable {
+  port_attrs_.query(port, [this, port, alive = std::weak_ptr<bool>(alive_)](Result<hca::PortAttr> a) mutable {
     if (alive.expired()) return;
     if (!a) {
       ++load_errors_;
@@ -730,13 +736,15 @@ void SaService::on_report(const mad::Notice& n) {
 }
 
 // INFO's counters, in this order: the SA clients', multicast and service
-// registrations', the path cache's, the shared path table's.
+// registrations', the path cache's, the shared path table's, the port
+// attribute cache's.
 std::vector<std::pair<std::string, uint64_t>> SaService::counter_list() const {
   CounterList out;
   client_counters(out);
   mcast_service_counters(out);
   path_cache_counters(out);
   path_table_counters(out);
+  for (auto& c : port_attrs_.counter_list()) out.push_back(std::move(c));
   return out;
 }
 

@@ -71,6 +71,7 @@
 #include "ibd/service.hpp"
 #include "ibd/budget.hpp"
 #include "ibd/path_table_shm.hpp"
+#include "ibd/port_attr_cache.hpp"
 #include "ibd/quota.hpp"
 #include "ibd/umad_service.hpp"
 #include "sa/mcast_joins.hpp"
@@ -96,8 +97,15 @@ class SaService final : public Service {
   // SERVICE_SET, SERVICE_DELETE (sa_requests.cpp).
   std::vector<proto::Op> ops() const override;
   Result<void> handle(const Caller& c, proto::Message& m, Respond& done) override;
-  // The port's state, LID and SM events, at the cache's levels below.
+  // The port's state, LID and SM events, at the cache's levels below; the
+  // port's attributes (port_attrs()) are dropped first.
   void port_event(const hca::Event& e) override;
+  // The device went, or came back: every port's attributes dropped.
+  void device_lost() override { port_attrs_.invalidate_all(); }
+  void device_back() override { port_attrs_.invalidate_all(); }
+  // The ports' attributes between port events (port_attr_cache.hpp): this
+  // service's own reads and the RDMA CM's.
+  PortAttrCache& port_attrs() { return port_attrs_; }
 
   // Loads each port's cache file (its entries stale: served at once and
   // revalidated), asks the user-MAD service for each port's MAD layer.
@@ -278,6 +286,7 @@ class SaService final : public Service {
 
   boost::asio::io_context& io_;
   hca::Device& hca_;
+  PortAttrCache port_attrs_;
   UmadService& umad_;
   uint8_t num_ports_;
   std::map<uint8_t, std::unique_ptr<sa::SaClient>> clients_;

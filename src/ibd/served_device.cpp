@@ -233,7 +233,8 @@ void ServedDevice::build_services() {
   sa_->set_path_change_handler(
       [this](uint8_t port, uint16_t pkey, const sa::Gid& dgid) { server_->on_path_change(port, pkey, dgid); });
   if (!d_.ipoib.empty())  // docs/ipoib.md
-    ipoib_ = std::make_unique<IpoibService>(io_, *hca_, *sa_, IpoibConfig{d_.ipoib, d_.ipoib_pkey, d_.ipoib_port, d_.ipoib_qkey});
+    ipoib_ = std::make_unique<IpoibService>(
+        io_, *hca_, *sa_, IpoibConfig{d_.ipoib, d_.ipoib_pkey, d_.ipoib_port, d_.ipoib_qkey, d_.ipoib_mode == "connected"});
   if (!d_.netdev.empty())  // docs/operations.md "RoCE ports"
     netdev_ = std::make_unique<NetdevService>(io_, *hca_, NetdevConfig{d_.netdev, d_.netdev_port});
   cm_ = std::make_unique<CmService>(io_, *hca_, *umad_, ports);  // docs/cm.md
@@ -241,6 +242,7 @@ void ServedDevice::build_services() {
   cm_->set_event_budget(&event_bytes_);
   cm_->set_id_limits(o_.limits.cm_ids);
   cm_->set_qp_ops(server_->qp_ops());
+  if (ipoib_) ipoib_->set_cm(cm_.get());  // connected mode (docs/ipoib.md)
   if (ipoib_ || netdev_) {  // docs/cma.md, docs/arp.md
     ipoib_links_ = std::make_unique<IpoibLinks>(ipoib_.get(), netdev_.get());
     resolver_ = std::make_unique<arp::Resolver>(io_, *ipoib_links_);

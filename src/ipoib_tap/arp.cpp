@@ -82,7 +82,7 @@ Verdict arp_from_ib(wire::Bytes m, NeighbourTable& nt, std::vector<std::uint8_t>
   if (m.size() < kIbArpBytes || !header_ok(m, kHtypeInfiniband, kHwAddrBytes)) return Verdict::malformed;
   sender = hwaddr_at(m, 8);
   if (sender_ok && !sender_ok(sender)) return Verdict::spoofed;  // before the table learns it
-  const Mac sha = nt.mac_for(sender);
+  const Mac sha = nt.mac_for(sender, true);
   const std::size_t tha_off = 8 + kHwAddrBytes + 4;
   const auto tha_bytes = m.subspan(tha_off, kHwAddrBytes);
   Mac tha{};

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <deque>
 
+#include "ipoib_tap/cm_wire.hpp"
 #include "ipoib_tap/igmp_mld.hpp"
 #include "ipoib_tap/neighbours.hpp"
+#include "ipoib_tap/too_big.hpp"
 #include "ipoib_tap/translate.hpp"
 
 namespace openib::ipoib {
@@ -21,7 +23,9 @@ constexpr Mac kBroadcastMac{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
 constexpr std::uint32_t kAllHosts = 0xE0000001;
 constexpr std::array<std::uint8_t, 16> kAllNodes{0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 
-HwAddr own_addr(const LinkParams& l) { return HwAddr{l.qpn & 0xFFFFFF, l.port_gid}; }
+HwAddr own_addr(const LinkParams& l) {
+  return HwAddr{l.qpn & 0xFFFFFF, l.port_gid, l.connected ? kHwFlagRc : std::uint8_t{0}};
+}
 
 bool is_multicast_gid(const Gid& g) { return g[0] == 0xFF; }
 
@@ -55,11 +59,51 @@ struct Bridge::Impl {
   bool carrier = true;
   bool standard_joined = false;  // all-hosts, all-nodes
 
-  std::uint32_t mtu() const { return link.ib_mtu > kEncapBytes ? link.ib_mtu - kEncapBytes : 0; }
+  std::uint32_t ud_mtu() const { return link.ib_mtu > kEncapBytes ? link.ib_mtu - kEncapBytes : 0; }
+  std::uint32_t mtu() const { return link.connected ? kCmMtu : ud_mtu(); }
 
   void send(const UdDest& to, const Packet& p) {
     ++cnt.ib_tx;
     io.send_ud(to, p);
+  }
+
+  // Connected mode with this neighbour (RFC 4755): both offer it and the
+  // glue has not fallen back to datagram mode for it.
+  bool rc_capable(const HwAddr& a) {
+    if (!link.connected) return false;
+    const Neighbour* n = nt.find(a);
+    return n && (n->flags & kHwFlagRc) && io.rc_usable(a);
+  }
+
+  // A unicast packet whose path is ready: over the RC connection when
+  // there is (or will be) one, else by UD if it fits.
+  // ARP and ND go by UD always: they are what teaches the peer this
+  // address, which its IPoIB-CM listener requires before it accepts our
+  // REQ (ipoib_cm.hpp); an ARP reply held behind a connection the peer
+  // refuses would never arrive.
+  static bool neighbour_discovery(const Packet& p) {
+    if (p.size() < kEncapBytes) return false;
+    const std::uint16_t type = wire::be16(p, 0);
+    if (type == wire::kEtherArp) return true;
+    const std::size_t icmp = kEncapBytes + wire::kIpv6Header;
+    return type == wire::kEtherIpv6 && p.size() > icmp && p[kEncapBytes + 6] == 58 && p[icmp] >= 133 && p[icmp] <= 137;
+  }
+
+  void deliver(const HwAddr& a, const Packet& p) {
+    if (!neighbour_discovery(p) && rc_capable(a) && io.send_rc(a, p)) return void(++cnt.ib_tx);
+    if (p.size() > ud_mtu() + kEncapBytes) return void(++cnt.drop_too_big);  // its connection went meanwhile
+    send(UdDest{false, a.gid, a.qpn}, p);
+  }
+
+  // A frame above its path's MTU: the kernel is told as Linux's ipoib
+  // tells it (ICMP "fragmentation needed" / ICMPv6 "packet too big" with
+  // datagram mode's MTU, too_big.hpp) and learns the path MTU.
+  void too_big(wire::Bytes frame) {
+    auto icmp = icmp_too_big(frame, ud_mtu());
+    if (!icmp) return void(++cnt.drop_too_big);
+    ++cnt.icmp_too_big;
+    ++cnt.tap_tx;
+    io.write_tap(*icmp);
   }
 
   void enqueue(Queue& q, Packet&& p) {
@@ -77,7 +121,7 @@ struct Bridge::Impl {
       ++cnt.drop_unknown_mac;
       return;
     }
-    if (n->state == PathState::ready) return send(UdDest{false, a.gid, a.qpn}, p);
+    if (n->state == PathState::ready) return deliver(a, p);
     enqueue(n->pending, std::move(p));
     if (n->state == PathState::resolving) return;
     // One resolution per GID: another neighbour (QPN) on it may be asking.
@@ -103,7 +147,7 @@ struct Bridge::Impl {
       }
     }
     for (auto& [a, q] : to_send)
-      for (auto& p : q) send(UdDest{false, a.gid, a.qpn}, p);
+      for (auto& p : q) deliver(a, p);
   }
 
   // ---- multicast: the IB group of the destination (RFC 4391 §4) ----
@@ -216,7 +260,11 @@ void Bridge::Impl::from_tap(wire::Bytes frame) {
   out.insert(out.end(), body.begin(), body.end());
 
   // Where it goes, from the Ethernet destination (RFC 4391 §4).
+  // Multicast above the group's MTU is dropped, as Linux's ipoib does in
+  // connected mode (an ICMP error about a multicast destination would come
+  // from a multicast source, which the kernel ignores).
   if (dst == kBroadcastMac) {
+    if (body.size() > ud_mtu()) return void(++cnt.drop_too_big);
     snoop(changes);
     return send_group(bcast, std::move(out));
   }
@@ -230,11 +278,13 @@ void Bridge::Impl::from_tap(wire::Bytes frame) {
       mgid = ipv6_mgid(group, link.pkey);
     }
     if (!mgid) return void(++cnt.drop_malformed_frame);  // a group MAC, no IP group
+    if (body.size() > ud_mtu()) return void(++cnt.drop_too_big);
     snoop(changes);
     return send_group(*mgid, std::move(out));
   }
   const auto a = nt.addr_of(dst);
   if (!a || *a == nt.own()) return void(++cnt.drop_unknown_mac);
+  if (body.size() > ud_mtu() && !rc_capable(*a)) return too_big(frame);
   snoop(changes);
   send_unicast(*a, std::move(out));
 }
@@ -336,6 +386,8 @@ Bridge::~Bridge() { delete impl_; }
 Mac Bridge::own_mac() const { return impl_->nt.own_mac(); }
 std::optional<HwAddr> Bridge::addr_of(const Mac& m) const { return impl_->nt.addr_of(m); }
 std::uint32_t Bridge::mtu() const { return impl_->mtu(); }
+std::uint32_t Bridge::ud_mtu() const { return impl_->ud_mtu(); }
+bool Bridge::knows(const HwAddr& a) const { return impl_->nt.all().count(a) != 0; }
 
 void Bridge::set_link(const LinkParams& link) {
   Impl& b = *impl_;
@@ -412,7 +464,8 @@ std::vector<NeighbourInfo> Bridge::neighbours() const {
   static constexpr const char* kState[] = {"none", "resolving", "ready", "failed"};
   std::vector<NeighbourInfo> out;
   for (const auto& [a, n] : impl_->nt.all())
-    out.push_back(NeighbourInfo{n.mac, a, kState[static_cast<int>(n.state)], n.pending.size(), n.ips});
+    out.push_back(NeighbourInfo{n.mac, HwAddr{a.qpn, a.gid, n.flags}, kState[static_cast<int>(n.state)],
+                                n.pending.size(), n.ips});
   return out;
 }
 

@@ -48,12 +48,19 @@ inline constexpr std::size_t kHwAddrBytes = 20;    // RFC 4391 §9.1.1
 inline constexpr std::size_t kPendingPerDest = 3;  // packets held per unresolved destination
 inline constexpr std::uint32_t kMulticastQpn = 0xFFFFFF;
 
-// The 20-byte link-layer address (RFC 4391 §9.1.1): 1 byte of flags
-// (reserved, 0), the 24-bit QPN, the 16-byte GID.
+// The 20-byte link-layer address (RFC 4391 §9.1.1): 1 byte of flags, the
+// 24-bit QPN, the 16-byte GID. The flags (RFC 4755 §3.1: 0x80 connected
+// mode offered) are what the address says of its owner, not part of the
+// address: two addresses with the same QPN and GID are equal.
 struct HwAddr {
   std::uint32_t qpn = 0;  // 24 bits
   Gid gid{};
-  auto operator<=>(const HwAddr&) const = default;
+  std::uint8_t flags = 0;
+  bool operator==(const HwAddr& o) const { return qpn == o.qpn && gid == o.gid; }
+  auto operator<=>(const HwAddr& o) const {
+    if (auto c = qpn <=> o.qpn; c != 0) return c;
+    return gid <=> o.gid;
+  }
 };
 void encode_hwaddr(std::span<std::uint8_t, kHwAddrBytes> out, const HwAddr& a);
 HwAddr decode_hwaddr(std::span<const std::uint8_t, kHwAddrBytes> in);
@@ -65,7 +72,11 @@ struct LinkParams {
   std::uint32_t qpn = 0;    // the IPoIB UD QP
   std::uint16_t pkey = 0xFFFF;  // with the full-member bit
   std::uint32_t qkey = 0;   // the broadcast group's Q_Key
-  std::uint32_t ib_mtu = 2048;  // the broadcast group's MTU in bytes (TAP MTU = this - 4)
+  std::uint32_t ib_mtu = 2048;  // the broadcast group's MTU in bytes (datagram mode's TAP MTU = this - 4)
+  // Connected mode (RFC 4755; docs/ipoib.md "Connected mode"): the own
+  // address offers it (flags 0x80), the TAP's MTU is 65520, and unicast to
+  // a neighbour that offers it too goes over the glue's RC connection.
+  bool connected = false;
 };
 
 // RFC 4391 §4: the MGID of the broadcast group, and of an IPv4 / IPv6
@@ -103,6 +114,14 @@ class BridgeIo {
   // answer joins with Bridge::joined(mgid, ok).
   virtual void join(const Gid& mgid, bool send_only) = 0;
   virtual void leave(const Gid& mgid) = 0;
+  // Connected mode: may packets to `a` (a neighbour offering connected
+  // mode) go over an RC connection? False: the glue has fallen back to
+  // datagram mode for it (its REQ was refused or timed out).
+  virtual bool rc_usable(const HwAddr& /*a*/) { return false; }
+  // One IPoIB packet to `a` over its RC connection, made on demand and
+  // the packet held meanwhile. False: there is none and will be none
+  // (fallen back): the bridge sends it by UD if it fits.
+  virtual bool send_rc(const HwAddr& /*a*/, std::span<const std::uint8_t> /*packet*/) { return false; }
 };
 
 // Why frames or packets were dropped, and what went through.
@@ -112,7 +131,8 @@ struct BridgeCounters {
   std::uint64_t arp_out = 0, arp_in = 0, nd_out = 0, nd_in = 0;  // translated
   std::uint64_t drop_malformed_frame = 0;  // short or inconsistent Ethernet/ARP/IPv6/ND
   std::uint64_t drop_ethertype = 0;        // not IPv4, ARP or IPv6
-  std::uint64_t drop_too_big = 0;          // payload above the IPoIB MTU
+  std::uint64_t drop_too_big = 0;          // payload above the interface's MTU
+  std::uint64_t icmp_too_big = 0;          // above its path's MTU: ICMP "fragmentation needed" / "packet too big" to the kernel
   std::uint64_t drop_unknown_mac = 0;      // unicast to a MAC that is no neighbour
   std::uint64_t drop_malformed_packet = 0; // short or inconsistent IPoIB/ARP/ND from the fabric
   std::uint64_t drop_own = 0;              // our own multicast looped back
@@ -126,7 +146,7 @@ struct BridgeCounters {
 // A neighbour as ibdctl shows it.
 struct NeighbourInfo {
   Mac mac{};
-  HwAddr addr;
+  HwAddr addr;  // flags: as its ARP/ND last said
   std::string state;  // "none", "resolving", "ready", "failed"
   std::size_t pending = 0;
   std::vector<std::string> ips;  // seen in ARP / ND (text form)
@@ -150,8 +170,14 @@ class Bridge {
   // The 20-byte address behind a MAC the bridge handed out (the kernel's
   // neighbour entry names it; the RDMA CM's address resolution reads it).
   std::optional<HwAddr> addr_of(const Mac& m) const;
-  // Payload bytes an IPoIB packet may carry: ib_mtu - 4 (the TAP's MTU).
+  // Whether `a` is a neighbour the bridge knows (ARP/ND or its packets).
+  bool knows(const HwAddr& a) const;
+  // The TAP's MTU: in datagram mode the payload an IPoIB packet may carry
+  // (ib_mtu - 4), in connected mode 65520 (Linux's IPOIB_CM_MTU; RFC 4755 §5).
   std::uint32_t mtu() const;
+  // What a UD packet may carry: ib_mtu - 4 (multicast, and neighbours
+  // without a connection).
+  std::uint32_t ud_mtu() const;
   // New link parameters (broadcast group rejoined with another Q_Key or
   // MTU, GID or QPN changed): neighbours' paths are forgotten (resolved
   // again on the next send); MACs stay.

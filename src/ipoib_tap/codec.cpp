@@ -7,10 +7,10 @@
 
 namespace openib::ipoib {
 
-// Byte 0: flags. Linux sets 0x80 there when the peer does connected
-// mode; datagram mode ignores it, so it is not part of the address.
+// Byte 0: flags (RFC 4755 §4: 0x80 when the owner does connected mode);
+// not part of the address (HwAddr's comparisons leave it out).
 void encode_hwaddr(std::span<std::uint8_t, kHwAddrBytes> out, const HwAddr& a) {
-  out[0] = 0;
+  out[0] = a.flags;
   out[1] = static_cast<std::uint8_t>(a.qpn >> 16);
   out[2] = static_cast<std::uint8_t>(a.qpn >> 8);
   out[3] = static_cast<std::uint8_t>(a.qpn);
@@ -19,6 +19,7 @@ void encode_hwaddr(std::span<std::uint8_t, kHwAddrBytes> out, const HwAddr& a) {
 
 HwAddr decode_hwaddr(std::span<const std::uint8_t, kHwAddrBytes> in) {
   HwAddr a;
+  a.flags = in[0];
   a.qpn = std::uint32_t{in[1]} << 16 | std::uint32_t{in[2]} << 8 | in[3];
   std::copy(in.begin() + 4, in.end(), a.gid.begin());
   return a;

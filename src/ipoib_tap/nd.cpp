@@ -82,7 +82,7 @@ Verdict option_from_ib(wire::Bytes opt, NeighbourTable& nt, std::vector<std::uin
                        std::optional<HwAddr>& learnt) {
   if (opt[1] != 3) return Verdict::malformed;
   const HwAddr a = decode_hwaddr(std::span<const std::uint8_t, kHwAddrBytes>(opt.subspan(4, kHwAddrBytes)));
-  const Mac m = nt.mac_for(a);
+  const Mac m = nt.mac_for(a, true);
   if (a != nt.own()) learnt = a;
   out.push_back(opt[0]);
   out.push_back(1);

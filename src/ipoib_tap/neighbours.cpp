@@ -27,10 +27,11 @@ void NeighbourTable::evict_one() {
   by_addr_.erase(victim);
 }
 
-Mac NeighbourTable::mac_for(const HwAddr& a) {
+Mac NeighbourTable::mac_for(const HwAddr& a, bool learn_flags) {
   if (a == own_) return own_mac_;
   if (auto it = by_addr_.find(a); it != by_addr_.end()) {
     it->second.last_used = ++clock_;
+    if (learn_flags) it->second.flags = a.flags;
     return it->second.mac;
   }
   if (by_addr_.size() >= kMaxNeighbours) evict_one();
@@ -48,6 +49,7 @@ Mac NeighbourTable::mac_for(const HwAddr& a) {
   Neighbour n;
   n.mac = m;
   n.last_used = ++clock_;
+  if (learn_flags) n.flags = a.flags;
   by_addr_.emplace(a, std::move(n));
   by_mac_.emplace(m, a);
   return m;
@@ -55,7 +57,11 @@ Mac NeighbourTable::mac_for(const HwAddr& a) {
 
 std::optional<HwAddr> NeighbourTable::addr_of(const Mac& m) const {
   if (m == own_mac_) return own_;
-  if (auto it = by_mac_.find(m); it != by_mac_.end()) return it->second;
+  if (auto it = by_mac_.find(m); it != by_mac_.end()) {
+    HwAddr a = it->second;
+    if (auto n = by_addr_.find(a); n != by_addr_.end()) a.flags = n->second.flags;
+    return a;
+  }
   return std::nullopt;
 }
 

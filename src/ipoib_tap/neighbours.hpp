@@ -25,6 +25,7 @@ struct Neighbour {
   std::vector<std::string> ips;
   std::optional<std::uint16_t> lid;  // of its path, when the glue told it
   std::uint64_t last_used = 0;       // for eviction when the table is full
+  std::uint8_t flags = 0;            // its 20-byte address's flags, as its ARP/ND last said (RFC 4755 §4)
 };
 
 class NeighbourTable {
@@ -42,8 +43,11 @@ class NeighbourTable {
   // learning the address when new. A full table forgets the least
   // recently used neighbour with nothing pending (its MAC is derived the
   // same way when it comes back, collisions aside).
-  Mac mac_for(const HwAddr& a);
-  // The address behind a MAC the bridge handed out (or the own MAC).
+  // learn_flags: `a` comes from the neighbour's own ARP/ND, whose flags
+  // (connected mode offered) are kept.
+  Mac mac_for(const HwAddr& a, bool learn_flags = false);
+  // The address behind a MAC the bridge handed out (or the own MAC), with
+  // the flags last learnt.
   std::optional<HwAddr> addr_of(const Mac& m) const;
   Neighbour* find(const HwAddr& a);
   // Unicast packets come without a GRH: the neighbour with this QPN and

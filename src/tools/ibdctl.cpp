@@ -237,13 +237,29 @@ std::optional<json> json_reply(int fd, proto::Op op, const proto::Bytes& body, b
   return j;
 }
 
+// `ipoib mode connected|datagram` (IPOIB_SET_MODE; root or CAP_NET_ADMIN).
+int ipoib_mode_command(int fd, const std::string& mode) {
+  if (mode != "connected" && mode != "datagram") {
+    std::fprintf(stderr, "ibdctl: ipoib mode connected|datagram, not '%s'\n", mode.c_str());
+    return 2;
+  }
+  proto::IpoibModeReq r;
+  r.connected = mode == "connected";
+  if (auto got = call(fd, proto::Op::kIpoibSetMode, 9, proto::encode(r)); !got) {
+    std::fprintf(stderr, "ibdctl: %s\n", got.error().str().c_str());
+    return 1;
+  }
+  std::printf("ipoib: %s mode\n", mode.c_str());
+  return 0;
+}
+
 int ipoib_command(int fd, bool as_json) {
   int rc = 0;
   auto got = json_reply(fd, proto::Op::kIpoibInfo, {}, as_json, rc);
   if (!got) return rc;
   json& j = *got;
   json head = json::object();
-  for (const char* k : {"name", "state", "ifindex", "mac", "mtu", "port", "pkey", "qpn", "qkey", "gid", "broadcast_mlid"})
+  for (const char* k : {"name", "state", "mode", "ifindex", "mac", "mtu", "port", "pkey", "qpn", "qkey", "gid", "broadcast_mlid"})
     if (j.contains(k)) head[k] = j[k];
   key_values(head);
   std::printf("\nneighbours:\n");
@@ -406,7 +422,8 @@ int main(int argc, char** argv) {
   unsigned port = 1, pkey = 0;
   bool fresh = false;
   app.add_option("what", what,
-                 "devices | ports | clients | objects | counters | path GID | paths [flush [GID]] | ipoib | cm | cma")
+                 "devices | ports | clients | objects | counters | path GID | paths [flush [GID]] | "
+                 "ipoib [mode connected|datagram] | cm | cma")
       ->check(CLI::IsMember({"devices", "ports", "clients", "objects", "counters", "path", "paths", "ipoib", "cm",
                              "cma"}))
       ->capture_default_str();
@@ -420,6 +437,12 @@ int main(int argc, char** argv) {
   app.add_flag("--fresh", fresh, "path: ask the SA, not the cache");
   CLI11_PARSE(app, argc, argv);
   if (what == "paths") std::swap(paths_sub, gid);
+  std::string ipoib_mode;
+  if (what == "ipoib" && gid == "mode") {
+    ipoib_mode = paths_gid.empty() ? "?" : paths_gid;
+    gid.clear();
+    paths_gid.clear();
+  }
   if ((what == "path") != !gid.empty() || (what != "paths" && !paths_gid.empty())) {
     std::fprintf(stderr, "ibdctl: a GID goes with 'path', and only with it\n");
     return 2;
@@ -442,6 +465,7 @@ int main(int argc, char** argv) {
   }
   if (what == "paths")
     return paths_command(fd->get(), paths_sub, paths_gid, static_cast<uint8_t>(port), port_opt->count() > 0, as_json);
+  if (what == "ipoib" && !ipoib_mode.empty()) return ipoib_mode_command(fd->get(), ipoib_mode);
   if (what == "ipoib") return ipoib_command(fd->get(), as_json);
   if (what == "cm") return cm_command(fd->get(), as_json);
   if (what == "cma") return cma_command(fd->get(), as_json);

@@ -126,12 +126,24 @@ class CountingDevice final : public hca::Device {
   }
   Result<void> ring_sq(hca::Qp& qp) override { return count("ring_sq"), in_->ring_sq(qp); }
   Result<void> post_recv(hca::Qp& qp, const hca::RecvWr& wr) override { return count("post_recv"), in_->post_recv(qp, wr); }
+  Result<void> post_srq_recv(hca::Srq& s, const hca::RecvWr& wr) override {
+    return count("post_srq_recv"), in_->post_srq_recv(s, wr);
+  }
+  void create_srq_async(uint32_t pdn, uint8_t log_size, uint8_t log_stride, Done<hca::Srq> done) override {
+    count("create_srq"), in_->create_srq_async(pdn, log_size, log_stride, std::move(done));
+  }
   std::vector<hca::WorkCompletion> poll_cq(hca::Cq& cq, size_t max) override {
     auto wcs = in_->poll_cq(cq, max);
     n_["completions"] += wcs.size();
     return wcs;
   }
   Result<void> arm_cq(hca::Cq& cq, bool solicited_only) override { return count("arm_cq"), in_->arm_cq(cq, solicited_only); }
+
+  // How many calls of that name so far (the names of the end's line).
+  uint64_t calls(const std::string& what) const {
+    auto it = n_.find(what);
+    return it == n_.end() ? 0 : it->second;
+  }
 
  private:
   void count(const std::string& what) { ++n_[what]; }

@@ -29,6 +29,7 @@
 #include "common/fd.hpp"
 #include "ipoib_tap/addr_watch.hpp"
 #include "ipoib_tap/tap_device.hpp"
+#include "ipoib_tap/too_big.hpp"
 #include "../unit/shell.hpp"
 
 using namespace openib;
@@ -359,4 +360,102 @@ TEST_CASE("An IPv6 address whose duplicate address detection fails is reported r
   CHECK(rep.logged("-2001:db8::42/64"));
   CHECK(sh("ip -6 addr show dev ibt5").out.find("dadfailed") != std::string::npos);  // still listed
   CHECK(rep.now == texts(watch.addresses()));
+}
+
+namespace {
+
+// What differs between the two IP versions in the path MTU test.
+struct IpVersion {
+  int family, level, discover_opt, discover_do, mtu_opt;
+  const char* peer;
+  std::uint16_t ethertype;
+  std::size_t udp_header_end;  // Ethernet, IP and UDP headers
+  std::size_t proto_off;       // of the frame's IP protocol / next header byte
+};
+
+// SO_ERROR: the error the kernel holds for the socket (read, it is cleared).
+int so_error(int fd) {
+  int e = 0;
+  socklen_t len = sizeof e;
+  return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0 ? e : -1;
+}
+
+// A connected UDP socket with DF (EMSGSIZE for what the path cannot
+// carry) sends 4000 bytes to the neighbour on the TAP; the frame read
+// from the TAP is answered with icmp_too_big(frame, 1400) written back.
+// The kernel must then know the path MTU: the socket's IP_MTU /
+// IPV6_MTU and `ip route get` say 1400, the socket is told EMSGSIZE
+// (RFC 1122 4.1.3.3), 4000 bytes are refused and 1400 - 48 sent.
+void learns_path_mtu(TapDevice& tap, const Mac& theirs, const IpVersion& v) {
+  UniqueFd s(::socket(v.family, SOCK_DGRAM, 0));
+  REQUIRE(s);
+  REQUIRE(::setsockopt(s.get(), v.level, v.discover_opt, &v.discover_do, sizeof v.discover_do) == 0);
+  sockaddr_storage to{};
+  socklen_t to_len = 0;
+  if (v.family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&to);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(9);
+    REQUIRE(::inet_pton(AF_INET, v.peer, &a->sin_addr) == 1);
+    to_len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&to);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(9);
+    REQUIRE(::inet_pton(AF_INET6, v.peer, &a->sin6_addr) == 1);
+    to_len = sizeof *a;
+  }
+  REQUIRE(::connect(s.get(), reinterpret_cast<sockaddr*>(&to), to_len) == 0);
+  auto udp_to_them = [&](const std::vector<std::uint8_t>& f) {
+    return f.size() > v.udp_header_end && std::equal(theirs.begin(), theirs.end(), f.begin()) &&
+           (f[12] << 8 | f[13]) == v.ethertype && f[v.proto_off] == 17;
+  };
+  const std::vector<char> big(4000, 'x'), fits(1400 - 48, 'y');
+
+  REQUIRE(::send(s.get(), big.data(), big.size(), 0) == static_cast<ssize_t>(big.size()));
+  auto frame = read_frame(tap.fd(), udp_to_them);
+  REQUIRE(frame.size() == v.udp_header_end + big.size());
+  auto answer = icmp_too_big(frame, 1400);
+  REQUIRE(answer);
+  REQUIRE(::write(tap.fd(), answer->data(), answer->size()) == static_cast<ssize_t>(answer->size()));
+
+  // The kernel handles the ICMP in its own time.
+  auto path_mtu = [&] {
+    int mtu = 0;
+    socklen_t len = sizeof mtu;
+    return ::getsockopt(s.get(), v.level, v.mtu_opt, &mtu, &len) == 0 ? mtu : -1;
+  };
+  auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (path_mtu() != 1400 && std::chrono::steady_clock::now() < deadline) ::usleep(10'000);
+  CHECK(path_mtu() == 1400);
+  CHECK(sh(std::string("ip route get ") + v.peer).out.find("mtu 1400") != std::string::npos);
+  CHECK(so_error(s.get()) == EMSGSIZE);
+  errno = 0;
+  CHECK(::send(s.get(), big.data(), big.size(), 0) == -1);
+  CHECK(errno == EMSGSIZE);
+  REQUIRE(::send(s.get(), fits.data(), fits.size(), 0) == static_cast<ssize_t>(fits.size()));
+  CHECK(read_frame(tap.fd(), udp_to_them).size() == v.udp_header_end + fits.size());
+}
+
+}  // namespace
+
+TEST_CASE("The kernel takes icmp_too_big's answer: the path MTU drops to what the frame says", "[ipoib][tap][too-big]") {
+  const Mac mine{2, 0, 0, 0, 0, 6}, theirs{2, 0, 0, 0, 0, 0x66};
+  auto tap = open_tap("ibt6", mine, 9000);
+  must("ip link set ibt6 up");
+  REQUIRE(tap.set_carrier(true).ok());
+  must("ip addr add 198.18.13.1/24 dev ibt6");
+  must("ip -6 addr add 2001:db8:13::1/64 dev ibt6 nodad");
+  // The neighbour is known already: no ARP/ND in the way.
+  must("ip neigh replace 198.18.13.2 lladdr 02:00:00:00:00:66 nud permanent dev ibt6");
+  must("ip -6 neigh replace 2001:db8:13::2 lladdr 02:00:00:00:00:66 nud permanent dev ibt6");
+
+  SECTION("IPv4: ICMP fragmentation needed") {
+    learns_path_mtu(tap, theirs, {AF_INET, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, IP_MTU, "198.18.13.2",
+                                  0x0800, 14 + 20 + 8, 14 + 9});
+  }
+  SECTION("IPv6: ICMPv6 packet too big") {
+    learns_path_mtu(tap, theirs, {AF_INET6, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO, IPV6_MTU,
+                                  "2001:db8:13::2", 0x86DD, 14 + 40 + 8, 14 + 6});
+  }
 }

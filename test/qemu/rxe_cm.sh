@@ -26,6 +26,8 @@
 #     client, then the other way; 4d./4e. ibv_ud_pingpong -g the same
 #     (-n 200 -s 1024); every end exits 0 with its "N iters in" line;
 #  5./6. ib_write_bw -R (host client) and ib_send_lat -R (host server);
+#     a client REJECTED (perftest's second connection before the server
+#     listens again) has the server started again, then tries again;
 #  6b./6c. mckey on the IPv4 group 239.80.0.1 (RoCE: no SA, the group's
 #     IP as the MGID, its MAC 01:00:5e:50:00:01): a receiver in the guest
 #     and one on the host, the host's sender, then the guest's; both
@@ -210,6 +212,61 @@ run_tool() {
   cat /tmp/tool.err
   echo "OPENIB-$name-EXIT=$rc"
 }
+# perftest's -R makes two RDMA CM connections in turn, the first for its
+# parameter exchange, the second for the test, and its server listens
+# anew for the second: the host's client can send that REQ before this
+# slow server listens again (REJ 8 from this ib_cm, no listener). The
+# server then waits for a second connection that never comes (and would
+# take the host's next client's first for it), so the host asks for a new
+# server: a ping (ICMP echo requests counted in /proc/net/snmp, from the
+# server's start on) while it waits for its client, answered by killing
+# it and starting it again, with the marker " again-N" (5 times at most).
+# perf_start <marker> <command>...: the server in the background (pid
+# tpid, output /tmp/tool.log and .err), its marker once it listens
+# (serving), and " again-N" after it unless N (again) is 0.
+perf_start() {
+  pmarker=$1; shift
+  echo "OPENIB: at $(uptime_s)s: $*"
+  echos0=$(snmp Icmp InEchos)
+  timeout 120 "$@" >/tmp/tool.log 2>/tmp/tool.err &
+  tpid=$!
+  if [ "$again" = 0 ]; then serving "$pmarker" "$tpid"; else serving "$pmarker again-$again" "$tpid"; fi
+}
+# perf_asked <marker> <command>...: if the host has pinged since the
+# server started (and it has not been started again 5 times), the server
+# killed and started again; true then.
+perf_asked() {
+  [ "$again" -lt 5 ] && [ "$(snmp Icmp InEchos)" -gt "$echos0" ] || return 1
+  kill -KILL "$tpid" 2>/dev/null; wait "$tpid"
+  again=$((again + 1))
+  echo "OPENIB: the host's client was rejected: $2's server again ($again) [$(tr '\n' ' ' </tmp/tool.err)]"
+  perf_start "$@"
+}
+# perf_serve <NAME> <marker> <command>...: run_tool's --serve for such a
+# server (120 s), started again whenever the host asks (also 15 s after it
+# failed: the host's rejected client may have ended it).
+perf_serve() {
+  name=$1; shift
+  again=0
+  perf_start "$@"
+  while :; do
+    while kill -0 "$tpid" 2>/dev/null; do  # (timeout 120 ends it)
+      perf_asked "$@" || sleep 0.1
+    done
+    wait "$tpid"
+    rc=$?
+    [ "$rc" = 0 ] && break
+    asked=""
+    for i in $(seq 1 150); do
+      perf_asked "$@" && { asked=1; break; }
+      sleep 0.1
+    done
+    [ -n "$asked" ] || break
+  done
+  echo "OPENIB-$name-BEGIN"; cat /tmp/tool.log; echo "OPENIB-$name-END"
+  cat /tmp/tool.err
+  echo "OPENIB-$name-EXIT=$rc (started again $again time(s))"
+}
 if [ -n "$gidx" ]; then
   # 1. rping: the host's server listens already.
   run_tool RPING-CLIENT 120 rping -c -a 198.18.80.1 -v -C "$ITERS"
@@ -240,17 +297,20 @@ if [ -n "$gidx" ]; then
   }
   pp_pair RC-PP ibv_rc_pingpong "$RC_PP_PORT" -n "$PP_ITERS" -s 4096
   pp_pair UD-PP ibv_ud_pingpong "$UD_PP_PORT" -n "$UD_PP_ITERS" -s 1024
-  # 5. perftest by the RDMA CM (-R): ib_write_bw with the guest's server,
-  #    ib_send_lat with the host's.
-  run_tool WRITE-BW 120 --serve "OPENIB-STEP write-bw-guest-server" ib_write_bw -R -d rxe0 -s 65536 -n "$PERF_ITERS"
+  # 5. perftest by the RDMA CM (-R): ib_write_bw with the guest's server
+  #    (started again while the host is rejected, perf_serve), ib_send_lat
+  #    with the host's.
+  perf_serve WRITE-BW "OPENIB-STEP write-bw-guest-server" ib_write_bw -R -d rxe0 -s 65536 -n "$PERF_ITERS"
   step send-lat-host-server; sleep 3
-  # (a host under load may listen later: REJ 8, no such service; then
-  # again, 5 tries 2 s apart)
+  # (a host under load may listen later, for either of perftest's two
+  # connections: REJ 8, no such service; then the host's server again on
+  # the marker " again-N", this client 3 s later, 5 tries)
   for try in 1 2 3 4 5; do
     run_tool SEND-LAT 120 ib_send_lat -R -d rxe0 -s 8 -n "$PERF_ITERS" 198.18.80.1
-    grep -q RDMA_CM_EVENT_REJECTED /tmp/tool.log /tmp/tool.err || break
-    echo "OPENIB: (rejected: again in 2 s)"
-    sleep 2
+    # (perftest names the event, or gives its number: 8 is REJECTED)
+    grep -q -e RDMA_CM_EVENT_REJECTED -e "CM event bl blka 8\$" /tmp/tool.log /tmp/tool.err || break
+    [ "$try" = 5 ] && break
+    step "send-lat-host-server again-$try"; sleep 3
   done
   # 6b. mckey, a receiver on each side of the group $GROUP: the host's
   #     sender first (the host runs it again, 3 times at most, until both
@@ -319,13 +379,18 @@ if [ -n "$gidx" ]; then
   #    the host's ib_write_bw, which must notice by itself (a ping-pong
   #    could be caught with nothing in flight: an idle RC connection never
   #    learns that its peer died, on Linux as here).
-  ib_write_bw -R -d rxe0 -s 65536 -D 60 >/dev/null 2>&1 &
-  serving "OPENIB-STEP poweroff-host-client" $!
-  # Off once the stream runs: its QP in RTS (30 s at most), then 2 s of it.
-  for i in $(seq 1 300); do
-    rdma res show qp 2>/dev/null | grep 'state RTS' | grep -q 'comm ib_write_bw' && break
-    sleep 0.1
+  #    Off once the stream runs: both of ib_write_bw's QPs in RTS (its
+  #    exchange's and the test's; 30 s at most from its last start), then 2 s
+  #    of it. Started again while the host is rejected (perf_serve).
+  again=0
+  set -- "OPENIB-STEP poweroff-host-client" ib_write_bw -R -d rxe0 -s 65536 -D 60
+  perf_start "$@"
+  n=0
+  while [ "$n" -lt 300 ]; do
+    [ "$(rdma res show qp 2>/dev/null | grep 'state RTS' | grep -c 'comm ib_write_bw')" -ge 2 ] && break
+    if perf_asked "$@"; then n=0; else n=$((n + 1)); sleep 0.1; fi
   done
+  echo "OPENIB: ib_write_bw's QPs (started again $again time(s)): $(rdma res show qp 2>/dev/null | grep 'comm ib_write_bw' | tr -s ' ' | tr '\n' ';')"
   sleep 2
   echo "OPENIB: rxe0 counters: $(cd $port/hw_counters 2>/dev/null && for c in *; do [ $c = lifespan ] && continue; v=$(cat $c); [ "$v" != 0 ] && printf '%s=%s ' $c $v; done)"
   echo "OPENIB-POWEROFF at $(uptime_s)s, mid-transfer"
@@ -395,35 +460,86 @@ freed() {
   done
   return 1
 }
-# rejected_retry <out> <command>...: the command, its output to <out>, tried
-# again (5 tries, 1 s apart) while it fails with RDMA_CM_EVENT_REJECTED: the
-# guest's perftest server can be listed as listening a moment before its
-# rdma_cm takes requests (Debian's perftest then crashes in its error path).
-rejected_retry() {
-  local out=$1 rc
-  shift
-  for _ in 1 2 3 4 5; do
+# perftest -R's client, ours, against the guest's server: its second REQ
+# (the test's connection, ~5 ms after the parameter exchange's) can reach
+# a slowed guest before its server listens again, REJ 8; Debian's client
+# then crashes, and the guest's server is left waiting for a second
+# connection. So a client REJECTED asks the guest for a new server (a
+# ping, the guest's perf_serve) and tries again on its marker
+# "<marker> again-N" (5 times at most).
+# rejected <out>: perftest's output says REJECTED (by the event's name, or
+# its number, 8, "Unexpected CM event bl blka 8").
+rejected() { grep -qs -e RDMA_CM_EVENT_REJECTED -e "CM event bl blka 8\$" "$1"; }
+# ask_again: the ping (once more if unanswered).
+ask_again() {
+  ping -c 1 -W 5 198.18.80.2 >/dev/null || ping -c 1 -W 5 198.18.80.2 >/dev/null ||
+    { echo "the guest does not answer the ping"; return 1; }
+}
+# perf_client <marker> <out> <command>...: on the guest server's marker the
+# command, its output to <out>, again (on the next marker) while it fails
+# with RDMA_CM_EVENT_REJECTED.
+perf_client() {
+  local marker=$1 out=$2 rc=1 again
+  shift 2
+  for again in 0 1 2 3 4 5; do
+    if ((again == 0)); then wait_for "$marker" || return 1; else wait_for "$marker again-$again" || return 1; fi
+    sleep 0.5
     rc=0
     "$@" >"$out" 2>&1 || rc=$?
-    ((rc != 0)) && grep -q RDMA_CM_EVENT_REJECTED "$out" || return "$rc"
-    echo "(rejected: again in 1 s) $*"
-    sleep 1
+    ((rc != 0)) && rejected "$out" && ((again < 5)) || return "$rc"
+    echo "(rejected: the guest's server again) $*: $(grep -m2 -i "event\|error" "$out" | tr '\n' ' ')"
+    ask_again || return 1
   done
   return "$rc"
 }
+# perf_server <marker> <out> <command>...: our perftest -R server (the
+# command, its output to <out>) for the guest's client, started again
+# whenever the guest's console says "<marker> again-N": the guest's client
+# was REJECTED (the same race the other way: a loaded host's server
+# listening late for either connection); it tries again 3 s later. (Also
+# within 15 s after the server failed: the guest's rejected client may
+# have ended it.)
+perf_server() {
+  local marker=$1 out=$2 again=0 spid rc asked
+  shift 2
+  while :; do
+    "$@" >"$out" 2>&1 &
+    spid=$!
+    asked=""
+    while kill -0 "$spid" 2>/dev/null; do  # (its own timeout ends it)
+      grep -qs -- "$marker again-$((again + 1))" "$serial" && { asked=1; break; }
+      sleep 0.1
+    done
+    rc=0
+    if [[ -n $asked ]]; then
+      kill "$spid" 2>/dev/null || true
+      wait "$spid" 2>/dev/null || true
+    else
+      wait "$spid" || rc=$?
+      ((rc != 0 && again < 5)) && await_line "$serial" "$marker again-$((again + 1))" $$ 150 && asked=1
+    fi
+    [[ -n $asked ]] || return "$rc"
+    again=$((again + 1))
+    echo "(the guest's client was rejected: our server again, $again) $*"
+  done
+}
 # stream_to_guest: ib_write_bw -R -D 60 to the guest's server in the
-# background (pid), once it has connected (10 s per try; tried again as
-# rejected_retry does).
+# background (pid), once it has connected (30 s per try; tried again as
+# perf_client does).
 stream_to_guest() {
-  for _ in 1 2 3 4 5; do
+  local again
+  for again in 0 1 2 3 4 5; do
+    if ((again == 0)); then wait_for "OPENIB-STEP poweroff-host-client" || return 1; else wait_for "OPENIB-STEP poweroff-host-client again-$again" || return 1; fi
+    sleep 0.5
     # (line-buffered: its "remote address" line says it has connected)
     timeout 150 stdbuf -oL ib_write_bw -R -s 65536 -D 60 198.18.80.2 >"$work/poweroff-client.out" 2>&1 &
     pid=$!
-    await_line "$work/poweroff-client.out" "remote address" "$pid" 100 && return 0
+    await_line "$work/poweroff-client.out" "remote address" "$pid" 300 && return 0
+    kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
-    grep -qs RDMA_CM_EVENT_REJECTED "$work/poweroff-client.out" || return 1
-    echo "(rejected: again in 1 s) ib_write_bw -R -D 60"
-    sleep 1
+    rejected "$work/poweroff-client.out" && ((again < 5)) || return 1
+    echo "(rejected: the guest's server again) ib_write_bw -R -D 60"
+    ask_again || return 1
   done
   return 1
 }
@@ -496,15 +612,15 @@ host_side() {
   pp_pair_host ibv_rc_pingpong "$rc_pp_port" -n "$pp_iters" -s 4096 || return 1
   pp_pair_host ibv_ud_pingpong "$ud_pp_port" -n "$ud_pp_iters" -s 1024 || return 1
   # perftest by the RDMA CM: our ib_write_bw client, our ib_send_lat server.
-  wait_for "OPENIB-STEP write-bw-guest-server" || return 1
-  sleep 0.5
   rc=0
-  rejected_retry "$work/write-bw.out" timeout 120 ib_write_bw -R -s 65536 -n "$perf_iters" 198.18.80.2 || rc=$?
+  perf_client "OPENIB-STEP write-bw-guest-server" "$work/write-bw.out" \
+    timeout 120 ib_write_bw -R -s 65536 -n "$perf_iters" 198.18.80.2 || rc=$?
   echo "host ib_write_bw -R client exit $rc"
   ((rc == 0)) || { cat "$work/write-bw.out"; return 1; }
   wait_for "OPENIB-STEP send-lat-host-server" || return 1
   rc=0
-  timeout 120 ib_send_lat -R -s 8 -n "$perf_iters" >"$work/send-lat.out" 2>&1 || rc=$?
+  perf_server "OPENIB-STEP send-lat-host-server" "$work/send-lat.out" \
+    timeout 120 ib_send_lat -R -s 8 -n "$perf_iters" || rc=$?
   echo "host ib_send_lat -R server exit $rc"
   ((rc == 0)) || { cat "$work/send-lat.out"; return 1; }
   # mckey: our receiver alongside the guest's; our sender, then the guest's.
@@ -548,8 +664,6 @@ host_side() {
   echo "host rping client killed mid-transfer: ibd freed its objects"
   # The guest powers off while our ib_write_bw streams to it: the WRITEs
   # in flight time out (transport retries exceeded) and it ends by itself.
-  wait_for "OPENIB-STEP poweroff-host-client" || return 1
-  sleep 0.5
   stream_to_guest || { echo "ib_write_bw -R -D 60 did not connect: $(cat "$work/poweroff-client.out")"; return 1; }
   wait_for "OPENIB-POWEROFF" || return 1
   t0=$SECONDS
