@@ -24,6 +24,23 @@ size_t SlotQp::buffer_bytes(const SlotQpConfig& c) {
   return (((size_t{1} << c.log_slots) + (size_t{1} << c.log_send_slots)) * stride_of(c) + 4095) & ~size_t{4095};
 }
 
+void create_slot_buffer_async(Device& h, uint32_t pdn, size_t bytes, Completer<Result<SlotBuffer>> done) {
+  auto buf = h.pool().alloc(bytes, 4096);
+  if (!buf) return done(buf.take_error());
+  std::memset(buf->data(), 0, bytes);
+  MkeyParams mp;
+  mp.pdn = pdn;
+  mp.access = kAccessLocalWrite;
+  mp.start_va = reinterpret_cast<uint64_t>(buf->data());
+  mp.length = bytes;
+  mp.log_page_size = 12;
+  for (size_t off = 0; off < mp.length; off += 4096) mp.pages.push_back(buf->iova() + off);
+  h.create_mkey_async(mp, [b = std::move(*buf), d = std::move(done)](Result<Mkey> m) mutable {
+    if (!m) return d(m.take_error());
+    d(SlotBuffer{std::move(b), *m});
+  });
+}
+
 void SlotQp::open_async(Device& hca, const SlotQpConfig& cfg, OpenDone done) {
   step(std::unique_ptr<SlotQp>(new SlotQp(hca, cfg)), std::move(done), kPd);
 }
@@ -42,20 +59,11 @@ void SlotQp::step(std::unique_ptr<SlotQp> p, OpenDone done, int rung) {
       });
     case kMkey: {
       const size_t bytes = buffer_bytes(p->cfg_);
-      auto buf = h.pool().alloc(bytes, 4096);
-      if (!buf) return fail(std::move(p), std::move(done), buf.take_error());
-      p->buf_ = std::move(*buf);
-      std::memset(p->buf_.data(), 0, bytes);
-      MkeyParams mp;
-      mp.pdn = p->pdn_;
-      mp.access = kAccessLocalWrite;
-      mp.start_va = p->va(0);
-      mp.length = bytes;
-      mp.log_page_size = 12;
-      for (size_t off = 0; off < mp.length; off += 4096) mp.pages.push_back(p->buf_.iova() + off);
-      return h.create_mkey_async(mp, [p = std::move(p), d = std::move(done)](Result<Mkey> m) mutable {
-        if (!m) return fail(std::move(p), std::move(d), m.take_error());
-        p->mkey_ = *m;
+      const uint32_t pdn = p->pdn_;
+      return create_slot_buffer_async(h, pdn, bytes, [p = std::move(p), d = std::move(done)](Result<SlotBuffer> b) mutable {
+        if (!b) return fail(std::move(p), std::move(d), b.take_error());
+        p->buf_ = std::move(b->buf);
+        p->mkey_ = b->mkey;
         p->have_mkey_ = true;
         step(std::move(p), std::move(d), kCq);
       });

@@ -41,6 +41,15 @@ struct SlotQpConfig {
   const char* what = "QP";
 };
 
+// One zeroed DMA buffer of `bytes` (whole 4 KiB pages) and one MKEY over
+// it in `pdn`, local write (docs/simhca.md §6.7): the slots of a slotted QP
+// and of IPoIB's connected-mode QPs (src/ipoib_tap/cm_port.hpp).
+struct SlotBuffer {
+  dma::DmaBuffer buf;
+  Mkey mkey{};
+};
+void create_slot_buffer_async(Device& hca, uint32_t pdn, size_t bytes, Completer<Result<SlotBuffer>> done);
+
 struct SlotQpCounters {
   uint64_t sent = 0, received = 0;
   uint64_t send_errors = 0, recv_errors = 0;

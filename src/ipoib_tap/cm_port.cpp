@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "hca/slot_qp.hpp"
 
 namespace openib::ipoib {
 namespace {
@@ -39,20 +40,12 @@ void CmPort::step(std::unique_ptr<CmPort> p, OpenDone done, int rung) {
       });
     case kMkey: {
       const size_t bytes = buffer_bytes(p->cfg_);
-      auto buf = h.pool().alloc(bytes, 4096);
-      if (!buf) return fail(std::move(p), std::move(done), buf.take_error());
-      p->buf_ = std::move(*buf);
-      std::memset(p->buf_.data(), 0, bytes);
-      hca::MkeyParams mp;
-      mp.pdn = p->pdn_;
-      mp.access = hca::kAccessLocalWrite;
-      mp.start_va = p->va(0);
-      mp.length = bytes;
-      mp.log_page_size = 12;
-      for (size_t off = 0; off < mp.length; off += 4096) mp.pages.push_back(p->buf_.iova() + off);
-      return h.create_mkey_async(mp, [p = std::move(p), d = std::move(done)](Result<hca::Mkey> m) mutable {
-        if (!m) return fail(std::move(p), std::move(d), m.take_error());
-        p->mkey_ = *m;
+      const uint32_t pdn = p->pdn_;
+      return hca::create_slot_buffer_async(h, pdn, bytes, [p = std::move(p), d = std::move(done)](
+                                                              Result<hca::SlotBuffer> b) mutable {
+        if (!b) return fail(std::move(p), std::move(d), b.take_error());
+        p->buf_ = std::move(b->buf);
+        p->mkey_ = b->mkey;
         p->have_mkey_ = true;
         step(std::move(p), std::move(d), kCq);
       });
