@@ -344,6 +344,9 @@ void IpoibCm::on_request(const proto::CmEventMsg& e) {
   const ipoib::HwAddr peer{pd->qpn & 0xFFFFFF, e.remote_gid};
   if (!hooks_.is_neighbour || !hooks_.is_neighbour(peer))
     return refuse(counters_.rej_not_neighbour, 28, fmt::format("QPN {:#x} is no neighbour", peer.qpn));
+  // The REQ's GID is what its sender claims; the LID it came from is not.
+  if (auto lid = hooks_.lid_of ? hooks_.lid_of(peer.gid) : std::nullopt; lid && *lid != e.remote_lid)
+    return refuse(counters_.rej_spoofed, 28, fmt::format("it came from LID {:#x}, its path's is {:#x}", e.remote_lid, *lid));
   if (rx_.size() >= kMaxRx) return refuse(counters_.rej_full, 3, "too many connections");  // IBA 12.6.7.2: no resources
   accept(e.id, peer);
 }
@@ -420,7 +423,8 @@ std::vector<std::pair<std::string, uint64_t>> IpoibCm::counter_list() const {
   std::vector<std::pair<std::string, uint64_t>> v = {
       {"cm_connects", c.connects},           {"cm_established_tx", c.established_tx},
       {"cm_established_rx", c.established_rx}, {"cm_fallbacks", c.fallbacks},
-      {"cm_rej_not_neighbour", c.rej_not_neighbour}, {"cm_rej_bad_private", c.rej_bad_private},
+      {"cm_rej_not_neighbour", c.rej_not_neighbour}, {"cm_rej_spoofed", c.rej_spoofed},
+      {"cm_rej_bad_private", c.rej_bad_private},
       {"cm_rej_full", c.rej_full},           {"cm_rtu_timeouts", c.rtu_timeouts},
       {"cm_disconnects", c.disconnects},     {"cm_broken", c.broken},
       {"cm_drop_queue_full", c.drop_queue_full}, {"cm_drop_no_slot", c.drop_no_slot},

@@ -7,7 +7,9 @@
 //    QP (0x10000000_00 | QPN, cm_wire.hpp). A REQ is accepted with a new
 //    RC QP on the SRQ when its private data is well formed and its sender
 //    (the REQ's GID and the private data's UD QPN: a 20-byte address) is a
-//    neighbour the bridge knows from ARP/ND; else REJ, counted. At most
+//    neighbour the bridge knows from ARP/ND and, when its path is known,
+//    the REQ came from that path's LID (the MAD's source, which the sender
+//    does not choose); else REJ, counted. At most
 //    kMaxRx such connections. A REP never answered by an RTU times out in
 //    the CM (its passive timeout) and the QP goes.
 //  - Active: the first packet for a neighbour that offers connected mode
@@ -31,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -50,6 +53,7 @@ struct IpoibCmCounters {
   uint64_t connects = 0, established_tx = 0, established_rx = 0;
   uint64_t fallbacks = 0;           // a neighbour fell back to datagram mode (REJ, timeout, error)
   uint64_t rej_not_neighbour = 0;   // a REQ from a 20-byte address the bridge does not know
+  uint64_t rej_spoofed = 0;         // a REQ claiming a neighbour whose path has another LID than the REQ's source
   uint64_t rej_bad_private = 0;     // a REQ's (or REP's) private data malformed
   uint64_t rej_full = 0;            // kMaxRx connections already
   uint64_t rtu_timeouts = 0;        // accepted, never established
@@ -70,6 +74,8 @@ class IpoibCm {
     std::function<bool(const ipoib::HwAddr& a)> is_neighbour;
     // The PathRecord (wire form) to a neighbour's GID; nullptr: none.
     std::function<const std::array<uint8_t, 64>*(const ipoib::Gid& gid)> path_of;
+    // The LID of the path to a neighbour's GID, when one is resolved.
+    std::function<std::optional<uint16_t>(const ipoib::Gid& gid)> lid_of;
     // A packet received on a connection from `a`.
     std::function<void(const ipoib::HwAddr& a, std::span<const uint8_t> packet)> receive;
     // A packet that waited for a connection which failed: by UD if it can.

@@ -1,5 +1,6 @@
 #include "ibd/ipoib_service.hpp"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include "hca/port_caps.hpp"
 #include "ipoib_tap/ats.hpp"
 #include "ipoib_tap/cm_wire.hpp"
+#include "ipoib_tap/gso.hpp"
 #include "ipoib_tap/kernel_groups.hpp"
 #include "sa/mcmember_record.hpp"
 #include "sa/path_record.hpp"
@@ -19,7 +21,11 @@ namespace {
 
 auto logger() { return log::get("ipoib"); }
 
-constexpr size_t kMaxFrame = 65536 + 14;  // the TAP's MTU may be raised by hand: such frames are dropped by size
+constexpr size_t kMaxFrame = 65536 + 14 + ipoib::kVnetHdrLen;  // the TAP's MTU may be raised by hand: such frames are dropped by size
+// The TAP's offloads (docs/ipoib.md "The TAP interface", gso.hpp): TCP
+// super-frames and partial checksums from the kernel, done here.
+constexpr bool kTapOffloads = true;
+constexpr size_t kGsoSlots = 40;  // send slots kept free for one super-frame's segments (64 KiB / MSS 1652)
 constexpr int kReadsPerTurn = 64;
 constexpr size_t kSlotMargin = 8;  // free send slots kept for the packets a resolution releases
 
@@ -81,6 +87,11 @@ void IpoibService::set_cm(CmService* cm) {
   h.path_of = [this](const ipoib::Gid& gid) -> const std::array<uint8_t, 64>* {
     auto it = neighbours_.find(gid);
     return it == neighbours_.end() ? nullptr : &it->second.record;
+  };
+  h.lid_of = [this](const ipoib::Gid& gid) -> std::optional<uint16_t> {
+    auto it = neighbours_.find(gid);
+    if (it == neighbours_.end()) return std::nullopt;
+    return it->second.dlid;
   };
   h.receive = [this](const ipoib::HwAddr& a, std::span<const uint8_t> p) {
     if (!bridge_) return;
@@ -266,7 +277,7 @@ void IpoibService::port_opened(uint64_t ep, std::unique_ptr<ipoib::UdPort> p) {
     if (!bridge_) bridge_ = std::make_unique<ipoib::Bridge>(static_cast<ipoib::BridgeIo&>(*this), lp);
     else bridge_->set_link(lp);
     if (!tap_) {
-      auto t = ipoib::TapDevice::open(cfg_.name, bridge_->own_mac(), bridge_->mtu());
+      auto t = ipoib::TapDevice::open(cfg_.name, bridge_->own_mac(), bridge_->mtu(), kTapOffloads);
       if (!t) {
         logger()->error("{}: creating the TAP interface: {}", cfg_.name, t.error().str());
         return go_down("no TAP interface", false);
@@ -465,7 +476,11 @@ bool IpoibService::send_rc(const ipoib::HwAddr& a, std::span<const uint8_t> pack
 
 void IpoibService::write_tap(std::span<const uint8_t> frame) {
   if (!tap_) return;
-  if (::write(tap_->fd(), frame.data(), frame.size()) != static_cast<ssize_t>(frame.size())) ++tap_write_errors_;
+  // With offloads, a zero virtio-net header first: no GSO, checksum as it is.
+  static const uint8_t kNoOffload[ipoib::kVnetHdrLen] = {};
+  const iovec iov[2] = {{const_cast<uint8_t*>(kNoOffload), tap_->vnet_hdr_len()},
+                        {const_cast<uint8_t*>(frame.data()), frame.size()}};
+  if (::writev(tap_->fd(), iov, 2) != static_cast<ssize_t>(tap_->vnet_hdr_len() + frame.size())) ++tap_write_errors_;
 }
 
 // A unicast neighbour: its PathRecord through the SA service's cache, an
@@ -577,19 +592,33 @@ void IpoibService::arm_tap_read() {
 }
 
 // Frames are read while send slots are free; when none is, the kernel's
-// queue holds them until completions free some (set_slots_freed).
+// queue holds them until completions free some (set_slots_freed). With
+// offloads a read is a virtio-net header and a frame, perhaps a TCP
+// super-frame: cut to the interface's MTU (the kernel's view: in connected
+// mode one of up to 65520 goes whole), checksums completed (gso.hpp); a
+// header that does not make sense counts as a read error.
 void IpoibService::read_tap() {
+  std::vector<uint8_t> segment;  // the segments of this turn's super-frames
+  const auto take = [this](std::span<const uint8_t> f) { bridge_->from_tap(f); };
   if (qp_) qp_->begin_batch();
   if (cm_ready_) cm_->begin_batch();
   for (int i = 0; i < kReadsPerTurn; ++i) {
-    if (state_ != State::kUp || !qp_ || !bridge_ || qp_->slots_free() <= kSlotMargin) break;
+    const size_t reserve = kSlotMargin + (tap_->vnet_hdr_len() ? kGsoSlots : 0);
+    if (state_ != State::kUp || !qp_ || !bridge_ || qp_->slots_free() <= reserve) break;
     if (cm_ready_ && cm_->slots_free() == 0) break;  // connected mode's completions free some
     const ssize_t n = ::read(tap_->fd(), frame_.data(), frame_.size());
     if (n < 0) {
       if (errno != EAGAIN && errno != EINTR) ++tap_read_errors_;
       break;
     }
-    bridge_->from_tap(std::span<const uint8_t>(frame_.data(), static_cast<size_t>(n)));
+    const size_t hl = tap_->vnet_hdr_len();
+    if (hl == 0) {
+      bridge_->from_tap(std::span<const uint8_t>(frame_.data(), static_cast<size_t>(n)));
+      continue;
+    }
+    const auto h = ipoib::parse_vnet_hdr(std::span<const uint8_t>(frame_.data(), static_cast<size_t>(n)));
+    const std::span<uint8_t> f(frame_.data() + hl, h ? static_cast<size_t>(n) - hl : 0);
+    if (!h || ipoib::gso_segment(*h, f, bridge_->mtu(), segment, take) != ipoib::GsoVerdict::ok) ++tap_read_errors_;
   }
   if (qp_) qp_->end_batch();  // one doorbell for the turn's sends
   if (cm_ready_) cm_->end_batch();

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ipoib_tap/gso.hpp"  // kVnetHdrLen
+
 namespace openib::ipoib {
 namespace {
 
@@ -34,17 +36,27 @@ Result<void> netdev_ioctl(unsigned long req, ifreq& r, const char* what) {
 }  // namespace
 
 Result<TapDevice> TapDevice::open(const std::string& name, const std::array<std::uint8_t, 6>& mac,
-                                  std::uint32_t mtu) {
+                                  std::uint32_t mtu, bool offloads) {
   if (name.size() >= IFNAMSIZ) return err(EINVAL, "interface name '{}' longer than {} bytes", name, IFNAMSIZ - 1);
   UniqueFd fd(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
   if (!fd) return sys_err("open /dev/net/tun");
   ifreq r = named(name);
   r.ifr_flags = IFF_TAP | IFF_NO_PI;  // Ethernet frames, no 4-byte packet info
+  if (offloads) r.ifr_flags |= IFF_VNET_HDR;
   if (::ioctl(fd.get(), TUNSETIFF, &r) != 0) return sys_err("TUNSETIFF '{}'", name);
+  if (offloads) {
+    // struct virtio_net_hdr without num_buffers, little-endian whatever
+    // the host (gso.hpp reads it so); then what ibd does in gso.cpp.
+    int len = static_cast<int>(kVnetHdrLen), le = 1;
+    if (::ioctl(fd.get(), TUNSETVNETHDRSZ, &len) != 0) return sys_err("TUNSETVNETHDRSZ on '{}'", name);
+    if (::ioctl(fd.get(), TUNSETVNETLE, &le) != 0) return sys_err("TUNSETVNETLE on '{}'", name);
+    const unsigned long what = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
+    if (::ioctl(fd.get(), TUNSETOFFLOAD, what) != 0) return sys_err("TUNSETOFFLOAD on '{}'", name);
+  }
   std::string actual(r.ifr_name, ::strnlen(r.ifr_name, IFNAMSIZ));
   int ifindex = static_cast<int>(::if_nametoindex(actual.c_str()));
   if (ifindex == 0) return sys_err("if_nametoindex {}", actual);
-  TapDevice dev(std::move(fd), std::move(actual), ifindex);
+  TapDevice dev(std::move(fd), std::move(actual), ifindex, offloads ? kVnetHdrLen : 0);
   if (auto m = dev.set_mac(mac); !m) return m.take_error();
   if (auto m = dev.set_mtu(mtu); !m) return m.take_error();
   return dev;

@@ -11,10 +11,15 @@
 //    follows the IB port and the broadcast join.
 //  - The MAC and MTU are set at open (SIOCSIFHWADDR, SIOCSIFMTU);
 //    set_mtu() follows a change of the broadcast group's MTU.
-//  - No IFF_VNET_HDR (no offloads) for now: docs/ipoib.md.
+//  - Offloads on request (open's `offloads`): IFF_VNET_HDR, a 10-byte
+//    little-endian virtio-net header before each frame both ways, and
+//    TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN: the kernel may
+//    hand over partial checksums and TCP super-frames of up to 64 KiB,
+//    which gso.hpp completes and cuts (docs/ipoib.md "The TAP interface").
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -28,8 +33,10 @@ class TapDevice {
   // `name`: the interface's name (at most 15 bytes; "" lets the kernel
   // pick tapN). Attaching to an existing persistent TAP of that name
   // works too (the kernel's TUNSETIFF does it); its MAC and MTU are set.
+  // `offloads`: see above; then every read() starts with vnet_hdr_len()
+  // bytes of header, and every write() must.
   static Result<TapDevice> open(const std::string& name, const std::array<std::uint8_t, 6>& mac,
-                                std::uint32_t mtu);
+                                std::uint32_t mtu, bool offloads = false);
 
   TapDevice(TapDevice&&) noexcept = default;
   TapDevice& operator=(TapDevice&&) noexcept = default;
@@ -40,6 +47,8 @@ class TapDevice {
   int fd() const { return fd_.get(); }
   int ifindex() const { return ifindex_; }
   const std::string& name() const { return name_; }
+  // 10 (kVnetHdrLen) with offloads, else 0.
+  std::size_t vnet_hdr_len() const { return vnet_hdr_len_; }
 
   // TUNSETCARRIER (Linux >= 5.0): the interface's operstate/carrier as
   // the kernel and `ip link` show it (LOWER_UP, NO-CARRIER).
@@ -50,12 +59,13 @@ class TapDevice {
   Result<void> set_mac(const std::array<std::uint8_t, 6>& mac);
 
  private:
-  TapDevice(UniqueFd fd, std::string name, int ifindex)
-      : fd_(std::move(fd)), name_(std::move(name)), ifindex_(ifindex) {}
+  TapDevice(UniqueFd fd, std::string name, int ifindex, std::size_t vnet_hdr_len)
+      : fd_(std::move(fd)), name_(std::move(name)), ifindex_(ifindex), vnet_hdr_len_(vnet_hdr_len) {}
 
   UniqueFd fd_;
   std::string name_;
   int ifindex_ = 0;
+  std::size_t vnet_hdr_len_ = 0;
 };
 
 }  // namespace openib::ipoib

@@ -13,12 +13,16 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <fstream>
@@ -28,6 +32,7 @@
 
 #include "common/fd.hpp"
 #include "ipoib_tap/addr_watch.hpp"
+#include "ipoib_tap/gso.hpp"
 #include "ipoib_tap/tap_device.hpp"
 #include "ipoib_tap/too_big.hpp"
 #include "../unit/shell.hpp"
@@ -458,4 +463,171 @@ TEST_CASE("The kernel takes icmp_too_big's answer: the path MTU drops to what th
     learns_path_mtu(tap, theirs, {AF_INET6, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO, IPV6_MTU,
                                   "2001:db8:13::2", 0x86DD, 14 + 40 + 8, 14 + 6});
   }
+}
+
+namespace {
+
+// A child process in a network namespace of its own, for the far end of
+// a TCP connection: killed and reaped however the test ends.
+struct Child {
+  pid_t pid = -1;
+  ~Child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Reads one byte from `fd` within kPatience; -1 if none came.
+int read_byte(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  std::uint8_t b = 0;
+  if (::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kPatience).count())) != 1 || ::read(fd, &b, 1) != 1)
+    return -1;
+  return b;
+}
+
+std::uint8_t stream_byte(std::size_t i) { return static_cast<std::uint8_t>(i * 13 + i / 4099); }
+
+// The child's side: its own namespace, the TAP `name` (moved in by the
+// parent once `to_parent` says 'n'), 198.18.14.2/24, a listener on port
+// 5201 ('l' when listening); it reads one connection to its end and
+// writes 'o' if every byte is stream_byte(i) and there were `expect`,
+// else 'x'. Exits; never returns.
+[[noreturn]] void far_end(const char* name, int to_parent, int from_parent, std::size_t expect, const char* peer_mac) {
+  auto done = [&](char c) {
+    (void)!::write(to_parent, &c, 1);
+    ::_exit(0);
+  };
+  if (::unshare(CLONE_NEWNET) != 0) done('x');
+  char c = 'n';
+  (void)!::write(to_parent, &c, 1);
+  if (read_byte(from_parent) != 'm') done('x');
+  const std::string n(name);
+  if (std::system(("ip link set lo up && ip link set " + n + " up && ip addr add 198.18.14.2/24 dev " + n +
+                   " && ip neigh replace 198.18.14.1 lladdr " + peer_mac + " nud permanent dev " + n)
+                      .c_str()) != 0)
+    done('x');
+  UniqueFd l(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(5201);
+  a.sin_addr.s_addr = htonl(0xC6120E02);
+  if (!l || ::bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l.get(), 1) != 0) done('x');
+  c = 'l';
+  (void)!::write(to_parent, &c, 1);
+  pollfd p{l.get(), POLLIN, 0};
+  if (::poll(&p, 1, 10'000) != 1) done('x');
+  UniqueFd s(::accept(l.get(), nullptr, nullptr));
+  if (!s) done('x');
+  std::vector<std::uint8_t> buf(1 << 16);
+  std::size_t got = 0;
+  bool same = true;
+  for (;;) {
+    pollfd q{s.get(), POLLIN, 0};
+    if (::poll(&q, 1, 10'000) != 1) done('x');
+    const ssize_t r = ::read(s.get(), buf.data(), buf.size());
+    if (r < 0) done('x');
+    if (r == 0) break;
+    for (ssize_t i = 0; i < r; ++i) same = same && buf[static_cast<std::size_t>(i)] == stream_byte(got + static_cast<std::size_t>(i));
+    got += static_cast<std::size_t>(r);
+  }
+  done(same && got == expect ? 'o' : 'x');
+  ::_exit(1);  // done() does not return
+}
+
+}  // namespace
+
+TEST_CASE("With offloads the kernel hands over TCP super-frames; segmented to the MTU they carry the stream", "[ipoib][tap][gso]") {
+  // Two offloading TAPs, the second in a child's namespace: the test
+  // relays between them what ibd's read_tap/write_tap would (gso.hpp),
+  // while 4 MiB cross a TCP connection from here to the child.
+  const Mac mine{2, 0, 0, 0, 0, 7}, theirs{2, 0, 0, 0, 0, 0x77};
+  constexpr std::uint32_t kMtu = 2044;
+  constexpr std::size_t kBytes = 4 << 20;
+  private_namespaces();
+  auto ta = TapDevice::open("ibt7", mine, kMtu, true);
+  auto tb = TapDevice::open("ibt8", theirs, kMtu, true);
+  REQUIRE(ta.ok());
+  REQUIRE(tb.ok());
+  CHECK(ta->vnet_hdr_len() == kVnetHdrLen);
+  CHECK(sh("ip -d link show dev ibt7").out.find("vnet_hdr") != std::string::npos);
+  REQUIRE(ta->set_carrier(true).ok());
+  REQUIRE(tb->set_carrier(true).ok());
+
+  int up[2], down[2];
+  REQUIRE(::pipe(up) == 0);
+  REQUIRE(::pipe(down) == 0);
+  UniqueFd up_r(up[0]), up_w(up[1]), down_r(down[0]), down_w(down[1]);
+  Child child;
+  child.pid = ::fork();
+  REQUIRE(child.pid >= 0);
+  if (child.pid == 0) far_end("ibt8", up_w.get(), down_r.get(), kBytes, "02:00:00:00:00:07");
+  REQUIRE(read_byte(up_r.get()) == 'n');
+  must("ip link set ibt8 netns " + std::to_string(child.pid));
+  const char m = 'm';
+  REQUIRE(::write(down_w.get(), &m, 1) == 1);
+  must("ip link set ibt7 up");
+  must("ip addr add 198.18.14.1/24 dev ibt7");
+  must("ip neigh replace 198.18.14.2 lladdr 02:00:00:00:00:77 nud permanent dev ibt7");
+  REQUIRE(read_byte(up_r.get()) == 'l');
+
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+  REQUIRE(s);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(5201);
+  to.sin_addr.s_addr = htonl(0xC6120E02);
+  REQUIRE((::connect(s.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 || errno == EINPROGRESS));
+
+  struct Relay {
+    std::size_t frames = 0, super_frames = 0, largest = 0, refused = 0, written_over_mtu = 0;
+  } from_a, from_b;
+  std::vector<std::uint8_t> buf(65536 + 14 + kVnetHdrLen), scratch;
+  // One read from `in`, its segments written to `out` after a zero header.
+  auto relay = [&](int in, int out, Relay& r) {
+    const ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n <= 0) return;
+    ++r.frames;
+    const auto h = parse_vnet_hdr(std::span(buf.data(), static_cast<std::size_t>(n)));
+    if (!h) return void(++r.refused);
+    const std::span<std::uint8_t> f(buf.data() + kVnetHdrLen, static_cast<std::size_t>(n) - kVnetHdrLen);
+    r.largest = std::max(r.largest, f.size());
+    if ((h->gso_type & ~kGsoEcn) != kGsoNone) ++r.super_frames;
+    const std::uint8_t zero[kVnetHdrLen] = {};
+    const auto v = gso_segment(*h, f, kMtu, scratch, [&](wire::Bytes seg) {
+      if (seg.size() > 14 + kMtu) ++r.written_over_mtu;
+      std::vector<std::uint8_t> w(zero, zero + kVnetHdrLen);
+      w.insert(w.end(), seg.begin(), seg.end());
+      (void)!::write(out, w.data(), w.size());
+    });
+    if (v != GsoVerdict::ok) ++r.refused;
+  };
+
+  std::vector<std::uint8_t> data(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) data[i] = stream_byte(i);
+  std::size_t sent = 0;
+  int verdict = -1;
+  const auto deadline = std::chrono::steady_clock::now() + 3 * kPatience;
+  while (verdict < 0 && std::chrono::steady_clock::now() < deadline) {
+    pollfd p[4] = {{ta->fd(), POLLIN, 0}, {tb->fd(), POLLIN, 0}, {up_r.get(), POLLIN, 0},
+                   {s.get(), static_cast<short>(sent < kBytes ? POLLOUT : 0), 0}};
+    if (::poll(p, 4, 100) <= 0) continue;
+    if (p[0].revents & POLLIN) relay(ta->fd(), tb->fd(), from_a);
+    if (p[1].revents & POLLIN) relay(tb->fd(), ta->fd(), from_b);
+    if (p[2].revents & POLLIN) verdict = read_byte(up_r.get());
+    if (p[3].revents & POLLOUT) {
+      const ssize_t w = ::send(s.get(), data.data() + sent, kBytes - sent, MSG_NOSIGNAL);
+      if (w > 0 && (sent += static_cast<std::size_t>(w)) == kBytes) ::shutdown(s.get(), SHUT_WR);
+    }
+  }
+  INFO("frames from here " << from_a.frames << " (super-frames " << from_a.super_frames << ", largest "
+                           << from_a.largest << "), from the child " << from_b.frames);
+  CHECK(sent == kBytes);
+  CHECK(verdict == 'o');                      // every byte arrived, in order
+  CHECK(from_a.super_frames > 0);             // the kernel used TSO
+  CHECK(from_a.largest > 14 + kMtu);          // ... with frames beyond the MTU
+  CHECK(from_a.refused + from_b.refused == 0);
+  CHECK(from_a.written_over_mtu == 0);
 }

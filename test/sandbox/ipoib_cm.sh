@@ -93,24 +93,35 @@ ok "60028-byte packets with DF pass Hca1 <-> Hca3; Hca1 has $up RC connections u
 # --- a hostile host: root on Hca3 against Hca1's IPoIB-CM listener ----------
 # (openib-ipoib-cm-hostile through Hca3's ibd): each refused or dropped and
 # counted on Hca1, and Hca1 <-> Hca3 carries on.
-read -r bp0 nn0 rt0 br0 re0 <<<"$(jq_ Hca1 "' '.join(str(j['counters'][k]) for k in ('cm_rej_bad_private', 'cm_rej_not_neighbour', 'cm_rtu_timeouts', 'cm_broken', 'cm_qp_recv_errors'))")"
+hostile_counts() { jq_ Hca1 "' '.join(str(j['counters'][k]) for k in ('cm_rej_bad_private', 'cm_rej_not_neighbour', 'cm_rtu_timeouts', 'cm_broken', 'cm_qp_recv_errors', 'cm_rej_spoofed'))"; }
+read -r bp0 nn0 rt0 br0 re0 sp0 <<<"$(hostile_counts)"
 hostile=$(sb run Hca3 timeout 120 "$build/test/sandbox/openib-ipoib-cm-hostile" --socket "$OPENIB_SANDBOX/Hca3/ibd.sock" \
   --dgid "$(gid_of Hca1)" --victim-qpn "$(jq_ Hca1 "int(j['qpn'], 16)")" --claim-qpn "$(jq_ Hca3 "int(j['qpn'], 16)")" 2>&1) ||
   fail "openib-ipoib-cm-hostile: $hostile"
-read -r bp1 nn1 rt1 br1 re1 <<<"$(jq_ Hca1 "' '.join(str(j['counters'][k]) for k in ('cm_rej_bad_private', 'cm_rej_not_neighbour', 'cm_rtu_timeouts', 'cm_broken', 'cm_qp_recv_errors'))")"
+# Hca3 impersonates Hca2 (a neighbour of Hca1's): a raw REQ (openib-cm-forge,
+# through libibumad) whose Primary Local Port GID and private data are
+# Hca2's GID and UD QPN, sent from Hca3's LID.
+forged=$(sb run Hca3 timeout 60 "$build/test/sandbox/openib-cm-forge" --lid "$(lid_of Hca1)" --ca-guid 0x1234 \
+  -S "$(printf '0x%x' $((0x1000000000000000 | $(jq_ Hca1 "int(j['qpn'], 16)"))))" --qpn-first 100 --qpn-last 100 \
+  --no-rej --no-dreq --claim-gid "$(gid_of Hca2)" \
+  --private-hex "$(printf '%08x%08x' "$(jq_ Hca2 "int(j['qpn'], 16)")" 65524)" 2>&1) || fail "openib-cm-forge: $forged"
+spoof_counted() { (($(cnt Hca1 cm_rej_spoofed) - sp0 >= 1)); }
+until_ok 25 spoof_counted || fail "Hca1 counted no cm_rej_spoofed for the REQ claiming Hca2's address from Hca3: $forged"
+read -r bp1 nn1 rt1 br1 re1 sp1 <<<"$(hostile_counts)"
 grep -q "^short: rejected reason 28" <<<"$hostile" || fail "short private data not refused: $hostile"
 grep -q "^stranger: rejected reason 28" <<<"$hostile" || fail "a REQ from a stranger's QPN not refused: $hostile"
 grep -q "^no-rtu: reply" <<<"$hostile" || fail "the REQ never answered with an RTU got no REP: $hostile"
 grep -q "^too-long: established" <<<"$hostile" || fail "the too-long case did not connect: $hostile"
 grep -q "^too-long: send of 65537 bytes completed with status [1-9].* (error)" <<<"$hostile" || fail "a 65537-byte send completed well: $hostile"
-((bp1 - bp0 == 1 && nn1 - nn0 == 1)) || fail "Hca1 counted cm_rej_bad_private +$((bp1 - bp0)), cm_rej_not_neighbour +$((nn1 - nn0)) (1 each)"
+((bp1 - bp0 == 1 && nn1 - nn0 == 1 && sp1 - sp0 == 1)) ||
+  fail "Hca1 counted cm_rej_bad_private +$((bp1 - bp0)), cm_rej_not_neighbour +$((nn1 - nn0)), cm_rej_spoofed +$((sp1 - sp0)) (1 each)"
 rtu_counted() { (($(cnt Hca1 cm_rtu_timeouts) - rt0 == 1)); }
 until_ok 100 rtu_counted || fail "Hca1 counted cm_rtu_timeouts +$(($(cnt Hca1 cm_rtu_timeouts) - rt0)), not 1: $hostile"
 ((br1 - br0 >= 1 && re1 - re0 >= 1)) || fail "the 65537-byte message: Hca1 counted cm_broken +$((br1 - br0)), cm_qp_recv_errors +$((re1 - re0))"
 kill -0 "$(cat "$OPENIB_SANDBOX/Hca1/ibd.pid")" || fail "Hca1's ibd died"
 until_ok 25 ping4 Hca3 "${ip4[Hca1]}" -M do -s 60000 || fail "60000-byte ping Hca3 -> Hca1 after the hostile REQs"
 until_ok 25 ping4 Hca1 "${ip4[Hca3]}" -M do -s 60000 || fail "60000-byte ping Hca1 -> Hca3 after the hostile REQs"
-ok "hostile REQs from Hca3 to Hca1's listener: short private data and a stranger's QPN refused (REJ 28, counted), no RTU: cm_rtu_timeouts +1 ($(grep '^no-rtu: then' <<<"$hostile")), 64 KiB + 1: '$(grep '^too-long: send' <<<"$hostile")', cm_broken +$((br1 - br0)); Hca1 <-> Hca3 60000-byte pings still pass"
+ok "hostile REQs from Hca3 to Hca1's listener: short private data, a stranger's QPN and Hca2's address claimed from Hca3's LID refused (REJ 28, counted), no RTU: cm_rtu_timeouts +1 ($(grep '^no-rtu: then' <<<"$hostile")), 64 KiB + 1: '$(grep '^too-long: send' <<<"$hostile")', cm_broken +$((br1 - br0)); Hca1 <-> Hca3 60000-byte pings still pass"
 
 # --- connected host <-> datagram host: the path MTU is learnt ---------------
 icmp0=$(cnt Hca1 icmp_too_big)

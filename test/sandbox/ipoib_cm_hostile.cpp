@@ -12,6 +12,8 @@
 //              never answered with an RTU;
 //  - too-long: a well-formed connection, then one SEND of 65537 bytes
 //              (64 KiB + 1, above the 65524 a receive takes).
+// (A REQ claiming another host's GID is openib-cm-forge's: through ibd a
+// REQ carries its own port's.)
 //
 // One line per case: "CASE: EVENT [reason R] [status S]" for what came
 // back, the last "done". The script checks the victim's counters.
@@ -162,6 +164,7 @@ int main(int argc, char** argv) {
   std::string socket, dgid;
   uint32_t victim_qpn = 0, claim_qpn = 0;
   std::vector<std::string> cases;
+
   CLI::App app{"openib-ipoib-cm-hostile: hostile REQs and messages against an IPoIB-CM listener"};
   app.add_option("--socket", socket, "ibd's socket");
   app.add_option("--dgid", dgid, "the victim's port GID")->required();
