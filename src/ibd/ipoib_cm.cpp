@@ -32,8 +32,8 @@ Result<ipoib::CmPrivateData> peer_private(const proto::CmEventMsg& e) {
 
 }  // namespace
 
-IpoibCm::IpoibCm(boost::asio::io_context& io, hca::Device& hca, CmService& cm, uint8_t port, Hooks hooks)
-    : io_(io), hca_(hca), cm_(cm), port_num_(port), hooks_(std::move(hooks)) {}
+IpoibCm::IpoibCm(hca::Device& hca, CmService& cm, uint8_t port, Hooks hooks)
+    : hca_(hca), cm_(cm), port_num_(port), hooks_(std::move(hooks)) {}
 
 IpoibCm::~IpoibCm() {
   alive_.reset();
@@ -74,7 +74,7 @@ void IpoibCm::start(uint32_t ud_qpn, std::function<void(bool)> done) {
     --pc.log_recv_slots;
     --pc.log_send_slots;
   }
-  ipoib::CmPort::open_async(hca_, pc, [this, ep, done = std::move(done), alive = std::weak_ptr<bool>(alive_)](
+  ipoib::CmPort::open_async(hca_, pc, [this, ep, pc, done = std::move(done), alive = std::weak_ptr<bool>(alive_)](
                                           Result<std::unique_ptr<ipoib::CmPort>> p) mutable {
     if (alive.expired()) return;
     if (!p || ep != epoch_) {
@@ -105,7 +105,7 @@ void IpoibCm::start(uint32_t ud_qpn, std::function<void(bool)> done) {
     }
     listen_id_ = *h;
     logger()->info("connected mode: listening on service ID {:#x}, {} receive and {} send slots of {} bytes",
-                   l.service_id, 1u << 5, 1u << 5, ipoib::kCmBufBytes);
+                   l.service_id, 1u << pc.log_recv_slots, 1u << pc.log_send_slots, pc.recv_bytes);
     done(true);
   });
 }

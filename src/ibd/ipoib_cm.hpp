@@ -26,7 +26,6 @@
 // Single-threaded on ibd's io_context.
 #pragma once
 
-#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -84,7 +83,7 @@ class IpoibCm {
     std::function<void()> slots_freed;
   };
 
-  IpoibCm(boost::asio::io_context& io, hca::Device& hca, CmService& cm, uint8_t port, Hooks hooks);
+  IpoibCm(hca::Device& hca, CmService& cm, uint8_t port, Hooks hooks);
   ~IpoibCm();
   IpoibCm(const IpoibCm&) = delete;
   IpoibCm& operator=(const IpoibCm&) = delete;
@@ -141,7 +140,6 @@ class IpoibCm {
   void qp_broken(uint32_t qpn);
   CmService::QpOps qp_ops();
 
-  boost::asio::io_context& io_;
   hca::Device& hca_;
   CmService& cm_;
   uint8_t port_num_;
@@ -155,7 +153,6 @@ class IpoibCm {
   std::map<uint32_t, uint8_t> qp_state_;            // our QPs' states, for the CM's lookups
   std::map<uint32_t, ipoib::HwAddr> tx_by_qpn_;
   std::map<uint32_t, std::pair<bool, uint32_t>> by_id_;  // CM handle -> (tx, QPN)
-  std::map<uint32_t, ipoib::HwAddr> tx_by_id_;
   uint64_t epoch_ = 0;
   IpoibCmCounters counters_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -105,7 +105,7 @@ void IpoibService::set_cm(CmService* cm) {
     else ++send_errors_;
   };
   h.slots_freed = [this] { arm_tap_read(); };
-  cm_ = std::make_unique<IpoibCm>(io_, hca_, *cm, cfg_.port, std::move(h));
+  cm_ = std::make_unique<IpoibCm>(hca_, *cm, cfg_.port, std::move(h));
 }
 
 void IpoibService::set_mode(bool connected) {
