@@ -8,7 +8,12 @@
 // for tests and bench/cm.sh:
 //   --conns N [--inflight K] [--hold]   N connections (K in flight), each
 //       established once and torn down; --hold opens all N before any
-//       disconnect. Prints "connections: N established ...".
+//       disconnect. Each id (and its QP) is destroyed once its DREQ is
+//       answered, as rdma-core's cmtime destroys after rdma_disconnect():
+//       the CM keeps the timewait (IBA 12.9.8.2, about 2 s with OpenSM's
+//       packet lifetime) for it, as TCP's close leaves TIME_WAIT to the
+//       kernel; --timewait waits for each id's timewait exit instead.
+//       Prints "connections: N established ...".
 //   --reject TEXT (server)   every REQ rejected (reason 28) with TEXT.
 //   --private TEXT (client)  REQ private data; the server echoes it in its REP.
 #include <arpa/inet.h>
@@ -36,7 +41,7 @@ struct Opts {
   uint64_t service_id = 0x0000000100000001ull;  // outside the ranges ibd reserves (docs/cm.md "Security")
   int ib_port = 1, size = 4096, iters = 1000, conns = 0, inflight = 100, serve = 0;
   int timeout_ms = 60000, cm_timeout = 16, cm_retries = 15;
-  bool ud = false, hold = false, quiet = false, idle = false;
+  bool ud = false, hold = false, quiet = false, idle = false, timewait = false;
   std::string dgid, reject, priv, socket, wait_file;
 };
 
@@ -485,6 +490,11 @@ int client_many(Env& e, const PathRecord& path) {
         if (c.disconnected) break;
         c.disconnected = true;
         ++disconnected;
+        if (o.timewait) break;
+        // The id goes now; the CM answers a DREQ and keeps the timewait.
+        check(e.cm->destroy(ev.id), "Couldn't destroy the id");
+        conns.erase(it);
+        ++finished;
         break;
       case CmEventType::kTimewaitExit:
         (void)e.cm->destroy(ev.id);
@@ -529,6 +539,7 @@ int main(int argc, char** argv) {
   app.add_option("--conns", o.conns, "client: N connections without data (0: one with ping-pong)");
   app.add_option("--inflight", o.inflight, "client: connections being made at once (default 100)");
   app.add_flag("--hold", o.hold, "client: all N open before any is disconnected");
+  app.add_flag("--timewait", o.timewait, "client --conns: destroy each id at its timewait exit, not at its DREP");
   app.add_flag("--idle", o.idle, "client: no data; wait until the peer disconnects");
   app.add_option("--serve", o.serve, "server: serve N connections without data, then exit (0: one with ping-pong)");
   app.add_option("--reject", o.reject, "server: reject every REQ with this private data");

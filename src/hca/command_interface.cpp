@@ -91,6 +91,13 @@ uint32_t CommandInterface::in_flight() const {
   return n;
 }
 
+bool CommandInterface::can_start_together(uint32_t n) const {
+  if (dead_ || !enabled_ || !queue_.empty() || withhold_) return false;
+  uint32_t free = 0;
+  for (uint32_t i = 0; i + 1 < num_slots(); ++i) free += slots_[i].state == State::kFree;  // the last is reserved
+  return free >= n;
+}
+
 uint32_t CommandInterface::fenced() const {
   uint32_t n = 0;
   for (const Slot& s : slots_) n += s.state == State::kFenced;

@@ -157,6 +157,9 @@ class CommandInterface {
   uint32_t num_slots() const { return 1u << opts_.log_size; }
   uint32_t in_flight() const;
   size_t queued() const { return queue_.size() + health_queue_.size(); }
+  // n normal commands submitted now would all start at once, in increasing
+  // slots (nothing queued, n slots free): the device runs them in order.
+  bool can_start_together(uint32_t n) const;
   // Slots fenced by a timeout and not yet seen complete.
   uint32_t fenced() const;
   // Slot 0's mailboxes (allocated at creation), for tests of raw entries.

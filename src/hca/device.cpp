@@ -4,6 +4,19 @@
 
 namespace openib::hca {
 
+void Device::modify_qp_chain_async(uint32_t qpn, std::vector<QpChange> steps, Done<void> done) {
+  if (steps.empty()) return done(ok());
+  const QpChange first = steps.front();
+  steps.erase(steps.begin());
+  // On success the device is alive (the completion came from it); on an
+  // error `this` is not touched.
+  modify_qp_async(qpn, first.mask, first.attr,
+                  [this, qpn, steps = std::move(steps), done = std::move(done)](Result<void> r) mutable {
+                    if (!r || steps.empty()) return done(std::move(r));
+                    modify_qp_chain_async(qpn, std::move(steps), std::move(done));
+                  });
+}
+
 const char* event_name(Event::Kind k) {
   using K = Event::Kind;
   switch (k) {

@@ -124,6 +124,12 @@ struct Mkey {
   uint32_t lkey = 0, rkey = 0;
 };
 
+// One step of modify_qp_chain_async.
+struct QpChange {
+  uint32_t mask = 0;
+  QpAttr attr;
+};
+
 class Device {
  public:
   using EventHandler = std::function<void(const Event&)>;
@@ -194,6 +200,13 @@ class Device {
   virtual void arm_srq_async(uint32_t srqn, uint32_t limit, Done<void> done) = 0;
   virtual void create_qp_at_async(const QpCreateParams& p, Done<uint32_t> done) = 0;
   virtual void modify_qp_async(uint32_t qpn, uint32_t attr_mask, const QpAttr& attr, Done<void> done) = 0;
+  // Several MODIFY_QPs of one QP, in order (INIT->RTR->RTS: IBA 10.3.1
+  // allows one transition per Modify QP). By default each step waits for
+  // the one before; a device whose commands execute in the order they were
+  // handed over submits them together (Hca: one doorbell, docs/simhca.md
+  // §5.1). `done` gets the first step's error; the steps after a failed one
+  // do not apply (not sent, or refused by the device: wrong state).
+  virtual void modify_qp_chain_async(uint32_t qpn, std::vector<QpChange> steps, Done<void> done);
   virtual void query_qp_async(uint32_t qpn, Done<QpInfo> done) = 0;
   virtual void create_mkey_async(const MkeyParams& p, Done<Mkey> done) = 0;
   virtual void create_ah_async(uint32_t pdn, const AddressVector& av, Done<uint32_t> done) = 0;

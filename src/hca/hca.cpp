@@ -421,6 +421,24 @@ void Hca::modify_qp_async(uint32_t qpn, uint32_t mask, const QpAttr& a, Done<voi
   destroy_like(kOpModifyQp, encode_modify_qp(qpn, mask, a), std::move(done));
 }
 
+void Hca::modify_qp_chain_async(uint32_t qpn, std::vector<QpChange> steps, Done<void> done) {
+  if (steps.size() < 2 || !cmd_ || !cmd_->can_start_together(uint32_t(steps.size())))
+    return Device::modify_qp_chain_async(qpn, std::move(steps), std::move(done));
+  struct Chain {
+    size_t left;
+    std::optional<Error> first;  // completions come in slot order: the earliest step's
+    Done<void> done;
+  };
+  auto c = std::make_shared<Chain>(Chain{steps.size(), std::nullopt, std::move(done)});
+  for (const QpChange& s : steps)
+    modify_qp_async(qpn, s.mask, s.attr, [c](Result<void> r) {
+      if (!r && !c->first) c->first = r.take_error();
+      if (--c->left) return;
+      if (c->first) return c->done(std::move(*c->first));
+      c->done(ok());
+    });
+}
+
 void Hca::query_qp_async(uint32_t qpn, Done<QpInfo> done) {
   command_async(kOpQueryQp, encode_u32(qpn), 144, [d = std::move(done)](Result<Bytes> r) mutable {
     if (!r) return d(r.take_error());

@@ -420,6 +420,10 @@ Result<std::pair<uint32_t, hca::QpAttr>> CmService::hca_attr(uint8_t port, uint3
 void CmService::move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
                         std::vector<uint8_t> states, uint32_t rq_psn, Done done) {
   if (states.empty()) return done(ok());
+  const auto s = sessions_.find(client);
+  const bool own_qps = s != sessions_.end() && s->second.qp;  // an in-ibd user's: its own modify
+  if (states.size() > 1 && !ethernet(port) && qp_.modify_chain && !own_qps)
+    return move_qp_chained(client, qp_handle, port, engine_id, states, rq_psn, std::move(done));
   const uint8_t state = states.front();
   states.erase(states.begin());
   std::array<uint8_t, 16> local_gid{};
@@ -440,6 +444,31 @@ void CmService::move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint3
                         modify_then(client, qp_handle, port, engine_id, std::move(states), rq_psn, std::move(a),
                                     std::move(done));
                       });
+}
+
+// An InfiniBand port's transitions need no lookup between them: they go
+// to the device together (one doorbell, hca::Device::modify_qp_chain_async),
+// as the passive side's INIT, RTR, RTS before its REP and the active side's
+// RTR, RTS at the REP.
+void CmService::move_qp_chained(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
+                                const std::vector<uint8_t>& states, uint32_t rq_psn, Done done) {
+  std::vector<hca::QpChange> steps;
+  for (uint8_t state : states) {
+    auto attr = hca_attr(port, engine_id, state, rq_psn, nullptr);
+    if (!attr) return done(attr.take_error());
+    steps.push_back({attr->first, attr->second});
+  }
+  counters_.qp_transitions += steps.size();
+  ++counters_.qp_chains;
+  qp_.modify_chain(client, qp_handle, std::move(steps),
+                   [this, alive = std::weak_ptr<bool>(alive_), done = std::move(done)](Result<void> r) mutable {
+                     if (alive.expired()) return;
+                     if (!r) {
+                       ++counters_.qp_transition_errors;
+                       return done(err(r.error().code, "QP transition: {}", r.error().message));
+                     }
+                     done(ok());
+                   });
 }
 
 void CmService::modify_then(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
@@ -1047,6 +1076,7 @@ std::vector<std::pair<std::string, uint64_t>> CmService::counter_list() const {
       {"cm.sessions_overrun", counters_.sessions_overrun},
       {"cm.qp_transitions", counters_.qp_transitions},
       {"cm.qp_transition_errors", counters_.qp_transition_errors},
+      {"cm.qp_chains", counters_.qp_chains},
       {"cm.requests_without_engine", counters_.requests_without_engine},
       {"cm.ids_denied", ids_budget_.denied()},
       {"cm.passive_refused", refused_passive_},

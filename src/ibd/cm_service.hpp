@@ -53,6 +53,7 @@ namespace openib::ibd {
 struct CmServiceCounters {
   uint64_t opens = 0, events = 0, sessions_overrun = 0;
   uint64_t qp_transitions = 0, qp_transition_errors = 0;
+  uint64_t qp_chains = 0;  // transitions handed to the device together (move_qp_chained)
   uint64_t requests_without_engine = 0;  // the port's MAD layer is not open (ENETDOWN)
 };
 
@@ -232,6 +233,8 @@ class CmService final : public Service {
     auto it = ports_.find(port);
     return it != ports_.end() && it->second.ethernet;
   }
+  void move_qp_chained(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
+                       const std::vector<uint8_t>& states, uint32_t rq_psn, Done done);
   void modify_then(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
                    std::vector<uint8_t> states, uint32_t rq_psn, std::pair<uint32_t, hca::QpAttr> attr, Done done);
   void qp_to_error(uint32_t client, const IdRec& rec);

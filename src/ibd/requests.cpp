@@ -774,6 +774,25 @@ ClientQps Server::qp_ops() {
                            done(std::move(r));
                          }));
   };
+  ops.modify_chain = [this](uint32_t id, uint32_t handle, std::vector<hca::QpChange> steps,
+                            hca::Completer<Result<void>> done) {
+    Client* c = client(id);
+    if (!c) return done(err(ENOTCONN, "client gone"));
+    auto qp = find(*c, handle, Kind::kQp);
+    if (!qp) return done(qp.take_error());
+    if (steps.empty()) return done(ok());
+    const hca::QpChange& last = steps.back();
+    const uint8_t state = (last.mask & hca::qp_attr::kState) ? static_cast<uint8_t>(last.attr.state) : 0xff;
+    hca_.modify_qp_chain_async(
+        (*qp)->number, std::move(steps),
+        guard<void>([this, id, handle, state, done = std::move(done)](Result<void> r) mutable {
+          if (r && state != 0xff) {
+            if (Client* cl = owner(id))
+              if (auto it = cl->objects.find(handle); it != cl->objects.end()) it->second.qp_state = state;
+          }
+          done(std::move(r));
+        }));
+  };
   return ops;
 }
 

@@ -70,6 +70,12 @@ struct ClientQps {
   std::function<void(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
                      hca::Completer<Result<void>> done)>
       modify;
+  // Several transitions in order (hca::Device::modify_qp_chain_async); the
+  // steps must need no neighbour lookup (no Ethernet AV). Unset: `modify`
+  // one step after the other.
+  std::function<void(uint32_t client, uint32_t handle, std::vector<hca::QpChange> steps,
+                     hca::Completer<Result<void>> done)>
+      modify_chain;
 };
 
 class Service {

@@ -281,3 +281,37 @@ TEST_CASE("simhca QP: any state to ERR and to RESET; RESET to ERR", "[simhca][qp
   REQUIRE(f.hca->destroy_qp(f.qp).ok());
   CHECK(f.hca->modify_qp(qpn, qa::kState, to(QpState::kErr)).error().code == ENOENT);
 }
+
+// hca::Hca::modify_qp_chain_async (the CM's INIT->RTR->RTS, issue 33): the
+// three MODIFY_QPs go to the device together, one CMD_DOORBELL write for
+// all (docs/simhca.md §5.1: rung slots run in increasing order), and the QP
+// ends in RTS; a step the device refuses fails the chain with that step's
+// error, and the steps after it do not apply.
+namespace {
+Result<void> run_chain(QpFixture& f, std::vector<QpChange> steps) {
+  std::optional<Result<void>> got;
+  f.hca->modify_qp_chain_async(f.qp.qpn, std::move(steps), [&](Result<void> r) { got = std::move(r); });
+  for (int i = 0; i < 500 && !got; ++i) f.io.run_one_for(std::chrono::milliseconds(20));
+  REQUIRE(got);
+  return std::move(*got);
+}
+}  // namespace
+
+TEST_CASE("simhca QP: INIT, RTR and RTS chained take one doorbell and reach RTS", "[simhca][qp][chain]") {
+  QpFixture f;
+  const uint64_t bells = f.hca->commands().stats().doorbells;
+  REQUIRE(run_chain(f, {{kRcInit, rc_init()}, {kRcRtr, rc_rtr()}, {kRcRts, rc_rts()}}).ok());
+  CHECK(f.hca->commands().stats().doorbells == bells + 1);
+  CHECK(f.state() == QpState::kRts);
+}
+
+TEST_CASE("simhca QP: a chain whose RTR is refused ends in INIT with the RTR's error", "[simhca][qp][chain]") {
+  QpFixture f;
+  QpAttr bad = rc_rtr();
+  bad.path_mtu = 6;  // no such MTU: BAD_PARAM
+  auto r = run_chain(f, {{kRcInit, rc_init()}, {kRcRtr, bad}, {kRcRts, rc_rts()}});
+  REQUIRE_FALSE(r.ok());
+  // The RTR's BAD_PARAM, not the RTS's BAD_RES_STATE (refused from INIT).
+  CHECK(r.error().message.find("BAD_PARAM") != std::string::npos);
+  CHECK(f.state() == QpState::kInit);
+}
