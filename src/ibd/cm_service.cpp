@@ -288,6 +288,12 @@ Result<CmService::QpInfo> CmService::qp_lookup(uint32_t client, uint32_t handle)
   return qp_.lookup(client, handle);
 }
 
+// An in-ibd user's QPs are its own; a client's are the Server's.
+const CmService::QpOps& CmService::qp_ops_of(uint32_t client) const {
+  const auto s = sessions_.find(client);
+  return s != sessions_.end() && s->second.qp ? *s->second.qp : qp_;
+}
+
 void CmService::qp_modify(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a, Done done) {
   auto s = sessions_.find(client);
   if (s != sessions_.end() && s->second.qp) return s->second.qp->modify(client, handle, mask, a, std::move(done));
@@ -420,9 +426,8 @@ Result<std::pair<uint32_t, hca::QpAttr>> CmService::hca_attr(uint8_t port, uint3
 void CmService::move_qp(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
                         std::vector<uint8_t> states, uint32_t rq_psn, Done done) {
   if (states.empty()) return done(ok());
-  const auto s = sessions_.find(client);
-  const bool own_qps = s != sessions_.end() && s->second.qp;  // an in-ibd user's: its own modify
-  if (states.size() > 1 && !ethernet(port) && qp_.modify_chain && !own_qps)
+  const QpOps& ops = qp_ops_of(client);
+  if (states.size() > 1 && !ethernet(port) && ops.modify_chain)
     return move_qp_chained(client, qp_handle, port, engine_id, states, rq_psn, std::move(done));
   const uint8_t state = states.front();
   states.erase(states.begin());
@@ -460,7 +465,8 @@ void CmService::move_qp_chained(uint32_t client, uint32_t qp_handle, uint8_t por
   }
   counters_.qp_transitions += steps.size();
   ++counters_.qp_chains;
-  qp_.modify_chain(client, qp_handle, std::move(steps),
+  const QpOps& ops = qp_ops_of(client);
+  ops.modify_chain(client, qp_handle, std::move(steps),
                    [this, alive = std::weak_ptr<bool>(alive_), done = std::move(done)](Result<void> r) mutable {
                      if (alive.expired()) return;
                      if (!r) {

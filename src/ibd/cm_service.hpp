@@ -233,6 +233,7 @@ class CmService final : public Service {
     auto it = ports_.find(port);
     return it != ports_.end() && it->second.ethernet;
   }
+  const QpOps& qp_ops_of(uint32_t client) const;
   void move_qp_chained(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,
                        const std::vector<uint8_t>& states, uint32_t rq_psn, Done done);
   void modify_then(uint32_t client, uint32_t qp_handle, uint8_t port, uint32_t engine_id,

@@ -119,6 +119,12 @@ Result<void> CmaService::start() {
     if (!qp_.modify) return done(err(ENOSYS, "no QP modify"));
     qp_.modify(t->second.first, t->second.second, mask, a, std::move(done));
   };
+  ops.modify_chain = [this](uint32_t, uint32_t tok, std::vector<hca::QpChange> steps, Done done) {
+    auto t = tokens_.find(tok);
+    if (t == tokens_.end()) return done(err(ENOENT, "no QP token {}", tok));
+    if (!qp_.modify_chain) return done(err(ENOSYS, "no QP modify"));
+    qp_.modify_chain(t->second.first, t->second.second, std::move(steps), std::move(done));
+  };
   return cm_.open_internal(kCmaCmOwner, std::move(ops), [this](const proto::CmEventMsg& e) { on_cm_event(e); });
 }
 

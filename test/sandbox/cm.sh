@@ -156,6 +156,11 @@ Hca2: $(cm_counters Hca2)
 Hca4: $(cm_counters Hca4)"
 grep -q "connections: 10000 established, 10000 disconnected, 0 rejected, 0 failed" "$(log_of many-client)" ||
   fail "10,000 connections: $(cat "$(log_of many-client)")"
+# Each side's transitions of a step went to the device together (one
+# doorbell: the passive side's INIT, RTR, RTS; the active side's RTR, RTS), most
+# of the time (not when the command slots were busy).
+ch_c=$(counter Hca4 cm.qp_chains) ch_s=$(counter Hca2 cm.qp_chains)
+((ch_c >= 5000 && ch_s >= 5000)) || fail "chained transitions: active $ch_c, passive $ch_s for 10,000 connections"
 ok "10,000 connections open at once; ibd's CM memory per connection: active $per_c B, passive $per_s B"
 
 # --- a stale REQ: Hca3's cable pulled, its ibd restarted (no DREQ gets out), the
