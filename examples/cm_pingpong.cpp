@@ -9,7 +9,8 @@
 //   --conns N [--inflight K] [--hold]   N connections (K in flight), each
 //       established once and torn down; --hold opens all N before any
 //       disconnect. Each id (and its QP) is destroyed once its DREQ is
-//       answered, as rdma-core's cmtime destroys after rdma_disconnect():
+//       answered (not with --hold), as rdma-core's cmtime destroys after
+//       rdma_disconnect():
 //       the CM keeps the timewait (IBA 12.9.8.2, about 2 s with OpenSM's
 //       packet lifetime) for it, as TCP's close leaves TIME_WAIT to the
 //       kernel; --timewait waits for each id's timewait exit instead.
@@ -490,7 +491,11 @@ int client_many(Env& e, const PathRecord& path) {
         if (c.disconnected) break;
         c.disconnected = true;
         ++disconnected;
-        if (o.timewait) break;
+        // --hold disconnects all N at once: their ids go at timewait exit, so
+        // that this loop keeps up with the N disconnect events ibd queues
+        // (a destroy per event would let the queue outgrow the client's
+        // event budget: --client-max-event-bytes, docs/cm.md).
+        if (o.timewait || o.hold) break;
         // The id goes now; the CM answers a DREQ and keeps the timewait.
         check(e.cm->destroy(ev.id), "Couldn't destroy the id");
         conns.erase(it);
