@@ -153,6 +153,7 @@ void IpoibService::stop() {
   if (tap_) (void)tap_->set_carrier(false);
   addrs_.reset();
   qp_.reset();
+  parked_.reset();
 }
 
 void IpoibService::bring_up() {
@@ -238,6 +239,18 @@ void IpoibService::joined_broadcast(uint64_t ep, const hca::PortAttr& pa, Result
   }
   logger()->info("{}: broadcast group Q_Key {:#x}, MTU {}: UD QP of {} + {} slots, {} pages", cfg_.name, bcast_.qkey,
                  pc.max_payload, 1u << pc.log_slots, 1u << pc.log_send_slots, ipoib::UdPort::buffer_bytes(pc) / 4096);
+  if (parked_) {
+    auto p = std::move(parked_);
+    const auto& k = parked_cfg_;
+    if (k.port == pc.port && k.pkey_index == pc.pkey_index && k.qkey == pc.qkey && k.max_payload == pc.max_payload &&
+        k.log_slots == pc.log_slots && k.log_send_slots == pc.log_send_slots) {
+      ++ud_qp_kept_;
+      qp_cfg_ = pc;
+      return port_opened(ep, std::move(p));  // the same QPN as before the flap
+    }
+    ipoib::UdPort::close_async(std::move(p), [] {});  // the group's Q_Key or MTU changed
+  }
+  qp_cfg_ = pc;
   ipoib::UdPort::open_async(hca_, pc, [this, ep, alive = std::weak_ptr<bool>(alive_)](
                                           Result<std::unique_ptr<ipoib::UdPort>> p) mutable {
     if (alive.expired()) return;
@@ -385,7 +398,7 @@ void IpoibService::mcast_changed(uint8_t port, const sa::McMemberRecord& rec) {
   });
 }
 
-void IpoibService::go_down(const char* why, bool device_gone) {
+void IpoibService::go_down(const char* why, bool device_gone, bool keep_qp) {
   const bool was_up = state_ == State::kUp;
   ++epoch_;
   state_ = State::kDown;
@@ -397,6 +410,10 @@ void IpoibService::go_down(const char* why, bool device_gone) {
   for (auto& [mgid, g] : groups_) {
     (void)sa_.mcast_leave(kIpoibOwner, {cfg_.port, mgid});
     if (!device_gone && g.have_ah) destroy_ah(g.ahn);
+    // A parked QP is attached to nothing: the next bring-up attaches it
+    // under the groups' MLIDs of then.
+    if (keep_qp && !device_gone && g.attached && qp_)
+      hca_.detach_mcast_async(qp_->qpn(), mgid, g.mlid, [](Result<void>) {});
   }
   groups_.clear();
   if (cm_) cm_->stop(device_gone);
@@ -404,8 +421,10 @@ void IpoibService::go_down(const char* why, bool device_gone) {
   if (!device_gone)
     for (auto& [gid, n] : neighbours_) destroy_ah(n.ahn);
   neighbours_.clear();
+  if (device_gone) parked_.reset();  // its objects went with the device
   if (qp_) {
-    if (device_gone) qp_.reset();  // its objects went with the device
+    if (device_gone) qp_.reset();
+    else if (keep_qp) parked_ = std::move(qp_), parked_cfg_ = qp_cfg_;
     else ipoib::UdPort::close_async(std::move(qp_), [] {});
   }
   if (was_up || !device_gone) logger()->info("{}: down ({})", cfg_.name, why);
@@ -418,7 +437,10 @@ void IpoibService::go_down(const char* why, bool device_gone) {
 }
 
 bool IpoibService::on_cq_event(uint32_t cqn) {
-  return (qp_ && qp_->on_cq_event(cqn)) || (cm_ && cm_->on_cq_event(cqn));
+  // A parked QP's CQ too: its event is taken (and its CQ re-armed) while
+  // the port is down, so that it reports again once taken back.
+  return (qp_ && qp_->on_cq_event(cqn)) || (parked_ && parked_->on_cq_event(cqn)) ||
+         (cm_ && cm_->on_cq_event(cqn));
 }
 
 void IpoibService::port_event(const hca::Event& e) {
@@ -431,7 +453,7 @@ void IpoibService::port_state(uint8_t port, uint8_t state) {
     retry_.cancel();
     return bring_up();
   }
-  if (state_ != State::kDown) go_down("the port left Active", false);
+  if (state_ != State::kDown) go_down("the port left Active", false, true);
   retry_.cancel();  // the next Active brings it up
 }
 
@@ -669,6 +691,7 @@ std::vector<std::pair<std::string, uint64_t>> IpoibService::counter_list() const
       {"ipoib.bring_ups", bring_ups_},       {"ipoib.send_errors", send_errors_},
       {"ipoib.tap_write_errors", tap_write_errors_}, {"ipoib.tap_read_errors", tap_read_errors_},
       {"ipoib.ats_registered", ats_registered_},     {"ipoib.ats_errors", ats_errors_},
+      {"ipoib.ud_qp_kept", ud_qp_kept_},
   };
   if (bridge_) {
     const auto& c = bridge_->counters();

@@ -143,7 +143,11 @@ class IpoibService final : public Service, private ipoib::BridgeIo {
   void bring_up();
   void joined_broadcast(uint64_t epoch, const hca::PortAttr& pa, Result<sa::McMemberRecord> r, bool created);
   void port_opened(uint64_t epoch, std::unique_ptr<ipoib::UdPort> p);
-  void go_down(const char* why, bool device_gone);
+  // keep_qp: the port only left Active; the UD QP is parked, to be taken
+  // again at the next bring-up when its configuration still fits, so that
+  // our QPN, and with it our 20-byte address and MAC, outlive a link flap
+  // (as Linux's ipoib_ib_dev_stop/open keep the QP).
+  void go_down(const char* why, bool device_gone, bool keep_qp = false);
   void group_ready(uint64_t epoch, const ipoib::Gid& mgid, const sa::McMemberRecord& rec, bool full,
                    std::function<void(bool)> done);
   void mcast_changed(uint8_t port, const sa::McMemberRecord& rec);
@@ -164,6 +168,9 @@ class IpoibService final : public Service, private ipoib::BridgeIo {
   hca::PortAttr port_{};
   sa::McMemberRecord bcast_{};
   std::unique_ptr<ipoib::UdPort> qp_;
+  ipoib::UdPortConfig qp_cfg_;              // what qp_ was opened with
+  std::unique_ptr<ipoib::UdPort> parked_;  // go_down(keep_qp): qp_ while the port is down
+  ipoib::UdPortConfig parked_cfg_;
   std::unique_ptr<IpoibCm> cm_;
   bool cm_ready_ = false;  // connected mode's listener is up: the link offers it
   std::optional<ipoib::TapDevice> tap_;
@@ -177,6 +184,7 @@ class IpoibService final : public Service, private ipoib::BridgeIo {
   std::vector<uint8_t> frame_;  // one TAP read
   boost::asio::steady_timer retry_;
   uint64_t tap_write_errors_ = 0, tap_read_errors_ = 0, send_errors_ = 0, bring_ups_ = 0, ats_errors_ = 0;
+  uint64_t ud_qp_kept_ = 0;  // bring-ups that took the parked UD QP back (same QPN)
   uint64_t ats_registered_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

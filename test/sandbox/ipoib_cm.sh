@@ -219,6 +219,8 @@ until_ok 100 ping4 Hca1 "${ip4[Hca3]}" -M do -s 30000 || fail "30000-byte ping H
 ok "Hca3's ibd restarted: Hca1 reaches it again with 30000-byte packets ($(cnt Hca1 cm_broken) broken, $(cnt Hca1 cm_disconnects) disconnected connections on Hca1)"
 
 # --- a cable pulled mid-iperf3 --------------------------------------------------
+qpn2_before=$(jq_ Hca2 "j['qpn']")
+kept0=$(counter Hca2 ipoib.ud_qp_kept)
 sb run Hca2 iperf3 -s -1 -B "${ip4[Hca2]}" >"$OPENIB_SANDBOX/iperf-s.log" 2>&1 &
 iperf_pid=$!
 until_ok 50 sb run Hca2 ss -Hltn "sport = :5201" || fail "iperf3 server on Hca2 does not listen"
@@ -235,13 +237,16 @@ wait "$client" || true
 kill "$iperf_pid" 2>/dev/null || true
 wait "$iperf_pid" 2>/dev/null || true
 iperf_pid=''
-# Hca2's UD QP is new (another QPN: another 20-byte address and MAC).
-# Until Hca1's kernel re-learns the neighbour, its packets go to the old
-# address, which refuses connected mode: the path MTU it learns meanwhile
-# may fragment them (no DF here); then the RC connection to the new one.
+# Hca2 kept its UD QP across the flap (as Linux does): the same QPN, so the
+# same 20-byte address and MAC in its neighbours' caches; the RC connection
+# to it is made again.
 qpn2=$(jq_ Hca2 "j['qpn']")
+[[ $qpn2 == "$qpn2_before" ]] || fail "Hca2's UD QPN changed across the cable pull: $qpn2_before -> $qpn2"
+(($(counter Hca2 ipoib.ud_qp_kept) == kept0 + 1)) || fail "Hca2's ipoib.ud_qp_kept: $kept0 -> $(counter Hca2 ipoib.ud_qp_kept)"
 until_ok 100 ping4 Hca1 "${ip4[Hca2]}" -s 30000 || fail "no 30000-byte ping to Hca2 after its cable came back: $(ipoib_json Hca1)"
-conn_up() { [[ $(jq_ Hca1 "sum(1 for c in j.get('connections', []) if c['direction'] == 'send' and c['state'] == 'up' and int(c['qpn'], 16) == int('$qpn2', 16))") == 1 ]]; }
-until_ok 50 conn_up || fail "Hca1 has no RC connection up to Hca2's new QPN $qpn2: $(jq_ Hca1 "j.get('connections')")"
+# (Every ibd's UD QP may have the same number: the GID tells Hca2's apart.)
+g2=$(gid_of Hca2)
+conn_up() { [[ $(jq_ Hca1 "sum(1 for c in j.get('connections', []) if c['direction'] == 'send' and c['state'] == 'up' and int(c['qpn'], 16) == int('$qpn2', 16) and __import__('ipaddress').ip_address(c['gid']) == __import__('ipaddress').ip_address('$g2'))") == 1 ]]; }
+until_ok 50 conn_up || fail "Hca1 has no RC connection up to Hca2's QPN $qpn2: $(jq_ Hca1 "j.get('connections')")"
 for h in "${hosts[@]}"; do kill -0 "$(cat "$OPENIB_SANDBOX/$h/ibd.pid")" || fail "$h's ibd died"; done
-ok "Hca2's cable pulled mid-iperf3 and back: carrier back, 30000-byte pings pass, Hca1's RC connection to Hca2's new QPN $qpn2 up; every ibd alive"
+ok "Hca2's cable pulled mid-iperf3 and back: carrier back, 30000-byte pings pass, Hca2's UD QPN $qpn2 kept, Hca1's RC connection to it up again; every ibd alive"
