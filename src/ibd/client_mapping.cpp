@@ -134,7 +134,10 @@ Result<SharedFile> open_shared_range(pid_t pid, uid_t uid, gid_t gid, uint64_t a
   const MapsLine& first = maps.front();
   for (size_t i = 0; i < maps.size(); ++i) {
     const MapsLine& m = maps[i];
-    if (m.perms[3] != 's' || m.ino == 0)
+    // A file has a device; its inode may be 0: a SysV segment's is its id,
+    // and an IPC namespace's first segment is id 0 (perftest's
+    // --use_hugepages on a fresh machine).
+    if (m.perms[3] != 's' || (m.ino == 0 && m.major == 0 && m.minor == 0))
       return err(EINVAL, "[{:#x}, {:#x}) is not a shared mapping of a file ({})", m.lo, m.hi, m.perms);
     if (m.perms[0] != 'r' || m.perms[1] != 'w')
       return err(EACCES, "[{:#x}, {:#x}) is mapped shared but not read-write ({})", m.lo, m.hi, m.perms);

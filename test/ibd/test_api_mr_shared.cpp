@@ -7,7 +7,10 @@
 // not ibd or simhca.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sched.h>
+#include <sys/ipc.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,6 +123,26 @@ TEST_CASE("reg_mr on MAP_SHARED|MAP_ANONYMOUS memory: it stays shared with a for
   ::close(to_child[1]);
   ::close(from_child[0]);
   ::munmap(p, kLen);
+}
+
+// The first segment of an IPC namespace is id 0, which /proc/PID/maps
+// shows as its inode: perftest's --use_hugepages gets it on a fresh machine.
+TEST_CASE("reg_mr on SysV segment 0: registered, the peer's WRITE lands", "[api][shared]") {
+  Link l = link();
+  REQUIRE(::unshare(CLONE_NEWIPC) == 0);  // (root) a namespace of our own: its first segment is id 0
+  constexpr size_t kLen = 4 * 4096;
+  const int id = ::shmget(IPC_PRIVATE, kLen, IPC_CREAT | 0600);
+  REQUIRE(id == 0);
+  void* p = ::shmat(id, nullptr, 0);
+  REQUIRE(p != reinterpret_cast<void*>(-1));
+  REQUIRE(::shmctl(id, IPC_RMID, nullptr) == 0);  // gone at the last detach, as perftest's
+  auto* m = static_cast<uint8_t*>(p);
+  fill(m, kLen, 71);
+  auto mr = must(l.a->ctx->reg_mr(*l.a->pd, m, kLen, kAllAccess), "reg_mr SysV segment 0");
+  peer_writes(l, *mr, m + 100, 1000, 72);
+  CHECK(first_diff(m + 100, 1000, 72) == 1000);
+  mr.reset();
+  CHECK(::shmdt(p) == 0);
 }
 
 TEST_CASE("reg_mr on a shared mapping of a memfd and of a /dev/shm file: the peer's WRITE is in the file, "
