@@ -282,10 +282,9 @@ Result<void> CmService::open_internal(uint32_t owner, QpOps qp, Sink sink) {
 }
 
 Result<CmService::QpInfo> CmService::qp_lookup(uint32_t client, uint32_t handle) {
-  auto s = sessions_.find(client);
-  if (s != sessions_.end() && s->second.qp) return s->second.qp->lookup(client, handle);
-  if (!qp_.lookup) return err(ENOSYS, "no QP lookup");
-  return qp_.lookup(client, handle);
+  const QpOps& ops = qp_ops_of(client);
+  if (!ops.lookup) return err(ENOSYS, "no QP lookup");
+  return ops.lookup(client, handle);
 }
 
 // An in-ibd user's QPs are its own; a client's are the Server's.
@@ -295,10 +294,9 @@ const CmService::QpOps& CmService::qp_ops_of(uint32_t client) const {
 }
 
 void CmService::qp_modify(uint32_t client, uint32_t handle, uint32_t mask, const hca::QpAttr& a, Done done) {
-  auto s = sessions_.find(client);
-  if (s != sessions_.end() && s->second.qp) return s->second.qp->modify(client, handle, mask, a, std::move(done));
-  if (!qp_.modify) return done(err(ENOSYS, "no QP modify"));
-  qp_.modify(client, handle, mask, a, std::move(done));
+  const QpOps& ops = qp_ops_of(client);
+  if (!ops.modify) return done(err(ENOSYS, "no QP modify"));
+  ops.modify(client, handle, mask, a, std::move(done));
 }
 
 void CmService::emit(uint32_t client, proto::CmEventMsg m) {

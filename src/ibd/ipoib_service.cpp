@@ -241,9 +241,7 @@ void IpoibService::joined_broadcast(uint64_t ep, const hca::PortAttr& pa, Result
                  pc.max_payload, 1u << pc.log_slots, 1u << pc.log_send_slots, ipoib::UdPort::buffer_bytes(pc) / 4096);
   if (parked_) {
     auto p = std::move(parked_);
-    const auto& k = parked_cfg_;
-    if (k.port == pc.port && k.pkey_index == pc.pkey_index && k.qkey == pc.qkey && k.max_payload == pc.max_payload &&
-        k.log_slots == pc.log_slots && k.log_send_slots == pc.log_send_slots) {
+    if (parked_cfg_ == pc) {
       ++ud_qp_kept_;
       qp_cfg_ = pc;
       return port_opened(ep, std::move(p));  // the same QPN as before the flap

@@ -750,7 +750,18 @@ ClientQps Server::qp_ops() {
       if (o.kind == Kind::kQp && o.number == qpn) return handle;
     return err(ENOENT, "the client has no QP {:#x}", qpn);
   };
-  ops.modify = [this](uint32_t id, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
+  // The completion of a transition: the state ibd records for the QP
+  // follows (0xff: the state did not change).
+  auto recorded = [this](uint32_t id, uint32_t handle, uint8_t state, hca::Completer<Result<void>> done) {
+    return guard<void>([this, id, handle, state, done = std::move(done)](Result<void> r) mutable {
+      if (r && state != 0xff) {
+        if (Client* cl = owner(id))
+          if (auto it = cl->objects.find(handle); it != cl->objects.end()) it->second.qp_state = state;
+      }
+      done(std::move(r));
+    });
+  };
+  ops.modify = [this, recorded](uint32_t id, uint32_t handle, uint32_t mask, const hca::QpAttr& a,
                       hca::Completer<Result<void>> done) {
     Client* c = client(id);
     if (!c) return done(err(ENOTCONN, "client gone"));
@@ -765,16 +776,9 @@ ClientQps Server::qp_ops() {
       with.av = *av;
     }
     hca_.modify_qp_async((*qp)->number, mask, with,
-                         guard<void>([this, id, handle, state, done = std::move(done)](Result<void> r) mutable {
-                           if (r && state != 0xff) {
-                             if (Client* cl = owner(id))
-                               if (auto it = cl->objects.find(handle); it != cl->objects.end())
-                                 it->second.qp_state = state;
-                           }
-                           done(std::move(r));
-                         }));
+                         recorded(id, handle, state, std::move(done)));
   };
-  ops.modify_chain = [this](uint32_t id, uint32_t handle, std::vector<hca::QpChange> steps,
+  ops.modify_chain = [this, recorded](uint32_t id, uint32_t handle, std::vector<hca::QpChange> steps,
                             hca::Completer<Result<void>> done) {
     Client* c = client(id);
     if (!c) return done(err(ENOTCONN, "client gone"));
@@ -785,13 +789,7 @@ ClientQps Server::qp_ops() {
     const uint8_t state = (last.mask & hca::qp_attr::kState) ? static_cast<uint8_t>(last.attr.state) : 0xff;
     hca_.modify_qp_chain_async(
         (*qp)->number, std::move(steps),
-        guard<void>([this, id, handle, state, done = std::move(done)](Result<void> r) mutable {
-          if (r && state != 0xff) {
-            if (Client* cl = owner(id))
-              if (auto it = cl->objects.find(handle); it != cl->objects.end()) it->second.qp_state = state;
-          }
-          done(std::move(r));
-        }));
+        recorded(id, handle, state, std::move(done)));
   };
   return ops;
 }

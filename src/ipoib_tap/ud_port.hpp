@@ -34,6 +34,7 @@ struct UdPortConfig {
   uint8_t log_send_slots = 8;   // send slots (256)
   // The buffer is one MKEY of 4 KiB pages: at most max_mkey_pages (1024,
   // docs/simhca.md §6.1), so (receives + sends) x stride <= 4 MiB.
+  bool operator==(const UdPortConfig&) const = default;
 };
 
 using UdPortCounters = hca::SlotQpCounters;
